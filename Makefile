@@ -1,0 +1,76 @@
+# hetmem: the two commands a user needs are `make demo` and `make test`.
+# Each does all of its set-up on a fresh Debian machine: missing Debian
+# packages (when root), the .venv, the build and the install.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+CBUILD := build/c
+ASAN_BUILD := build/asan
+TSAN_BUILD := build/tsan
+
+# Debian packages the build, the tests and the reference measurements need.
+DEB_PACKAGES := build-essential cmake ninja-build pkg-config libhwloc-dev hwloc \
+  libnuma-dev numactl liburing-dev fio libdw-dev libelf-dev libopenblas-dev \
+  liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin util-linux
+
+.PHONY: all deps venv install cbuild test test-c test-sanitize demo lint clean
+
+all: install
+
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:" $$missing; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing Debian packages (run as root or install them):" $$missing >&2; exit 1; \
+	  fi; \
+	fi
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+
+# The venv is made once; its Python packages are brought up to date each run
+# (pip does nothing when they already are).
+venv: $(VPY)
+	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pytest>=7" "ruff>=0.4" \
+	  "rich>=13" "numpy>=1.24"
+
+install: deps venv
+	$(VPY) -m pip install -q --no-build-isolation .
+
+cbuild: deps
+	cmake -S . -B $(CBUILD) -G Ninja -DHETMEM_BUILD_TESTS=ON >/dev/null
+	cmake --build $(CBUILD)
+
+test: install cbuild
+	HETMEM_CBUILD=$(CBUILD) $(VPY) -m pytest -q $(PYTEST_ARGS)
+
+test-c: cbuild
+	ctest --test-dir $(CBUILD) --output-on-failure
+
+# ASan+UBSan over every C test; TSan over the threaded ones (the pager).
+test-sanitize: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DHETMEM_BUILD_TESTS=ON \
+	  -DHETMEM_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build $(ASAN_BUILD)
+	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DHETMEM_BUILD_TESTS=ON \
+	  -DHETMEM_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build $(TSAN_BUILD)
+	ctest --test-dir $(TSAN_BUILD) --output-on-failure -L tsan
+
+demo: install
+	$(VENV)/bin/hetmem demo
+
+lint: venv
+	$(VENV)/bin/ruff check python tests
+	$(VENV)/bin/ruff format --check python tests
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,3 @@
+from hetmem.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""The `hetmem` command: a thin dispatcher over one module per verb.
+
+Each verb lives in hetmem.commands.<verb> and defines a Command class with
+`name`, `help`, `add_arguments(parser)` and `run(args) -> int`. Errors a user
+can cause are HetmemError: printed as one line, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Protocol
+
+from hetmem import __version__
+from hetmem.errors import HetmemError
+
+# Verb modules, in the order `hetmem --help` lists them.
+VERBS = ("config",)
+
+
+class Command(Protocol):
+    name: str
+    help: str
+    description: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad usage as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _load(verb: str) -> Command:
+    module = importlib.import_module(f"hetmem.commands.{verb}")
+    return module.Command()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="hetmem",
+        description="Heterogeneous memory for HPC applications: know the tiers, "
+        "extend DRAM with a storage tier, place allocation sites, measure.",
+    )
+    parser.add_argument("--version", action="version", version=f"hetmem {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    for verb in VERBS:
+        cmd = _load(verb)
+        p = sub.add_parser(
+            cmd.name,
+            help=cmd.help,
+            description=cmd.description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        cmd.add_arguments(p)
+        p.set_defaults(_command=cmd)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command: Command | None = getattr(args, "_command", None)
+    if command is None:
+        parser.print_help()
+        return 2
+    try:
+        return command.run(args)
+    except HetmemError as exc:
+        sys.stderr.write(f"hetmem {command.name}: error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write(f"hetmem {command.name}: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,33 @@
+"""The one exception hierarchy of hetmem.
+
+Every error a user can cause is a HetmemError; the CLI prints its message on
+one line and exits with its exit_code (2), never with a traceback.
+"""
+
+from __future__ import annotations
+
+
+class HetmemError(Exception):
+    """Base of every error hetmem reports to a user."""
+
+    exit_code = 2
+
+
+class UsageError(HetmemError):
+    """A bad argument, option value or combination of them."""
+
+
+class NativeError(HetmemError):
+    """libhetmem returned a negative errno; the message is its own."""
+
+    def __init__(self, message: str, errno: int = 0) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+class SchemaError(HetmemError):
+    """A result, profile or placement file that is malformed or of another version."""
+
+
+class EnvironmentProblem(HetmemError):
+    """The machine lacks something a command needs (root, a tool, a kernel feature)."""

@@ -1,0 +1,56 @@
+"""Terminal output shared by the verbs: JSON, tables and progress."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+_console: Console | None = None
+
+
+def console() -> Console:
+    global _console
+    if _console is None:
+        _console = Console(highlight=False)
+    return _console
+
+
+def err_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    t = Table(title=title, title_justify="left")
+    for i, col in enumerate(columns):
+        numeric = bool(rows) and all(isinstance(r[i], int | float) or r[i] is None for r in rows)
+        t.add_column(col, justify="right" if numeric else "left")
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    console().print(t)
+
+
+@contextmanager
+def progress(enabled: bool = True) -> Iterator[Progress]:
+    """A transient progress display on stderr (hidden with --json or when not a tty)."""
+    p = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeRemainingColumn(),
+        console=err_console(),
+        transient=True,
+        disable=not enabled,
+    )
+    with p:
+        yield p

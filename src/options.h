@@ -1,0 +1,54 @@
+/* The one table of runtime settings. Each row is an option whose name, in
+ * upper case with a HETMEM_ prefix, is also its environment variable. Later
+ * concerns add rows here, never a getenv() of their own. */
+#ifndef HM_OPTIONS_H
+#define HM_OPTIONS_H
+
+#include <stdint.h>
+
+typedef enum _hm_opt_kind_e {
+  HM_OPTK_STR,   /* free text */
+  HM_OPTK_SIZE,  /* bytes, with suffixes */
+  HM_OPTK_COUNT, /* non-negative integer */
+  HM_OPTK_BOOL,  /* 1/0, true/false, on/off, yes/no */
+} _hm_opt_kind_t;
+
+/* X(ID, name, kind, default, help) */
+#define HM_OPTION_TABLE(X)                                                                    \
+  X(FSROOT, fsroot, STR, "/", "filesystem root for every /sys and /proc read")               \
+  X(STORAGE, storage, STR, "", "storage-tier directory (empty: $TMPDIR, else /var/tmp)")     \
+  X(FAST_BUDGET, fast_budget, SIZE, "0", "fast-tier (DRAM) budget per process; 0 = none")    \
+  X(FETCH_UNIT, fetch_unit, SIZE, "256KiB", "pager fetch unit (64KiB..2MiB)")               \
+  X(IO_DEPTH, io_depth, COUNT, "32", "io_uring queue depth for storage-tier I/O")           \
+  X(PREFETCH, prefetch, STR, "auto", "pager prefetch policy: auto, off, sequential")        \
+  X(ALLOC_THRESHOLD, alloc_threshold, SIZE, "1MiB",                                          \
+    "smallest allocation the interposer serves from a tier")                                  \
+  X(STATS, stats, STR, "", "file the interposer writes its statistics to at exit")          \
+  X(VERBOSE, verbose, BOOL, "0", "print diagnostics to stderr")
+
+typedef enum _hm_opt_id_e {
+#define HM__OPT_ENUM(id, name, kind, def, help) HM_OPT_##id,
+  HM_OPTION_TABLE(HM__OPT_ENUM)
+#undef HM__OPT_ENUM
+      HM_OPT__COUNT
+} _hm_opt_id_t;
+
+#define HM_OPT_VALUE_MAX 4096
+
+typedef enum _hm_opt_origin_e { HM_ORIGIN_DEFAULT, HM_ORIGIN_ENV, HM_ORIGIN_SET } _hm_opt_origin_t;
+
+typedef struct _hm_options_s {
+  char text[HM_OPT__COUNT][HM_OPT_VALUE_MAX];
+  uint64_t num[HM_OPT__COUNT];
+  _hm_opt_origin_t origin[HM_OPT__COUNT];
+} _hm_options_t;
+
+struct hm_ctx_s;
+
+/* Fills opts with defaults, then the environment. Bad environment values are
+ * reported through ctx and leave the default in place (the run goes on). */
+int _hm_options_init(struct hm_ctx_s *ctx, _hm_options_t *opts);
+const char *_hm_opt_str(const struct hm_ctx_s *ctx, _hm_opt_id_t id);
+uint64_t _hm_opt_u64(const struct hm_ctx_s *ctx, _hm_opt_id_t id);
+
+#endif

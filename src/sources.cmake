@@ -1,0 +1,12 @@
+# Sources of libhetmem, one concern per file (see DEVELOPERS.md).
+target_sources(hetmem_core PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/ctx.c
+  ${CMAKE_CURRENT_LIST_DIR}/error.c
+  ${CMAKE_CURRENT_LIST_DIR}/options.c
+  ${CMAKE_CURRENT_LIST_DIR}/strbuf.c
+  ${CMAKE_CURRENT_LIST_DIR}/prim/fs.c
+)
+include(${CMAKE_CURRENT_LIST_DIR}/tiers.cmake OPTIONAL)
+include(${CMAKE_CURRENT_LIST_DIR}/probe/probe.cmake OPTIONAL)
+include(${CMAKE_CURRENT_LIST_DIR}/sdm/sdm.cmake OPTIONAL)
+include(${CMAKE_CURRENT_LIST_DIR}/preload/preload.cmake OPTIONAL)

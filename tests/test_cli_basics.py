@@ -1,0 +1,59 @@
+"""The CLI frame: help, version, options, sizes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hetmem import _native
+from hetmem.errors import UsageError
+from hetmem.sizes import format_size, parse_size
+
+
+def test_help_lists_verbs(hetmem):
+    proc = hetmem("--help")
+    assert proc.returncode == 0
+    assert "config" in proc.stdout
+
+
+def test_no_verb_is_usage_error(hetmem):
+    assert hetmem().returncode == 2
+
+
+def test_unknown_verb(hetmem):
+    proc = hetmem("frobnicate")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("text", ["4096", "64K", "512MiB", "4G", "1.5GB", "2 TiB", "10kb"])
+def test_python_and_c_size_parsers_agree(text):
+    assert parse_size(text) == _native.parse_size_native(text)
+
+
+@pytest.mark.parametrize("text", ["", "-1G", "4X", "0.3", "G"])
+def test_bad_sizes(text):
+    with pytest.raises(UsageError):
+        parse_size(text)
+
+
+def test_format_size():
+    assert format_size(1536) == "1.5 KiB"
+    assert format_size(4 << 30) == "4 GiB"
+
+
+def test_config_json_shows_env_origin(hetmem):
+    proc = hetmem("config", "--json", env={"HETMEM_FETCH_UNIT": "1MiB"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["schema_version"] == 1
+    row = next(o for o in data["options"] if o["name"] == "fetch_unit")
+    assert row == {**row, "value": "1MiB", "origin": "env", "env": "HETMEM_FETCH_UNIT"}
+
+
+def test_bad_env_value_is_one_line_error(hetmem):
+    proc = hetmem("config", env={"HETMEM_IO_DEPTH": "deep"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "HETMEM_IO_DEPTH='deep'" in proc.stderr
