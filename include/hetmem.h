@@ -93,7 +93,103 @@ HM_API HM_NODISCARD int hm_option_get_u64(const hm_ctx_t *ctx, const char *name,
  *  origin}; *out must be released with hm_free(). */
 HM_API HM_NODISCARD int hm_options_json(const hm_ctx_t *ctx, char **out);
 
-/* @@HETMEM_SECTIONS@@ later sections (tiers, probe, sdm, placement) follow. */
+/* ------------------------------------------------------------------------
+ * Tiers (src/tiers.c)
+ * ------------------------------------------------------------------------ */
+/* @@TIERS@@ */
+
+/* ------------------------------------------------------------------------
+ * Probe: tier measurements (src/probe/)
+ * ------------------------------------------------------------------------ */
+/* @@PROBE@@ */
+
+/* ------------------------------------------------------------------------
+ * Software-defined memory: a userfaultfd pager that keeps a bounded DRAM
+ * cache over backing files on a storage tier (src/sdm/).
+ *
+ * Regions behave like anonymous private memory: zero-filled at first,
+ * readable and writable by any thread, and every byte written reads back
+ * exactly, whether it is resident or was evicted to the backing file.
+ * ------------------------------------------------------------------------ */
+
+typedef struct hm_pager_s hm_pager_t;
+
+typedef enum hm_prefetch_e {
+  HM_PREFETCH_AUTO = 0,   /* stream/stride detection with an adaptive window */
+  HM_PREFETCH_OFF = 1,    /* fetch only the faulting unit */
+  HM_PREFETCH_SEQUENTIAL = 2, /* assume forward streams everywhere */
+} hm_prefetch_t;
+
+#define HM_PAGER_CONFIG_VERSION 1
+typedef struct hm_pager_config_s {
+  uint32_t size;        /* sizeof(hm_pager_config_t), for ABI checks */
+  uint32_t version;     /* HM_PAGER_CONFIG_VERSION */
+  uint64_t dram_budget; /* hard cap on cache pages plus the pager's buffers, bytes */
+  const char *backing_dir; /* storage-tier directory for the backing files */
+  uint64_t fetch_unit;  /* bytes: a power of two, 64 KiB..2 MiB */
+  hm_prefetch_t prefetch;
+  uint32_t io_depth;    /* io_uring queue depth */
+  uint32_t handler_threads; /* fault-handling threads; 0 = chosen by the pager */
+} hm_pager_config_t;
+
+/** Fills cfg from ctx's options (fast_budget, storage, fetch_unit, prefetch,
+ *  io_depth). Callers then change what they need. */
+HM_API void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg);
+
+/** Opens a pager. Errors (with a message on ctx): -EINVAL for a budget
+ *  smaller than one fetch unit or a bad fetch unit, -ENOENT/-ENOTDIR/-EACCES/
+ *  -EROFS for an unusable backing directory, -EPERM when userfaultfd is not
+ *  permitted, -ENOSYS when the kernel lacks it. ctx must outlive the pager. */
+HM_API HM_NODISCARD int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg,
+                                      hm_pager_t **out);
+
+/** Unmaps every region, removes the backing files and frees the pager. */
+HM_API int hm_pager_close(hm_pager_t *pager);
+
+/** Maps a region of length bytes (rounded up to the fetch unit). Backing
+ *  space is reserved now: -ENOSPC if the storage tier cannot hold it. */
+HM_API HM_NODISCARD int hm_pager_map(hm_pager_t *pager, size_t length, void **addr);
+
+/** Unmaps a region returned by hm_pager_map (addr and length as mapped). */
+HM_API int hm_pager_unmap(hm_pager_t *pager, void *addr, size_t length);
+
+typedef enum hm_advice_e {
+  HM_ADVICE_NORMAL = 0,
+  HM_ADVICE_WILLNEED = 1,   /* fetch the range now, asynchronously */
+  HM_ADVICE_SEQUENTIAL = 2, /* expect forward streams: prefetch aggressively */
+  HM_ADVICE_RANDOM = 3,     /* expect no pattern: do not prefetch */
+  HM_ADVICE_DONTNEED = 4,   /* contents may be discarded (reads return zeros) */
+} hm_advice_t;
+
+/** Advises the pager about a range inside one region. */
+HM_API int hm_pager_advise(hm_pager_t *pager, void *addr, size_t length, hm_advice_t advice);
+
+/** Writes dirty resident pages of the range back (addr NULL: every region). */
+HM_API int hm_pager_flush(hm_pager_t *pager, void *addr, size_t length);
+
+#define HM_PAGER_STATS_VERSION 1
+typedef struct hm_pager_stats_s {
+  uint32_t size;    /* set by the caller to sizeof(hm_pager_stats_t) */
+  uint32_t version; /* set by the pager */
+  uint64_t faults;  /* fault events handled */
+  uint64_t fetches; /* fetch units read for faults (demand misses) */
+  uint64_t prefetch_issued;
+  uint64_t prefetch_used;   /* prefetched units touched before eviction */
+  uint64_t prefetch_wasted; /* prefetched units evicted untouched */
+  uint64_t evictions;       /* units evicted */
+  uint64_t writebacks;      /* dirty units written back */
+  uint64_t bytes_read;
+  uint64_t bytes_written;
+  uint64_t resident_bytes;
+  uint64_t peak_resident_bytes;
+  uint64_t fault_ns;        /* total time threads waited in faults */
+} hm_pager_stats_t;
+
+/** Copies the counters into *out (out->size must be set). */
+HM_API int hm_pager_stats(hm_pager_t *pager, hm_pager_stats_t *out);
+
+/** The counters and the configuration as a JSON object; release with hm_free. */
+HM_API HM_NODISCARD int hm_pager_stats_json(hm_pager_t *pager, char **out);
 
 #ifdef __cplusplus
 }
