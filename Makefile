@@ -39,7 +39,7 @@ $(VPY):
 # (pip does nothing when they already are).
 venv: $(VPY)
 	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pytest>=7" "ruff>=0.4" \
-	  "rich>=13" "numpy>=1.24"
+	  "rich>=13" "numpy>=1.24" "matplotlib>=3.6" "scipy>=1.10"
 
 install: deps venv
 	$(VPY) -m pip install -q --no-build-isolation .

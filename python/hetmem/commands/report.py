@@ -1,0 +1,59 @@
+"""`hetmem report`: an HTML page and JSON from benchmark result folders."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hetmem import output
+from hetmem.errors import UsageError
+
+
+class Command:
+    name = "report"
+    help = "render benchmark results as a self-contained HTML page (and JSON)"
+    description = (
+        "Reads one or more folders written by `hetmem bench -o DIR` and writes a\n"
+        "self-contained HTML page (plots inline, no network needed) with the same\n"
+        "numbers as JSON beside it (report.json next to report.html).\n\n"
+        "example: hetmem report results/ -o report.html"
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="result folders")
+        parser.add_argument(
+            "-o", "--output", type=Path, default=None, help="HTML file (default: DIR/report.html)"
+        )
+        parser.add_argument("--json", action="store_true", help="print the report data as JSON")
+        parser.add_argument("-f", "--force", action="store_true", help="overwrite an existing file")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from hetmem import report
+
+        for d in args.dirs:
+            if not d.is_dir():
+                raise UsageError(f"{d}: no such result folder")
+        out = args.output or (args.dirs[0] / "report.html")
+        if out.exists() and not args.force and args.output is not None:
+            raise UsageError(f"{out} exists; use -f to overwrite it")
+        page, data = report.build(args.dirs)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page)
+        out.with_suffix(".json").write_text(json.dumps(data, indent=2))
+        if args.json:
+            output.print_json(data)
+            return 0
+        output.console().print(f"report: {out}  (data: {out.with_suffix('.json')})")
+        rows = [
+            [s["case"], f"{s['multiple']:g}x", s["best_mode"], f"{100 * s['efficiency']:.1f}%"]
+            for s in data["summary"]
+        ]
+        if rows:
+            output.table("best mode per kernel", ["case", "size", "best mode", "efficiency"], rows)
+        for c in data["checks"]:
+            verdict = "PASS" if c["pass"] else "FAIL"
+            output.console().print(f"{verdict}  {c['check']}: ratio {c['ratio']:.2f} ({c['rule']})")
+        if data["failed_runs"]:
+            output.console().print(f"{len(data['failed_runs'])} failed run(s): see the report")
+        return 0

@@ -1,0 +1,496 @@
+"""`hetmem report`: one self-contained HTML page (inline SVG plots, no network)
+plus the same numbers as JSON, from one or more benchmark result folders.
+
+Plots follow the seed studies: efficiency t_dram/t_mode against data size per
+kernel (IMDT Figures 2, 3, 5), bandwidth against arithmetic intensity with a
+roofline per tier drawn from the probe (IMDT Figure 7), and ecoHMEM-style bars
+per fast-tier budget. The report also checks that the curves follow the
+physics: STREAM efficiency beyond DRAM near storage/DRAM bandwidth, and the
+polynomial's crossover near peak flops / storage bandwidth.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hetmem import __version__
+from hetmem.errors import SchemaError
+from hetmem.harness import SCHEMA_VERSION, efficiency_table, latest_runs, load_runs
+
+REPORT_SCHEMA_VERSION = 1
+MODE_COLORS = {
+    "dram": "#222222",
+    "cache": "#1f77b4",
+    "swap": "#d62728",
+    "flat": "#2ca02c",
+    "hybrid": "#9467bd",
+}
+
+
+def load_results(dirs: Sequence[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Manifests and run records of every folder; SchemaError if one is not a result folder."""
+    manifests, runs = [], []
+    for d in dirs:
+        mpath = d / "manifest.json"
+        if not mpath.exists():
+            raise SchemaError(f"{d}: not a benchmark result folder (no manifest.json)")
+        try:
+            manifest = json.loads(mpath.read_text())
+        except ValueError as exc:
+            raise SchemaError(f"{mpath}: malformed JSON ({exc})") from None
+        if manifest.get("schema_version") != SCHEMA_VERSION:
+            raise SchemaError(
+                f"{mpath}: schema_version {manifest.get('schema_version')!r}, "
+                f"this hetmem reads {SCHEMA_VERSION}"
+            )
+        manifest["_dir"] = str(d)
+        manifests.append(manifest)
+        runs += load_runs(d)
+    return manifests, runs
+
+
+def _probe_bandwidths(manifests: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Tier name -> best bandwidth in GB/s from the probe stored with the results."""
+    out: dict[str, float] = {}
+    for m in manifests:
+        probe = m.get("probe") or {}
+        for t in probe.get("tiers", []):
+            name = t.get("name", "?")
+            if t.get("kind") == "storage":
+                bw = t.get("seq_read_gbs")
+            else:
+                bw = (t.get("best") or {}).get("triad_gbs")
+            if isinstance(bw, int | float) and bw > 0:
+                out[name] = max(out.get(name, 0.0), float(bw))
+    return out
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.find("<svg") :]
+
+
+def _plot_efficiency(rows: list[dict[str, Any]]) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = sorted({r["case"] for r in rows if r["mode"] != "dram"})
+    if not cases:
+        return None
+    ncol = min(3, len(cases))
+    nrow = math.ceil(len(cases) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.0 * nrow), squeeze=False)
+    for ax, case in zip(axes.flat, cases, strict=False):
+        by_mode: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in rows:
+            if r["case"] == case and r["efficiency"] is not None:
+                by_mode[r["mode"]].append(r)
+        for mode, rs in sorted(by_mode.items()):
+            rs.sort(key=lambda r: r["multiple"])
+            x = [r["multiple"] for r in rs]
+            y = [100 * r["efficiency"] for r in rs]
+            lo = [100 * (r["efficiency"] - r["efficiency_min"]) for r in rs]
+            hi = [100 * (r["efficiency_max"] - r["efficiency"]) for r in rs]
+            ax.errorbar(
+                x,
+                y,
+                yerr=[lo, hi],
+                marker="o",
+                ms=4,
+                capsize=3,
+                label=mode,
+                color=MODE_COLORS.get(mode),
+            )
+        ax.axvline(1.0, color="#999999", lw=0.8, ls=":")
+        ax.set_xscale("log", base=2)
+        ax.set_title(case, fontsize=10)
+        ax.set_xlabel("data size / fast budget")
+        ax.set_ylabel("efficiency t_dram/t_mode (%)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(cases) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def _poly_points(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    pts = []
+    for r in latest_runs(runs):
+        res = r.get("result") or {}
+        if r.get("kernel") != "poly" or r.get("error") or not res:
+            continue
+        degree = res.get("degree")
+        gflops = res.get("gflops")
+        if degree is None or gflops is None:
+            continue
+        ai = 2.0 * float(degree) / 8.0  # IMDT eq. (1)
+        pts.append(
+            {
+                "case": r["case"],
+                "variant": res.get("variant", ""),
+                "mode": r["mode"],
+                "multiple": r["multiple"],
+                "ai": ai,
+                "gflops": float(gflops),
+                "gbs": float(res.get("gbs") or (gflops / ai if ai else 0.0)),
+            }
+        )
+    return pts
+
+
+def _plot_poly(pts: list[dict[str, Any]], bws: dict[str, float], peak_gflops: float) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not pts:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    largest = max(p["multiple"] for p in pts)
+    for mode in sorted({p["mode"] for p in pts}):
+        for variant, marker in (("ro", "o"), ("rw", "s")):
+            ps = sorted(
+                (
+                    p
+                    for p in pts
+                    if p["mode"] == mode and p["variant"] == variant and p["multiple"] == largest
+                ),
+                key=lambda p: p["ai"],
+            )
+            if ps:
+                ax.plot(
+                    [p["ai"] for p in ps],
+                    [p["gbs"] for p in ps],
+                    marker=marker,
+                    label=f"{mode} ({variant}, {largest:g}x budget)",
+                    color=MODE_COLORS.get(mode),
+                    ls="-" if variant == "ro" else "--",
+                )
+    ais = [p["ai"] for p in pts]
+    xs = [min(ais) / 2 * (2 ** (i / 8)) for i in range(0, 8 * 14)]
+    xs = [x for x in xs if x <= max(ais) * 2]
+    for name, bw in sorted(bws.items()):
+        if peak_gflops > 0:
+            ax.plot(
+                xs,
+                [min(bw, peak_gflops / x) for x in xs],
+                color="#888888",
+                lw=0.8,
+                ls=":",
+            )
+            ax.annotate(f"model {name}", (xs[0], min(bw, peak_gflops / xs[0])), fontsize=7)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte, IMDT eq. 1)")
+    ax.set_ylabel("bandwidth (GB/s)")
+    ax.set_title("polynomial: bandwidth vs arithmetic intensity")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _svg(fig)
+
+
+# Fast budget as a fraction of the footprint <-> size multiple of the budget.
+BAR_FRACTIONS = (0.25, 0.5, 0.75)
+
+
+def _plot_bars(rows: list[dict[str, Any]]) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    wanted = {round(1 / f, 3): f for f in BAR_FRACTIONS}
+    sel = [
+        r
+        for r in rows
+        if round(r["multiple"], 3) in wanted and r["mode"] != "dram" and r["efficiency"]
+    ]
+    if not sel:
+        return None
+    cases = sorted({r["case"] for r in sel})
+    modes = sorted({r["mode"] for r in sel}, key=lambda m: list(MODE_COLORS).index(m))
+    fracs = sorted({wanted[round(r["multiple"], 3)] for r in sel})
+    fig, axes = plt.subplots(
+        1, len(fracs), figsize=(max(4.5, 1.2 * len(cases)) * len(fracs), 3.4), squeeze=False
+    )
+    width = 0.8 / max(1, len(modes))
+    for ax, frac in zip(axes[0], fracs, strict=False):
+        for j, mode in enumerate(modes):
+            ys = []
+            for case in cases:
+                r = next(
+                    (
+                        r
+                        for r in sel
+                        if r["case"] == case
+                        and r["mode"] == mode
+                        and wanted[round(r["multiple"], 3)] == frac
+                    ),
+                    None,
+                )
+                ys.append(100 * r["efficiency"] if r else 0.0)
+            ax.bar(
+                [i + j * width for i in range(len(cases))],
+                ys,
+                width,
+                label=mode,
+                color=MODE_COLORS.get(mode),
+            )
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))])
+        ax.set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
+        ax.axhline(100, color="#999999", lw=0.8)
+        ax.set_title(f"fast budget = {int(frac * 100)}% of footprint", fontsize=10)
+        ax.set_ylabel("% of all-DRAM speed")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def physics_checks(
+    rows: list[dict[str, Any]], pts: list[dict[str, Any]], bws: dict[str, float], peak: float
+) -> list[dict[str, Any]]:
+    """The report's automatic checks that the curves follow the physics."""
+    checks: list[dict[str, Any]] = []
+    storage = max((v for k, v in bws.items() if k.startswith("storage")), default=None)
+    dram = max((v for k, v in bws.items() if not k.startswith("storage")), default=None)
+    for r in rows:
+        if (
+            r["case"].startswith("stream")
+            and r["mode"] == "cache"
+            and abs(r["multiple"] - 4) < 1e-9
+            and r["efficiency"]
+        ):
+            if storage and dram:
+                bound = storage / dram
+                ratio = r["efficiency"] / bound
+                checks.append(
+                    {
+                        "check": f"{r['case']} cache efficiency at 4x vs storage/DRAM bound",
+                        "measured": r["efficiency"],
+                        "model": bound,
+                        "ratio": ratio,
+                        "pass": 0.5 <= ratio <= 2.0,
+                        "rule": "within 2x of the bound",
+                    }
+                )
+    tiered = [p for p in pts if p["mode"] == "cache" and p["variant"] == "ro"]
+    if tiered and storage and peak > 0:
+        largest = max(p["multiple"] for p in tiered)
+        ps = sorted((p for p in tiered if p["multiple"] == largest), key=lambda p: p["ai"])
+        if len(ps) >= 2:
+            bw_low = ps[0]["gbs"]
+            flops_high = max(p["gflops"] for p in ps)
+            measured = flops_high / bw_low if bw_low > 0 else None
+            predicted = peak / storage
+            ok = measured is not None and 0.5 <= measured / predicted <= 2.0
+            checks.append(
+                {
+                    "check": "polynomial crossover intensity (cache, read-only)",
+                    "measured": measured,
+                    "model": predicted,
+                    "ratio": (measured / predicted) if measured else None,
+                    "pass": ok,
+                    "rule": "within 2x of peak flops / storage bandwidth",
+                }
+            )
+    return checks
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return html.escape(str(v))
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Best non-dram mode per case and its efficiency at 2x (nearest size above 1x)."""
+    out = []
+    for case in sorted({r["case"] for r in rows}):
+        rs = [r for r in rows if r["case"] == case and r["mode"] != "dram" and r["efficiency"]]
+        if not rs:
+            continue
+        over = [r for r in rs if r["multiple"] > 1] or rs
+        target = min(over, key=lambda r: abs(math.log2(r["multiple"] / 2)))["multiple"]
+        at = [r for r in rs if r["multiple"] == target]
+        best = max(at, key=lambda r: r["efficiency"])
+        out.append(
+            {
+                "case": case,
+                "multiple": target,
+                "best_mode": best["mode"],
+                "efficiency": best["efficiency"],
+                "by_mode": {r["mode"]: r["efficiency"] for r in at},
+            }
+        )
+    return out
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+h1{font-size:1.5em} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}
+.pass{color:#1a7f37;font-weight:bold} .fail{color:#cf222e;font-weight:bold}
+figure{margin:1em 0} figcaption{font-size:0.85em;color:#555}
+code{background:#f4f4f4;padding:1px 4px}
+"""
+
+
+def build(dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
+    """The HTML page and the JSON data of a report over result folders."""
+    manifests, runs = load_results(dirs)
+    rows = efficiency_table(runs)
+    bws = _probe_bandwidths(manifests)
+    pts = _poly_points(runs)
+    peak = max((p["gflops"] for p in pts if p["mode"] == "dram"), default=0.0)
+    checks = physics_checks(rows, pts, bws, peak)
+    summ = summary(rows)
+    failures = [r for r in latest_runs(runs) if r.get("error")]
+    data = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "hetmem_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "sources": [m["_dir"] for m in manifests],
+        "commands": [m.get("command") for m in manifests],
+        "probe_bandwidth_gbs": bws,
+        "peak_gflops_measured": peak or None,
+        "efficiency": rows,
+        "summary": summ,
+        "checks": checks,
+        "failed_runs": [
+            {k: r.get(k) for k in ("case", "multiple", "mode", "rep", "error")} for r in failures
+        ],
+    }
+    figs = [
+        (
+            "Efficiency against data size",
+            _plot_efficiency(rows),
+            "t_dram / t_mode per kernel, median over repetitions with min-max bars; "
+            "the dotted line marks data = fast budget (IMDT Figures 2, 3, 5).",
+        ),
+        (
+            "Bandwidth against arithmetic intensity",
+            _plot_poly(pts, bws, peak),
+            "Polynomial kernel; dotted lines: min(peak flops, intensity x tier bandwidth) "
+            "for each probed tier, peak flops as measured in dram mode (IMDT Figure 7).",
+        ),
+        (
+            "Modes at fixed fast budgets",
+            _plot_bars(rows),
+            "Percent of all-DRAM speed with the fast budget at 25/50/75% of the footprint "
+            "(ecoHMEM-style).",
+        ),
+    ]
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        "<title>hetmem benchmark report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>hetmem benchmark report</h1>",
+        f"<p>hetmem {html.escape(__version__)}, created {html.escape(data['created'])}. "
+        f"Sources: {html.escape(', '.join(data['sources']))}.</p>",
+        "<h2>Summary</h2>",
+        _table(
+            ["case", "size (x budget)", "best mode", "efficiency"],
+            [
+                [s["case"], s["multiple"], s["best_mode"], f"{100 * s['efficiency']:.1f}%"]
+                for s in summ
+            ],
+        ),
+    ]
+    if checks:
+        parts.append("<h2>Physics checks</h2>")
+        parts.append(
+            _table(
+                ["check", "measured", "model", "ratio", "rule", "result"],
+                [
+                    [
+                        c["check"],
+                        c["measured"],
+                        c["model"],
+                        c["ratio"],
+                        c["rule"],
+                        "PASS" if c["pass"] else "FAIL",
+                    ]
+                    for c in checks
+                ],
+            )
+            .replace("<td>PASS</td>", "<td class='pass'>PASS</td>")
+            .replace("<td>FAIL</td>", "<td class='fail'>FAIL</td>")
+        )
+    for title, svg, caption in figs:
+        if svg:
+            parts.append(f"<h2>{html.escape(title)}</h2>")
+            parts.append(
+                f"<figure class='plot'>{svg}"
+                f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+            )
+    parts.append("<h2>Efficiency table</h2>")
+    parts.append(
+        _table(
+            ["case", "size", "x budget", "mode", "median time (s)", "efficiency", "min", "max"],
+            [
+                [
+                    r["case"],
+                    f"{r['size_bytes'] / 2**20:.0f} MiB",
+                    r["multiple"],
+                    r["mode"],
+                    r["time_s_median"],
+                    r["efficiency"],
+                    r["efficiency_min"],
+                    r["efficiency_max"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+    if failures:
+        parts.append("<h2>Failed runs</h2>")
+        parts.append(
+            _table(
+                ["case", "x budget", "mode", "rep", "error"],
+                [[f["case"], f["multiple"], f["mode"], f["rep"], f["error"]] for f in failures],
+            )
+        )
+    parts.append("<h2>Machine and probe</h2>")
+    parts.append(
+        _table(["tier", "bandwidth (GB/s)"], [[k, v] for k, v in sorted(bws.items())])
+        if bws
+        else "<p>No probe result was stored with these results (run <code>hetmem probe</code>).</p>"
+    )
+    parts.append("<h2>Reproduce</h2><ul>")
+    for m in manifests:
+        cmd = " ".join(m.get("command") or [])
+        parts.append(
+            f"<li><code>{html.escape(cmd)}</code> (machine {html.escape(m.get('machine', '?'))}, "
+            f"budget {m.get('budget_bytes', 0) / 2**20:.0f} MiB, {m.get('threads')} threads)</li>"
+        )
+    parts.append("</ul></body></html>")
+    return "".join(parts), data

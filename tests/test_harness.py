@@ -1,0 +1,161 @@
+"""The benchmark harness's planning, resume and efficiency arithmetic, and the
+report built from run records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hetmem import harness, report
+from hetmem.errors import SchemaError, UsageError
+
+
+def _plan(tmp_path: Path, **kw) -> harness.Plan:
+    base = dict(
+        cases=harness.resolve_cases(["stream-triad", "poly-ro-d16"]),
+        multiples=[0.5, 2.0],
+        modes=["dram", "cache", "swap"],
+        repeat=2,
+        budget=64 << 20,
+        threads=2,
+        storage=None,
+        outdir=tmp_path,
+    )
+    base.update(kw)
+    return harness.Plan(**base)
+
+
+def test_plan_interleaves_and_rotates_modes(tmp_path):
+    runs = _plan(tmp_path).runs()
+    assert len(runs) == 2 * 2 * 2 * 3
+    # Each (case, size, rep) has all modes, consecutively.
+    firsts = [r["mode"] for r in runs[::3]]
+    assert len(set(firsts)) > 1, "mode order never rotates"
+    for i in range(0, len(runs), 3):
+        assert {r["mode"] for r in runs[i : i + 3]} == {"dram", "cache", "swap"}
+
+
+def test_parse_options():
+    assert harness.parse_multiples("0.25x, 2x,4") == [0.25, 2.0, 4.0]
+    with pytest.raises(UsageError):
+        harness.parse_multiples("big")
+    assert harness.parse_modes("cache,swap") == ["dram", "cache", "swap"]
+    with pytest.raises(UsageError):
+        harness.parse_modes("cache,turbo")
+    with pytest.raises(UsageError):
+        harness.resolve_cases(["nonesuch"])
+    assert [c.name for c in harness.resolve_cases(["lu"])] == ["lu-lapack", "lu-tiled"]
+
+
+def _record(case, mult, mode, rep, t, error="", result=None):
+    return {
+        "schema_version": 1,
+        "case": case,
+        "kernel": case.split("-")[0],
+        "group": case,
+        "multiple": mult,
+        "size_bytes": int(mult * (64 << 20)),
+        "mode": mode,
+        "rep": rep,
+        "time_s": t,
+        "error": error,
+        "result": result,
+    }
+
+
+def test_efficiency_pairs_by_repetition():
+    runs = [
+        _record("stream-triad", 2.0, "dram", 0, 1.0),
+        _record("stream-triad", 2.0, "dram", 1, 2.0),
+        _record("stream-triad", 2.0, "cache", 0, 4.0),
+        _record("stream-triad", 2.0, "cache", 1, 4.0),
+        _record("stream-triad", 2.0, "swap", 0, None, error="boom"),
+    ]
+    rows = {r["mode"]: r for r in harness.efficiency_table(runs)}
+    assert rows["cache"]["efficiency"] == pytest.approx(0.375)  # median of 0.25, 0.5
+    assert rows["cache"]["efficiency_min"] == pytest.approx(0.25)
+    assert rows["cache"]["efficiency_max"] == pytest.approx(0.5)
+    assert rows["dram"]["efficiency"] == pytest.approx(1.0)
+    assert rows["swap"]["efficiency"] is None and rows["swap"]["failures"] == ["boom"]
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_resume_skips_finished_runs(tmp_path, monkeypatch):
+    plan = _plan(tmp_path, repeat=1, cases=harness.resolve_cases(["stream-triad"]))
+    calls = []
+    interrupt_at = [3]
+
+    def fake_one(plan, case, mult, mode, rep):
+        calls.append((case.name, mult, mode, rep))
+        if len(calls) == interrupt_at[0]:
+            interrupt_at[0] = -1
+            raise _Interrupted  # stands in for Ctrl-C mid-matrix
+        return _record(case.name, mult, mode, rep, 1.0)
+
+    monkeypatch.setattr(harness, "execute_one", fake_one)
+    with pytest.raises(_Interrupted):
+        harness.execute(plan, ["bench"])
+    assert len(harness.load_runs(tmp_path)) == 2
+    calls.clear()
+    runs = harness.execute(plan, ["bench"])
+    assert len(calls) == 6 - 2, "finished runs were repeated"
+    assert len(runs) == 6
+    # A different matrix in the same folder is refused, not mixed.
+    with pytest.raises(UsageError):
+        harness.execute(_plan(tmp_path, budget=128 << 20), ["bench"])
+
+
+def test_report_builds_plots_and_checks(tmp_path):
+    plan = _plan(tmp_path, repeat=1)
+    harness.write_manifest(plan, ["bench"])
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["probe"] = {
+        "schema_version": 1,
+        "tiers": [
+            {"name": "node0", "kind": "memory", "best": {"triad_gbs": 40.0}},
+            {"name": "storage:/var/tmp", "kind": "storage", "seq_read_gbs": 2.0},
+        ],
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    recs = []
+    for mode, t in (("dram", 1.0), ("cache", 12.0)):
+        recs.append(_record("stream-triad", 4.0, mode, 0, t))
+        recs.append(_record("stream-triad", 0.5, mode, 0, 1.0))
+        for deg, gf_dram, gf_cache in ((16, 10.0, 1.0), (1024, 20.0, 19.0)):
+            res = {
+                "degree": deg,
+                "variant": "ro",
+                "gflops": gf_dram if mode == "dram" else gf_cache,
+            }
+            recs.append(_record(f"poly-ro-d{deg}", 4.0, mode, 0, 1.0, result=res))
+    for r in recs:
+        r["kernel"] = "poly" if r["case"].startswith("poly") else "stream"
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    page, data = report.build([tmp_path])
+    assert page.count("<svg") >= 3
+    stream = next(c for c in data["checks"] if c["check"].startswith("stream"))
+    # efficiency 1/12 against the bound 2/40: ratio 1.67, inside the 2x rule.
+    assert stream["ratio"] == pytest.approx((1 / 12) / (2 / 40))
+    assert stream["pass"]
+    poly = next(c for c in data["checks"] if "polynomial" in c["check"])
+    # measured crossover: 19 GFLOP/s over (1 GFLOP/s / 4 FLOP/B) = 76; model 20 / 2 = 10.
+    assert poly["measured"] == pytest.approx(76.0)
+    assert not poly["pass"]
+
+
+def test_report_rejects_non_result_folder(tmp_path):
+    with pytest.raises(SchemaError):
+        report.build([tmp_path])
+    (tmp_path / "manifest.json").write_text('{"schema_version": 99}')
+    with pytest.raises(SchemaError):
+        report.build([tmp_path])
+
+
+def test_report_cli_bad_folder(hetmem, tmp_path):
+    proc = hetmem("report", str(tmp_path / "missing"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
