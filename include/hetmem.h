@@ -97,6 +97,82 @@ HM_API HM_NODISCARD int hm_options_json(const hm_ctx_t *ctx, char **out);
  * Tiers (src/tiers.c)
  * ------------------------------------------------------------------------ */
 /* @@TIERS@@ */
+/* The tier inventory: every NUMA node that holds (or could hold) memory,
+ * classified and ranked fastest first, then the storage tiers. Facts come
+ * from sysfs under the context's fsroot (node, HMAT, memory_tiering, dax,
+ * the NVIDIA driver's /proc files) and, on the live machine, from hwloc. */
+
+typedef enum hm_tier_kind_e {
+  HM_TIER_UNKNOWN = 0,
+  HM_TIER_DRAM = 1,
+  HM_TIER_HBM = 2,
+  HM_TIER_PMEM = 3,    /* NVDIMM (Optane) memory in KMEM-DAX mode */
+  HM_TIER_CXL = 4,     /* CXL memory expander */
+  HM_TIER_GPU = 5,     /* GPU memory exposed as a NUMA node (Grace Hopper) */
+  HM_TIER_STORAGE = 6, /* a directory on a filesystem */
+} hm_tier_kind_t;
+
+/** "dram", "hbm", "pmem", "cxl", "gpu", "storage" or "unknown". */
+HM_API const char *hm_tier_kind_name(hm_tier_kind_t kind);
+
+/* Where a tier's facts came from (hm_tier_t.sources bits). */
+#define HM_TIER_SRC_SYSFS 0x01u          /* /sys/devices/system/node */
+#define HM_TIER_SRC_HMAT 0x02u           /* nodeN/access{0,1}/initiators */
+#define HM_TIER_SRC_MEMORY_TIERING 0x04u /* /sys/devices/virtual/memory_tiering */
+#define HM_TIER_SRC_DAX 0x08u            /* /sys/bus/dax */
+#define HM_TIER_SRC_HWLOC 0x10u          /* hwloc memory attributes (live only) */
+#define HM_TIER_SRC_STATFS 0x20u         /* statfs of a storage directory */
+#define HM_TIER_SRC_NVIDIA 0x40u         /* /proc/driver/nvidia/gpus */
+
+#define HM_TIER_INFO_VERSION 1
+typedef struct hm_tier_s {
+  uint32_t size;    /* set by the caller to sizeof(hm_tier_t), for ABI checks */
+  uint32_t version; /* set by the library */
+  /* Strings stay valid until the next discovery on the context or its free. */
+  const char *name; /* "node0", or "storage:/var/tmp" */
+  hm_tier_kind_t kind;
+  int32_t numa_node; /* -1 for storage */
+  uint32_t rank;     /* 0 = fastest; storage after all memory */
+  uint32_t sources;  /* HM_TIER_SRC_* bits */
+  uint64_t capacity_bytes; /* 0 when unknown */
+  uint64_t free_bytes;     /* 0 when unknown */
+  uint32_t ncpus;          /* CPUs local to the node (0: CPU-less or storage) */
+  int32_t memory_tier;     /* kernel memory_tierN, -1 when unknown */
+  /* HMAT-rated figures for the node's best local initiators; 0 = none. */
+  uint32_t read_bandwidth_mibs, write_bandwidth_mibs;
+  uint32_t read_latency_ns, write_latency_ns;
+  const char *path;    /* storage: the directory (resolved); NULL for memory */
+  const char *fs_type; /* storage: "ext4", "xfs", ...; NULL for memory */
+  int32_t o_direct;    /* storage: 1 if O_DIRECT works, 0 if not; -1 for memory */
+} hm_tier_t;
+
+/** Discovers the tiers and keeps them on ctx (replacing any earlier result).
+ *  storage_dirs: the storage-tier directories (real paths, not under the
+ *  fsroot). NULL with n == 0 means the default: the storage option, else
+ *  $TMPDIR, else /var/tmp; a non-NULL array with n == 0 means none.
+ *  Errors: -ENOENT when the fsroot holds no /sys/devices/system/node (nor a
+ *  /proc/meminfo to fall back on); -ENOENT, -ENOTDIR, -EROFS, -EACCES for an
+ *  unusable storage directory (the message names it). Malformed sysfs files
+ *  never fail discovery: the affected facts become unknown. */
+HM_API HM_NODISCARD int hm_tiers_discover(hm_ctx_t *ctx, const char *const *storage_dirs,
+                                          size_t n);
+
+/** Number of tiers found by the last discovery (0 before any). */
+HM_API size_t hm_tier_count(const hm_ctx_t *ctx);
+
+/** Tier i in rank order (i == rank). out->size must be set. -ERANGE when i
+ *  is out of range, -EINVAL for a bad size. */
+HM_API HM_NODISCARD int hm_tier_get(const hm_ctx_t *ctx, size_t i, hm_tier_t *out);
+
+/** Copies up to len CPU numbers of tier i into cpus; returns how many the
+ *  tier has (which may exceed len), or -ERANGE. */
+HM_API int hm_tier_cpus(const hm_ctx_t *ctx, size_t i, int *cpus, size_t len);
+
+/** Discovers (as hm_tiers_discover) and returns the inventory as JSON
+ *  ({"schema_version": 1, "tiers": [...]}, documented in docs/formats.md);
+ *  *out must be released with hm_free(). */
+HM_API HM_NODISCARD int hm_tiers_json(hm_ctx_t *ctx, const char **storage_dirs, size_t n,
+                                      char **out);
 
 /* ------------------------------------------------------------------------
  * Probe: tier measurements (src/probe/)

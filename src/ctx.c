@@ -6,8 +6,7 @@
 
 #include "internal.h"
 #include "prim/prim.h"
-
-void _hm_tiers_free(struct hm_tiers_s *t) __attribute__((weak));
+#include "tiers.h"
 
 int hm_ctx_new(hm_ctx_t **out, const char *fsroot) {
   if (!out) return -EINVAL;
@@ -40,7 +39,7 @@ int hm_ctx_new(hm_ctx_t **out, const char *fsroot) {
 
 void hm_ctx_free(hm_ctx_t *ctx) {
   if (!ctx) return;
-  if (ctx->tiers && _hm_tiers_free) _hm_tiers_free(ctx->tiers);
+  _hm_tiers_free(ctx->tiers);
   free(ctx);
 }
 

@@ -39,4 +39,16 @@ int _hm_prim_is_dir(const char *root, const char *path);
 /* 0 if path (not under any root: a real path) is a readable directory. */
 int _hm_prim_check_dir(const char *path);
 
+/* ---- Storage directories (prim/fsinfo.c); real paths, never under a root ---- */
+/* statfs magic, size and space free to unprivileged writers, in bytes. */
+int _hm_prim_statfs_dir(const char *path, uint64_t *magic, uint64_t *total, uint64_t *avail);
+/* 0 if path is a directory this process may create files in; -ENOENT,
+ * -ENOTDIR, -EROFS or -EACCES otherwise. */
+int _hm_prim_check_writable_dir(const char *path);
+int _hm_prim_realpath(const char *path, char *out, size_t len);
+/* 1 if a file in dir can be opened with O_DIRECT, 0 if the filesystem
+ * refuses O_DIRECT; negative errno if no file could be made. Leaves nothing
+ * behind. */
+int _hm_prim_odirect_supported(const char *dir);
+
 #endif

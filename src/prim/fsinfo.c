@@ -1,0 +1,93 @@
+/* Storage-directory checks for the tier inventory: statfs/statvfs facts and
+ * whether O_DIRECT opens succeed there. These act on real paths (never
+ * under an fsroot): storage tiers are always the live machine's. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "prim/prim.h"
+
+int _hm_prim_statfs_dir(const char *path, uint64_t *magic, uint64_t *total, uint64_t *avail) {
+  struct statfs fs;
+  struct statvfs vfs;
+  if (statfs(path, &fs) != 0) return -errno;
+  if (statvfs(path, &vfs) != 0) return -errno;
+  *magic = (uint64_t)(unsigned long)fs.f_type;
+  *total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+  /* f_bavail: what an unprivileged writer may use, the honest "free". */
+  *avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+  return 0;
+}
+
+int _hm_prim_check_writable_dir(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return -errno;
+  if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+  struct statvfs vfs;
+  if (statvfs(path, &vfs) != 0) return -errno;
+  if (vfs.f_flag & ST_RDONLY) return -EROFS;
+  if (access(path, W_OK | X_OK) != 0) return -errno;
+  return 0;
+}
+
+int _hm_prim_realpath(const char *path, char *out, size_t len) {
+  char *r = realpath(path, NULL);
+  if (!r) return -errno;
+  int n = snprintf(out, len, "%s", r);
+  free(r);
+  return (n < 0 || (size_t)n >= len) ? -ENAMETOOLONG : 0;
+}
+
+/* An anonymous O_TMPFILE needs no cleanup at all; filesystems without it get
+ * an exclusive 0600 file that is unlinked before anything else happens. */
+int _hm_prim_odirect_supported(const char *dir) {
+  int fd = open(dir, O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    close(fd);
+    return 1;
+  }
+  int e = errno;
+  if (e == EINVAL) {
+    /* EINVAL is either "no O_DIRECT" or "no O_TMPFILE": tell them apart. */
+    fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      close(fd);
+      return 0;
+    }
+    e = errno;
+  }
+  if (e == EROFS || e == EACCES || e == EPERM || e == ENOSPC || e == EDQUOT) return -e;
+  /* O_TMPFILE unsupported here (EOPNOTSUPP, EISDIR, ...): named file. */
+  char name[4096];
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  for (int attempt = 0; attempt < 16; attempt++) {
+    int n = snprintf(name, sizeof name, "%s/.hetmem-odirect-%ld-%ld-%d", dir, (long)getpid(),
+                     (long)ts.tv_nsec, attempt);
+    if (n < 0 || (size_t)n >= sizeof name) return -ENAMETOOLONG;
+    fd = open(name, O_CREAT | O_EXCL | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      unlink(name);
+      close(fd);
+      return 1;
+    }
+    if (errno == EEXIST) continue;
+    if (errno != EINVAL) return -errno;
+    fd = open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      unlink(name);
+      close(fd);
+      return 0;
+    }
+    if (errno == EEXIST) continue;
+    return -errno;
+  }
+  return -EEXIST;
+}
