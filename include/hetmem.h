@@ -178,6 +178,122 @@ HM_API HM_NODISCARD int hm_tiers_json(hm_ctx_t *ctx, const char **storage_dirs, 
  * Probe: tier measurements (src/probe/)
  * ------------------------------------------------------------------------ */
 /* @@PROBE@@ */
+/* Every measurement binds, pins and allocates for itself and releases it all
+ * before returning; the calling thread's CPU affinity is restored. Config
+ * and result structs carry size and version so that the ABI can grow:
+ * set cfg->size/out->size to sizeof the struct you were compiled with. */
+
+#define HM_STREAM_CONFIG_VERSION 1
+typedef struct hm_stream_config_s {
+  uint32_t size;        /* sizeof(hm_stream_config_t) */
+  uint32_t version;     /* HM_STREAM_CONFIG_VERSION */
+  int32_t numa_node;    /* node the arrays are bound to (MPOL_BIND); -1: no binding */
+  uint32_t threads;     /* 0: every CPU this thread may run on */
+  uint64_t array_bytes; /* per array; 0: 4x the last-level cache, at least 8 MiB */
+  uint32_t repetitions; /* best of; the first is a warm-up; 0: 10 */
+  uint32_t ncpus;       /* thread i is pinned to cpus[i]; 0: the node's CPUs first */
+  const int32_t *cpus;
+} hm_stream_config_t;
+
+#define HM_STREAM_RESULT_VERSION 1
+typedef struct hm_stream_result_s {
+  uint32_t size;    /* set by the caller to sizeof(hm_stream_result_t) */
+  uint32_t version; /* set by the library */
+  uint32_t threads;
+  uint32_t repetitions;
+  uint64_t array_bytes;
+  /* Best rate in 1e9 bytes/s, counted as McCalpin does: copy and scale move
+   * 2 arrays, add and triad 3, 8 bytes per element each. */
+  double copy_gbs, scale_gbs, add_gbs, triad_gbs;
+} hm_stream_result_t;
+
+HM_API void hm_stream_config_default(hm_stream_config_t *cfg);
+
+/** STREAM copy/scale/add/triad on memory bound to cfg->numa_node.
+ *  -EINVAL for a bad config or a node that has no memory, -ENOMEM, -EIO if
+ *  the arrays do not hold the values the kernels must produce. */
+HM_API HM_NODISCARD int hm_probe_stream(hm_ctx_t *ctx, const hm_stream_config_t *cfg,
+                                        hm_stream_result_t *out);
+
+#define HM_LATENCY_CONFIG_VERSION 1
+typedef struct hm_latency_config_s {
+  uint32_t size, version; /* sizeof, HM_LATENCY_CONFIG_VERSION */
+  int32_t numa_node;      /* -1: no binding */
+  int32_t cpu;            /* CPU the chase runs on; -1: the node's first CPU */
+  uint64_t buffer_bytes;  /* 0: 4x the last-level cache, at least 64 MiB */
+  uint64_t loads;         /* dependent loads per repetition; 0: 2 million */
+  uint32_t repetitions;   /* 0: 5; the result is the minimum of the averages */
+  uint32_t small_pages;   /* 1: do not ask for transparent huge pages */
+} hm_latency_config_t;
+
+#define HM_LATENCY_RESULT_VERSION 1
+typedef struct hm_latency_result_s {
+  uint32_t size, version;
+  uint64_t buffer_bytes;
+  uint64_t loads;
+  double ns_per_load; /* idle latency of one dependent cache-line load */
+} hm_latency_result_t;
+
+HM_API void hm_latency_config_default(hm_latency_config_t *cfg);
+
+/** Idle load latency by a pointer chase over a random cyclic permutation of
+ *  cache lines (random within and across pages). */
+HM_API HM_NODISCARD int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg,
+                                         hm_latency_result_t *out);
+
+#define HM_STORAGE_MAX_QD 16
+#define HM_STORAGE_NO_RANDOM 1u /* flags: sequential measurements only */
+#define HM_STORAGE_NO_WRITE 2u  /* flags: skip timing the sequential write */
+#define HM_STORAGE_CONFIG_VERSION 1
+typedef struct hm_storage_config_s {
+  uint32_t size, version; /* sizeof, HM_STORAGE_CONFIG_VERSION */
+  const char *dir;        /* directory on the storage tier */
+  uint64_t file_bytes;    /* probe file; 0: 1 GiB */
+  uint32_t block_bytes;   /* sequential block, multiple of 4 KiB; 0: 1 MiB */
+  uint32_t seq_depth;     /* sequential queue depth; 0: 8 */
+  uint32_t seq_passes;    /* sequential read passes (best of); 0: 3 */
+  uint32_t nqd;           /* random-read queue depths in qds; 0: 1,2,4,..,32 */
+  uint32_t qds[HM_STORAGE_MAX_QD];
+  double rand_seconds;    /* per queue depth; 0: 1.0 */
+  uint32_t flags;         /* HM_STORAGE_* */
+} hm_storage_config_t;
+
+typedef struct hm_randread_point_s {
+  uint32_t qd;
+  uint64_t ios;
+  double iops;
+  double lat_us_mean, lat_us_p50, lat_us_p99; /* per 4 KiB read, submit to completion */
+} hm_randread_point_t;
+
+#define HM_STORAGE_RESULT_VERSION 1
+typedef struct hm_storage_result_s {
+  uint32_t size, version;
+  uint64_t file_bytes;
+  uint32_t block_bytes, seq_depth;
+  double seq_read_gbs, seq_write_gbs; /* 1e9 bytes/s, O_DIRECT through io_uring */
+  uint32_t nqd;
+  hm_randread_point_t randread[HM_STORAGE_MAX_QD];
+} hm_storage_result_t;
+
+HM_API void hm_storage_config_default(hm_storage_config_t *cfg);
+
+/** O_DIRECT sequential write and read bandwidth and 4 KiB random-read IOPS
+ *  and latency through io_uring, on a probe file that is created (O_EXCL,
+ *  0600) and unlinked at once in cfg->dir. Errors: -ENOENT/-ENOTDIR for a
+ *  missing directory, -EROFS or -EACCES when it cannot be written, -ENOSPC
+ *  when it lacks room for the probe file, -EINVAL when its filesystem does
+ *  not do direct I/O (tmpfs and ramfs serve it from memory). */
+HM_API HM_NODISCARD int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg,
+                                         hm_storage_result_t *out);
+
+/** Runs one measurement described by a JSON object and returns its result
+ *  as JSON (release with hm_free). request: {"test": "stream"|"latency"|
+ *  "storage", then the config fields by name (numa_node, threads,
+ *  array_bytes, repetitions, cpus: [..]; cpu, buffer_bytes, loads,
+ *  small_pages; dir, file_bytes, block_bytes, seq_depth, seq_passes,
+ *  qds: [..], rand_seconds, random: bool, write: bool)}. Unknown keys are
+ *  -EINVAL. Also {"test": "llc"}: {"llc_bytes": N}. */
+HM_API HM_NODISCARD int hm_probe_json(hm_ctx_t *ctx, const char *request, char **out);
 
 /* ------------------------------------------------------------------------
  * Software-defined memory: a userfaultfd pager that keeps a bounded DRAM

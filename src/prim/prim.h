@@ -39,6 +39,44 @@ int _hm_prim_is_dir(const char *root, const char *path);
 /* 0 if path (not under any root: a real path) is a readable directory. */
 int _hm_prim_check_dir(const char *path);
 
+/* ---- Memory, affinity, clock (prim/mem.c) ---- */
+int _hm_prim_map_anon(size_t len, void **out);
+int _hm_prim_unmap(void *addr, size_t len);
+int _hm_prim_advise_hugepage(void *addr, size_t len);
+/* MPOL_BIND of [addr, addr+len) to one NUMA node; call before first touch. */
+int _hm_prim_bind_node(void *addr, size_t len, int node);
+/* CPUs the calling thread may run on, ascending; returns the count. */
+int _hm_prim_allowed_cpus(int *cpus, int max);
+/* Restricts the calling thread to the given CPUs. */
+int _hm_prim_set_thread_cpus(const int *cpus, int n);
+uint64_t _hm_prim_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* ---- Storage tier: files and io_uring (prim/uring.c) ---- */
+typedef struct _hm_prim_fsinfo_s {
+  uint64_t free_bytes;  /* available to unprivileged users */
+  uint64_t total_bytes;
+  uint64_t fs_magic;    /* statfs f_type */
+  int readonly;         /* mounted read-only */
+  int writable;         /* access(W_OK|X_OK) for this process */
+} _hm_prim_fsinfo_t;
+/* Facts about a real directory (not under a root). -ENOTDIR if not a dir. */
+int _hm_prim_fs_info(const char *dir, _hm_prim_fsinfo_t *out);
+/* Creates a fresh file in dir (O_EXCL, mode 0600, O_DIRECT) and unlinks it
+ * at once, so nothing is left behind whatever happens next. */
+int _hm_prim_probe_file(const char *dir, int *fd_out);
+int _hm_prim_fallocate(int fd, uint64_t off, uint64_t len);
+int _hm_prim_close(int fd);
+typedef struct _hm_prim_uring_s _hm_prim_uring_t;
+int _hm_prim_uring_new(unsigned entries, _hm_prim_uring_t **out);
+void _hm_prim_uring_free(_hm_prim_uring_t *r);
+/* Queues one read (write=0) or write; -EBUSY when the submission queue is full. */
+int _hm_prim_uring_queue_rw(_hm_prim_uring_t *r, int write, int fd, void *buf, unsigned len,
+                            uint64_t off, uint64_t tag);
+/* Submits what is queued; returns the number submitted. */
+int _hm_prim_uring_submit(_hm_prim_uring_t *r);
+/* Waits for one completion: its tag and result (bytes or negative errno). */
+int _hm_prim_uring_wait(_hm_prim_uring_t *r, uint64_t *tag, int *res);
+
 /* ---- Storage directories (prim/fsinfo.c); real paths, never under a root ---- */
 /* statfs magic, size and space free to unprivileged writers, in bytes. */
 int _hm_prim_statfs_dir(const char *path, uint64_t *magic, uint64_t *total, uint64_t *avail);

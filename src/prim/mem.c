@@ -1,0 +1,67 @@
+/* Memory, CPU affinity and clock primitives for the measurement code. */
+#include <errno.h>
+#include <numaif.h>
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "prim/prim.h"
+
+int _hm_prim_map_anon(size_t len, void **out) {
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return -errno;
+  *out = p;
+  return 0;
+}
+
+int _hm_prim_unmap(void *addr, size_t len) {
+  if (!addr) return 0;
+  return munmap(addr, len) ? -errno : 0;
+}
+
+int _hm_prim_advise_hugepage(void *addr, size_t len) {
+  /* Only a hint: a kernel without THP keeps small pages. */
+  return madvise(addr, len, MADV_HUGEPAGE) ? -errno : 0;
+}
+
+int _hm_prim_bind_node(void *addr, size_t len, int node) {
+  if (node < 0 || node >= 1024) return -EINVAL;
+  unsigned long mask[1024 / (8 * sizeof(unsigned long))];
+  memset(mask, 0, sizeof mask);
+  mask[(unsigned)node / (8 * sizeof(unsigned long))] |= 1UL << ((unsigned)node % (8 * sizeof(unsigned long)));
+  /* MPOL_MF_STRICT is pointless before first touch; the binding decides
+   * where the first-touch faults allocate. */
+  if (mbind(addr, len, MPOL_BIND, mask, 1024, 0)) return -errno;
+  return 0;
+}
+
+int _hm_prim_allowed_cpus(int *cpus, int max) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set)) return -errno;
+  int n = 0;
+  for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+    if (CPU_ISSET(c, &set)) cpus[n++] = c;
+  return n;
+}
+
+int _hm_prim_set_thread_cpus(const int *cpus, int n) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int i = 0; i < n; i++) {
+    if (cpus[i] < 0 || cpus[i] >= CPU_SETSIZE) return -EINVAL;
+    CPU_SET(cpus[i], &set);
+  }
+  /* pthread_setaffinity_np returns the error instead of setting errno. */
+  int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  return rc ? -rc : 0;
+}
+
+uint64_t _hm_prim_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,274 @@
+/* Storage-tier measurement: O_DIRECT through io_uring on an unlinked probe
+ * file, so the page cache is out of the picture and nothing is left behind
+ * even if the process is killed. */
+#include <errno.h>
+#include <linux/magic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prim/prim.h"
+#include "probe/probe.h"
+
+#define HM__RAND_BLOCK 4096u
+/* Room left for everyone else when sizing against free space. */
+#define HM__FREE_MARGIN (64ull << 20)
+
+static const uint32_t hm__default_qds[] = {1, 2, 4, 8, 16, 32};
+
+void hm_storage_config_default(hm_storage_config_t *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->size = sizeof *cfg;
+  cfg->version = HM_STORAGE_CONFIG_VERSION;
+}
+
+static uint64_t hm__rng(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545F4914F6CDD1DULL;
+}
+
+static const char *hm__human(uint64_t b, char *buf, size_t len) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)b;
+  int i = 0;
+  while (v >= 1024 && i < 5) {
+    v /= 1024;
+    i++;
+  }
+  snprintf(buf, len, "%.1f %s", v, u[i]);
+  return buf;
+}
+
+/* Streams the whole file in blocks of `block` with `depth` in flight.
+ * Returns seconds, or a negative errno. */
+static double hm__seq(hm_ctx_t *ctx, _hm_prim_uring_t *ring, int fd, char *buf, uint64_t size,
+                      uint32_t block, uint32_t depth, int write, int *rc) {
+  uint64_t nblocks = size / block, issued = 0, done = 0;
+  uint64_t t0 = _hm_prim_now_ns();
+  for (uint32_t s = 0; s < depth && issued < nblocks; s++, issued++)
+    _hm_prim_uring_queue_rw(ring, write, fd, buf + (size_t)s * block, block, issued * block, s);
+  int r = _hm_prim_uring_submit(ring);
+  while (r >= 0 && done < nblocks) {
+    uint64_t slot;
+    int res;
+    if ((r = _hm_prim_uring_wait(ring, &slot, &res))) break;
+    done++;
+    if (res != (int)block) {
+      r = res < 0 ? res : -EIO;
+      break;
+    }
+    if (issued < nblocks) {
+      _hm_prim_uring_queue_rw(ring, write, fd, buf + slot * block, block, issued * block, slot);
+      issued++;
+      r = _hm_prim_uring_submit(ring);
+    }
+  }
+  uint64_t t1 = _hm_prim_now_ns();
+  if (r < 0) {
+    /* Drain what is still in flight before the buffers go away. */
+    for (uint64_t k = done; k < issued; k++) {
+      uint64_t slot;
+      int res;
+      if (_hm_prim_uring_wait(ring, &slot, &res)) break;
+    }
+    *rc = _hm_error(ctx, r, "storage: %s failed: %s", write ? "write" : "read", hm_strerror(r));
+    return -1;
+  }
+  return (double)(t1 - t0) * 1e-9;
+}
+
+static int hm__cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* 4 KiB reads at random aligned offsets with qd in flight for `seconds`. */
+static int hm__randread(hm_ctx_t *ctx, _hm_prim_uring_t *ring, int fd, char *buf,
+                        uint64_t size, uint32_t qd, double seconds, hm_randread_point_t *pt) {
+  uint64_t nblk = size / HM__RAND_BLOCK, seed = 0xD1B54A32D192ED03ULL ^ qd;
+  uint64_t start[HM_STORAGE_MAX_QD > 64 ? HM_STORAGE_MAX_QD : 64];
+  size_t cap = 65536, nlat = 0;
+  uint64_t *lat = malloc(cap * sizeof *lat);
+  if (!lat) return _hm_error(ctx, -ENOMEM, "storage: out of memory");
+  uint64_t t0 = _hm_prim_now_ns(), deadline = t0 + (uint64_t)(seconds * 1e9), inflight = 0;
+  int r = 0;
+  for (uint32_t s = 0; s < qd; s++) {
+    start[s] = _hm_prim_now_ns();
+    _hm_prim_uring_queue_rw(ring, 0, fd, buf + (size_t)s * HM__RAND_BLOCK, HM__RAND_BLOCK,
+                            (hm__rng(&seed) % nblk) * HM__RAND_BLOCK, s);
+    inflight++;
+  }
+  r = _hm_prim_uring_submit(ring);
+  uint64_t now = t0;
+  while (r >= 0 && inflight) {
+    uint64_t slot;
+    int res;
+    if ((r = _hm_prim_uring_wait(ring, &slot, &res))) break;
+    inflight--;
+    now = _hm_prim_now_ns();
+    if (res != (int)HM__RAND_BLOCK) {
+      r = res < 0 ? res : -EIO;
+      break;
+    }
+    if (nlat == cap) {
+      uint64_t *p = realloc(lat, 2 * cap * sizeof *lat);
+      if (!p) {
+        r = -ENOMEM;
+        break;
+      }
+      lat = p;
+      cap *= 2;
+    }
+    lat[nlat++] = now - start[slot];
+    if (now < deadline) {
+      start[slot] = now;
+      _hm_prim_uring_queue_rw(ring, 0, fd, buf + slot * HM__RAND_BLOCK, HM__RAND_BLOCK,
+                              (hm__rng(&seed) % nblk) * HM__RAND_BLOCK, slot);
+      inflight++;
+      r = _hm_prim_uring_submit(ring);
+    }
+  }
+  while (inflight) {
+    uint64_t slot;
+    int res;
+    if (_hm_prim_uring_wait(ring, &slot, &res)) break;
+    inflight--;
+  }
+  if (r < 0) {
+    free(lat);
+    return _hm_error(ctx, r, "storage: random read failed: %s", hm_strerror(r));
+  }
+  qsort(lat, nlat, sizeof *lat, hm__cmp_u64);
+  double sum = 0;
+  for (size_t i = 0; i < nlat; i++) sum += (double)lat[i];
+  memset(pt, 0, sizeof *pt);
+  pt->qd = qd;
+  pt->ios = nlat;
+  pt->iops = (double)nlat / ((double)(now - t0) * 1e-9);
+  pt->lat_us_mean = nlat ? sum / (double)nlat * 1e-3 : 0;
+  pt->lat_us_p50 = nlat ? (double)lat[nlat / 2] * 1e-3 : 0;
+  pt->lat_us_p99 = nlat ? (double)lat[(size_t)((double)(nlat - 1) * 0.99)] * 1e-3 : 0;
+  free(lat);
+  return 0;
+}
+
+int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_result_t *out) {
+  if (!cfg || !out || cfg->size < sizeof *cfg || out->size < sizeof *out)
+    return _hm_error(ctx, -EINVAL, "storage: config or result struct of the wrong size");
+  const char *dir = cfg->dir;
+  if (!dir || !*dir) return _hm_error(ctx, -EINVAL, "storage: no directory given");
+  uint32_t block = cfg->block_bytes ? cfg->block_bytes : 1u << 20;
+  uint32_t depth = cfg->seq_depth ? cfg->seq_depth : 8;
+  uint32_t passes = cfg->seq_passes ? cfg->seq_passes : 3;
+  double secs = cfg->rand_seconds > 0 ? cfg->rand_seconds : 1.0;
+  uint32_t nqd = cfg->nqd ? cfg->nqd : (uint32_t)(sizeof hm__default_qds / sizeof(uint32_t));
+  const uint32_t *qds = cfg->nqd ? cfg->qds : hm__default_qds;
+  if (block % HM__RAND_BLOCK || depth > 256 || nqd > HM_STORAGE_MAX_QD)
+    return _hm_error(ctx, -EINVAL,
+                     "storage: block size must be a multiple of 4 KiB, depth at most 256");
+  uint32_t maxqd = depth;
+  for (uint32_t i = 0; i < nqd; i++) {
+    if (qds[i] == 0 || qds[i] > 64)
+      return _hm_error(ctx, -EINVAL, "storage: queue depth %u is not in 1..64", qds[i]);
+    if (qds[i] > maxqd) maxqd = qds[i];
+  }
+  uint64_t size = cfg->file_bytes ? cfg->file_bytes : 1ull << 30;
+  size -= size % block;
+  if (size < block) size = block;
+
+  _hm_prim_fsinfo_t fs;
+  int rc = _hm_prim_fs_info(dir, &fs);
+  if (rc == -ENOENT) return _hm_error(ctx, rc, "storage directory '%s' does not exist", dir);
+  if (rc == -ENOTDIR) return _hm_error(ctx, rc, "storage path '%s' is not a directory", dir);
+  if (rc) return _hm_error(ctx, rc, "storage directory '%s': %s", dir, hm_strerror(rc));
+  if (fs.readonly)
+    return _hm_error(ctx, -EROFS, "storage directory '%s' is on a read-only filesystem", dir);
+  if (!fs.writable)
+    return _hm_error(ctx, -EACCES, "storage directory '%s' is not writable", dir);
+  if (fs.fs_magic == TMPFS_MAGIC || fs.fs_magic == RAMFS_MAGIC)
+    return _hm_error(ctx, -EINVAL,
+                     "storage directory '%s': filesystem does not support O_DIRECT "
+                     "(tmpfs/ramfs serve direct I/O from memory, not storage)",
+                     dir);
+  char h1[32], h2[32];
+  if (fs.free_bytes < size + HM__FREE_MARGIN)
+    return _hm_error(ctx, -ENOSPC,
+                     "storage directory '%s' has %s free; the probe file needs %s plus %s "
+                     "to spare",
+                     dir, hm__human(fs.free_bytes, h1, sizeof h1), hm__human(size, h2, sizeof h2),
+                     "64 MiB");
+
+  int fd = -1;
+  rc = _hm_prim_probe_file(dir, &fd);
+  if (rc == -EINVAL)
+    return _hm_error(ctx, rc, "storage directory '%s': filesystem does not support O_DIRECT",
+                     dir);
+  if (rc) return _hm_error(ctx, rc, "storage directory '%s': cannot create the probe file: %s",
+                           dir, hm_strerror(rc));
+  _hm_prim_uring_t *ring = NULL;
+  char *buf = NULL;
+  size_t buflen = (size_t)depth * block;
+  if (buflen < (size_t)maxqd * HM__RAND_BLOCK) buflen = (size_t)maxqd * HM__RAND_BLOCK;
+  hm_storage_result_t r;
+  memset(&r, 0, sizeof r);
+
+  rc = _hm_prim_fallocate(fd, 0, size);
+  if (rc == -ENOSPC) {
+    rc = _hm_error(ctx, rc, "storage directory '%s' has no room for a %s probe file", dir,
+                   hm__human(size, h2, sizeof h2));
+    goto done;
+  }
+  if (rc && rc != -EOPNOTSUPP) {
+    rc = _hm_error(ctx, rc, "storage: fallocate: %s", hm_strerror(rc));
+    goto done;
+  }
+  if ((rc = _hm_prim_uring_new(maxqd < 8 ? 8 : maxqd, &ring))) {
+    rc = _hm_error(ctx, rc, "storage: io_uring setup failed: %s", hm_strerror(rc));
+    goto done;
+  }
+  void *mem = NULL;
+  if ((rc = _hm_prim_map_anon(buflen, &mem))) {
+    rc = _hm_error(ctx, rc, "storage: out of memory");
+    goto done;
+  }
+  buf = mem;
+  /* Incompressible contents: some virtual disks shortcut zeros. */
+  uint64_t seed = 0x243F6A8885A308D3ULL;
+  for (size_t i = 0; i + 8 <= buflen; i += 8) {
+    uint64_t v = hm__rng(&seed);
+    memcpy(buf + i, &v, 8);
+  }
+  /* The write fills the file, so later reads hit real blocks rather than
+   * unwritten extents the filesystem answers with zeros. */
+  double t = hm__seq(ctx, ring, fd, buf, size, block, depth, 1, &rc);
+  if (rc) goto done;
+  if (!(cfg->flags & HM_STORAGE_NO_WRITE)) r.seq_write_gbs = (double)size / t * 1e-9;
+  double best = 0;
+  for (uint32_t p = 0; p < passes; p++) {
+    t = hm__seq(ctx, ring, fd, buf, size, block, depth, 0, &rc);
+    if (rc) goto done;
+    double gbs = (double)size / t * 1e-9;
+    if (gbs > best) best = gbs;
+  }
+  r.seq_read_gbs = best;
+  if (!(cfg->flags & HM_STORAGE_NO_RANDOM)) {
+    for (uint32_t i = 0; i < nqd; i++)
+      if ((rc = hm__randread(ctx, ring, fd, buf, size, qds[i], secs, &r.randread[i]))) goto done;
+    r.nqd = nqd;
+  }
+  r.size = sizeof r;
+  r.version = HM_STORAGE_RESULT_VERSION;
+  r.file_bytes = size;
+  r.block_bytes = block;
+  r.seq_depth = depth;
+  *out = r;
+done:
+  _hm_prim_uring_free(ring);
+  if (buf) _hm_prim_unmap(buf, buflen);
+  _hm_prim_close(fd);
+  return rc;
+}
