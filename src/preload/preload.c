@@ -1,0 +1,726 @@
+/* libhetmem_preload.so: the allocation interposer that `hetmem run --mode
+ * cache` loads into an unmodified program with LD_PRELOAD.
+ *
+ * Every allocation of at least alloc_threshold bytes (malloc family, aligned
+ * allocations, calloc, realloc, and private anonymous mmap) is served from a
+ * pager region whose DRAM cache is the fast_budget; smaller ones stay in
+ * glibc. See preload.h for the shape (hook -> route -> backend) that
+ * placement extends with allocation sites and tiers.
+ *
+ * Costs on the hot paths (no lock anywhere on them):
+ *  - small malloc/calloc/memalign: one relaxed load of the threshold, one
+ *    compare, one increment of a thread-local counter, a tail call into
+ *    glibc;
+ *  - free/realloc/malloc_usable_size of a small pointer: one call, one shift,
+ *    one load from the granule map, one branch, then glibc;
+ *  - large blocks: a hash probe in the lock-free block table plus the
+ *    pager's own map/unmap cost.
+ *
+ * Safe before main and while the loader resolves symbols: glibc's allocator
+ * is reached through its exported __libc_* entry points (no dlsym on the
+ * malloc path), the block table lives in raw mmap'd memory, and the
+ * runtime (options, pager) is only started from our constructor or on the
+ * first large request, never before libc has initialised.
+ *
+ * Exit: the interposer never calls exit() or _exit() after start-up, so the
+ * application's exit status passes through. The one exception is a pager
+ * that cannot start: one line "hetmem: cannot start cache mode: <why>" and
+ * exit status 2 (at init, before main, when the configuration is wrong). */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "hetmem.h"
+#include "internal.h"
+#include "preload.h"
+
+/* glibc exports its allocator under these names precisely so that
+ * interposers can reach it without dlsym (which may itself allocate). */
+extern void *__libc_malloc(size_t size);
+extern void __libc_free(void *ptr);
+extern void *__libc_calloc(size_t nmemb, size_t size);
+extern void *__libc_realloc(void *ptr, size_t size);
+extern void *__libc_memalign(size_t alignment, size_t size);
+extern void *__libc_valloc(size_t size);
+extern void *__libc_pvalloc(size_t size);
+
+/* The pager may be absent from a build (a partial checkout): the weak
+ * references then read as NULL and cache mode says so at start-up. */
+#pragma weak hm_pager_open
+#pragma weak hm_pager_map
+#pragma weak hm_pager_unmap
+#pragma weak hm_pager_advise
+#pragma weak hm_pager_config_default
+#pragma weak hm_pager_stats_json
+
+#define HM__EXPORT __attribute__((visibility("default")))
+#define HM__DECLARE(ret, name, params) HM__EXPORT ret name params;
+HM_PL_HOOKS(HM__DECLARE)
+#undef HM__DECLARE
+
+/* ------------------------------------------------------------------------
+ * The one process-wide context of the interposer.
+ *
+ * It is process-wide because the hooks are called with no handle; it is
+ * the only such state in hetmem (hetmem.h's handles carry everything
+ * else). Fields written once during start-up are read without locks after
+ * `state` (acquire) says READY; counters are relaxed atomics, read at exit.
+ * ------------------------------------------------------------------------ */
+enum { HM__NONE = 0, HM__OPENING = 1, HM__READY = 2, HM__FORKED = 3 };
+
+typedef struct hm__pl_s {
+  /* start-up (hm__prepare, once) */
+  pthread_once_t once;
+  int prep_rc;               /* 0 or a negative errno */
+  char prep_msg[HM_ERRMSG_MAX];
+  hm_ctx_t *ctx;             /* options; never freed (blocks outlive main) */
+  uint64_t budget;           /* fast_budget: the pager's DRAM cache */
+  uint64_t fetch_unit;
+  size_t page;
+  char stats_path[HM_PATH_MAX];
+  pthread_key_t thread_key;  /* flushes per-thread counters at thread exit */
+  int have_key;
+  size_t (*libc_usable)(void *);
+  int (*real_pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+  /* backends */
+  _Atomic int state;         /* HM__NONE .. HM__FORKED */
+  hm_pager_t *pager;
+  /* counters */
+  _Atomic uint64_t large_allocs, large_frees, large_bytes, live_bytes, peak_live_bytes;
+  _Atomic uint64_t mmap_allocs, fallbacks, realloc_moves, small_exited;
+  _Atomic int warned_fallback;
+} hm__pl_t;
+
+static hm__pl_t hm__pl = {.once = PTHREAD_ONCE_INIT, .page = 4096};
+
+/* Read on every allocation; 1 MiB (the option's default) until start-up
+ * has read the option. */
+static _Atomic size_t hm__threshold = (size_t)1 << 20;
+
+/* Per thread: the recursion guard (non-zero while this thread runs inside
+ * hetmem, so the runtime's own allocations go straight to glibc) and the
+ * count of small allocations. initial-exec: no __tls_get_addr call, no
+ * allocation on first access. */
+typedef struct hm__tls_s {
+  unsigned guard;
+  unsigned registered;
+  uint64_t small;
+} hm__tls_t;
+static __thread hm__tls_t hm__tls __attribute__((tls_model("initial-exec")));
+
+/* ------------------------------------------------------------------------
+ * Raw syscalls for the memory the application maps itself.
+ * ------------------------------------------------------------------------ */
+static void *hm__sys_mmap(void *a, size_t l, int prot, int flags, int fd, off_t off) {
+  return (void *)syscall(SYS_mmap, a, l, prot, flags, fd, off);
+}
+static int hm__sys_munmap(void *a, size_t l) { return (int)syscall(SYS_munmap, a, l); }
+
+static void hm__say(const char *msg) {
+  /* One write(2): no stdio, usable inside malloc. */
+  char line[HM_ERRMSG_MAX + 64];
+  int n = snprintf(line, sizeof line, "hetmem: %s\n", msg);
+  if (n > 0) {
+    ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    (void)w;
+  }
+}
+
+static _Noreturn void hm__die_inside_malloc(const char *why) {
+  char msg[HM_ERRMSG_MAX + 40];
+  snprintf(msg, sizeof msg, "cannot start cache mode: %s", why);
+  hm__say(msg);
+  /* Inside malloc any lock (stdio's included) may be held: exit() could
+   * deadlock flushing streams. Only reached when the pager fails after a
+   * good start-up check (e.g. userfaultfd refused to this process). */
+  _exit(2);
+}
+
+/* ------------------------------------------------------------------------
+ * Start-up
+ * ------------------------------------------------------------------------ */
+static void hm__thread_exit(void *unused) {
+  (void)unused;
+  atomic_fetch_add_explicit(&hm__pl.small_exited, hm__tls.small, memory_order_relaxed);
+  hm__tls.small = 0;
+  hm__tls.registered = 0;
+}
+
+static void hm__atfork_child(void) {
+  /* The pager's threads did not come along: this process must not use it.
+   * Inherited blocks are released with plain munmap and new large requests
+   * are served by glibc (counted as fallbacks). A child that execs starts
+   * afresh with a pager of its own. */
+  if (atomic_load(&hm__pl.state) != HM__NONE) atomic_store(&hm__pl.state, HM__FORKED);
+  atomic_store(&hm__pl.small_exited, 0);
+  hm__tls.small = 0;
+}
+
+static int hm__fail(int rc, const char *fmt, ...) HM_PRINTF(2, 3);
+static int hm__fail(int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(hm__pl.prep_msg, sizeof hm__pl.prep_msg, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+static int hm__check_dir(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) != 0)
+    return hm__fail(-errno, "storage directory '%s': %s", dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    return hm__fail(-ENOTDIR, "storage directory '%s': %s", dir, strerror(ENOTDIR));
+  if (access(dir, W_OK | X_OK) != 0)
+    return hm__fail(-errno, "storage directory '%s': %s", dir, strerror(errno));
+  return 0;
+}
+
+static void hm__resolve_libc_usable(void) {
+  hm__tls.guard++;
+  void *sym = dlsym(RTLD_NEXT, "malloc_usable_size");
+  hm__tls.guard--;
+  if (sym) memcpy(&hm__pl.libc_usable, &sym, sizeof sym); /* object -> function pointer */
+}
+
+static int hm__prepare_inner(void) {
+  long pg = sysconf(_SC_PAGESIZE);
+  if (pg > 0) hm__pl.page = (size_t)pg;
+  int rc = hm_ctx_new(&hm__pl.ctx, NULL);
+  if (rc) return hm__fail(rc, "%s", hm__pl.ctx ? hm_ctx_last_error(hm__pl.ctx) : hm_strerror(rc));
+  uint64_t thr = 0;
+  if (hm_option_get_u64(hm__pl.ctx, "alloc_threshold", &thr) || thr < hm__pl.page)
+    return hm__fail(-EINVAL, "alloc_threshold must be at least one page (%zu bytes)",
+                    hm__pl.page);
+  if (hm_option_get_u64(hm__pl.ctx, "fast_budget", &hm__pl.budget) || hm__pl.budget == 0)
+    return hm__fail(-EINVAL, "no fast-tier budget: set HETMEM_FAST_BUDGET (e.g. 4G)");
+  if (hm_option_get_u64(hm__pl.ctx, "fetch_unit", &hm__pl.fetch_unit) || !hm__pl.fetch_unit)
+    hm__pl.fetch_unit = 256 << 10;
+  if (hm__pl.budget < hm__pl.fetch_unit)
+    return hm__fail(-EINVAL, "fast budget of %llu bytes is smaller than one fetch unit (%llu)",
+                    (unsigned long long)hm__pl.budget, (unsigned long long)hm__pl.fetch_unit);
+  if (!hm_pager_open || !hm_pager_map || !hm_pager_unmap || !hm_pager_config_default)
+    return hm__fail(-ENOSYS, "this build of hetmem has no pager (src/sdm)");
+  hm_pager_config_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  hm_pager_config_default(hm__pl.ctx, &cfg);
+  if (cfg.fetch_unit) hm__pl.fetch_unit = cfg.fetch_unit;
+  if (cfg.backing_dir && (rc = hm__check_dir(cfg.backing_dir))) return rc;
+  if (hm_option_get(hm__pl.ctx, "stats", hm__pl.stats_path, sizeof hm__pl.stats_path))
+    hm__pl.stats_path[0] = 0;
+  if ((rc = _hm_pl_table_init())) return hm__fail(rc, "cannot reserve the block table");
+  hm__pl.have_key = pthread_key_create(&hm__pl.thread_key, hm__thread_exit) == 0;
+  pthread_atfork(NULL, NULL, hm__atfork_child);
+  /* dlsym is safe here: we run from our constructor or from a large
+   * allocation, both after libc and the loader are up. */
+  hm__resolve_libc_usable();
+  atomic_store(&hm__threshold, (size_t)thr);
+  return 0;
+}
+
+static void hm__prepare(void) {
+  hm__tls.guard++;
+  hm__pl.prep_rc = hm__prepare_inner();
+  hm__tls.guard--;
+}
+
+__attribute__((constructor)) static void hm__ctor(void) {
+  pthread_once(&hm__pl.once, hm__prepare);
+  if (hm__pl.prep_rc) {
+    /* Before main: exit() is safe here and flushes nothing of the app's. */
+    fprintf(stderr, "hetmem: cannot start cache mode: %s\n", hm__pl.prep_msg);
+    exit(2);
+  }
+}
+
+/* The pager is opened on the first large request: processes that never
+ * make one (shells, tools the command spawns) never start its threads. */
+static int hm__ensure_pager(void) {
+  int s = atomic_load_explicit(&hm__pl.state, memory_order_acquire);
+  if (hm_likely(s == HM__READY)) return 0;
+  pthread_once(&hm__pl.once, hm__prepare);
+  if (hm__pl.prep_rc) hm__die_inside_malloc(hm__pl.prep_msg);
+  for (;;) {
+    s = HM__NONE;
+    if (atomic_compare_exchange_strong(&hm__pl.state, &s, HM__OPENING)) {
+      hm_pager_config_t cfg;
+      memset(&cfg, 0, sizeof cfg);
+      hm_pager_config_default(hm__pl.ctx, &cfg);
+      cfg.dram_budget = hm__pl.budget;
+      int rc = hm_pager_open(hm__pl.ctx, &cfg, &hm__pl.pager);
+      if (rc) {
+        const char *m = hm_ctx_last_error(hm__pl.ctx);
+        hm__die_inside_malloc(m && *m ? m : hm_strerror(rc));
+      }
+      atomic_store_explicit(&hm__pl.state, HM__READY, memory_order_release);
+      return 0;
+    }
+    if (s == HM__READY) return 0;
+    if (s == HM__FORKED) return -1;
+    sched_yield(); /* another thread is opening it (once per process) */
+  }
+}
+
+/* ------------------------------------------------------------------------
+ * Routing and backends
+ * ------------------------------------------------------------------------ */
+typedef struct hm__req_s {
+  size_t size;
+  size_t align;   /* 0: the backend's natural alignment (a page or more) */
+  uint16_t flags; /* HM_PL_FROM_MMAP */
+} hm__req_t;
+
+/* Which backend serves a large request. Placement will look up the
+ * allocation site here; cache mode sends everything to the pager. */
+static _hm_pl_backend_t hm__route(const hm__req_t *req) {
+  (void)req;
+  return HM_PL_PAGER;
+}
+
+static void hm__account_alloc(size_t req, uint16_t flags) {
+  atomic_fetch_add_explicit(&hm__pl.large_allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&hm__pl.large_bytes, req, memory_order_relaxed);
+  if (flags & HM_PL_FROM_MMAP) atomic_fetch_add_explicit(&hm__pl.mmap_allocs, 1, memory_order_relaxed);
+  uint64_t live = atomic_fetch_add_explicit(&hm__pl.live_bytes, req, memory_order_relaxed) + req;
+  uint64_t peak = atomic_load_explicit(&hm__pl.peak_live_bytes, memory_order_relaxed);
+  while (live > peak && !atomic_compare_exchange_weak_explicit(&hm__pl.peak_live_bytes, &peak, live,
+                                                               memory_order_relaxed,
+                                                               memory_order_relaxed)) {
+  }
+}
+
+static void hm__note_fallback(int rc) {
+  atomic_fetch_add_explicit(&hm__pl.fallbacks, 1, memory_order_relaxed);
+  if (rc == -ENOSPC && !atomic_exchange(&hm__pl.warned_fallback, 1))
+    hm__say("warning: the storage tier is full; large allocations now come from DRAM "
+            "beyond the fast budget");
+}
+
+/* Serves a large request from its backend and records the block; NULL when
+ * it cannot (the caller then falls back to glibc). Runs under the guard. */
+static void *hm__large_alloc(const hm__req_t *req) {
+  if (hm__tls.guard) return NULL;
+  hm__tls.guard++;
+  void *user = NULL;
+  if (hm__ensure_pager() != 0 || hm__route(req) != HM_PL_PAGER) {
+    hm__note_fallback(0);
+    goto out;
+  }
+  size_t unit = (size_t)hm__pl.fetch_unit;
+  size_t pad = req->align > hm__pl.page ? req->align : 0;
+  if (req->size > SIZE_MAX - pad - unit) goto out;
+  size_t maplen = (req->size + pad + unit - 1) / unit * unit;
+  void *base = NULL;
+  int rc = hm_pager_map(hm__pl.pager, maplen, &base);
+  if (rc) {
+    hm__note_fallback(rc);
+    goto out;
+  }
+  uintptr_t key = (uintptr_t)base;
+  if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
+  _hm_pl_block_t *b = _hm_pl_table_insert(key, (uintptr_t)base, maplen);
+  if (!b) {
+    hm_pager_unmap(hm__pl.pager, base, maplen);
+    hm__note_fallback(-ENOMEM);
+    goto out;
+  }
+  b->maplen = maplen;
+  b->req = req->size;
+  b->off = (uint32_t)(key - (uintptr_t)base);
+  b->backend = HM_PL_PAGER;
+  b->flags = req->flags;
+  hm__account_alloc(req->size, req->flags);
+  user = (void *)key;
+out:
+  hm__tls.guard--;
+  return user;
+}
+
+static void hm__large_free(_hm_pl_block_t *b) {
+  uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
+  void *base = (void *)(key - b->off);
+  size_t maplen = b->maplen;
+  size_t req = b->req;
+  _hm_pl_table_remove(b);
+  atomic_fetch_add_explicit(&hm__pl.large_frees, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&hm__pl.live_bytes, req, memory_order_relaxed);
+  hm__tls.guard++;
+  if (atomic_load_explicit(&hm__pl.state, memory_order_acquire) == HM__READY && hm__pl.pager)
+    hm_pager_unmap(hm__pl.pager, base, maplen);
+  else
+    hm__sys_munmap(base, maplen); /* inherited across fork: plain memory here */
+  hm__tls.guard--;
+}
+
+static size_t hm__libc_usable(void *p) {
+  if (hm_likely(hm__pl.libc_usable != NULL)) return hm__pl.libc_usable(p);
+  return 0; /* only before start-up: callers then keep the block in glibc */
+}
+
+/* ------------------------------------------------------------------------
+ * The hooks
+ * ------------------------------------------------------------------------ */
+static inline size_t hm__thr(void) {
+  return atomic_load_explicit(&hm__threshold, memory_order_relaxed);
+}
+
+static inline void hm__count_small(void) {
+  if (hm_unlikely(hm__tls.small++ == 0 && !hm__tls.registered)) {
+    /* First small allocation of this thread: have its count flushed when
+     * it exits (keys below 32 need no allocation in glibc). */
+    if (hm__pl.have_key) {
+      hm__tls.registered = 1;
+      pthread_setspecific(hm__pl.thread_key, (void *)1);
+    }
+  }
+}
+
+void *malloc(size_t size) {
+  if (hm_likely(size < hm__thr())) {
+    hm__count_small();
+    return __libc_malloc(size);
+  }
+  hm__req_t r = {size, 0, 0};
+  void *p = hm__large_alloc(&r);
+  return p ? p : __libc_malloc(size);
+}
+
+void free(void *ptr) {
+  _hm_pl_block_t *b = _hm_pl_table_find(ptr);
+  if (hm_likely(b == NULL)) {
+    __libc_free(ptr);
+    return;
+  }
+  hm__large_free(b);
+}
+
+void *calloc(size_t nmemb, size_t size) {
+  size_t total;
+  if (hm_unlikely(__builtin_mul_overflow(nmemb, size, &total))) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (hm_likely(total < hm__thr())) {
+    hm__count_small();
+    return __libc_calloc(nmemb, size);
+  }
+  hm__req_t r = {total, 0, 0};
+  void *p = hm__large_alloc(&r); /* pager regions start zero-filled */
+  return p ? p : __libc_calloc(nmemb, size);
+}
+
+static void *hm__realloc_large(_hm_pl_block_t *b, void *ptr, size_t size) {
+  size_t usable = b->maplen - b->off;
+  if (size == 0) {
+    hm__large_free(b);
+    return NULL;
+  }
+  if (size >= hm__thr() && size <= usable) {
+    atomic_fetch_add_explicit(&hm__pl.live_bytes, size - b->req, memory_order_relaxed);
+    b->req = size;
+    return ptr;
+  }
+  void *n = NULL;
+  if (size >= hm__thr()) {
+    hm__req_t r = {size, 0, 0};
+    n = hm__large_alloc(&r);
+  }
+  if (!n) n = __libc_malloc(size);
+  if (!n) return NULL; /* errno is ENOMEM; the old block is untouched */
+  memcpy(n, ptr, size < usable ? size : usable);
+  atomic_fetch_add_explicit(&hm__pl.realloc_moves, 1, memory_order_relaxed);
+  hm__large_free(b);
+  return n;
+}
+
+void *realloc(void *ptr, size_t size) {
+  if (!ptr) return malloc(size);
+  _hm_pl_block_t *b = _hm_pl_table_find(ptr);
+  if (hm_likely(b == NULL)) {
+    if (hm_likely(size < hm__thr()) || hm__tls.guard) return __libc_realloc(ptr, size);
+    /* A glibc block grows past the threshold: move it to the tier. */
+    size_t old = hm__libc_usable(ptr);
+    hm__req_t r = {size, 0, 0};
+    void *n = old ? hm__large_alloc(&r) : NULL;
+    if (!n) return __libc_realloc(ptr, size);
+    memcpy(n, ptr, old < size ? old : size);
+    atomic_fetch_add_explicit(&hm__pl.realloc_moves, 1, memory_order_relaxed);
+    __libc_free(ptr);
+    return n;
+  }
+  return hm__realloc_large(b, ptr, size);
+}
+
+void *reallocarray(void *ptr, size_t nmemb, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(nmemb, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return realloc(ptr, total);
+}
+
+static inline int hm__pow2(size_t a) { return a && !(a & (a - 1)); }
+
+static void *hm__aligned(size_t alignment, size_t size) {
+  if (hm_likely(size < hm__thr()) || !hm__pow2(alignment) || alignment > (1u << 30)) {
+    hm__count_small();
+    return __libc_memalign(alignment, size);
+  }
+  hm__req_t r = {size, alignment, 0};
+  void *p = hm__large_alloc(&r);
+  return p ? p : __libc_memalign(alignment, size);
+}
+
+void *memalign(size_t alignment, size_t size) { return hm__aligned(alignment, size); }
+
+int posix_memalign(void **memptr, size_t alignment, size_t size) {
+  if (!hm__pow2(alignment) || alignment % sizeof(void *)) return EINVAL;
+  int saved = errno;
+  void *p = hm__aligned(alignment, size);
+  errno = saved; /* posix_memalign reports through its result only */
+  if (!p) return ENOMEM;
+  *memptr = p;
+  return 0;
+}
+
+void *aligned_alloc(size_t alignment, size_t size) { return hm__aligned(alignment, size); }
+
+void *valloc(size_t size) {
+  if (hm_likely(size < hm__thr())) {
+    hm__count_small();
+    return __libc_valloc(size);
+  }
+  return hm__aligned(hm__pl.page, size);
+}
+
+void *pvalloc(size_t size) {
+  size_t pg = hm__pl.page;
+  if (size > SIZE_MAX - pg) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t rounded = size ? (size + pg - 1) / pg * pg : pg;
+  if (hm_likely(rounded < hm__thr())) {
+    hm__count_small();
+    return __libc_pvalloc(size);
+  }
+  return hm__aligned(pg, rounded);
+}
+
+size_t malloc_usable_size(void *ptr) {
+  if (!ptr) return 0;
+  _hm_pl_block_t *b = _hm_pl_table_find(ptr);
+  if (hm_likely(b == NULL)) {
+    if (hm_unlikely(!hm__pl.libc_usable)) hm__resolve_libc_usable();
+    return hm__libc_usable(ptr);
+  }
+  return b->maplen - b->off;
+}
+
+/* Only plain private anonymous read-write mappings at a place of the
+ * kernel's choosing are ours: anything fixed, shared, huge-page, stack-like
+ * or reserved without access stays with the kernel. */
+static int hm__mmap_is_ours(void *addr, size_t length, int prot, int flags) {
+  const int refuse = MAP_FIXED | MAP_HUGETLB | MAP_GROWSDOWN | MAP_STACK
+#ifdef MAP_FIXED_NOREPLACE
+                     | MAP_FIXED_NOREPLACE
+#endif
+      ;
+  return addr == NULL && length >= hm__thr() && (flags & MAP_TYPE) == MAP_PRIVATE &&
+         (flags & MAP_ANONYMOUS) && !(flags & refuse) &&
+         prot == (PROT_READ | PROT_WRITE) && !hm__tls.guard;
+}
+
+void *mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset) {
+  if (hm_unlikely(hm__mmap_is_ours(addr, length, prot, flags))) {
+    hm__req_t r = {length, 0, HM_PL_FROM_MMAP};
+    void *p = hm__large_alloc(&r);
+    if (p) return p;
+  }
+  return hm__sys_mmap(addr, length, prot, flags, fd, offset);
+}
+
+extern __typeof(mmap) mmap64 __attribute__((alias("mmap")));
+
+int munmap(void *addr, size_t length) {
+  _hm_pl_block_t *b = _hm_pl_table_find_containing(addr);
+  if (hm_likely(b == NULL)) return hm__sys_munmap(addr, length);
+  uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
+  uintptr_t a = (uintptr_t)addr;
+  size_t pg = hm__pl.page;
+  size_t len = (length + pg - 1) / pg * pg;
+  if (a <= key && a + len >= key + ((b->req + pg - 1) / pg * pg)) {
+    hm__large_free(b);
+    return 0;
+  }
+  /* A partial unmap (allocators trimming an over-sized mapping): the range
+   * stops holding data; the block is released when the rest goes too or at
+   * exit. Reading it afterwards returns zeros rather than SIGSEGV. */
+  if (atomic_load(&hm__pl.state) != HM__READY) return hm__sys_munmap(addr, length);
+  if (hm_pager_advise) {
+    hm__tls.guard++;
+    hm_pager_advise(hm__pl.pager, addr, len, HM_ADVICE_DONTNEED);
+    hm__tls.guard--;
+  }
+  return 0;
+}
+
+void *mremap(void *old_address, size_t old_size, size_t new_size, int flags, ...) {
+  void *new_address = NULL;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    new_address = va_arg(ap, void *);
+    va_end(ap);
+  }
+  _hm_pl_block_t *b = _hm_pl_table_find(old_address);
+  if (hm_likely(b == NULL))
+    return (void *)syscall(SYS_mremap, old_address, old_size, new_size, flags, new_address);
+  size_t usable = b->maplen - b->off;
+  if (new_size == 0 || (flags & MREMAP_FIXED)
+#ifdef MREMAP_DONTUNMAP
+      || (flags & MREMAP_DONTUNMAP)
+#endif
+  ) {
+    errno = EINVAL;
+    return MAP_FAILED;
+  }
+  if (new_size <= usable) {
+    atomic_fetch_add_explicit(&hm__pl.live_bytes, new_size - b->req, memory_order_relaxed);
+    b->req = new_size;
+    return old_address;
+  }
+  if (!(flags & MREMAP_MAYMOVE)) {
+    errno = ENOMEM;
+    return MAP_FAILED;
+  }
+  hm__req_t r = {new_size, 0, HM_PL_FROM_MMAP};
+  void *n = hm__large_alloc(&r);
+  if (!n) {
+    n = hm__sys_mmap(NULL, new_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (n == MAP_FAILED) return MAP_FAILED;
+  }
+  memcpy(n, old_address, old_size < usable ? old_size : usable);
+  atomic_fetch_add_explicit(&hm__pl.realloc_moves, 1, memory_order_relaxed);
+  hm__large_free(b);
+  return n;
+}
+
+/* Threads started from inside hetmem (the pager's fault handlers) run with
+ * the guard set for their whole life, so whatever they allocate comes from
+ * glibc and can never recurse into the pager. */
+typedef struct hm__tramp_s {
+  void *(*start)(void *);
+  void *arg;
+} hm__tramp_t;
+
+static void *hm__tramp(void *p) {
+  hm__tramp_t t = *(hm__tramp_t *)p;
+  __libc_free(p);
+  hm__tls.guard = 1;
+  return t.start(t.arg);
+}
+
+int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
+                   void *arg) {
+  if (hm_unlikely(!hm__pl.real_pthread_create)) {
+    /* First call (never on an allocation path): dlsym may allocate. */
+    hm__tls.guard++;
+    void *sym = dlsym(RTLD_NEXT, "pthread_create");
+    hm__tls.guard--;
+    if (!sym) return EAGAIN;
+    memcpy(&hm__pl.real_pthread_create, &sym, sizeof sym);
+  }
+  if (hm_likely(!hm__tls.guard)) return hm__pl.real_pthread_create(thread, attr, start, arg);
+  hm__tramp_t *t = __libc_malloc(sizeof *t);
+  if (!t) return EAGAIN;
+  t->start = start;
+  t->arg = arg;
+  int rc = hm__pl.real_pthread_create(thread, attr, hm__tramp, t);
+  if (rc) __libc_free(t);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Statistics at exit
+ * ------------------------------------------------------------------------ */
+static void hm__stats_json(_hm_sb_t *sb) {
+  char exe[HM_PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  uint64_t small = atomic_load(&hm__pl.small_exited) + hm__tls.small;
+  _hm_sb_printf(sb, "{\"schema_version\":1,\"pid\":%ld,\"ppid\":%ld,\"exe\":", (long)getpid(),
+                (long)getppid());
+  _hm_sb_json_str(sb, exe);
+  _hm_sb_printf(sb,
+                ",\"threshold\":%zu,\"budget\":%llu,\"interposer\":{"
+                "\"large_allocations\":%llu,\"large_frees\":%llu,\"large_bytes\":%llu,"
+                "\"live_large_bytes\":%llu,\"peak_live_large_bytes\":%llu,"
+                "\"mmap_allocations\":%llu,\"fallbacks\":%llu,\"realloc_moves\":%llu,"
+                "\"small_allocations\":%llu,\"table_capacity\":%zu,\"hooks\":[",
+                hm__thr(), (unsigned long long)hm__pl.budget,
+                (unsigned long long)atomic_load(&hm__pl.large_allocs),
+                (unsigned long long)atomic_load(&hm__pl.large_frees),
+                (unsigned long long)atomic_load(&hm__pl.large_bytes),
+                (unsigned long long)atomic_load(&hm__pl.live_bytes),
+                (unsigned long long)atomic_load(&hm__pl.peak_live_bytes),
+                (unsigned long long)atomic_load(&hm__pl.mmap_allocs),
+                (unsigned long long)atomic_load(&hm__pl.fallbacks),
+                (unsigned long long)atomic_load(&hm__pl.realloc_moves), (unsigned long long)small,
+                _hm_pl_table_capacity());
+  const char *sep = "";
+#define HM__NAME(ret, name, params) _hm_sb_printf(sb, "%s\"" #name "\"", sep), sep = ",";
+  HM_PL_HOOKS(HM__NAME)
+#undef HM__NAME
+  _hm_sb_puts(sb, "]},\"pager\":");
+  char *pj = NULL;
+  if (atomic_load(&hm__pl.state) == HM__READY && hm__pl.pager && hm_pager_stats_json &&
+      hm_pager_stats_json(hm__pl.pager, &pj) == 0 && pj) {
+    _hm_sb_puts(sb, pj);
+    hm_free(pj);
+  } else {
+    _hm_sb_puts(sb, "null");
+  }
+  _hm_sb_puts(sb, "}\n");
+}
+
+/* Appends one JSON line per process (a command's children inherit the
+ * setting, and each process has its own pager): O_APPEND with a single
+ * write keeps concurrent writers' lines whole. The pager is deliberately
+ * not closed: other destructors may still touch large blocks, and the
+ * kernel reclaims everything (backing files were unlinked at creation). */
+__attribute__((destructor)) static void hm__dtor(void) {
+  if (hm__pl.prep_rc || !hm__pl.ctx || !hm__pl.stats_path[0]) return;
+  int saved = errno;
+  hm__tls.guard++;
+  _hm_sb_t sb;
+  _hm_sb_init(&sb);
+  hm__stats_json(&sb);
+  char *text = NULL;
+  if (_hm_sb_take(&sb, &text) == 0 && text) {
+    int fd = open(hm__pl.stats_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      size_t len = strlen(text);
+      ssize_t w = write(fd, text, len);
+      (void)w;
+      close(fd);
+    }
+    hm_free(text);
+  }
+  hm__tls.guard--;
+  errno = saved;
+}

@@ -1,0 +1,32 @@
+# The LD_PRELOAD interposer (libhetmem_preload.so). Included from
+# src/sources.cmake while hetmem_core is being defined: it makes a separate
+# SHARED target from hetmem_core's objects plus its own sources, so that it
+# never needs libhetmem.so at run time, and exports only the hooks.
+set(HM_PRELOAD_DIR ${CMAKE_CURRENT_LIST_DIR})
+add_library(hetmem_preload SHARED
+  $<TARGET_OBJECTS:hetmem_core>
+  ${HM_PRELOAD_DIR}/preload.c
+  ${HM_PRELOAD_DIR}/table.c)
+target_include_directories(hetmem_preload PRIVATE ${PROJECT_SOURCE_DIR}/include
+                           ${PROJECT_SOURCE_DIR}/src)
+target_compile_options(hetmem_preload PRIVATE ${HM_WARNINGS} -fno-builtin-malloc
+                       -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc)
+target_compile_definitions(hetmem_preload PRIVATE _GNU_SOURCE)
+target_link_libraries(hetmem_preload PRIVATE hetmem_core ${CMAKE_DL_LIBS})
+target_link_options(hetmem_preload PRIVATE
+  -Wl,--version-script=${HM_PRELOAD_DIR}/preload.map -Wl,--as-needed)
+set_target_properties(hetmem_preload PROPERTIES LINK_DEPENDS ${HM_PRELOAD_DIR}/preload.map)
+install(TARGETS hetmem_preload LIBRARY DESTINATION _lib COMPONENT runtime)
+
+# Test and benchmark programs for the interposer (run by tests/test_run.py,
+# not by ctest: they are meant to run under LD_PRELOAD).
+if(HETMEM_BUILD_TESTS)
+  add_executable(hm_preload_target ${PROJECT_SOURCE_DIR}/tests/c/preload_target.c)
+  target_compile_options(hm_preload_target PRIVATE ${HM_WARNINGS})
+  target_compile_definitions(hm_preload_target PRIVATE _GNU_SOURCE)
+  target_link_libraries(hm_preload_target PRIVATE Threads::Threads)
+  add_executable(hm_preload_bench ${PROJECT_SOURCE_DIR}/tests/c/preload_bench.c)
+  target_compile_options(hm_preload_bench PRIVATE ${HM_WARNINGS})
+  target_compile_definitions(hm_preload_bench PRIVATE _GNU_SOURCE)
+  target_link_libraries(hm_preload_bench PRIVATE Threads::Threads)
+endif()

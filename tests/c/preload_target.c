@@ -1,0 +1,235 @@
+/* A program for tests/test_run.py to run under libhetmem_preload.so (and
+ * without it): it allocates through every hooked entry point, writes
+ * patterns into large blocks whose total exceeds the fast budget, reads
+ * them back, reallocs across the threshold, runs threads and fork+exec, and
+ * checks every byte. Exit status 0 when all checks pass, 1 otherwise.
+ *
+ * usage: hm_preload_target check TOTAL_MIB   full check (TOTAL: MiB of large data)
+ *        hm_preload_target exit N            prints to stdout and stderr, exits N
+ *        hm_preload_target child             what the fork+exec child runs
+ */
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+static long checks;
+static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define MIB ((size_t)1 << 20)
+
+static void fail(const char *what, size_t a, size_t b) {
+  pthread_mutex_lock(&report_lock);
+  failures++;
+  if (failures < 20) fprintf(stderr, "FAIL %s (%zu, %zu)\n", what, a, b);
+  pthread_mutex_unlock(&report_lock);
+}
+
+static void check(int ok, const char *what, size_t a, size_t b) {
+  __atomic_add_fetch(&checks, 1, __ATOMIC_RELAXED);
+  if (!ok) fail(what, a, b);
+}
+
+static uint64_t word(uint64_t seed, size_t i) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + i + 1;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  return x ^ (x >> 29);
+}
+
+static void fill(void *p, size_t bytes, uint64_t seed) {
+  uint64_t *w = p;
+  for (size_t i = 0; i < bytes / 8; i++) w[i] = word(seed, i);
+}
+
+/* Number of words (of the first `bytes`) that differ from the pattern. */
+static size_t verify(const void *p, size_t bytes, uint64_t seed) {
+  const uint64_t *w = p;
+  size_t bad = 0;
+  for (size_t i = 0; i < bytes / 8; i++) bad += w[i] != word(seed, i);
+  return bad;
+}
+
+static int all_zero(const void *p, size_t bytes) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < bytes; i += 4093) /* sampled: calloc'd memory */
+    if (c[i]) return 0;
+  return c[bytes - 1] == 0;
+}
+
+typedef struct block_s {
+  void *p;
+  size_t n;
+  int kind; /* 0 malloc-family (free), 1 mmap (munmap) */
+} block_t;
+
+/* One large block from entry point k (of 9), filled with seed's pattern. */
+static block_t alloc_kind(int k, size_t n, uint64_t seed) {
+  block_t b = {NULL, n, 0};
+  void *p = NULL;
+  switch (k % 9) {
+  case 0: p = malloc(n); break;
+  case 1:
+    p = calloc(n / 64, 64);
+    check(p && all_zero(p, n), "calloc zeroed", n, 0);
+    break;
+  case 2: p = memalign(1 << 16, n); check(((uintptr_t)p & 0xffff) == 0, "memalign", n, 0); break;
+  case 3: {
+    int rc = posix_memalign(&p, 1 << 21, n);
+    check(rc == 0 && ((uintptr_t)p & ((1 << 21) - 1)) == 0, "posix_memalign", n, (size_t)rc);
+    break;
+  }
+  case 4: p = aligned_alloc(4096, n); check(((uintptr_t)p & 4095) == 0, "aligned_alloc", n, 0); break;
+  case 5: p = valloc(n); check(((uintptr_t)p & 4095) == 0, "valloc", n, 0); break;
+  case 6: p = pvalloc(n); check(((uintptr_t)p & 4095) == 0, "pvalloc", n, 0); break;
+  case 7: p = reallocarray(NULL, n / 16, 16); break;
+  case 8:
+    p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) p = NULL;
+    b.kind = 1;
+    check(p && all_zero(p, n), "mmap zeroed", n, 0);
+    break;
+  }
+  check(p != NULL, "allocation", (size_t)k, n);
+  if (!p) return b;
+  if (b.kind == 0) check(malloc_usable_size(p) >= n, "usable size", malloc_usable_size(p), n);
+  b.p = p;
+  fill(p, n, seed);
+  return b;
+}
+
+static void release(block_t *b) {
+  if (!b->p) return;
+  if (b->kind) check(munmap(b->p, b->n) == 0, "munmap", b->n, 0);
+  else free(b->p);
+  b->p = NULL;
+}
+
+/* Large blocks of total_mib MiB in all, every entry point, then verified. */
+static void large_blocks(size_t total_mib, uint64_t seed0) {
+  size_t nblocks = 0, cap = 256;
+  block_t *bs = calloc(cap, sizeof *bs);
+  size_t done = 0;
+  for (int k = 0; done < total_mib * MIB && nblocks < cap; k++) {
+    size_t n = (size_t)(1 + k % 4) * MIB + (size_t)(k % 3) * 4096;
+    bs[nblocks] = alloc_kind(k, n, seed0 + (uint64_t)nblocks);
+    done += n;
+    nblocks++;
+  }
+  for (size_t i = 0; i < nblocks; i++)
+    if (bs[i].p) {
+      size_t bad = verify(bs[i].p, bs[i].n, seed0 + i);
+      check(bad == 0, "pattern read back", i, bad);
+    }
+  for (size_t i = 0; i < nblocks; i++) release(&bs[i]);
+  free(bs);
+}
+
+static void reallocs(void) {
+  /* small -> large -> larger -> small, data kept at each step */
+  size_t n = 1000;
+  char *p = malloc(n);
+  fill(p, n, 7);
+  char *q = realloc(p, 3 * MIB);
+  check(q && verify(q, n, 7) == 0, "realloc small->large", n, 0);
+  fill(q, 3 * MIB, 8);
+  char *r = realloc(q, 9 * MIB + 123);
+  check(r && verify(r, 3 * MIB, 8) == 0, "realloc large->larger", 3 * MIB, 0);
+  fill(r, 9 * MIB, 9);
+  char *s = realloc(r, 2 * MIB); /* shrink, stays large */
+  check(s && verify(s, 2 * MIB, 9) == 0, "realloc large->smaller", 2 * MIB, 0);
+  char *t = realloc(s, 4000);
+  check(t && verify(t, 4000, 9) == 0, "realloc large->small", 4000, 0);
+  free(t);
+  check(realloc(malloc(2 * MIB), 0) == NULL, "realloc(p, 0)", 0, 0);
+  /* mremap of an anonymous mapping, grown with a move */
+  void *m = mmap(NULL, 2 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  check(m != MAP_FAILED, "mmap for mremap", 0, 0);
+  fill(m, 2 * MIB, 10);
+  void *m2 = mremap(m, 2 * MIB, 6 * MIB, MREMAP_MAYMOVE);
+  check(m2 != MAP_FAILED && verify(m2, 2 * MIB, 10) == 0, "mremap grow", 0, 0);
+  if (m2 != MAP_FAILED) check(munmap(m2, 6 * MIB) == 0, "munmap after mremap", 0, 0);
+  /* many small ones, mixed sizes, freed in another order */
+  void *ps[1000];
+  for (int i = 0; i < 1000; i++) {
+    ps[i] = malloc((size_t)(i * 37) % 5000 + 1);
+    memset(ps[i], i & 0xff, (size_t)(i * 37) % 5000 + 1);
+  }
+  for (int i = 999; i >= 0; i -= 2) free(ps[i]);
+  for (int i = 0; i < 1000; i += 2) {
+    check(((unsigned char *)ps[i])[0] == (i & 0xff), "small block", (size_t)i, 0);
+    free(ps[i]);
+  }
+  free(NULL);
+  check(malloc_usable_size(NULL) == 0, "usable(NULL)", 0, 0);
+}
+
+static size_t g_thread_mib;
+
+static void *thread_main(void *arg) {
+  uint64_t seed = 1000 + (uint64_t)(uintptr_t)arg * 100;
+  large_blocks(g_thread_mib, seed);
+  for (int i = 0; i < 20000; i++) { /* small churn alongside */
+    char *volatile p = malloc((size_t)(i % 512) + 8);
+    p[0] = (char)i;
+    free(p);
+  }
+  return NULL;
+}
+
+static void threads(size_t per_thread_mib) {
+  enum { N = 4 };
+  pthread_t th[N];
+  g_thread_mib = per_thread_mib;
+  for (int i = 0; i < N; i++)
+    check(pthread_create(&th[i], NULL, thread_main, (void *)(uintptr_t)i) == 0, "thread", 0, 0);
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+}
+
+static void fork_exec(const char *self) {
+  /* data made before the fork must still be right in the parent after it */
+  char *big = malloc(3 * MIB);
+  fill(big, 3 * MIB, 77);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(self, self, "child", (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  check(pid > 0 && waitpid(pid, &st, 0) == pid, "fork", 0, 0);
+  check(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child exit status", (size_t)WEXITSTATUS(st), 0);
+  check(verify(big, 3 * MIB, 77) == 0, "parent data after fork", 0, 0);
+  free(big);
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 3 && strcmp(argv[1], "exit") == 0) {
+    printf("to stdout\n");
+    fprintf(stderr, "to stderr\n");
+    return atoi(argv[2]);
+  }
+  if (argc >= 2 && strcmp(argv[1], "child") == 0) {
+    large_blocks(12, 4242);
+    reallocs();
+    if (failures) fprintf(stderr, "child: %d failures\n", failures);
+    return failures ? 1 : 0;
+  }
+  if (argc < 3 || strcmp(argv[1], "check") != 0) {
+    fprintf(stderr, "usage: %s check TOTAL_MIB | exit N | child\n", argv[0]);
+    return 2;
+  }
+  size_t total = (size_t)strtoul(argv[2], NULL, 10);
+  large_blocks(total, 1);
+  reallocs();
+  threads(total / 4 + 1);
+  fork_exec(argv[0]);
+  printf("checks=%ld failures=%d\n", checks, failures);
+  return failures ? 1 : 0;
+}
