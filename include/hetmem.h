@@ -383,6 +383,34 @@ HM_API int hm_pager_stats(hm_pager_t *pager, hm_pager_stats_t *out);
 /** The counters and the configuration as a JSON object; release with hm_free. */
 HM_API HM_NODISCARD int hm_pager_stats_json(hm_pager_t *pager, char **out);
 
+/* ------------------------------------------------------------------------
+ * Symbolization: allocation-site frames to source (src/symbolize/, libdw)
+ * ------------------------------------------------------------------------ */
+/* A frame is (module, offset): offset is an address minus the module's load
+ * bias (its link-time virtual address), as profiles record it. Offline
+ * only: libdw is part of libhetmem, never of the preload interposer. */
+
+/** The GNU build-id of the ELF file at path as lower-case hex ("" when it
+ *  has none); release *hex_out with hm_free. -ENOENT/-EACCES for an
+ *  unreadable file, -ENOEXEC when it is not ELF. */
+HM_API HM_NODISCARD int hm_module_build_id(hm_ctx_t *ctx, const char *path, char **hex_out);
+
+/** Symbolizes n offsets of one module from its DWARF (or, without DWARF,
+ *  its symbol table). The module is the file at module_path when its
+ *  build-id equals build_id (lower-case hex; NULL or "" skips the check),
+ *  else /usr/lib/debug/.build-id/xx/yyyy.debug. *json_out (release with
+ *  hm_free): {"path": file read, "build_id", "verified": bool, "dwarf":
+ *  bool, "frames": [{"offset", "function" (null if unknown),
+ *  "function_offset", "file" (null if unknown), "line", "column"}]}; the
+ *  offsets are looked up exactly as given (pass a return address minus 1
+ *  to get the call's line). Errors: -ESTALE when the file at module_path
+ *  has another build-id and no debug file matches, -ENOENT when neither
+ *  exists, -ENOEXEC for a file libdw cannot read, -EINVAL for bad
+ *  arguments. */
+HM_API HM_NODISCARD int hm_symbolize(hm_ctx_t *ctx, const char *module_path,
+                                     const char *build_id, const uint64_t *offsets, size_t n,
+                                     char **json_out);
+
 #ifdef __cplusplus
 }
 #endif
