@@ -17,7 +17,7 @@ from hetmem import __version__
 from hetmem.errors import HetmemError
 
 # Verb modules, in the order `hetmem --help` lists them.
-VERBS = ("report", "config")
+VERBS = ("tiers", "report", "config")
 
 
 class Command(Protocol):

@@ -1,0 +1,127 @@
+"""The tier inventory: libhetmem's discovery, plus cached probe measurements.
+
+libhetmem finds the tiers (NUMA nodes from sysfs, HMAT, memory_tiering, DAX
+provenance, GPU memory, hwloc on the live machine; storage directories with
+statfs) and ranks them by ratings. When `hetmem probe` has measured this
+machine, its bandwidths outrank the ratings: a measured tier is placed by
+what it delivered, and "probe" joins its sources.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from hetmem import cache
+from hetmem._native import Context
+
+SCHEMA_VERSION = 1
+
+
+def _storage_args(storage: Sequence[str] | None, no_storage: bool) -> tuple[Any, int]:
+    """The (array, count) pair hm_tiers_json takes: NULL/0 means the default
+    directory, an empty non-NULL array means no storage tier at all."""
+    if no_storage:
+        return (ctypes.c_char_p * 1)(), 0
+    if not storage:
+        return None, 0
+    arr = (ctypes.c_char_p * len(storage))(*(s.encode() for s in storage))
+    return arr, len(storage)
+
+
+def inventory(
+    fsroot: str | None = None,
+    storage: Sequence[str] | None = None,
+    no_storage: bool = False,
+    use_probe: bool = True,
+) -> dict[str, Any]:
+    """The inventory as a dict ({"schema_version": 1, "tiers": [...]}).
+
+    fsroot None means the HETMEM_FSROOT option (itself "/"). Cached probe
+    results are merged only for the live machine: they were measured here.
+    """
+    arr, n = _storage_args(storage, no_storage)
+    with Context(fsroot) as ctx:
+        data: dict[str, Any] = ctx.call_json("hm_tiers_json", arr, n)
+    if use_probe and data.get("fsroot", "/").strip("/") == "":
+        probe = cache.load("probe")
+        if probe is not None:
+            merge_probe(data, probe)
+    return data
+
+
+def _positive(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) and x > 0 else None
+
+
+def measured_gbs(entry: dict[str, Any]) -> float | None:
+    """The bandwidth a probe entry measured: STREAM triad for memory,
+    sequential O_DIRECT reads for storage (GB/s)."""
+    stream = entry.get("stream")
+    if isinstance(stream, dict):
+        bw = _positive(stream.get("triad_gbs"))
+        if bw:
+            return bw
+    return _positive(entry.get("seq_read_gbs"))
+
+
+def merge_probe(data: dict[str, Any], probe: dict[str, Any]) -> None:
+    """Attaches probe measurements to the tiers they name and re-ranks.
+
+    A probe file of another schema is ignored (and said so in the result):
+    an old cache must not break the inventory.
+    """
+    if probe.get("schema_version") != 1 or not isinstance(probe.get("tiers"), list):
+        data["probe"] = {"used": False, "reason": "cached probe result has another schema"}
+        return
+    by_name = {
+        t["name"]: t
+        for t in probe["tiers"]
+        if isinstance(t, dict) and isinstance(t.get("name"), str)
+    }
+    used = 0
+    for tier in data["tiers"]:
+        entry = by_name.get(tier["name"])
+        if entry is None:
+            continue
+        tier["measured"] = {k: v for k, v in entry.items() if k not in ("name", "kind")}
+        bw = measured_gbs(entry)
+        if bw is not None:
+            tier["measured_gbs"] = bw
+        if "probe" not in tier["source"]:
+            tier["source"].append("probe")
+        used += 1
+    data["probe"] = {"used": used > 0, "tiers_measured": used}
+    if used:
+        rerank(data)
+
+
+def rerank(data: dict[str, Any]) -> None:
+    """Ranks measured tiers by measured bandwidth, within memory and within
+    storage. Unmeasured tiers keep their places; measured ones are reordered
+    among the places measured tiers held, since ratings and measurements are
+    not in comparable units."""
+    tiers = data["tiers"]
+    memory = [t for t in tiers if t["kind"] != "storage"]
+    storage = [t for t in tiers if t["kind"] == "storage"]
+    any_measured = False
+    all_memory_measured = bool(memory)
+    for group in (memory, storage):
+        slots = [i for i, t in enumerate(group) if "measured_gbs" in t]
+        ordered = sorted((group[i] for i in slots), key=lambda t: -t["measured_gbs"])
+        for i, t in zip(slots, ordered, strict=True):
+            group[i] = t
+            t["ranked_by"] = "probe"
+            any_measured = True
+        if group is memory and len(slots) != len(memory):
+            all_memory_measured = False
+    data["tiers"] = memory + storage
+    for rank, t in enumerate(data["tiers"]):
+        t["rank"] = rank
+    if any_measured:
+        base = data.get("ranking", "kind")
+        data["ranking"] = "probe" if all_memory_measured else f"probe,{base}"
