@@ -244,6 +244,7 @@ HM_API HM_NODISCARD int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_
 #define HM_STORAGE_MAX_QD 16
 #define HM_STORAGE_NO_RANDOM 1u /* flags: sequential measurements only */
 #define HM_STORAGE_NO_WRITE 2u  /* flags: skip timing the sequential write */
+#define HM_STORAGE_CHECK_ONLY 4u /* flags: checks, probe file and fallocate only */
 #define HM_STORAGE_CONFIG_VERSION 1
 typedef struct hm_storage_config_s {
   uint32_t size, version; /* sizeof, HM_STORAGE_CONFIG_VERSION */
@@ -291,7 +292,7 @@ HM_API HM_NODISCARD int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_
  *  "storage", then the config fields by name (numa_node, threads,
  *  array_bytes, repetitions, cpus: [..]; cpu, buffer_bytes, loads,
  *  small_pages; dir, file_bytes, block_bytes, seq_depth, seq_passes,
- *  qds: [..], rand_seconds, random: bool, write: bool)}. Unknown keys are
+ *  qds: [..], rand_seconds, random: bool, write: bool, check_only: bool)}. Unknown keys are
  *  -EINVAL. Also {"test": "llc"}: {"llc_bytes": N}. */
 HM_API HM_NODISCARD int hm_probe_json(hm_ctx_t *ctx, const char *request, char **out);
 
@@ -410,6 +411,144 @@ HM_API HM_NODISCARD int hm_module_build_id(hm_ctx_t *ctx, const char *path, char
 HM_API HM_NODISCARD int hm_symbolize(hm_ctx_t *ctx, const char *module_path,
                                      const char *build_id, const uint64_t *offsets, size_t n,
                                      char **json_out);
+
+/* ------------------------------------------------------------------------
+ * Workflow channel: versioned objects streamed from writer ranks to reader
+ * ranks through a memory or storage tier (src/channel/).
+ *
+ * A channel is one shared segment (a file another process opens by name)
+ * holding `slots` steps in flight. Writers put (key, step) objects and then
+ * commit the step; a step becomes visible to readers only once every writer
+ * rank committed it, so a reader never sees part of one. Each reader rank
+ * waits for a step, gets objects (a zero-copy view or a copy) and releases
+ * the step; its space is reused once every reader released it. Lookup is by
+ * hash: its cost does not depend on the number of objects in the step.
+ * Peers that die are detected (robust process-shared mutexes): the other
+ * side gets -EPIPE, never a hang. A handle is used by one thread at a time;
+ * the thread that opened it must outlive its use (its liveness lock is what
+ * tells peers that the process is alive).
+ * ------------------------------------------------------------------------ */
+/* @@CHANNEL@@ */
+
+typedef struct hm_chan_s hm_chan_t;
+
+typedef enum hm_chan_policy_e {
+  HM_CHAN_BLOCK = 0,   /* queue full: the writer waits for readers to release */
+  HM_CHAN_DISCARD = 1, /* queue full: drop the oldest committed step no reader holds */
+} hm_chan_policy_t;
+
+typedef enum hm_chan_role_e {
+  HM_CHAN_WRITER = 1,
+  HM_CHAN_READER = 2,
+} hm_chan_role_t;
+
+#define HM_CHAN_KEY_MAX 63 /* bytes of a key, NUL excluded */
+#define HM_CHAN_MAX_RANKS 64
+
+#define HM_CHAN_CONFIG_VERSION 1
+typedef struct hm_chan_config_s {
+  uint32_t size, version; /* sizeof(hm_chan_config_t), HM_CHAN_CONFIG_VERSION */
+  /* Where the segment lives: "dram" (shared memory in /dev/shm), "node:N"
+   * (shared memory whose pages are bound to NUMA node N with mbind),
+   * "file:DIR" (a file in DIR on a storage tier) or "dax:DIR" (a file on a
+   * DAX/PMem filesystem, mapped with MAP_SYNC where the kernel allows). */
+  const char *tier;
+  const char *name;      /* [A-Za-z0-9._-]{1,64}: peers open the channel by it */
+  uint32_t slots;        /* steps in flight (queue limit); 0: 2 */
+  uint32_t writers;      /* writer ranks that must commit each step; 0: 1 */
+  uint32_t readers;      /* reader ranks that must release each step; 0: 1 */
+  hm_chan_policy_t policy;
+  uint64_t slot_bytes;   /* data bytes one step may hold; 0: 64 MiB */
+  uint64_t max_objects;  /* objects one step may hold; 0: 4096 */
+  int32_t timeout_ms;    /* blocking put/commit limit; 0: 30000; <0: none */
+  uint32_t replace;      /* 1: replace an existing segment of that name */
+} hm_chan_config_t;
+
+HM_API void hm_chan_config_default(hm_chan_config_t *cfg);
+
+/** Creates the segment (it then persists until hm_chan_unlink). Errors:
+ *  -EINVAL for a bad config (message names the field), -EEXIST when the
+ *  name is taken and replace is 0, -ENOSPC when the tier cannot hold the
+ *  header and index, -ENOENT/-EACCES for an unusable directory. Data space
+ *  is allocated as steps fill, so a full tier shows up in hm_chan_put. */
+HM_API HM_NODISCARD int hm_chan_create(hm_ctx_t *ctx, const hm_chan_config_t *cfg);
+
+/** Removes the segment of (tier, name); handles still open keep working. */
+HM_API int hm_chan_unlink(hm_ctx_t *ctx, const char *tier, const char *name);
+
+/** The segment's file path for (tier, name), written to buf. */
+HM_API HM_NODISCARD int hm_chan_path(const char *tier, const char *name, char *buf, size_t len);
+
+/** Opens an existing channel as a writer or reader rank (rank < 0: the
+ *  first free one). -ENOENT when it does not exist, -EBUSY when the rank is
+ *  held by a live process, -EINVAL for a bad rank, -EPROTO for a segment
+ *  that is not a channel of this version. ctx must outlive the handle. */
+HM_API HM_NODISCARD int hm_chan_open(hm_ctx_t *ctx, const char *tier, const char *name,
+                                     hm_chan_role_t role, int rank, hm_chan_t **out);
+
+/** Closes the handle; a writer that closes is done (readers waiting beyond
+ *  its last step get -ENODATA once every writer closed). */
+HM_API int hm_chan_close(hm_chan_t *ch);
+
+HM_API int hm_chan_rank(const hm_chan_t *ch);
+
+/** Sets this handle's blocking limit in ms (<0: none). */
+HM_API void hm_chan_set_timeout(hm_chan_t *ch, int timeout_ms);
+
+/** Writer: copies len bytes under key into step. Steps increase; the first
+ *  put of a new step takes a free slot (blocking or discarding as the
+ *  policy says when none is free). -EEXIST for a key already in the step,
+ *  -E2BIG when the step would exceed slot_bytes or max_objects, -ENOSPC
+ *  when the storage tier is full (steps already committed stay readable),
+ *  -ETIMEDOUT when the queue stayed full, -EPIPE when a reader died while
+ *  the queue was full, -EINVAL for a step that is already committed. */
+HM_API HM_NODISCARD int hm_chan_put(hm_chan_t *ch, const char *key, uint64_t step,
+                                    const void *buf, size_t len);
+
+/** Writer: like hm_chan_put but returns the object's space in the channel
+ *  (64-byte aligned) for the caller to fill before committing: zero copy. */
+HM_API HM_NODISCARD int hm_chan_put_alloc(hm_chan_t *ch, const char *key, uint64_t step,
+                                          size_t len, void **ptr);
+
+/** Writer: this rank is done with step. The step is published when every
+ *  writer rank has committed it. */
+HM_API HM_NODISCARD int hm_chan_commit(hm_chan_t *ch, uint64_t step);
+
+/** Reader: waits up to timeout_ms (<0: forever) until step is committed
+ *  and holds it. -ETIMEDOUT, -EPIPE when a writer died before committing
+ *  it, -ENODATA when every writer closed without it (end of stream),
+ *  -ENOENT when the step is gone (discarded, or released by this rank). */
+HM_API HM_NODISCARD int hm_chan_wait(hm_chan_t *ch, uint64_t step, int timeout_ms);
+
+/** Reader: the newest committed step this rank may still read, or -ENOENT. */
+HM_API HM_NODISCARD int hm_chan_latest(hm_chan_t *ch, uint64_t *step);
+
+/** Reader: a read-only view of key in a held step, valid until release.
+ *  -ENOENT for a missing key, -EINVAL when the step is not held. */
+HM_API HM_NODISCARD int hm_chan_get(hm_chan_t *ch, const char *key, uint64_t step,
+                                    const void **ptr, size_t *len);
+
+/** Reader: copies key into buf (cap bytes); *len gets its length.
+ *  -ENOBUFS (with *len set) when buf is too small. */
+HM_API HM_NODISCARD int hm_chan_get_copy(hm_chan_t *ch, const char *key, uint64_t step,
+                                         void *buf, size_t cap, size_t *len);
+
+/** Reader: this rank is done with step; its views become invalid. */
+HM_API HM_NODISCARD int hm_chan_release(hm_chan_t *ch, uint64_t step);
+
+/** Counters and layout of the channel as JSON; release with hm_free. */
+HM_API HM_NODISCARD int hm_chan_info_json(hm_chan_t *ch, char **out);
+
+/** Measures the channel in this process and returns JSON (release with
+ *  hm_free): streams writer threads each put `objects` objects of
+ *  object_bytes into their own channel on tier, steps times, and as many
+ *  reader threads get them (a view, then a copy); mix: 0 runs the writers'
+ *  and readers' phases one after the other, 1 runs them at the same time.
+ *  Result: put/get ns per object, put/get GB/s and memcpy GB/s of the same
+ *  bytes (documented in docs/formats.md). */
+HM_API HM_NODISCARD int hm_chan_bench_json(hm_ctx_t *ctx, const char *tier, uint64_t objects,
+                                           uint64_t object_bytes, uint32_t steps,
+                                           uint32_t streams, int mix, char **out);
 
 #ifdef __cplusplus
 }

@@ -302,7 +302,7 @@ static int hm__storage_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
   hm_storage_config_t cfg;
   hm_storage_config_default(&cfg);
   int64_t bytes = 0, block = 0, depth = 0, passes = 0;
-  bool random = true, write = true;
+  bool random = true, write = true, check = false;
   double secs = 0;
   int rc;
   hm__jval_t *d = hm__jget(o, "dir");
@@ -312,7 +312,8 @@ static int hm__storage_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
       (rc = hm__jint(ctx, o, "block_bytes", 0, 1 << 30, &block)) ||
       (rc = hm__jint(ctx, o, "seq_depth", 0, 256, &depth)) ||
       (rc = hm__jint(ctx, o, "seq_passes", 0, 1000, &passes)) ||
-      (rc = hm__jbool(ctx, o, "random", &random)) || (rc = hm__jbool(ctx, o, "write", &write)))
+      (rc = hm__jbool(ctx, o, "random", &random)) || (rc = hm__jbool(ctx, o, "write", &write)) ||
+      (rc = hm__jbool(ctx, o, "check_only", &check)))
     return rc;
   hm__jval_t *q = hm__jget(o, "qds");
   if (q && q->kind != HM__J_NULL) {
@@ -340,7 +341,8 @@ static int hm__storage_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
   cfg.seq_depth = (uint32_t)depth;
   cfg.seq_passes = (uint32_t)passes;
   cfg.rand_seconds = secs;
-  cfg.flags = (random ? 0 : HM_STORAGE_NO_RANDOM) | (write ? 0 : HM_STORAGE_NO_WRITE);
+  cfg.flags = (random ? 0 : HM_STORAGE_NO_RANDOM) | (write ? 0 : HM_STORAGE_NO_WRITE) |
+              (check ? HM_STORAGE_CHECK_ONLY : 0);
   hm_storage_result_t r;
   memset(&r, 0, sizeof r);
   r.size = sizeof r;
@@ -351,6 +353,10 @@ static int hm__storage_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
                 ", \"file_bytes\": %llu, \"block_bytes\": %u, \"seq_depth\": %u, "
                 "\"seq_read_gbs\": %.4f, \"seq_write_gbs\": ",
                 (unsigned long long)r.file_bytes, r.block_bytes, r.seq_depth, r.seq_read_gbs);
+  if (check) {
+    _hm_sb_puts(sb, "null, \"check_only\": true}");
+    return 0;
+  }
   if (write)
     _hm_sb_printf(sb, "%.4f", r.seq_write_gbs);
   else

@@ -226,6 +226,13 @@ int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_r
     rc = _hm_error(ctx, rc, "storage: fallocate: %s", hm_strerror(rc));
     goto done;
   }
+  if (cfg->flags & HM_STORAGE_CHECK_ONLY) {
+    r.size = sizeof r;
+    r.version = HM_STORAGE_RESULT_VERSION;
+    r.file_bytes = size;
+    *out = r;
+    goto done;
+  }
   if ((rc = _hm_prim_uring_new(maxqd < 8 ? 8 : maxqd, &ring))) {
     rc = _hm_error(ctx, rc, "storage: io_uring setup failed: %s", hm_strerror(rc));
     goto done;
