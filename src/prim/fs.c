@@ -102,7 +102,7 @@ int _hm_prim_list_dir(const char *root, const char *path,
   }
   closedir(d);
   if (!rc) {
-    qsort(names, n, sizeof *names, hm__cmp_names);
+    if (n) qsort(names, n, sizeof *names, hm__cmp_names); /* names is NULL when n == 0 */
     for (size_t i = 0; i < n && !rc; i++) rc = fn(names[i], arg);
   }
   for (size_t i = 0; i < n; i++) free(names[i]);

@@ -197,6 +197,27 @@ static void test_errors_and_storage(void) {
   CHECK_EQ_INT(rmdir(dir), 0); /* empty: the O_DIRECT check left no file */
 }
 
+/* The live machine, with hwloc's cross-check and the default storage dir. */
+static void test_live(void) {
+  hm_ctx_t *ctx = NULL;
+  CHECK_EQ_INT(hm_ctx_new(&ctx, "/"), 0);
+  int rc = hm_tiers_discover(ctx, NULL, 0);
+  if (rc) fprintf(stderr, "live: %s\n", hm_ctx_last_error(ctx));
+  CHECK_EQ_INT(rc, 0);
+  size_t n = hm_tier_count(ctx);
+  CHECK(n >= 2);
+  hm_tier_t t = tier(ctx, 0);
+  CHECK(t.kind == HM_TIER_DRAM || t.kind == HM_TIER_HBM);
+  CHECK(t.capacity_bytes > 0);
+  CHECK(t.sources & HM_TIER_SRC_HWLOC);
+  CHECK_EQ_INT(tier(ctx, n - 1).kind, HM_TIER_STORAGE);
+  char *json = NULL;
+  CHECK_EQ_INT(hm_tiers_json(ctx, NULL, 0, &json), 0);
+  CHECK(json && strstr(json, "\"hwloc\": {"));
+  hm_free(json);
+  hm_ctx_free(ctx);
+}
+
 int main(void) {
   test_parse_cpulist();
   test_xeon_max();
@@ -204,5 +225,6 @@ int main(void) {
   test_cxl_and_gpu();
   test_malformed();
   test_errors_and_storage();
+  test_live();
   return hm_test_done("test_tiers");
 }
