@@ -95,6 +95,7 @@ typedef struct hm__pl_s {
   int have_key;
   size_t (*libc_usable)(void *);
   int (*real_pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+  _hm_pl_table_t table;      /* live large blocks */
   /* backends */
   _Atomic int state;         /* HM__NONE .. HM__FORKED */
   hm_pager_t *pager;
@@ -221,7 +222,7 @@ static int hm__prepare_inner(void) {
   if (cfg.backing_dir && (rc = hm__check_dir(cfg.backing_dir))) return rc;
   if (hm_option_get(hm__pl.ctx, "stats", hm__pl.stats_path, sizeof hm__pl.stats_path))
     hm__pl.stats_path[0] = 0;
-  if ((rc = _hm_pl_table_init())) return hm__fail(rc, "cannot reserve the block table");
+  if ((rc = _hm_pl_table_init(&hm__pl.table))) return hm__fail(rc, "cannot reserve the block table");
   hm__pl.have_key = pthread_key_create(&hm__pl.thread_key, hm__thread_exit) == 0;
   pthread_atfork(NULL, NULL, hm__atfork_child);
   /* dlsym is safe here: we run from our constructor or from a large
@@ -331,7 +332,7 @@ static void *hm__large_alloc(const hm__req_t *req) {
   }
   uintptr_t key = (uintptr_t)base;
   if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
-  _hm_pl_block_t *b = _hm_pl_table_insert(key, (uintptr_t)base, maplen);
+  _hm_pl_block_t *b = _hm_pl_table_insert(&hm__pl.table, key, (uintptr_t)base, maplen);
   if (!b) {
     hm_pager_unmap(hm__pl.pager, base, maplen);
     hm__note_fallback(-ENOMEM);
@@ -354,7 +355,7 @@ static void hm__large_free(_hm_pl_block_t *b) {
   void *base = (void *)(key - b->off);
   size_t maplen = b->maplen;
   size_t req = b->req;
-  _hm_pl_table_remove(b);
+  _hm_pl_table_remove(&hm__pl.table, b);
   atomic_fetch_add_explicit(&hm__pl.large_frees, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&hm__pl.live_bytes, req, memory_order_relaxed);
   hm__tls.guard++;
@@ -377,15 +378,29 @@ static inline size_t hm__thr(void) {
   return atomic_load_explicit(&hm__threshold, memory_order_relaxed);
 }
 
-static inline void hm__count_small(void) {
-  if (hm_unlikely(hm__tls.small++ == 0 && !hm__tls.registered)) {
-    /* First small allocation of this thread: have its count flushed when
-     * it exits (keys below 32 need no allocation in glibc). */
-    if (hm__pl.have_key) {
-      hm__tls.registered = 1;
-      pthread_setspecific(hm__pl.thread_key, (void *)1);
-    }
+static inline _hm_pl_block_t *hm__find(const void *p) {
+  if (hm_likely(!_hm_pl_table_maybe(&hm__pl.table, p))) return NULL;
+  return _hm_pl_table_find(&hm__pl.table, p);
+}
+
+__attribute__((noinline, cold)) static void hm__register_thread(void) {
+  /* First small allocation of this thread: have its count flushed when it
+   * exits (keys below 32 need no allocation in glibc). */
+  if (hm__pl.have_key && !hm__tls.registered) {
+    hm__tls.registered = 1;
+    pthread_setspecific(hm__pl.thread_key, (void *)1);
   }
+}
+
+static inline void hm__count_small(void) {
+  if (hm_unlikely(hm__tls.small++ == 0)) hm__register_thread();
+}
+
+/* Kept out of line so that the small path of malloc needs no stack frame. */
+__attribute__((noinline)) static void *hm__malloc_large(size_t size) {
+  hm__req_t r = {size, 0, 0};
+  void *p = hm__large_alloc(&r);
+  return p ? p : __libc_malloc(size);
 }
 
 void *malloc(size_t size) {
@@ -393,18 +408,17 @@ void *malloc(size_t size) {
     hm__count_small();
     return __libc_malloc(size);
   }
-  hm__req_t r = {size, 0, 0};
-  void *p = hm__large_alloc(&r);
-  return p ? p : __libc_malloc(size);
+  return hm__malloc_large(size);
 }
 
 void free(void *ptr) {
-  _hm_pl_block_t *b = _hm_pl_table_find(ptr);
-  if (hm_likely(b == NULL)) {
+  if (hm_likely(!_hm_pl_table_maybe(&hm__pl.table, ptr))) {
     __libc_free(ptr);
     return;
   }
-  hm__large_free(b);
+  _hm_pl_block_t *b = _hm_pl_table_find(&hm__pl.table, ptr);
+  if (b) hm__large_free(b);
+  else __libc_free(ptr);
 }
 
 void *calloc(size_t nmemb, size_t size) {
@@ -448,7 +462,7 @@ static void *hm__realloc_large(_hm_pl_block_t *b, void *ptr, size_t size) {
 
 void *realloc(void *ptr, size_t size) {
   if (!ptr) return malloc(size);
-  _hm_pl_block_t *b = _hm_pl_table_find(ptr);
+  _hm_pl_block_t *b = hm__find(ptr);
   if (hm_likely(b == NULL)) {
     if (hm_likely(size < hm__thr()) || hm__tls.guard) return __libc_realloc(ptr, size);
     /* A glibc block grows past the threshold: move it to the tier. */
@@ -523,7 +537,7 @@ void *pvalloc(size_t size) {
 
 size_t malloc_usable_size(void *ptr) {
   if (!ptr) return 0;
-  _hm_pl_block_t *b = _hm_pl_table_find(ptr);
+  _hm_pl_block_t *b = hm__find(ptr);
   if (hm_likely(b == NULL)) {
     if (hm_unlikely(!hm__pl.libc_usable)) hm__resolve_libc_usable();
     return hm__libc_usable(ptr);
@@ -557,7 +571,7 @@ void *mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset)
 extern __typeof(mmap) mmap64 __attribute__((alias("mmap")));
 
 int munmap(void *addr, size_t length) {
-  _hm_pl_block_t *b = _hm_pl_table_find_containing(addr);
+  _hm_pl_block_t *b = _hm_pl_table_find_containing(&hm__pl.table, addr);
   if (hm_likely(b == NULL)) return hm__sys_munmap(addr, length);
   uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
   uintptr_t a = (uintptr_t)addr;
@@ -587,7 +601,7 @@ void *mremap(void *old_address, size_t old_size, size_t new_size, int flags, ...
     new_address = va_arg(ap, void *);
     va_end(ap);
   }
-  _hm_pl_block_t *b = _hm_pl_table_find(old_address);
+  _hm_pl_block_t *b = hm__find(old_address);
   if (hm_likely(b == NULL))
     return (void *)syscall(SYS_mremap, old_address, old_size, new_size, flags, new_address);
   size_t usable = b->maplen - b->off;

@@ -71,19 +71,43 @@ typedef struct _hm_pl_block_s {
 /* The block table (table.c): open addressing over a fixed array, claimed
  * and released with compare-and-swap, plus a per-2-MiB-granule count of
  * blocks that lets free() reject almost every small pointer with a single
- * load. All functions are lock-free and async-signal-safe. */
-int _hm_pl_table_init(void);
+ * load. All functions are lock-free and async-signal-safe. The table is a
+ * member of the interposer's context; nothing here is a global. */
+#define HM_PL_GRANULE_SHIFT 21 /* 2 MiB */
+#define HM_PL_VA_BITS 47       /* user space with 4-level page tables */
+#define HM_PL_GRANULES ((uintptr_t)1 << (HM_PL_VA_BITS - HM_PL_GRANULE_SHIFT))
+
+typedef struct _hm_pl_table_s {
+  _hm_pl_block_t *_Atomic slots;
+  /* Per granule: blocks overlapping it (saturates at 255, then stays). A
+   * 64 MiB reservation of which only the pages covering used address
+   * ranges are ever touched. */
+  _Atomic uint8_t *_Atomic granules;
+} _hm_pl_table_t;
+
+int _hm_pl_table_init(_hm_pl_table_t *t);
+
+/* 0 when p cannot be a block (the common case: every small pointer). Cost:
+ * one load of the map pointer, one shift, one load, one branch. Addresses
+ * above 2^47 (5-level tables with a high hint) always go to the table. */
+static inline int _hm_pl_table_maybe(const _hm_pl_table_t *t, const void *p) {
+  _Atomic uint8_t *g = atomic_load_explicit(&t->granules, memory_order_acquire);
+  uintptr_t i = (uintptr_t)p >> HM_PL_GRANULE_SHIFT;
+  if (__builtin_expect(g == NULL, 0)) return 0; /* before start-up nothing is ours */
+  return i >= HM_PL_GRANULES || atomic_load_explicit(&g[i], memory_order_acquire) != 0;
+}
+
 /* Claims a slot for key; NULL when the table is full (the caller then
  * serves the request from glibc). The caller fills the other fields before
  * handing key to the application. */
-_hm_pl_block_t *_hm_pl_table_insert(uintptr_t key, uintptr_t map_start, size_t maplen);
-/* The block whose key is exactly p, or NULL. Cost when p is a small
- * pointer: one shift, one load, one branch (the granule count is 0). */
-_hm_pl_block_t *_hm_pl_table_find(const void *p);
-/* The block whose mapping contains p (a linear scan: munmap/mremap only). */
-_hm_pl_block_t *_hm_pl_table_find_containing(const void *p);
+_hm_pl_block_t *_hm_pl_table_insert(_hm_pl_table_t *t, uintptr_t key, uintptr_t map_start,
+                                    size_t maplen);
+/* The block whose key is exactly p, or NULL (call after _hm_pl_table_maybe). */
+_hm_pl_block_t *_hm_pl_table_find(_hm_pl_table_t *t, const void *p);
+/* The block whose mapping contains p (a linear scan: munmap only). */
+_hm_pl_block_t *_hm_pl_table_find_containing(_hm_pl_table_t *t, const void *p);
 /* Releases the slot; the block's granules lose one count. */
-void _hm_pl_table_remove(_hm_pl_block_t *b);
+void _hm_pl_table_remove(_hm_pl_table_t *t, _hm_pl_block_t *b);
 /* Slots in the table. */
 size_t _hm_pl_table_capacity(void);
 

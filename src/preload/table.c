@@ -5,8 +5,7 @@
  * makes; when it is full the interposer serves from glibc and counts it).
  * Keys are claimed with CAS and deleted with a tombstone; a lookup never
  * waits. In front of the table sits a count of blocks per 2 MiB granule of
- * the address space: free() of a small pointer reads one byte there, finds
- * 0 and goes to glibc without hashing anything.
+ * the address space (preload.h, _hm_pl_table_maybe).
  *
  * Memory comes from raw mmap syscalls (this file runs inside malloc, before
  * and during libc's own start-up). */
@@ -20,16 +19,6 @@
 #include "preload.h"
 
 #define HM__SLOTS ((size_t)1 << 16) /* 2 MiB of table */
-#define HM__GRANULE_SHIFT 21        /* 2 MiB */
-#define HM__VA_BITS 47              /* user space on x86-64/arm64 with 4-level tables */
-#define HM__GRANULES ((size_t)1 << (HM__VA_BITS - HM__GRANULE_SHIFT))
-
-static _hm_pl_block_t *hm__slots;
-/* Per granule: blocks overlapping it (saturates at 255, then stays). A
- * 64 MiB reservation of which only the pages covering used address ranges
- * are ever touched. Addresses above 2^47 (5-level tables with a high hint)
- * skip the filter and always probe the table. */
-static _Atomic uint8_t *hm__granules;
 
 static void *hm__raw_map(size_t len) {
   long r = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
@@ -38,14 +27,13 @@ static void *hm__raw_map(size_t len) {
   return (void *)r;
 }
 
-int _hm_pl_table_init(void) {
-  if (hm__slots) return 0;
+int _hm_pl_table_init(_hm_pl_table_t *t) {
+  if (atomic_load(&t->slots)) return 0;
   void *s = hm__raw_map(HM__SLOTS * sizeof(_hm_pl_block_t));
-  void *g = hm__raw_map(HM__GRANULES);
+  void *g = hm__raw_map(HM_PL_GRANULES);
   if (!s || !g) return -ENOMEM;
-  hm__granules = g;
-  /* Published last: _hm_pl_table_find tests hm__granules first. */
-  __atomic_store_n(&hm__slots, (_hm_pl_block_t *)s, __ATOMIC_RELEASE);
+  atomic_store(&t->slots, (_hm_pl_block_t *)s);
+  atomic_store(&t->granules, (_Atomic uint8_t *)g);
   return 0;
 }
 
@@ -56,23 +44,25 @@ static inline size_t hm__hash(uintptr_t key) {
   return (size_t)(((uint64_t)(key >> 12) * 0x9E3779B97F4A7C15ull) >> (64 - 16));
 }
 
-static void hm__granules_add(uintptr_t start, size_t len, int delta) {
-  uintptr_t first = start >> HM__GRANULE_SHIFT;
-  uintptr_t last = (start + len - 1) >> HM__GRANULE_SHIFT;
-  for (uintptr_t g = first; g <= last && g < HM__GRANULES; g++) {
-    uint8_t cur = atomic_load_explicit(&hm__granules[g], memory_order_relaxed);
+static void hm__granules_add(_hm_pl_table_t *t, uintptr_t start, size_t len, int delta) {
+  _Atomic uint8_t *gr = atomic_load(&t->granules);
+  uintptr_t first = start >> HM_PL_GRANULE_SHIFT;
+  uintptr_t last = (start + len - 1) >> HM_PL_GRANULE_SHIFT;
+  for (uintptr_t g = first; g <= last && g < HM_PL_GRANULES; g++) {
+    uint8_t cur = atomic_load_explicit(&gr[g], memory_order_relaxed);
     for (;;) {
       if (cur == 255) break; /* saturated: stays a "maybe" for good */
       uint8_t next = (uint8_t)(cur + delta);
-      if (atomic_compare_exchange_weak_explicit(&hm__granules[g], &cur, next,
-                                                memory_order_release, memory_order_relaxed))
+      if (atomic_compare_exchange_weak_explicit(&gr[g], &cur, next, memory_order_release,
+                                                memory_order_relaxed))
         break;
     }
   }
 }
 
-_hm_pl_block_t *_hm_pl_table_insert(uintptr_t key, uintptr_t map_start, size_t maplen) {
-  _hm_pl_block_t *slots = __atomic_load_n(&hm__slots, __ATOMIC_ACQUIRE);
+_hm_pl_block_t *_hm_pl_table_insert(_hm_pl_table_t *t, uintptr_t key, uintptr_t map_start,
+                                    size_t maplen) {
+  _hm_pl_block_t *slots = atomic_load_explicit(&t->slots, memory_order_acquire);
   if (!slots) return NULL;
   size_t h = hm__hash(key);
   for (size_t i = 0; i < HM__SLOTS; i++) {
@@ -83,7 +73,7 @@ _hm_pl_block_t *_hm_pl_table_insert(uintptr_t key, uintptr_t map_start, size_t m
                                                 memory_order_relaxed)) {
         /* Granules are counted before the caller hands key out, so a free()
          * of key can never miss its block. */
-        hm__granules_add(map_start, maplen, +1);
+        hm__granules_add(t, map_start, maplen, +1);
         return b;
       }
     }
@@ -91,14 +81,9 @@ _hm_pl_block_t *_hm_pl_table_insert(uintptr_t key, uintptr_t map_start, size_t m
   return NULL;
 }
 
-_hm_pl_block_t *_hm_pl_table_find(const void *p) {
+_hm_pl_block_t *_hm_pl_table_find(_hm_pl_table_t *t, const void *p) {
   uintptr_t key = (uintptr_t)p;
-  /* Fast rejection. Before init both pointers are NULL: nothing is ours. */
-  _Atomic uint8_t *gr = hm__granules;
-  if (!gr) return NULL;
-  uintptr_t g = key >> HM__GRANULE_SHIFT;
-  if (g < HM__GRANULES && atomic_load_explicit(&gr[g], memory_order_acquire) == 0) return NULL;
-  _hm_pl_block_t *slots = __atomic_load_n(&hm__slots, __ATOMIC_ACQUIRE);
+  _hm_pl_block_t *slots = atomic_load_explicit(&t->slots, memory_order_acquire);
   if (!slots || key <= HM_PL_KEY_DELETED) return NULL;
   size_t h = hm__hash(key);
   for (size_t i = 0; i < HM__SLOTS; i++) {
@@ -110,15 +95,12 @@ _hm_pl_block_t *_hm_pl_table_find(const void *p) {
   return NULL;
 }
 
-_hm_pl_block_t *_hm_pl_table_find_containing(const void *p) {
-  uintptr_t a = (uintptr_t)p;
-  _hm_pl_block_t *exact = _hm_pl_table_find(p);
+_hm_pl_block_t *_hm_pl_table_find_containing(_hm_pl_table_t *t, const void *p) {
+  if (!_hm_pl_table_maybe(t, p)) return NULL;
+  _hm_pl_block_t *exact = _hm_pl_table_find(t, p);
   if (exact) return exact;
-  _hm_pl_block_t *slots = __atomic_load_n(&hm__slots, __ATOMIC_ACQUIRE);
-  if (!slots) return NULL;
-  uintptr_t g = a >> HM__GRANULE_SHIFT;
-  if (g < HM__GRANULES && atomic_load_explicit(&hm__granules[g], memory_order_acquire) == 0)
-    return NULL;
+  _hm_pl_block_t *slots = atomic_load_explicit(&t->slots, memory_order_acquire);
+  uintptr_t a = (uintptr_t)p;
   for (size_t i = 0; i < HM__SLOTS; i++) {
     _hm_pl_block_t *b = &slots[i];
     uintptr_t key = atomic_load_explicit(&b->key, memory_order_acquire);
@@ -129,10 +111,10 @@ _hm_pl_block_t *_hm_pl_table_find_containing(const void *p) {
   return NULL;
 }
 
-void _hm_pl_table_remove(_hm_pl_block_t *b) {
+void _hm_pl_table_remove(_hm_pl_table_t *t, _hm_pl_block_t *b) {
   uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
   uintptr_t start = key - b->off;
   size_t len = b->maplen;
   atomic_store_explicit(&b->key, HM_PL_KEY_DELETED, memory_order_release);
-  hm__granules_add(start, len, -1);
+  hm__granules_add(t, start, len, -1);
 }
