@@ -1,0 +1,115 @@
+/* Shared plumbing of the hm-kernel-* benchmark programs: argument parsing,
+ * sizes, timing, deterministic data and the one-line JSON result.
+ *
+ * Contract of every kernel (docs/formats.md, "kernel result"):
+ *   - data comes from plain malloc, so `hetmem run` decides where it lives;
+ *   - first touch happens in parallel, in the OpenMP threads that compute;
+ *   - stdout gets exactly one line of JSON (schema_version 1);
+ *   - exit 0 only when the result was verified; exit 2 with one line on
+ *     stderr for bad arguments, 3 when verification fails, 4 when memory or
+ *     a library call fails.
+ */
+#ifndef HMK_H
+#define HMK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HMK_SCHEMA_VERSION 1
+#define HMK_EXIT_USAGE 2
+#define HMK_EXIT_VERIFY 3
+#define HMK_EXIT_RESOURCE 4
+
+/* Hot loops are compiled for three ISA levels and chosen at load time, so
+ * one installed binary gets FMA/AVX-512 where the CPU has them. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+#define HMK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HMK_CLONES
+#endif
+
+typedef enum {
+  HMK_OPT_SIZE,   /* uint64_t, accepts 4G, 512MiB, 1.5GB */
+  HMK_OPT_COUNT,  /* uint64_t, accepts the same suffixes; min/max bound it */
+  HMK_OPT_CHOICE, /* const char *, one of the '|'-separated choices */
+  HMK_OPT_FLAG    /* int, set to 1 */
+} hmk_opt_kind_t;
+
+typedef struct {
+  const char *name; /* "--degree" */
+  hmk_opt_kind_t kind;
+  void *dst;
+  const char *choices; /* HMK_OPT_CHOICE: "a|b|c" */
+  uint64_t min, max;   /* HMK_OPT_COUNT bounds (inclusive) */
+  const char *help;
+} hmk_opt_t;
+
+typedef struct {
+  const char *kernel;   /* "stream" */
+  const char *variant;  /* chosen --variant (or the kernel's own selector) */
+  const char *variants; /* "a|b" or NULL when the kernel has no --variant */
+  uint64_t bytes;       /* --bytes: total data footprint */
+  uint64_t min_bytes;   /* smallest footprint the kernel accepts */
+  int threads;          /* --threads */
+  int reps;             /* --reps */
+  const char *stat;     /* --stat best|median: which time is time_s */
+  int inject_error;     /* hidden --inject-error: corrupt the result */
+  const char *summary;  /* one line for --help */
+} hmk_args_t;
+
+typedef struct {
+  double *times;      /* one per rep, seconds */
+  int n;              /* filled entries */
+  double bytes_moved; /* per rep (McCalpin counting: no write-allocate) */
+  double flops;       /* per rep */
+  double init_s;      /* allocation + parallel first touch */
+  double verify_s;
+  char *extra; /* kernel-specific fields, already JSON ("k":v,...) */
+  size_t extra_len, extra_cap;
+} hmk_result_t;
+
+/* Parses argv; exits 2 with a one-line message on anything wrong. The
+ * caller fills kernel, summary, variants/variant (default), bytes (default),
+ * min_bytes and reps (default) first. */
+void hmk_parse(hmk_args_t *a, int argc, char **argv, const hmk_opt_t *opts, size_t nopts);
+
+/* Parses "4G", "512MiB", "1.5GB", "4096": K/M/G/T and KiB.. are powers of
+ * 1024, kB/MB/GB/TB of 1000 (same rules as hm_parse_size). 0 or -1. */
+int hmk_parse_size(const char *text, uint64_t *out);
+
+/* One-line message on stderr prefixed with hm-kernel-NAME, then exit. */
+_Noreturn void hmk_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* malloc that fails the run (exit 4) instead of returning NULL. */
+void *hmk_alloc(size_t bytes);
+
+double hmk_now(void);
+
+void hmk_result_init(hmk_result_t *r, const hmk_args_t *a);
+void hmk_extra_num(hmk_result_t *r, const char *key, double v);
+void hmk_extra_u64(hmk_result_t *r, const char *key, uint64_t v);
+void hmk_extra_str(hmk_result_t *r, const char *key, const char *v);
+/* Appends raw JSON: key then an already-formatted value. */
+void hmk_extra_raw(hmk_result_t *r, const char *key, const char *json);
+
+/* Prints the JSON line (verified: true) and frees the result. Call only
+ * after verification passed; a failed check calls hmk_fail(HMK_EXIT_VERIFY). */
+void hmk_emit(const hmk_args_t *a, hmk_result_t *r);
+
+/* Deterministic data, a pure function of the index, so checks regenerate
+ * inputs instead of keeping a copy (the footprint stays the kernel's). */
+static inline uint64_t hmk_mix(uint64_t x) {
+  /* splitmix64 finalizer */
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* Uniform in [lo, hi) from an index and a seed. */
+static inline double hmk_unit(uint64_t i, uint64_t seed, double lo, double hi) {
+  return lo + (hi - lo) * ((double)(hmk_mix(i ^ (seed * 0xd1b54a32d192ed03ULL)) >> 11) * 0x1.0p-53);
+}
+
+#endif
