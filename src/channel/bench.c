@@ -1,0 +1,236 @@
+/* hm_chan_bench_json: the channel's own costs, measured in C so that the
+ * figures are the library's and not the caller's (ctypes adds ~1 us a call).
+ * Used by `hetmem flow bench` and `hetmem flow calibrate`. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "prim/chan.h"
+#include "prim/prim.h"
+
+#define HM__BKEY 24
+
+typedef struct hm__bstream_s {
+  hm_ctx_t *ctx;
+  const char *tier;
+  char name[80];
+  uint64_t objects, bytes;
+  uint32_t steps;
+  int mix;
+  pthread_barrier_t *bar;
+  unsigned char *src, *dst;
+  char (*keys)[HM__BKEY];
+  /* results: best and total ns over the steps after the first */
+  uint64_t put_best, put_total, view_best, copy_best, copy_total, mix_ns;
+  uint64_t checksum_errors;
+  int rc;
+  char err[HM_ERRMSG_MAX];
+} hm__bstream_t;
+
+static void hm__bfail(hm__bstream_t *b, int rc, hm_ctx_t *ctx) {
+  if (!b->rc) {
+    b->rc = rc;
+    snprintf(b->err, sizeof b->err, "%s", hm_ctx_last_error(ctx));
+  }
+}
+
+static uint64_t hm__min(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+static void *hm__bwriter(void *arg) {
+  hm__bstream_t *b = arg;
+  hm_ctx_t *ctx = NULL;
+  hm_chan_t *w = NULL;
+  int rc = hm_ctx_new(&ctx, NULL);
+  if (!rc) rc = hm_chan_open(ctx, b->tier, b->name, HM_CHAN_WRITER, 0, &w);
+  if (rc) hm__bfail(b, rc, ctx);
+  for (uint32_t s = 0; s < b->steps; s++) {
+    if (!b->mix) pthread_barrier_wait(b->bar);
+    uint64_t t0 = _hm_prim_now_ns();
+    for (uint64_t i = 0; w && !b->rc && i < b->objects; i++) {
+      rc = hm_chan_put(w, b->keys[i], s, b->src + i * b->bytes, b->bytes);
+      if (rc) hm__bfail(b, rc, ctx);
+    }
+    if (w && !b->rc && (rc = hm_chan_commit(w, s))) hm__bfail(b, rc, ctx);
+    uint64_t dt = _hm_prim_now_ns() - t0;
+    if (s > 0 || b->steps == 1) {
+      b->put_best = hm__min(b->put_best, dt);
+      b->put_total += dt;
+    }
+    if (!b->mix) pthread_barrier_wait(b->bar);
+  }
+  hm_chan_close(w);
+  hm_ctx_free(ctx);
+  return NULL;
+}
+
+static void *hm__breader(void *arg) {
+  hm__bstream_t *b = arg;
+  hm_ctx_t *ctx = NULL;
+  hm_chan_t *r = NULL;
+  int rc = hm_ctx_new(&ctx, NULL);
+  if (!rc) rc = hm_chan_open(ctx, b->tier, b->name, HM_CHAN_READER, 0, &r);
+  if (rc) hm__bfail(b, rc, ctx);
+  for (uint32_t s = 0; s < b->steps; s++) {
+    if (!b->mix) pthread_barrier_wait(b->bar);
+    if (!b->mix) pthread_barrier_wait(b->bar); /* after the writers' phase */
+    if (!r || b->rc) continue;
+    if ((rc = hm_chan_wait(r, s, 60000))) {
+      hm__bfail(b, rc, ctx);
+      continue;
+    }
+    uint64_t t0 = _hm_prim_now_ns();
+    for (uint64_t i = 0; i < b->objects; i++) {
+      const void *p = NULL;
+      size_t n = 0;
+      if ((rc = hm_chan_get(r, b->keys[i], s, &p, &n))) hm__bfail(b, rc, ctx);
+    }
+    uint64_t t1 = _hm_prim_now_ns();
+    for (uint64_t i = 0; i < b->objects && !b->rc; i++) {
+      size_t n = 0;
+      rc = hm_chan_get_copy(r, b->keys[i], s, b->dst + i * b->bytes, b->bytes, &n);
+      if (rc) hm__bfail(b, rc, ctx);
+    }
+    uint64_t t2 = _hm_prim_now_ns();
+    /* The data must be what was put: check a word per object. */
+    for (uint64_t i = 0; i < b->objects && b->bytes >= 8; i++)
+      if (memcmp(b->dst + i * b->bytes, b->src + i * b->bytes, 8)) b->checksum_errors++;
+    if ((rc = hm_chan_release(r, s))) hm__bfail(b, rc, ctx);
+    if (s > 0 || b->steps == 1) {
+      b->view_best = hm__min(b->view_best, t1 - t0);
+      b->copy_best = hm__min(b->copy_best, t2 - t1);
+      b->copy_total += t2 - t1;
+    }
+  }
+  hm_chan_close(r);
+  hm_ctx_free(ctx);
+  return NULL;
+}
+
+int hm_chan_bench_json(hm_ctx_t *ctx, const char *tier, uint64_t objects, uint64_t object_bytes,
+                       uint32_t steps, uint32_t streams, int mix, char **out) {
+  if (!ctx || !out) return -EINVAL;
+  if (!objects || !object_bytes || !steps || !streams || streams > 64)
+    return _hm_error(ctx, -EINVAL, "bench: objects, object_bytes, steps and streams (<= 64) "
+                     "must be positive");
+  if (objects * object_bytes > (8ull << 30))
+    return _hm_error(ctx, -EINVAL, "bench: a step of %llu bytes is too large",
+                     (unsigned long long)(objects * object_bytes));
+  hm__bstream_t *bs = calloc(streams, sizeof *bs);
+  pthread_t *th = calloc(2 * (size_t)streams, sizeof *th);
+  char(*keys)[HM__BKEY] = calloc(objects, HM__BKEY);
+  pthread_barrier_t bar;
+  int rc = bs && th && keys ? 0 : -ENOMEM;
+  if (!rc) pthread_barrier_init(&bar, NULL, 2 * streams);
+  for (uint64_t i = 0; !rc && i < objects; i++) snprintf(keys[i], HM__BKEY, "obj%llu", (unsigned long long)i);
+  uint64_t step_bytes = objects * ((object_bytes + 63) & ~63ull);
+  uint32_t created = 0;
+  for (uint32_t t = 0; !rc && t < streams; t++) {
+    hm__bstream_t *b = &bs[t];
+    b->ctx = ctx;
+    b->tier = tier;
+    snprintf(b->name, sizeof b->name, "bench-%d-%u", _hm_prim_chan_pid(), t);
+    b->objects = objects;
+    b->bytes = object_bytes;
+    b->steps = steps;
+    b->mix = mix;
+    b->bar = &bar;
+    b->keys = keys;
+    b->put_best = b->view_best = b->copy_best = UINT64_MAX;
+    rc = _hm_prim_map_anon(objects * object_bytes, (void **)&b->src);
+    if (!rc) rc = _hm_prim_map_anon(objects * object_bytes, (void **)&b->dst);
+    if (rc) break;
+    for (uint64_t i = 0; i < objects * object_bytes; i += 8) {
+      uint64_t v = i * 0x9e3779b97f4a7c15ull + t;
+      memcpy(b->src + i, &v, objects * object_bytes - i < 8 ? objects * object_bytes - i : 8);
+    }
+    memset(b->dst, 0, objects * object_bytes); /* first touch outside the timing */
+    hm_chan_config_t cfg;
+    hm_chan_config_default(&cfg);
+    cfg.tier = tier;
+    cfg.name = b->name;
+    cfg.slots = 2;
+    cfg.slot_bytes = step_bytes;
+    cfg.max_objects = objects;
+    cfg.replace = 1;
+    rc = hm_chan_create(ctx, &cfg);
+    if (!rc) created = t + 1;
+  }
+  uint64_t t0 = _hm_prim_now_ns();
+  uint32_t started = 0;
+  for (uint32_t t = 0; !rc && t < streams; t++) {
+    pthread_create(&th[2 * t], NULL, hm__bwriter, &bs[t]);
+    pthread_create(&th[2 * t + 1], NULL, hm__breader, &bs[t]);
+    started = t + 1;
+  }
+  for (uint32_t t = 0; t < started; t++) {
+    pthread_join(th[2 * t], NULL);
+    pthread_join(th[2 * t + 1], NULL);
+  }
+  uint64_t wall = _hm_prim_now_ns() - t0;
+  /* memcpy of the same bytes, same threads count 1, best of steps */
+  uint64_t mc_best = UINT64_MAX;
+  for (uint32_t s = 0; !rc && s < steps + 1; s++) {
+    uint64_t a = _hm_prim_now_ns();
+    for (uint64_t i = 0; i < objects; i++)
+      memcpy(bs[0].dst + i * object_bytes, bs[0].src + i * object_bytes, object_bytes);
+    uint64_t dt = _hm_prim_now_ns() - a;
+    if (s > 0) mc_best = hm__min(mc_best, dt);
+  }
+  for (uint32_t t = 0; !rc && t < started; t++)
+    if (bs[t].rc) {
+      rc = _hm_error(ctx, bs[t].rc, "bench stream %u: %s", t, bs[t].err);
+      break;
+    }
+  for (uint32_t t = 0; !rc && t < started; t++)
+    if (bs[t].checksum_errors)
+      rc = _hm_error(ctx, -EIO, "bench stream %u: %llu objects read back wrong", t,
+                     (unsigned long long)bs[t].checksum_errors);
+  _hm_sb_t sb;
+  _hm_sb_init(&sb);
+  if (!rc) {
+    uint64_t put = 0, view = 0, copy = 0;
+    double put_mean = 0, copy_mean = 0;
+    uint32_t counted = steps > 1 ? steps - 1 : 1;
+    for (uint32_t t = 0; t < streams; t++) {
+      put = put > bs[t].put_best ? put : bs[t].put_best; /* slowest stream's best */
+      view = view > bs[t].view_best ? view : bs[t].view_best;
+      copy = copy > bs[t].copy_best ? copy : bs[t].copy_best;
+      put_mean += (double)bs[t].put_total / counted / streams;
+      copy_mean += (double)bs[t].copy_total / counted / streams;
+    }
+    double bytes = (double)(objects * object_bytes);
+    _hm_sb_printf(&sb, "{\"schema_version\": 1, \"tier\": ");
+    _hm_sb_json_str(&sb, tier ? tier : "dram");
+    _hm_sb_printf(
+        &sb,
+        ", \"objects\": %llu, \"object_bytes\": %llu, \"steps\": %u, \"streams\": %u, "
+        "\"mix\": %s, \"put_ns_per_object\": %.1f, \"get_view_ns_per_object\": %.1f, "
+        "\"get_copy_ns_per_object\": %.1f, \"memcpy_ns_per_object\": %.1f, "
+        "\"put_mean_ns_per_object\": %.1f, \"get_copy_mean_ns_per_object\": %.1f, "
+        "\"put_gbs\": %.3f, \"get_gbs\": %.3f, \"memcpy_gbs\": %.3f, "
+        "\"aggregate_put_gbs\": %.3f, \"aggregate_get_gbs\": %.3f, \"wall_s\": %.4f}",
+        (unsigned long long)objects, (unsigned long long)object_bytes, steps, streams,
+        mix ? "true" : "false", (double)put / objects, (double)view / objects,
+        (double)copy / objects, (double)mc_best / objects, put_mean / objects,
+        copy_mean / objects, bytes / (double)put, bytes / (double)copy,
+        bytes / (double)mc_best, bytes * streams / put_mean, bytes * streams / copy_mean,
+        (double)wall / 1e9);
+  }
+  for (uint32_t t = 0; t < created; t++) hm_chan_unlink(ctx, tier, bs[t].name);
+  for (uint32_t t = 0; bs && t < streams; t++) {
+    _hm_prim_unmap(bs[t].src, objects * object_bytes);
+    _hm_prim_unmap(bs[t].dst, objects * object_bytes);
+  }
+  if (bs && th && keys) pthread_barrier_destroy(&bar);
+  free(bs);
+  free(th);
+  free(keys);
+  if (rc) {
+    _hm_sb_free(&sb);
+    return rc;
+  }
+  return _hm_sb_take(&sb, out);
+}

@@ -1,0 +1,6 @@
+# Workflow channel (issue 6): versioned object streams over a memory tier.
+target_sources(hetmem_core PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/channel.c
+  ${CMAKE_CURRENT_LIST_DIR}/bench.c
+  ${CMAKE_CURRENT_LIST_DIR}/../prim/chan.c
+)
