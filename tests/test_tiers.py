@@ -186,8 +186,12 @@ def test_merge_probe_reranks_measured_tiers():
     probe = {
         "schema_version": 1,
         "tiers": [
-            {"name": "node0", "kind": "dram", "stream": {"triad_gbs": 90.0}},
-            {"name": "node1", "kind": "dram", "stream": {"triad_gbs": 120.0}},
+            {"name": "node0", "kind": "memory", "best": {"triad_gbs": 90.0, "threads": 2}},
+            {
+                "name": "node1",
+                "kind": "memory",
+                "stream": [{"threads": 1, "triad_gbs": 60.0}, {"threads": 2, "triad_gbs": 120.0}],
+            },
         ],
     }
     merge_probe(data, probe)
@@ -218,7 +222,13 @@ def test_cli_merges_cached_probe(hetmem, tmp_path: Path, monkeypatch):
             "schema_version": 1,
             "tiers": [
                 {"name": "node0", "kind": "dram", "stream": {"triad_gbs": 70.5}},
-                {"name": f"storage:{storage.resolve()}", "seq_read_gbs": 2.5},
+                # given as a non-canonical path: matched after resolving
+                {
+                    "name": "storage:x",
+                    "kind": "storage",
+                    "path": str(storage / ".." / "scratch"),
+                    "seq_read_gbs": 2.5,
+                },
             ],
         },
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,14 +60,31 @@ def _positive(x: Any) -> float | None:
 
 
 def measured_gbs(entry: dict[str, Any]) -> float | None:
-    """The bandwidth a probe entry measured: STREAM triad for memory,
-    sequential O_DIRECT reads for storage (GB/s)."""
+    """The bandwidth a probe entry measured (GB/s): the best STREAM triad for
+    memory (`best.triad_gbs`, else the highest over the `stream` sweep),
+    sequential O_DIRECT reads for storage."""
+    best = entry.get("best")
+    if isinstance(best, dict) and _positive(best.get("triad_gbs")):
+        return _positive(best.get("triad_gbs"))
     stream = entry.get("stream")
     if isinstance(stream, dict):
-        bw = _positive(stream.get("triad_gbs"))
-        if bw:
-            return bw
+        stream = [stream]
+    if isinstance(stream, list):
+        bws = [_positive(s.get("triad_gbs")) for s in stream if isinstance(s, dict)]
+        good = [b for b in bws if b]
+        if good:
+            return max(good)
     return _positive(entry.get("seq_read_gbs"))
+
+
+def _probe_key(entry: dict[str, Any]) -> str | None:
+    """The inventory name a probe entry describes. Storage entries are matched
+    by resolved path, so /tmp/../var/tmp and /var/tmp are one tier."""
+    path = entry.get("path")
+    if entry.get("kind") == "storage" and isinstance(path, str):
+        return f"storage:{os.path.realpath(path)}"
+    name = entry.get("name")
+    return name if isinstance(name, str) else None
 
 
 def merge_probe(data: dict[str, Any], probe: dict[str, Any]) -> None:
@@ -78,11 +96,11 @@ def merge_probe(data: dict[str, Any], probe: dict[str, Any]) -> None:
     if probe.get("schema_version") != 1 or not isinstance(probe.get("tiers"), list):
         data["probe"] = {"used": False, "reason": "cached probe result has another schema"}
         return
-    by_name = {
-        t["name"]: t
-        for t in probe["tiers"]
-        if isinstance(t, dict) and isinstance(t.get("name"), str)
-    }
+    by_name: dict[str, dict[str, Any]] = {}
+    for t in probe["tiers"]:
+        key = _probe_key(t) if isinstance(t, dict) else None
+        if key:
+            by_name[key] = t
     used = 0
     for tier in data["tiers"]:
         entry = by_name.get(tier["name"])
