@@ -45,6 +45,7 @@ def lib() -> ctypes.CDLL:
     so.hm_options_json.argtypes = [c_p, ctypes.POINTER(c_p)]
     so.hm_parse_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
     _declare_sections(so)
+    _declare_pager(so)
     return so
 
 
@@ -61,6 +62,39 @@ def _declare_sections(so: ctypes.CDLL) -> None:
         if fn is not None:
             fn.argtypes = [c_p, *extra, ctypes.POINTER(c_p)]
             fn.restype = ctypes.c_int
+
+
+class PagerConfig(ctypes.Structure):
+    """hm_pager_config_t (hetmem.h, HM_PAGER_CONFIG_VERSION 1)."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("dram_budget", ctypes.c_uint64),
+        ("backing_dir", ctypes.c_char_p),
+        ("fetch_unit", ctypes.c_uint64),
+        ("prefetch", ctypes.c_int),
+        ("io_depth", ctypes.c_uint32),
+        ("handler_threads", ctypes.c_uint32),
+    ]
+
+
+def _declare_pager(so: ctypes.CDLL) -> None:
+    """hm_pager_* signatures, where the library has the pager."""
+    c_p = ctypes.c_void_p
+    if getattr(so, "hm_pager_open", None) is None:
+        return
+    so.hm_pager_config_default.argtypes = [c_p, ctypes.POINTER(PagerConfig)]
+    so.hm_pager_config_default.restype = None
+    so.hm_pager_open.argtypes = [c_p, ctypes.POINTER(PagerConfig), ctypes.POINTER(c_p)]
+    so.hm_pager_close.argtypes = [c_p]
+    so.hm_pager_map.argtypes = [c_p, ctypes.c_size_t, ctypes.POINTER(c_p)]
+    so.hm_pager_unmap.argtypes = [c_p, c_p, ctypes.c_size_t]
+    so.hm_pager_stats_json.argtypes = [c_p, ctypes.POINTER(c_p)]
+
+
+def has_pager() -> bool:
+    return getattr(lib(), "hm_pager_open", None) is not None
 
 
 def strerror(err: int) -> str:

@@ -1,0 +1,682 @@
+"""`hetmem run`: run an unmodified command in one memory mode.
+
+- dram: the command as is (the all-DRAM reference);
+- cache: libhetmem_preload.so serves every allocation of at least the
+  threshold from pager regions whose DRAM cache is the fast budget;
+- swap: the baseline a user gets without hetmem: a memory cgroup limited to
+  the budget plus a swap file of sufficient size on the same storage tier.
+
+Whatever the mode, the command's stdin, stdout and stderr are inherited
+untouched and its exit status becomes hetmem's (a command killed by signal N
+gives 128+N, as in a shell). Everything a user can get wrong is checked
+before the command starts: a one-line error and exit status 2.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetmem import _native
+from hetmem.errors import EnvironmentProblem, HetmemError, NativeError, UsageError
+
+SCHEMA_VERSION = 1
+MODES = ("dram", "cache", "swap")
+PRELOAD_NAME = "libhetmem_preload.so"
+SWAP_PREFIX = ".hetmem-swap-"
+CGROUP_PREFIX = "hetmem-run-"
+GIB = 1 << 30
+
+
+@dataclass
+class RunConfig:
+    mode: str
+    command: list[str]
+    budget: int = 0
+    storage: Path | None = None
+    stats: Path | None = None
+    threshold: int | None = None
+    swap_size: int | None = None
+    fetch_unit: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def note(text: str) -> None:
+    """A line on stderr that is hetmem's, not the command's."""
+    os.write(2, f"hetmem run: note: {text}\n".encode())
+
+
+# ---------------------------------------------------------------------------
+# Validation (before anything runs)
+# ---------------------------------------------------------------------------
+def default_storage() -> Path:
+    """The storage option's default, as the runtime resolves it."""
+    env = os.environ.get("HETMEM_STORAGE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("TMPDIR") or "/var/tmp")
+
+
+def check_storage(path: Path, need_bytes: int) -> None:
+    """A directory the pager or a swap file can use: exists, writable, not full."""
+    if not path.exists():
+        raise UsageError(f"storage directory '{path}' does not exist")
+    if not path.is_dir():
+        raise UsageError(f"storage directory '{path}' is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".hetmem-check-", dir=path)
+    except OSError as exc:
+        raise UsageError(f"storage directory '{path}' is not writable: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(probe)
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    if free < need_bytes:
+        raise UsageError(
+            f"storage directory '{path}' is full: {free} bytes free, {need_bytes} needed"
+        )
+
+
+def resolve_command(argv: list[str]) -> None:
+    if not argv:
+        raise UsageError("no command given: hetmem run [OPTIONS] -- CMD [ARGS...]")
+    exe = argv[0]
+    found = shutil.which(exe) if "/" not in exe else (exe if os.access(exe, os.X_OK) else None)
+    if not found:
+        raise UsageError(f"'{exe}': command not found or not executable")
+
+
+def preload_path() -> Path:
+    return _native.library_dir() / PRELOAD_NAME
+
+
+def check_pager(cfg: RunConfig) -> None:
+    """Opens (and closes) a pager with the run's settings through libhetmem.so,
+    so that a bad budget, storage tier or missing userfaultfd permission is
+    reported here rather than from inside the command."""
+    so = _native.lib()
+    if not _native.has_pager():
+        raise EnvironmentProblem("this build of hetmem has no pager: cache mode is unavailable")
+    with _native.Context() as ctx:
+        ctx.set_option("fast_budget", str(cfg.budget))
+        ctx.set_option("storage", str(cfg.storage))
+        pc = _native.PagerConfig()
+        pc.size = ctypes.sizeof(pc)
+        so.hm_pager_config_default(ctx.handle, ctypes.byref(pc))
+        cfg.fetch_unit = int(pc.fetch_unit)
+        if cfg.budget < cfg.fetch_unit:
+            raise UsageError(
+                f"fast budget {cfg.budget} bytes is smaller than one fetch unit "
+                f"({cfg.fetch_unit} bytes)"
+            )
+        pc.dram_budget = cfg.budget
+        storage = str(cfg.storage).encode()
+        pc.backing_dir = storage
+        pager = ctypes.c_void_p()
+        rc = so.hm_pager_open(ctx.handle, ctypes.byref(pc), ctypes.byref(pager))
+        if rc:
+            raise NativeError(
+                f"cannot start cache mode: {ctx.last_error() or _native.strerror(rc)}", rc
+            )
+        so.hm_pager_close(pager)
+
+
+def validate(cfg: RunConfig) -> None:
+    if cfg.mode not in MODES:
+        raise UsageError(f"unknown mode '{cfg.mode}' (choose from {', '.join(MODES)})")
+    resolve_command(cfg.command)
+    if cfg.mode == "dram":
+        return
+    if cfg.budget <= 0:
+        raise UsageError(f"--mode {cfg.mode} needs --fast-budget SIZE (or HETMEM_FAST_BUDGET)")
+    if cfg.storage is None:
+        cfg.storage = default_storage()
+    cfg.storage = cfg.storage.resolve()
+    if cfg.stats is not None:
+        parent = cfg.stats.resolve().parent
+        if not parent.is_dir():
+            raise UsageError(f"--stats: directory '{parent}' does not exist")
+    if cfg.mode == "cache":
+        if cfg.threshold is not None and cfg.threshold < os.sysconf("SC_PAGE_SIZE"):
+            raise UsageError("--threshold must be at least one page")
+        if not preload_path().exists():
+            raise EnvironmentProblem(f"{preload_path()} is missing: reinstall hetmem")
+        check_storage(cfg.storage, 1 << 20)
+        check_pager(cfg)
+    else:
+        if os.geteuid() != 0:
+            raise EnvironmentProblem(
+                "--mode swap needs root (it creates a memory cgroup and a swap file)"
+            )
+        for tool in ("mkswap", "swapon", "swapoff"):
+            if not shutil.which(tool):
+                raise EnvironmentProblem(f"--mode swap needs '{tool}' (util-linux)")
+        check_storage(cfg.storage, 1 << 20)
+        free = _free_bytes(cfg.storage)
+        if cfg.swap_size is None:
+            # The footprint is unknown: 4x the budget, at least 8 GiB, but
+            # never more than 90% of what the storage tier has free.
+            cfg.swap_size = min(max(4 * cfg.budget, 8 * GIB), int(free * 0.9))
+        if cfg.swap_size < cfg.budget or cfg.swap_size < (16 << 20):
+            raise UsageError(
+                f"swap size {cfg.swap_size} bytes is too small "
+                f"(storage '{cfg.storage}' has {free} bytes free)"
+            )
+        if cfg.swap_size > free:
+            raise UsageError(
+                f"storage directory '{cfg.storage}' is full: {free} bytes free, "
+                f"swap file needs {cfg.swap_size}"
+            )
+
+
+def _free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+# ---------------------------------------------------------------------------
+# Running the command
+# ---------------------------------------------------------------------------
+class _Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_FORWARDED = (signal.SIGTERM, signal.SIGHUP)
+_TTY_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+
+
+@contextmanager
+def _signals(state: dict[str, Any]) -> Iterator[None]:
+    """While a child runs, SIGTERM and SIGHUP are forwarded to it and SIGINT
+    and SIGQUIT are left to it (the terminal sends them to the whole
+    foreground group, as with a shell). With no child running, any of them
+    interrupts hetmem, whose clean-up then runs."""
+
+    def handler(signum: int, frame: object) -> None:
+        proc = state.get("proc")
+        if proc is not None and proc.poll() is None:
+            if signum in _FORWARDED:
+                with suppress(ProcessLookupError):
+                    proc.send_signal(signum)
+            return
+        if state.get("tearing_down"):
+            state["late_signal"] = signum
+            return
+        raise _Interrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in (*_FORWARDED, *_TTY_SIGNALS)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def _spawn(
+    argv: list[str],
+    env: dict[str, str],
+    state: dict[str, Any],
+    preexec: Callable[[], None] | None = None,
+) -> tuple[int, float]:
+    """Runs argv with inherited fds; returns (exit status as a shell gives it, wall s)."""
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.Popen(argv, env=env, preexec_fn=preexec)
+    except OSError as exc:
+        raise UsageError(f"cannot run '{argv[0]}': {exc.strerror}") from None
+    state["proc"] = proc
+    rc = proc.wait()
+    wall = time.perf_counter() - t0
+    state["proc"] = None
+    return (128 - rc if rc < 0 else rc), wall
+
+
+def _read_interposer_stats(path: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    with suppress(OSError), open(path) as f:
+        for line in f:
+            with suppress(ValueError):
+                obj = json.loads(line)
+                if isinstance(obj, dict):
+                    out.append(obj)
+    return out
+
+
+def _sum_numbers(dicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Field-wise sum of the top-level integers (peaks: maximum); other
+    fields are taken from the first."""
+    total: dict[str, Any] = {}
+    for d in dicts:
+        for k, v in d.items():
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                total.setdefault(k, v)
+            elif k.startswith("peak") or k in ("table_capacity", "threshold"):
+                total[k] = max(total.get(k, v), v)
+            else:
+                total[k] = total.get(k, 0) + v
+    return total
+
+
+def _cache_env(cfg: RunConfig, stats_file: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    so = str(preload_path())
+    env["LD_PRELOAD"] = so + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env["HETMEM_FAST_BUDGET"] = str(cfg.budget)
+    env["HETMEM_STORAGE"] = str(cfg.storage)
+    if cfg.threshold is not None:
+        env["HETMEM_ALLOC_THRESHOLD"] = str(cfg.threshold)
+    if stats_file is not None:
+        env["HETMEM_STATS"] = str(stats_file)
+    else:
+        env.pop("HETMEM_STATS", None)
+    return env
+
+
+def run(cfg: RunConfig) -> int:
+    """Validates cfg, runs the command, writes --stats; returns its exit status."""
+    validate(cfg)
+    stats: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "hetmem-run",
+        "mode": cfg.mode,
+        "budget": cfg.budget or None,
+        "storage": str(cfg.storage) if cfg.storage else None,
+        "command": cfg.command,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    state: dict[str, Any] = {}
+    rc = 0
+    try:
+        with _signals(state):
+            if cfg.mode == "dram":
+                rc, wall = _spawn(cfg.command, dict(os.environ), state)
+            elif cfg.mode == "cache":
+                rc, wall = _run_cache(cfg, state, stats)
+            else:
+                rc, wall = _run_swap(cfg, state, stats)
+    except _Interrupted as exc:
+        os.write(2, f"hetmem run: interrupted by signal {exc.signum}; cleaned up\n".encode())
+        return 128 + exc.signum
+    stats["wall_s"] = round(wall, 6)
+    stats["exit_code"] = rc
+    if rc > 128:
+        stats["signal"] = rc - 128
+    if cfg.stats is not None:
+        _write_json(cfg.stats, stats)
+    return rc
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with suppress(OSError):
+            tmp.unlink()
+        raise HetmemError(f"cannot write stats file '{path}': {exc.strerror}") from None
+
+
+def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
+    stats["threshold"] = cfg.threshold
+    stats["fetch_unit"] = cfg.fetch_unit
+    with tempfile.TemporaryDirectory(prefix="hetmem-run-") as tmp:
+        lines_file = Path(tmp) / "interposer.jsonl" if cfg.stats is not None else None
+        rc, wall = _spawn(cfg.command, _cache_env(cfg, lines_file), state)
+        procs = _read_interposer_stats(lines_file) if lines_file else []
+    pagers = [p["pager"] for p in procs if isinstance(p.get("pager"), dict)]
+    stats["pager"] = _sum_numbers(pagers) if pagers else None
+    stats["interposer"] = (
+        _sum_numbers([p["interposer"] for p in procs if isinstance(p.get("interposer"), dict)])
+        if procs
+        else None
+    )
+    if procs and stats["threshold"] is None:
+        stats["threshold"] = procs[0].get("threshold")
+    stats["processes"] = procs
+    return rc, wall
+
+
+# ---------------------------------------------------------------------------
+# Swap baseline
+# ---------------------------------------------------------------------------
+def read_swaps() -> list[dict[str, Any]]:
+    """/proc/swaps as a list of {name, type, size, used, priority} (bytes)."""
+    out: list[dict[str, Any]] = []
+    with suppress(OSError), open("/proc/swaps") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 5:
+                out.append(
+                    {
+                        "name": parts[0].replace("\\040", " "),
+                        "type": parts[1],
+                        "size": int(parts[2]) * 1024,
+                        "used": int(parts[3]) * 1024,
+                        "priority": int(parts[4]),
+                    }
+                )
+    return out
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _tool(argv: list[str]) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        raise EnvironmentProblem(f"{' '.join(argv)}: {msg[-1] if msg else 'failed'}")
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _kv(text: str | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+class MemoryCgroup:
+    """A memory cgroup for one run, under hetmem's own (v1 or v2)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.version, self.parent = self._locate()
+        self.path = self.parent / name
+
+    @staticmethod
+    def _mounts() -> list[tuple[str, str, list[str]]]:
+        out = []
+        with open("/proc/mounts") as f:
+            for line in f:
+                p = line.split()
+                if len(p) >= 4:
+                    out.append((p[1], p[2], p[3].split(",")))
+        return out
+
+    @staticmethod
+    def _own(controller: str | None) -> str:
+        """This process's cgroup path in the hierarchy of controller (None: v2)."""
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                hid, ctrls, path = line.rstrip("\n").split(":", 2)
+                if controller is None and hid == "0" and ctrls == "":
+                    return path
+                if controller is not None and controller in ctrls.split(","):
+                    return path
+        return "/"
+
+    def _locate(self) -> tuple[int, Path]:
+        mounts = self._mounts()
+        for mnt, fstype, opts in mounts:
+            if fstype == "cgroup" and "memory" in opts:
+                return 1, Path(mnt) / self._own("memory").lstrip("/")
+        for mnt, fstype, _ in mounts:
+            if fstype == "cgroup2":
+                ctrls = (_read(Path(mnt) / "cgroup.controllers") or "").split()
+                if "memory" in ctrls:
+                    return 2, Path(mnt) / self._own(None).lstrip("/")
+        raise EnvironmentProblem("no memory cgroup controller is mounted (v1 or v2)")
+
+    def create(self, limit: int) -> None:
+        try:
+            if self.version == 2:
+                ctl = self.parent / "cgroup.subtree_control"
+                if "memory" not in (_read(ctl) or "").split():
+                    _write(ctl, "+memory")
+            self.path.mkdir()
+            if self.version == 1:
+                _write(self.path / "memory.limit_in_bytes", str(limit))
+            else:
+                _write(self.path / "memory.max", str(limit))
+                if (self.path / "memory.swap.max").exists():
+                    _write(self.path / "memory.swap.max", "max")
+        except OSError as exc:
+            raise EnvironmentProblem(
+                f"cannot set up memory cgroup {self.path}: {exc.strerror}"
+            ) from None
+
+    def join(self) -> None:
+        """Moves the calling process in (runs in the child before exec)."""
+        _write(self.path / "cgroup.procs", str(os.getpid()))
+
+    def stats(self) -> dict[str, Any]:
+        p = self.path
+        if self.version == 1:
+            st = _kv(_read(p / "memory.stat"))
+            oom = _kv(_read(p / "memory.oom_control"))
+            return {
+                "cgroup_version": 1,
+                "limit_bytes": _int(_read(p / "memory.limit_in_bytes")),
+                "max_usage_bytes": _int(_read(p / "memory.max_usage_in_bytes")),
+                "memsw_max_usage_bytes": _int(_read(p / "memory.memsw.max_usage_in_bytes")),
+                "failcnt": _int(_read(p / "memory.failcnt")),
+                "oom_kill": oom.get("oom_kill"),
+                "pgmajfault": st.get("total_pgmajfault", st.get("pgmajfault")),
+                "pgpgin": st.get("total_pgpgin", st.get("pgpgin")),
+                "pgpgout": st.get("total_pgpgout", st.get("pgpgout")),
+            }
+        st = _kv(_read(p / "memory.stat"))
+        ev = _kv(_read(p / "memory.events"))
+        return {
+            "cgroup_version": 2,
+            "limit_bytes": _int(_read(p / "memory.max")),
+            "max_usage_bytes": _int(_read(p / "memory.peak")),
+            "swap_max_usage_bytes": _int(_read(p / "memory.swap.peak")),
+            "oom_kill": ev.get("oom_kill"),
+            "pgmajfault": st.get("pgmajfault"),
+            "pswpin": st.get("pswpin"),
+            "pswpout": st.get("pswpout"),
+        }
+
+    def procs(self) -> list[int]:
+        text = _read(self.path / "cgroup.procs") or ""
+        return [int(x) for x in text.split()]
+
+    def remove(self) -> None:
+        """Kills what the command left behind in the cgroup, then removes it."""
+        if not self.path.exists():
+            return
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            pids = self.procs()
+            if not pids:
+                break
+            for pid in pids:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+        for _ in range(100):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.05)
+        note(f"could not remove cgroup {self.path}")
+
+
+class SwapFile:
+    """A swap file on the storage tier, at the highest priority."""
+
+    PRIORITY = 32767
+
+    def __init__(self, directory: Path, size: int) -> None:
+        self.path = directory / f"{SWAP_PREFIX}{os.getpid()}"
+        self.size = size
+        self.active = False
+
+    def create(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except OSError as exc:
+            raise EnvironmentProblem(
+                f"cannot create swap file {self.path}: {exc.strerror}"
+            ) from None
+        try:
+            try:
+                os.posix_fallocate(fd, 0, self.size)
+            except OSError as exc:
+                raise EnvironmentProblem(
+                    f"cannot allocate {self.size} bytes for swap file {self.path}: {exc.strerror}"
+                ) from None
+        finally:
+            os.close(fd)
+        _tool(["mkswap", str(self.path)])
+        _tool(["swapon", "-p", str(self.PRIORITY), str(self.path)])
+        self.active = True
+
+    def used(self) -> int | None:
+        for s in read_swaps():
+            if s["name"] == str(self.path):
+                return int(s["used"])
+        return None
+
+    def remove(self) -> None:
+        if self.active or self.path.exists():
+            if any(s["name"] == str(self.path) for s in read_swaps()):
+                proc = subprocess.run(["swapoff", str(self.path)], capture_output=True, text=True)
+                if proc.returncode != 0:
+                    note(f"swapoff {self.path} failed: {proc.stderr.strip()}")
+            self.active = False
+            with suppress(FileNotFoundError):
+                self.path.unlink()
+
+
+def clean_stale(storage: Path) -> list[str]:
+    """Removes swap files and cgroups that an earlier, killed hetmem left
+    (their owner pid no longer runs). Returns what it removed."""
+    removed: list[str] = []
+    for s in read_swaps():
+        name = Path(s["name"]).name
+        if name.startswith(SWAP_PREFIX) and name[len(SWAP_PREFIX) :].isdigit():
+            if not _pid_alive(int(name[len(SWAP_PREFIX) :])):
+                subprocess.run(["swapoff", s["name"]], capture_output=True)
+                with suppress(OSError):
+                    os.unlink(s["name"])
+                removed.append(s["name"])
+    with suppress(OSError):
+        for entry in storage.iterdir():
+            n = entry.name
+            if n.startswith(SWAP_PREFIX) and n[len(SWAP_PREFIX) :].isdigit():
+                if not _pid_alive(int(n[len(SWAP_PREFIX) :])) and str(entry) not in removed:
+                    with suppress(OSError):
+                        entry.unlink()
+                        removed.append(str(entry))
+    with suppress(EnvironmentProblem, OSError):
+        parent = MemoryCgroup("x").parent
+        for entry in parent.iterdir():
+            n = entry.name
+            if n.startswith(CGROUP_PREFIX) and n[len(CGROUP_PREFIX) :].isdigit():
+                if not _pid_alive(int(n[len(CGROUP_PREFIX) :])):
+                    with suppress(OSError):
+                        entry.rmdir()
+                        removed.append(str(entry))
+    return removed
+
+
+class _SwapSampler(threading.Thread):
+    """Samples the swap file's use while the command runs (its peak is not
+    in cgroup v1's counters)."""
+
+    def __init__(self, swap: SwapFile) -> None:
+        super().__init__(daemon=True)
+        self.swap = swap
+        self.peak = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.1):
+            used = self.swap.used()
+            if used is not None:
+                self.peak = max(self.peak, used)
+
+
+def _run_swap(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
+    assert cfg.storage is not None and cfg.swap_size is not None
+    stale = clean_stale(cfg.storage)
+    if stale:
+        note(f"removed what an earlier interrupted run left: {', '.join(stale)}")
+    others = read_swaps()
+    if others:
+        names = ", ".join(f"{s['name']} (priority {s['priority']})" for s in others)
+        note(
+            f"other swap areas are active: {names}; hetmem's swap file has the highest "
+            "priority, but the command's pages may also go there"
+        )
+    stats["swap_size"] = cfg.swap_size
+    stats["other_swap"] = others
+    cg = MemoryCgroup(f"{CGROUP_PREFIX}{os.getpid()}")
+    swap = SwapFile(cfg.storage, cfg.swap_size)
+    sampler = _SwapSampler(swap)
+    try:
+        swap.create()
+        cg.create(cfg.budget)
+        stats["swap_file"] = str(swap.path)
+        stats["cgroup"] = str(cg.path)
+        sampler.start()
+        rc, wall = _spawn(cfg.command, dict(os.environ), state, preexec=cg.join)
+        sampler.stop.set()
+        sampler.join()
+        cgs = cg.stats()
+        cgs["swap_peak_bytes"] = sampler.peak
+        stats["swap"] = cgs
+        if cgs.get("oom_kill"):
+            note(
+                "the command was killed by the OOM killer inside the swap cgroup "
+                "(footprint above budget + swap size: raise --swap-size)"
+            )
+        return rc, wall
+    finally:
+        state["tearing_down"] = True
+        sampler.stop.set()
+        cg.remove()
+        swap.remove()
+        state["tearing_down"] = False
