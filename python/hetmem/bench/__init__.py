@@ -1,0 +1,47 @@
+"""`hetmem bench` suites and the programs they run.
+
+Each suite is a module in this package with `name`, `help`, `description`,
+`add_arguments(parser)` and `run(args) -> int`; SUITES lists them in the
+order `hetmem bench --help` shows. Later suites (sdm, placement, kernels)
+add a module and a line here.
+
+Benchmark programs (hm-stream-ref, ...) are built from bench/ and installed
+into the package's _bench folder beside _lib; bench_dir() finds them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hetmem._native import library_dir
+from hetmem.errors import EnvironmentProblem
+
+SUITES = ("reference",)
+
+
+def bench_dir() -> Path:
+    """Folder of the benchmark programs.
+
+    $HETMEM_BENCHDIR if set; else <build>/bench when $HETMEM_LIBDIR points at
+    a development build tree; else the installed package's _bench folder.
+    """
+    env = os.environ.get("HETMEM_BENCHDIR")
+    if env:
+        return Path(env)
+    lib = library_dir()
+    dev = lib / "bench"
+    if dev.is_dir():
+        return dev
+    return lib.parent / "_bench"
+
+
+def find_program(name: str) -> Path:
+    """Path of a benchmark program, or EnvironmentProblem naming where it looked."""
+    path = bench_dir() / name
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise EnvironmentProblem(
+            f"benchmark program {name} not found in {path.parent} "
+            "(reinstall hetmem, or set HETMEM_BENCHDIR to a build tree's bench folder)"
+        )
+    return path

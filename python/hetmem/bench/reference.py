@@ -1,0 +1,298 @@
+"""`hetmem bench reference`: the probe against the reference tools, side by side.
+
+- STREAM: the probe's triad against hm-stream-ref (a McCalpin-style STREAM
+  built from bench/stream_ref.c with the probe kernels' compiler flags), same
+  array size, same thread count, same pinning (OMP_PROC_BIND/OMP_PLACES for
+  the reference, explicit pinning in the probe). Rounds alternate which goes
+  first; each side reports its best. Target: probe >= 90% of the reference.
+- Storage: the probe's O_DIRECT io_uring sequential read against fio
+  (--direct=1 --rw=read --ioengine=io_uring) with the same block size, depth
+  and file size, in the same directory, rounds interleaved, best of each.
+  Target: within 15% of fio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from hetmem import cache, output
+from hetmem import probe as probe_mod
+from hetmem._native import Context
+from hetmem.bench import find_program
+from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
+from hetmem.sizes import format_size, parse_size
+
+SCHEMA_VERSION = 1
+TRIAD_TARGET = 0.90
+SEQ_TOLERANCE = 0.15
+
+name = "reference"
+help = "probe vs McCalpin-style STREAM (triad) and vs fio (O_DIRECT sequential read)"
+description = (
+    "Runs the probe and the reference tools side by side, interleaved, in one run\n"
+    "and prints the ratios with a verdict against the targets:\n"
+    "  probe STREAM triad >= 90% of hm-stream-ref (McCalpin-style, same flags)\n"
+    "  probe O_DIRECT sequential read within 15% of fio (same block, depth, dir)\n"
+    "Exit status 0 when every target is met, 1 when one is missed, 2 on bad input."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, smaller files")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--threads",
+        nargs="+",
+        type=int,
+        metavar="N",
+        help="thread counts to compare (default: 1 and 2, as far as there are CPUs)",
+    )
+    parser.add_argument("--storage", metavar="DIR", help="storage directory (as hetmem probe)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default: 2 quick, 3)")
+    parser.add_argument("--array-size", metavar="SIZE", help="STREAM array size (4x LLC)")
+    parser.add_argument("--storage-size", metavar="SIZE", help="file size (256MiB quick, 1GiB)")
+    parser.add_argument("--no-storage", action="store_true", help="compare STREAM only")
+    parser.add_argument("--no-stream", action="store_true", help="compare storage only")
+
+
+def _run_ref(prog: Path, elements: int, ntimes: int, threads: int) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "close", "OMP_PLACES": "cores"})
+    proc = subprocess.run(
+        [str(prog), "--elements", str(elements), "--ntimes", str(ntimes)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise HetmemError(f"{prog.name} failed ({proc.returncode}): {proc.stderr.strip()}")
+    data = json.loads(proc.stdout)
+    if data.get("threads") != threads:
+        raise HetmemError(f"{prog.name} ran {data.get('threads')} threads, not {threads}")
+    return data
+
+
+def _fio(fio: str, path: Path, rw: str, size: int, block: int, depth: int) -> dict[str, Any]:
+    proc = subprocess.run(
+        [
+            fio,
+            "--name=hetmem-reference",
+            f"--filename={path}",
+            "--direct=1",
+            f"--rw={rw}",
+            f"--bs={block}",
+            f"--iodepth={depth}",
+            "--ioengine=io_uring",
+            f"--size={size}",
+            "--output-format=json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise HetmemError(f"fio failed ({proc.returncode}): {proc.stderr.strip()[:300]}")
+    # fio may print notes before the JSON document.
+    text = proc.stdout[proc.stdout.index("{") :]
+    return json.loads(text)["jobs"][0]
+
+
+def _verdict(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def run(args: argparse.Namespace) -> int:
+    quick = bool(args.quick)
+    rounds = args.rounds or (2 if quick else 3)
+    if rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    ncpu = probe_mod.allowed_cpus()
+    threads = args.threads or [t for t in (1, 2) if t <= ncpu]
+    for t in threads:
+        if not 1 <= t <= ncpu:
+            raise UsageError(f"--threads {t}: this process may use 1..{ncpu} CPUs")
+    reps = 6 if quick else 10
+    file_bytes = (
+        parse_size(args.storage_size, "--storage-size")
+        if args.storage_size
+        else (256 << 20 if quick else 1 << 30)
+    )
+    block, depth = 1 << 20, 8
+
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "suite": "reference",
+        "machine": cache.machine_key(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "quick": quick,
+        "rounds": rounds,
+        "stream": [],
+        "storage": None,
+    }
+    with Context() as ctx:
+        ref_prog = None if args.no_stream else find_program("hm-stream-ref")
+        fio = None
+        sdir = ""
+        if not args.no_storage:
+            fio = shutil.which("fio")
+            if not fio:
+                raise EnvironmentProblem("fio is not installed (Debian: apt-get install fio)")
+            sdir = os.path.abspath(args.storage or probe_mod.default_storage_dir(ctx))
+            # Same checks as the probe (missing, read-only, tmpfs, too full).
+            probe_mod.request(
+                ctx,
+                {"test": "storage", "dir": sdir, "file_bytes": file_bytes, "check_only": True},
+            )
+        if args.array_size:
+            array_bytes = parse_size(args.array_size, "--array-size")
+        else:
+            llc = probe_mod.request(ctx, {"test": "llc"})["llc_bytes"]
+            array_bytes = max(4 * llc, 8 << 20)
+        elements = array_bytes // 8
+        array_bytes = elements * 8
+
+        steps = (0 if args.no_stream else len(threads) * rounds * 2) + (
+            0 if args.no_storage else rounds * 2
+        )
+        show = not args.json and os.isatty(2)
+        with output.progress(show) as prog:
+            task = prog.add_task("reference", total=steps)
+            if ref_prog is not None:
+                for t in threads:
+                    probe_runs: list[dict[str, Any]] = []
+                    ref_runs: list[dict[str, Any]] = []
+                    for r in range(rounds):
+                        order = ("probe", "ref") if r % 2 == 0 else ("ref", "probe")
+                        for side in order:
+                            prog.update(task, description=f"STREAM {t} thr: {side}")
+                            if side == "probe":
+                                probe_runs.append(
+                                    probe_mod.request(
+                                        ctx,
+                                        {
+                                            "test": "stream",
+                                            "threads": t,
+                                            "array_bytes": array_bytes,
+                                            "repetitions": reps,
+                                        },
+                                    )
+                                )
+                            else:
+                                ref_runs.append(_run_ref(ref_prog, elements, reps, t))
+                            prog.advance(task)
+                    p = max(x["triad_gbs"] for x in probe_runs)
+                    q = max(x["triad_gbs"] for x in ref_runs)
+                    result["stream"].append(
+                        {
+                            "threads": t,
+                            "array_bytes": array_bytes,
+                            "probe_triad_gbs": p,
+                            "reference_triad_gbs": q,
+                            "ratio": p / q,
+                            "target": TRIAD_TARGET,
+                            "pass": p / q >= TRIAD_TARGET,
+                            "probe_rounds": [x["triad_gbs"] for x in probe_runs],
+                            "reference_rounds": [x["triad_gbs"] for x in ref_runs],
+                        }
+                    )
+            if fio is not None:
+                fio_file = Path(sdir) / f".hetmem-fio-{os.getpid()}"
+                probe_gbs: list[float] = []
+                fio_gbs: list[float] = []
+                try:
+                    for r in range(rounds):
+                        order = ("probe", "fio") if r % 2 == 0 else ("fio", "probe")
+                        for side in order:
+                            prog.update(task, description=f"seq read: {side}")
+                            if side == "probe":
+                                res = probe_mod.request(
+                                    ctx,
+                                    {
+                                        "test": "storage",
+                                        "dir": sdir,
+                                        "file_bytes": file_bytes,
+                                        "block_bytes": block,
+                                        "seq_depth": depth,
+                                        "seq_passes": 1,
+                                        "random": False,
+                                        "write": False,
+                                    },
+                                )
+                                probe_gbs.append(res["seq_read_gbs"])
+                            else:
+                                # Written with O_DIRECT first, as the probe does,
+                                # so the read finds real blocks and no dirty cache.
+                                _fio(fio, fio_file, "write", file_bytes, block, depth)
+                                job = _fio(fio, fio_file, "read", file_bytes, block, depth)
+                                fio_gbs.append(job["read"]["bw_bytes"] / 1e9)
+                                fio_file.unlink(missing_ok=True)
+                            prog.advance(task)
+                finally:
+                    fio_file.unlink(missing_ok=True)
+                p, q = max(probe_gbs), max(fio_gbs)
+                result["storage"] = {
+                    "dir": sdir,
+                    "file_bytes": file_bytes,
+                    "block_bytes": block,
+                    "iodepth": depth,
+                    "probe_seq_read_gbs": p,
+                    "fio_seq_read_gbs": q,
+                    "ratio": p / q,
+                    "tolerance": SEQ_TOLERANCE,
+                    "pass": abs(p / q - 1) <= SEQ_TOLERANCE,
+                    "probe_rounds": probe_gbs,
+                    "fio_rounds": fio_gbs,
+                }
+    checks = [s["pass"] for s in result["stream"]]
+    if result["storage"]:
+        checks.append(result["storage"]["pass"])
+    result["pass"] = all(checks)
+    path = cache.save("bench-reference", result)
+    if args.json:
+        output.print_json(result)
+    else:
+        rows: list[list[Any]] = []
+        for s in result["stream"]:
+            rows.append(
+                [
+                    "STREAM triad GB/s",
+                    f"{s['threads']} thread{'s' if s['threads'] > 1 else ''}, "
+                    f"{format_size(s['array_bytes'])} arrays",
+                    round(s["probe_triad_gbs"], 2),
+                    round(s["reference_triad_gbs"], 2),
+                    round(s["ratio"], 3),
+                    f">= {TRIAD_TARGET:.2f}",
+                    _verdict(s["pass"]),
+                ]
+            )
+        st = result["storage"]
+        if st:
+            rows.append(
+                [
+                    "seq read GB/s (fio)",
+                    f"{format_size(st['block_bytes'])} x qd{st['iodepth']}, "
+                    f"{format_size(st['file_bytes'])} in {st['dir']}",
+                    round(st["probe_seq_read_gbs"], 3),
+                    round(st["fio_seq_read_gbs"], 3),
+                    round(st["ratio"], 3),
+                    f"1 +/- {SEQ_TOLERANCE:.2f}",
+                    _verdict(st["pass"]),
+                ]
+            )
+        output.table(
+            f"hetmem bench reference (best of {rounds} interleaved rounds)",
+            ["measure", "setting", "probe", "reference", "ratio", "target", "verdict"],
+            rows,
+        )
+        output.console().print(
+            f"verdict: {'all targets met' if result['pass'] else 'target missed'}; saved in {path}"
+        )
+    return 0 if result["pass"] else 1

@@ -1,0 +1,45 @@
+"""`hetmem bench`: benchmark suites, each a subcommand (see hetmem.bench)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+from hetmem.errors import UsageError
+
+
+def _suite(name: str) -> Any:
+    return importlib.import_module(f"hetmem.bench.{name}")
+
+
+class Command:
+    name = "bench"
+    help = "run benchmark suites (reference: probe against STREAM and fio)"
+    description = (
+        "Benchmark suites that measure hetmem side by side with what a user would\n"
+        "otherwise use, in one run, interleaved, and print the ratios.\n\n"
+        "  reference  probe STREAM triad vs a McCalpin-style STREAM built with the\n"
+        "             same flags; probe O_DIRECT sequential read vs fio"
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        from hetmem.bench import SUITES
+
+        sub = parser.add_subparsers(dest="suite", metavar="SUITE", parser_class=type(parser))
+        for name in SUITES:
+            mod = _suite(name)
+            p = sub.add_parser(
+                name,
+                help=mod.help,
+                description=mod.description,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+            mod.add_arguments(p)
+            p.set_defaults(_suite=mod)
+
+    def run(self, args: argparse.Namespace) -> int:
+        mod = getattr(args, "_suite", None)
+        if mod is None:
+            raise UsageError("name a suite: hetmem bench reference (see hetmem bench --help)")
+        return int(mod.run(args))
