@@ -31,6 +31,7 @@ from typing import Any
 
 from hetmem import _native
 from hetmem.errors import EnvironmentProblem, HetmemError, NativeError, UsageError
+from hetmem.sizes import parse_size
 
 SCHEMA_VERSION = 1
 MODES = ("dram", "cache", "swap")
@@ -107,6 +108,13 @@ def check_pager(cfg: RunConfig) -> None:
     so that a bad budget, storage tier or missing userfaultfd permission is
     reported here rather than from inside the command."""
     so = _native.lib()
+    with _native.Context() as ctx:
+        opts = {o["name"]: o["value"] for o in ctx.options()}
+    unit = parse_size(opts.get("fetch_unit", "0") or "0", "HETMEM_FETCH_UNIT")
+    if unit and cfg.budget < unit:
+        raise UsageError(
+            f"fast budget {cfg.budget} bytes is smaller than one fetch unit ({unit} bytes)"
+        )
     if not _native.has_pager():
         raise EnvironmentProblem("this build of hetmem has no pager: cache mode is unavailable")
     with _native.Context() as ctx:

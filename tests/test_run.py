@@ -1,0 +1,496 @@
+"""`hetmem run` in dram, cache and swap modes, and the preload interposer.
+
+The interposer's data checks run in tests/c/preload_target.c (built as
+hm_preload_target in the C build tree); these tests run it under each mode
+and check what passes through, what is cleaned up and what the stats say.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import CBUILD, REPO, run_hetmem
+from hetmem import _native
+
+TARGET = CBUILD / "hm_preload_target"
+PRELOAD = _native.library_dir() / "libhetmem_preload.so"
+IS_ROOT = os.geteuid() == 0
+
+
+def _has_pager() -> bool:
+    try:
+        return _native.has_pager()
+    except Exception:
+        return False
+
+
+needs_pager = pytest.mark.skipif(not _has_pager(), reason="this build has no pager (src/sdm)")
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="swap mode needs root")
+needs_target = pytest.mark.skipif(not TARGET.exists(), reason=f"{TARGET} not built")
+
+MODE_ARGS = {
+    "dram": ["--mode", "dram"],
+    "cache": ["--mode", "cache", "--fast-budget", "64M"],
+    "swap": ["--mode", "swap", "--fast-budget", "64M", "--swap-size", "256M"],
+}
+MODE_MARKS = {"dram": [], "cache": [needs_pager], "swap": [needs_root]}
+MODES = [pytest.param(m, marks=MODE_MARKS[m]) for m in MODE_ARGS]
+
+
+def _our_swaps() -> list[str]:
+    with open("/proc/swaps") as f:
+        return [ln.split()[0] for ln in f.readlines()[1:] if ".hetmem-swap-" in ln]
+
+
+def _cgroup_leftovers(pid: int) -> list[str]:
+    found = []
+    for root in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup"):
+        for dirpath, dirnames, _ in os.walk(root):
+            for d in dirnames:
+                if d == f"hetmem-run-{pid}":
+                    found.append(os.path.join(dirpath, d))
+            if dirpath.count("/") > 8:
+                dirnames.clear()
+    return found
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Iterator[Path]:
+    d = tmp_path / "tier"
+    d.mkdir()
+    yield d
+    # a swap file left active would keep the tmp dir from being removed
+    for name in _our_swaps():
+        if name.startswith(str(d)):
+            subprocess.run(["swapoff", name], capture_output=True)
+
+
+# ---------------------------------------------------------------------------
+# pass-through
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+def test_exit_code_and_output_pass_through(mode: str, storage: Path) -> None:
+    proc = run_hetmem(
+        "run",
+        *MODE_ARGS[mode],
+        "--storage",
+        str(storage),
+        "--",
+        "sh",
+        "-c",
+        "echo to-stdout; echo to-stderr >&2; exit 7",
+    )
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout == "to-stdout\n"
+    assert proc.stderr.splitlines()[-1] == "to-stderr"
+    assert not [ln for ln in proc.stderr.splitlines() if "error" in ln]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_killed_command_gives_128_plus_signal(mode: str, storage: Path) -> None:
+    proc = run_hetmem(
+        "run", *MODE_ARGS[mode], "--storage", str(storage), "--", "sh", "-c", "kill -KILL $$"
+    )
+    assert proc.returncode == 128 + signal.SIGKILL, proc.stderr
+
+
+def test_stdin_passes_through(tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("line one\nline two\n")
+    with open(src) as stdin:
+        proc = subprocess.run(
+            [sys.executable, "-m", "hetmem", "run", "--mode", "dram", "--", "cat"],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 0
+    assert proc.stdout == "line one\nline two\n"
+
+
+def test_dram_stats_file(tmp_path: Path) -> None:
+    stats = tmp_path / "s.json"
+    proc = run_hetmem("run", "--mode", "dram", "--stats", str(stats), "--", "sh", "-c", "exit 3")
+    assert proc.returncode == 3
+    data = json.loads(stats.read_text())
+    assert data["schema_version"] == 1
+    assert data["mode"] == "dram"
+    assert data["exit_code"] == 3
+    assert data["command"] == ["sh", "-c", "exit 3"]
+    assert data["wall_s"] > 0
+
+
+# ---------------------------------------------------------------------------
+# bad input: one line, exit 2, nothing runs
+# ---------------------------------------------------------------------------
+def _bad(*args: str, marker: Path | None = None) -> str:
+    proc = run_hetmem("run", *args)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert proc.stdout == ""
+    if marker is not None:
+        assert not marker.exists(), "the command ran despite bad input"
+    return lines[0]
+
+
+def test_bad_input_missing_command() -> None:
+    assert "no command" in _bad("--mode", "dram")
+    assert "no command" in _bad("--mode", "dram", "--")
+
+
+def test_bad_input_unknown_command() -> None:
+    assert "not found" in _bad("--mode", "dram", "--", "no-such-command-hetmem")
+
+
+def test_bad_input_unparsable_size(tmp_path: Path) -> None:
+    m = tmp_path / "ran"
+    msg = _bad("--mode", "cache", "--fast-budget", "12 parsecs", "--", "touch", str(m), marker=m)
+    assert "--fast-budget" in msg
+
+
+@pytest.mark.parametrize("mode", ["cache", "swap"])
+def test_bad_input_missing_budget(mode: str, tmp_path: Path) -> None:
+    m = tmp_path / "ran"
+    env = {k: v for k, v in os.environ.items() if k != "HETMEM_FAST_BUDGET"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "hetmem", "run", "--mode", mode, "--", "touch", str(m)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--fast-budget" in proc.stderr
+    assert not m.exists()
+
+
+@pytest.mark.parametrize("mode", ["cache", pytest.param("swap", marks=needs_root)])
+def test_bad_input_storage_missing_or_not_a_dir(mode: str, tmp_path: Path) -> None:
+    m = tmp_path / "ran"
+    msg = _bad(
+        "--mode",
+        mode,
+        "--fast-budget",
+        "64M",
+        "--storage",
+        str(tmp_path / "nope"),
+        "--",
+        "touch",
+        str(m),
+        marker=m,
+    )
+    assert "does not exist" in msg
+    f = tmp_path / "file"
+    f.write_text("x")
+    msg = _bad(
+        "--mode", mode, "--fast-budget", "64M", "--storage", str(f), "--", "touch", str(m), marker=m
+    )
+    assert "not a directory" in msg
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A full tmpfs and a read-only one (root only)."""
+    if not IS_ROOT:
+        pytest.skip("mounting needs root")
+    full = tmp_path / "full"
+    ro = tmp_path / "ro"
+    full.mkdir()
+    ro.mkdir()
+    mounted = []
+    try:
+        for d, opts in ((full, "size=256k"), (ro, "ro,size=256k")):
+            r = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", opts, "hetmem-test", str(d)], capture_output=True
+            )
+            if r.returncode != 0:
+                pytest.skip("cannot mount tmpfs here")
+            mounted.append(d)
+        with open(full / "filler", "wb") as fh:
+            try:
+                fh.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+        yield full, ro
+    finally:
+        for d in mounted:
+            subprocess.run(["umount", str(d)], capture_output=True)
+
+
+@pytest.mark.parametrize("mode", ["cache", "swap"])
+def test_bad_input_full_or_read_only_storage(
+    mode: str, small_tmpfs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    full, ro = small_tmpfs
+    m = tmp_path / "ran"
+    msg = _bad(
+        "--mode",
+        mode,
+        "--fast-budget",
+        "64M",
+        "--storage",
+        str(full),
+        "--",
+        "touch",
+        str(m),
+        marker=m,
+    )
+    assert "full" in msg or "No space" in msg
+    msg = _bad(
+        "--mode",
+        mode,
+        "--fast-budget",
+        "64M",
+        "--storage",
+        str(ro),
+        "--",
+        "touch",
+        str(m),
+        marker=m,
+    )
+    assert "not writable" in msg and "Read-only" in msg
+
+
+def test_bad_input_budget_below_fetch_unit(tmp_path: Path) -> None:
+    m = tmp_path / "ran"
+    msg = _bad(
+        "--mode",
+        "cache",
+        "--fast-budget",
+        "64K",
+        "--storage",
+        str(tmp_path),
+        "--",
+        "touch",
+        str(m),
+        marker=m,
+    )
+    assert "fetch unit" in msg
+
+
+def test_swap_without_root_is_refused(tmp_path: Path) -> None:
+    if IS_ROOT and not shutil.which("setpriv"):
+        pytest.skip("needs setpriv to drop root")
+    m = tmp_path / "ran"
+    tmp_path.chmod(0o777)
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if IS_ROOT else []
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    proc = subprocess.run(
+        [
+            *prefix,
+            sys.executable,
+            "-m",
+            "hetmem",
+            "run",
+            "--mode",
+            "swap",
+            "--fast-budget",
+            "64M",
+            "--storage",
+            str(tmp_path),
+            "--",
+            "touch",
+            str(m),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "root" in proc.stderr
+    assert not m.exists()
+
+
+# ---------------------------------------------------------------------------
+# swap baseline
+# ---------------------------------------------------------------------------
+@needs_root
+@needs_target
+def test_swap_mode_runs_beyond_budget_and_cleans_up(storage: Path, tmp_path: Path) -> None:
+    stats = tmp_path / "swap.json"
+    before = set(_our_swaps())
+    proc = run_hetmem(
+        "run",
+        "--mode",
+        "swap",
+        "--fast-budget",
+        "48M",
+        "--swap-size",
+        "512M",
+        "--storage",
+        str(storage),
+        "--stats",
+        str(stats),
+        "--",
+        str(TARGET),
+        "check",
+        "160",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "failures=0" in proc.stdout
+    data = json.loads(stats.read_text())
+    assert data["mode"] == "swap" and data["exit_code"] == 0
+    sw = data["swap"]
+    assert sw["limit_bytes"] == 48 << 20
+    assert sw["max_usage_bytes"] <= 48 << 20
+    # the command touched ~200 MiB with 48 MiB of DRAM: it must have swapped
+    assert sw["swap_peak_bytes"] > 32 << 20
+    assert set(_our_swaps()) == before
+    assert not list(storage.iterdir())
+    assert not Path(data["cgroup"]).exists()
+
+
+@needs_root
+def test_swap_mode_interrupted_cleans_up(storage: Path) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hetmem",
+            "run",
+            "--mode",
+            "swap",
+            "--fast-budget",
+            "64M",
+            "--swap-size",
+            "128M",
+            "--storage",
+            str(storage),
+            "--",
+            "sleep",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+            s.startswith(str(storage)) for s in _our_swaps()
+        ):
+            time.sleep(0.05)
+        assert any(s.startswith(str(storage)) for s in _our_swaps()), "swap file never appeared"
+        time.sleep(0.3)  # let it start the command
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert not [s for s in _our_swaps() if s.startswith(str(storage))]
+    assert not list(storage.iterdir())
+    assert not _cgroup_leftovers(proc.pid)
+
+
+# ---------------------------------------------------------------------------
+# the interposer
+# ---------------------------------------------------------------------------
+def _hooks_in_header() -> list[str]:
+    text = (REPO / "src" / "preload" / "preload.h").read_text()
+    block = text[text.index("#define HM_PL_HOOKS(X)") :]
+    block = block[: block.index("\n\n")]
+    return re.findall(r"X\([^,]+,\s*(\w+),", block)
+
+
+def test_preload_exports_exactly_the_hooks() -> None:
+    if not PRELOAD.exists():
+        pytest.skip(f"{PRELOAD} not built")
+    hooks = _hooks_in_header()
+    assert "malloc" in hooks and "mremap" in hooks and len(hooks) == len(set(hooks))
+    mapfile = (REPO / "src" / "preload" / "preload.map").read_text()
+    glob = mapfile[mapfile.index("global:") : mapfile.index("local:")]
+    assert sorted(re.findall(r"(\w+);", glob)) == sorted(hooks)
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(PRELOAD)], capture_output=True, text=True, check=True
+    ).stdout
+    exported = sorted({ln.split()[-1].split("@")[0] for ln in out.splitlines() if ln.strip()})
+    assert exported == sorted(hooks)
+    needed = subprocess.run(["readelf", "-d", str(PRELOAD)], capture_output=True, text=True).stdout
+    assert "libhetmem.so" not in needed
+
+
+@needs_target
+def test_preload_without_budget_fails_at_init_with_one_line() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HETMEM_")}
+    env["LD_PRELOAD"] = str(PRELOAD)
+    proc = subprocess.run(
+        [str(TARGET), "exit", "5"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""  # main never ran
+    assert proc.stderr.startswith("hetmem: cannot start cache mode: ")
+    assert len(proc.stderr.splitlines()) == 1
+
+
+@needs_pager
+@needs_target
+def test_cache_mode_target_checks_every_byte(storage: Path, tmp_path: Path) -> None:
+    stats = tmp_path / "cache.json"
+    proc = run_hetmem(
+        "run",
+        "--mode",
+        "cache",
+        "--fast-budget",
+        "16M",
+        "--storage",
+        str(storage),
+        "--stats",
+        str(stats),
+        "--",
+        str(TARGET),
+        "check",
+        "64",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "failures=0" in proc.stdout
+    data = json.loads(stats.read_text())
+    assert data["mode"] == "cache" and data["exit_code"] == 0
+    procs = data["processes"]
+    assert len(procs) >= 2  # the target and the child it fork+execs
+    ip = data["interposer"]
+    # large blocks of every kind went to the pager, none fell back to libc
+    assert ip["large_allocations"] >= 40
+    assert ip["mmap_allocations"] >= 2
+    assert ip["fallbacks"] == 0
+    assert ip["large_frees"] == ip["large_allocations"]
+    assert ip["small_allocations"] > 80000
+    assert data["pager"] is not None
+    # 64 MiB and more through a 16 MiB cache: data went to the storage tier
+    assert data["pager"]["bytes_written"] > 0
+    assert not list(storage.iterdir())
+
+
+@needs_pager
+@needs_target
+def test_cache_mode_sigkill_leaves_no_backing_files(storage: Path) -> None:
+    script = f"{TARGET} check 200 & pid=$!; sleep 1; kill -KILL $pid; wait $pid"
+    proc = run_hetmem(
+        "run",
+        "--mode",
+        "cache",
+        "--fast-budget",
+        "16M",
+        "--storage",
+        str(storage),
+        "--",
+        "sh",
+        "-c",
+        script,
+    )
+    assert proc.returncode == 128 + signal.SIGKILL
+    assert not list(storage.iterdir())
