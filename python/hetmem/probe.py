@@ -101,12 +101,13 @@ def make_plan(
         for t in threads:
             if not 1 <= t <= ncpu:
                 raise UsageError(f"--threads {t}: this process may use 1..{ncpu} CPUs")
-    dirs = [str(Path(d).absolute()) for d in (storage or [default_storage_dir(ctx)])]
+    # Resolved like the tier inventory does, so that names match there.
+    dirs = [os.path.realpath(d) for d in (storage or [default_storage_dir(ctx)])]
     plan = Plan(
         quick=quick,
         nodes=list(dict.fromkeys(nodes)) if nodes else have,
         threads=sorted(set(threads)) if threads else list(range(1, ncpu + 1)),
-        storage=list(dict.fromkeys(os.path.normpath(d) for d in dirs)),
+        storage=list(dict.fromkeys(dirs)),
     )
     if quick:
         plan.stream_reps = 4
