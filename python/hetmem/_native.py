@@ -76,6 +76,7 @@ class PagerConfig(ctypes.Structure):
         ("prefetch", ctypes.c_int),
         ("io_depth", ctypes.c_uint32),
         ("handler_threads", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
     ]
 
 

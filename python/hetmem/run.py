@@ -279,6 +279,19 @@ def _sum_numbers(dicts: list[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
+def _merge_pagers(pagers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One pager object for the run: the first process's configuration and
+    features, counters summed over every process that opened a pager."""
+    merged = dict(pagers[0])
+    counters = [p["counters"] for p in pagers if isinstance(p.get("counters"), dict)]
+    if counters:
+        merged["counters"] = _sum_numbers(counters)
+    else:
+        merged = _sum_numbers(pagers)
+    merged["processes"] = len(pagers)
+    return merged
+
+
 def _cache_env(cfg: RunConfig, stats_file: Path | None) -> dict[str, str]:
     env = dict(os.environ)
     so = str(preload_path())
@@ -349,7 +362,7 @@ def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         rc, wall = _spawn(cfg.command, _cache_env(cfg, lines_file), state)
         procs = _read_interposer_stats(lines_file) if lines_file else []
     pagers = [p["pager"] for p in procs if isinstance(p.get("pager"), dict)]
-    stats["pager"] = _sum_numbers(pagers) if pagers else None
+    stats["pager"] = _merge_pagers(pagers) if pagers else None
     stats["interposer"] = (
         _sum_numbers([p["interposer"] for p in procs if isinstance(p.get("interposer"), dict)])
         if procs

@@ -161,11 +161,16 @@ static void hm__thread_exit(void *unused) {
 }
 
 static void hm__atfork_child(void) {
-  /* The pager's threads did not come along: this process must not use it.
-   * Inherited blocks are released with plain munmap and new large requests
-   * are served by glibc (counted as fallbacks). A child that execs starts
-   * afresh with a pager of its own. */
+  /* The pager's regions are MADV_DONTFORK and its threads did not come
+   * along: this process has none of the parent's large blocks, and their
+   * addresses may be reused by anything here, so the table forgets them.
+   * New large requests are served by glibc (counted as fallbacks); a child
+   * that execs starts afresh with a pager of its own. The child is
+   * single-threaded here, so nothing races with the clear. */
   if (atomic_load(&hm__pl.state) != HM__NONE) atomic_store(&hm__pl.state, HM__FORKED);
+  if (atomic_load(&hm__pl.large_allocs) != atomic_load(&hm__pl.large_frees))
+    _hm_pl_table_clear(&hm__pl.table);
+  atomic_store(&hm__pl.live_bytes, 0);
   atomic_store(&hm__pl.small_exited, 0);
   hm__tls.small = 0;
 }
@@ -359,10 +364,7 @@ static void hm__large_free(_hm_pl_block_t *b) {
   atomic_fetch_add_explicit(&hm__pl.large_frees, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&hm__pl.live_bytes, req, memory_order_relaxed);
   hm__tls.guard++;
-  if (atomic_load_explicit(&hm__pl.state, memory_order_acquire) == HM__READY && hm__pl.pager)
-    hm_pager_unmap(hm__pl.pager, base, maplen);
-  else
-    hm__sys_munmap(base, maplen); /* inherited across fork: plain memory here */
+  if (hm__pl.pager) hm_pager_unmap(hm__pl.pager, base, maplen);
   hm__tls.guard--;
 }
 

@@ -108,6 +108,9 @@ _hm_pl_block_t *_hm_pl_table_find(_hm_pl_table_t *t, const void *p);
 _hm_pl_block_t *_hm_pl_table_find_containing(_hm_pl_table_t *t, const void *p);
 /* Releases the slot; the block's granules lose one count. */
 void _hm_pl_table_remove(_hm_pl_table_t *t, _hm_pl_block_t *b);
+/* Forgets every block (a forked child, single-threaded: the pager's
+ * regions are not inherited, so their addresses may be reused there). */
+void _hm_pl_table_clear(_hm_pl_table_t *t);
 /* Slots in the table. */
 size_t _hm_pl_table_capacity(void);
 

@@ -118,3 +118,11 @@ void _hm_pl_table_remove(_hm_pl_table_t *t, _hm_pl_block_t *b) {
   atomic_store_explicit(&b->key, HM_PL_KEY_DELETED, memory_order_release);
   hm__granules_add(t, start, len, -1);
 }
+
+void _hm_pl_table_clear(_hm_pl_table_t *t) {
+  _hm_pl_block_t *slots = atomic_load_explicit(&t->slots, memory_order_acquire);
+  if (!slots) return;
+  for (size_t i = 0; i < HM__SLOTS; i++)
+    if (atomic_load_explicit(&slots[i].key, memory_order_relaxed) > HM_PL_KEY_DELETED)
+      _hm_pl_table_remove(t, &slots[i]);
+}

@@ -206,6 +206,17 @@ static void fork_exec(const char *self) {
   check(pid > 0 && waitpid(pid, &st, 0) == pid, "fork", 0, 0);
   check(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child exit status", (size_t)WEXITSTATUS(st), 0);
   check(verify(big, 3 * MIB, 77) == 0, "parent data after fork", 0, 0);
+  /* fork without exec: the child makes and checks large blocks of its own
+   * (the parent's pager regions are not inherited) */
+  pid = fork();
+  if (pid == 0) {
+    large_blocks(8, 555);
+    reallocs();
+    _exit(failures ? 1 : 0);
+  }
+  check(pid > 0 && waitpid(pid, &st, 0) == pid, "fork", 0, 0);
+  check(WIFEXITED(st) && WEXITSTATUS(st) == 0, "forked child", (size_t)WEXITSTATUS(st), 0);
+  check(verify(big, 3 * MIB, 77) == 0, "parent data after second fork", 0, 0);
   free(big);
 }
 
