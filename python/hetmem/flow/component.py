@@ -1,0 +1,159 @@
+"""One rank of a workflow component, run as its own process by the runner
+(`python -m hetmem.flow.component ARGS`, directly or under mpirun).
+
+Writer rank: per iteration, compute (the kernel), then put its share of the
+objects and commit the step. Reader rank: wait for the step, read its share
+of the objects (every byte, and a stamp that proves the step is whole),
+release it, then run the analytics kernel. Serial mode adds an
+acknowledgement channel (readers -> writers): a writer computes step s only
+after every reader finished step s-1, so the phases interleave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hetmem import channel as chan
+from hetmem.flow import kernels
+
+TIMEOUT = 120.0
+
+
+def _barrier(sync: Path, who: str) -> float:
+    (sync / f"ready.{who}").write_text(str(os.getpid()))
+    go = sync / "go"
+    t_end = time.monotonic() + TIMEOUT
+    while not go.exists():
+        if time.monotonic() > t_end:
+            raise SystemExit(f"{who}: no go signal from the runner within {TIMEOUT:.0f} s")
+        time.sleep(0.0005)
+    return time.monotonic()
+
+
+def _bind(cpus: list[int], rank: int) -> None:
+    if cpus:
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+
+
+def writer(cfg: dict, rank: int, sync: Path) -> dict:
+    w = cfg["writer"]
+    pw = w["ranks"]
+    n = w["objects"] // pw
+    size = w["object_bytes"]
+    _bind(w["cpus"], rank)
+    k = kernels.make(w["kernel"], w["size"], w["repeat"])
+    buf = np.random.default_rng(rank).integers(0, 255, n * size, dtype=np.uint8)
+    objs = [buf[j * size : (j + 1) * size] for j in range(n)]
+    stamps = buf.view(np.int64)[:: size // 8] if size % 8 == 0 else None
+    keys = [f"w{rank}.o{j}" for j in range(n)]
+    ch = chan.Channel.open(cfg["channel"], "writer", cfg["tier"], rank)
+    ch.set_timeout(TIMEOUT)
+    ack = chan.Channel.open(cfg["ack"], "reader", "dram", rank) if cfg["ack"] else None
+    iters = []
+    t_go = _barrier(sync, f"writer.{rank}")
+    for s in range(cfg["iterations"]):
+        t0 = time.monotonic()
+        if ack is not None and s > 0:
+            ack.wait(s - 1, timeout=TIMEOUT)
+            ack.release(s - 1)
+        t1 = time.monotonic()
+        if k is not None:
+            k.run()
+        t2 = time.monotonic()
+        if stamps is not None:
+            stamps[:n] = s
+        for key, obj in zip(keys, objs, strict=True):
+            ch.put(key, s, obj)
+        ch.commit(s)
+        t3 = time.monotonic()
+        iters.append({"wait": t1 - t0, "compute": t2 - t1, "io": t3 - t2})
+    t_end = time.monotonic()
+    ch.close()
+    if ack is not None:
+        ack.close()
+    return {"role": "writer", "rank": rank, "t_go": t_go, "t_end": t_end, "iterations": iters}
+
+
+def reader(cfg: dict, rank: int, sync: Path) -> dict:
+    w, r = cfg["writer"], cfg["reader"]
+    pw, pr = w["ranks"], r["ranks"]
+    n = w["objects"] // pw
+    size = w["object_bytes"]
+    _bind(r["cpus"], rank)
+    k = kernels.make(r["kernel"], r["size"], r["repeat"])
+    keys = [f"w{wr}.o{j}" for wr in range(pw) for j in range(n) if (wr * n + j) % pr == rank]
+    dt = np.int64 if size % 8 == 0 else np.uint8
+    ch = chan.Channel.open(cfg["channel"], "reader", cfg["tier"], rank)
+    ack = chan.Channel.open(cfg["ack"], "writer", "dram", rank) if cfg["ack"] else None
+    iters = []
+    bad = 0
+    total = 0
+    t_go = _barrier(sync, f"reader.{rank}")
+    for s in range(cfg["iterations"]):
+        t0 = time.monotonic()
+        ch.wait(s, timeout=TIMEOUT)
+        t1 = time.monotonic()
+        for key in keys:
+            v = ch.get(key, s, dt)
+            if dt is np.int64 and v[0] != s:
+                bad += 1
+            total += int(v.sum())
+        ch.release(s)
+        t2 = time.monotonic()
+        if k is not None:
+            k.run()
+        if ack is not None:
+            ack.commit(s)
+        t3 = time.monotonic()
+        iters.append({"wait": t1 - t0, "io": t2 - t1, "compute": t3 - t2})
+    t_end = time.monotonic()
+    ch.close()
+    if ack is not None:
+        ack.close()
+    return {
+        "role": "reader",
+        "rank": rank,
+        "t_go": t_go,
+        "t_end": t_end,
+        "iterations": iters,
+        "objects_read": len(keys) * cfg["iterations"],
+        "stamp_errors": bad,
+        "checksum": total & 0xFFFFFFFF,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="hetmem.flow.component")
+    p.add_argument("--config", required=True, help="resolved run configuration (JSON)")
+    p.add_argument("--role", choices=("writer", "reader"), required=True)
+    p.add_argument("--rank", type=int, default=-1)
+    p.add_argument("--rank-offset", type=int, default=0, help="under mpirun: rank - offset")
+    args = p.parse_args(argv)
+    cfg = json.loads(Path(args.config).read_text())
+    rank = args.rank
+    if rank < 0:
+        world = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMIX_RANK")
+        if world is None:
+            sys.stderr.write("no --rank and not under mpirun\n")
+            return 2
+        rank = int(world) - args.rank_offset
+    sync = Path(cfg["sync_dir"])
+    try:
+        fn = writer if args.role == "writer" else reader
+        res = fn(cfg, rank, sync)
+    except chan.ChannelError as exc:
+        sys.stderr.write(f"{args.role} rank {rank}: {exc}\n")
+        return 3
+    (sync / f"result.{args.role}.{rank}.json").write_text(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""Runs a workflow spec: creates the channel, launches every rank as a
+process (plain, or one MPMD `mpirun`), releases them together, collects
+their timings and removes everything it made, whatever happens."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hetmem import channel as chan
+from hetmem.errors import EnvironmentProblem, HetmemError
+from hetmem.flow import kernels
+from hetmem.flow.spec import Spec
+
+START_TIMEOUT = 60.0
+
+
+class FlowFailed(HetmemError):
+    """A component failed; the message carries its own error line."""
+
+
+def resolve(spec: Spec) -> dict[str, Any]:
+    """Fixes every kernel's repeat count (sizing by seconds measures here)."""
+    out: dict[str, Any] = {}
+    for role in ("writer", "reader"):
+        c = getattr(spec, role)
+        rep = c.repeat
+        if c.kernel != "none" and c.seconds > 0:
+            rep = kernels.repeat_for_seconds(c.kernel, c.size, c.seconds)
+        out[role] = {
+            "ranks": c.ranks,
+            "cpus": c.cpus,
+            "kernel": c.kernel,
+            "size": c.size,
+            "repeat": rep,
+            "objects": spec.writer.objects,
+            "object_bytes": spec.writer.object_bytes,
+        }
+    return out
+
+
+def _mpirun() -> str:
+    path = shutil.which("mpirun")
+    if not path:
+        raise EnvironmentProblem(
+            "launcher mpirun: mpirun is not installed (apt install openmpi-bin)"
+        )
+    return path
+
+
+def _commands(cfg_path: Path, spec: Spec, launcher: str) -> list[list[str]]:
+    py = [sys.executable, "-m", "hetmem.flow.component", "--config", str(cfg_path)]
+    pw, pr = spec.writer.ranks, spec.reader.ranks
+    if launcher == "mpirun":
+        cmd = [_mpirun(), "--oversubscribe", "--bind-to", "none"]
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        cmd += ["-np", str(pw), *py, "--role", "writer", "--rank-offset", "0", ":"]
+        cmd += ["-np", str(pr), *py, "--role", "reader", "--rank-offset", str(pw)]
+        return [cmd]
+    cmds = [[*py, "--role", "writer", "--rank", str(i)] for i in range(pw)]
+    cmds += [[*py, "--role", "reader", "--rank", str(i)] for i in range(pr)]
+    return cmds
+
+
+def run(
+    spec: Spec,
+    mode: str | None = None,
+    tier: str | None = None,
+    launcher: str | None = None,
+    timeout: float = 600.0,
+    resolved: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    mode = mode or spec.mode
+    tier = tier or spec.tier
+    launcher = launcher or spec.launcher
+    comp = resolved or resolve(spec)
+    pw, pr = spec.writer.ranks, spec.reader.ranks
+    tag = f"flow-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    ack = f"{tag}-ack" if mode == "serial" else ""
+    per_obj = (spec.writer.object_bytes + 63) // 64 * 64
+    slot_bytes = per_obj * spec.writer.objects + (1 << 20)
+    sync = Path(tempfile.mkdtemp(prefix="hetmem-flow-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    created: list[tuple[str, str]] = []
+    try:
+        chan.create(
+            tag,
+            tier,
+            slots=1 if mode == "serial" else spec.slots,
+            writers=pw,
+            readers=pr,
+            slot_bytes=slot_bytes,
+            max_objects=spec.writer.objects,
+            timeout=120.0,
+            replace=True,
+        )
+        created.append((tag, tier))
+        if ack:
+            chan.create(
+                ack, "dram", slots=2, writers=pr, readers=pw, slot_bytes=1 << 16, max_objects=16
+            )
+            created.append((ack, "dram"))
+        cfg = {
+            "channel": tag,
+            "tier": tier,
+            "ack": ack,
+            "iterations": spec.iterations,
+            "sync_dir": str(sync),
+            **comp,
+        }
+        cfg_path = sync / "config.json"
+        cfg_path.write_text(json.dumps(cfg))
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        pypath = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = pypath + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
+        for i, cmd in enumerate(_commands(cfg_path, spec, launcher)):
+            err = open(sync / f"stderr.{i}", "wb")  # noqa: SIM115 - closed with the process
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env))
+            err.close()
+        want = pw + pr
+        t_end = time.monotonic() + START_TIMEOUT
+        while len(list(sync.glob("ready.*"))) < want:
+            _check_procs(procs, sync, early=True)
+            if time.monotonic() > t_end:
+                raise FlowFailed(f"components did not start within {START_TIMEOUT:.0f} s")
+            time.sleep(0.002)
+        t_go = time.monotonic()
+        (sync / "go").write_text("")
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            left = deadline - time.monotonic()
+            try:
+                p.wait(timeout=max(0.1, left))
+            except subprocess.TimeoutExpired:
+                raise FlowFailed(f"the workflow ran past {timeout:.0f} s") from None
+        _check_procs(procs, sync, early=False)
+        results = [json.loads(f.read_text()) for f in sorted(sync.glob("result.*.json"))]
+        if len(results) != want:
+            raise FlowFailed(f"{want - len(results)} components left no result")
+        return _summarize(spec, mode, tier, launcher, comp, results, t_go)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for name, t in created:
+            chan.unlink(name, t)
+        shutil.rmtree(sync, ignore_errors=True)
+
+
+def _check_procs(procs: list[subprocess.Popen[bytes]], sync: Path, early: bool) -> None:
+    for i, p in enumerate(procs):
+        rc = p.poll()
+        if rc is None or (rc == 0 and not early):
+            continue
+        if rc == 0:
+            continue
+        text = (sync / f"stderr.{i}").read_text(errors="replace").strip().splitlines()
+        line = text[-1] if text else f"exit code {rc}"
+        raise FlowFailed(f"a component failed (exit {rc}): {line}")
+
+
+def _mean(rows: list[dict[str, float]], key: str) -> float:
+    return sum(r[key] for r in rows) / len(rows) if rows else 0.0
+
+
+def _summarize(
+    spec: Spec,
+    mode: str,
+    tier: str,
+    launcher: str,
+    comp: dict[str, Any],
+    results: list[dict[str, Any]],
+    t_go: float,
+) -> dict[str, Any]:
+    makespan = max(r["t_end"] for r in results) - t_go
+    out: dict[str, Any] = {
+        "schema_version": 1,
+        "spec": spec.name,
+        "mode": mode,
+        "tier": tier,
+        "launcher": launcher,
+        "ranks": {"writer": spec.writer.ranks, "reader": spec.reader.ranks},
+        "iterations": spec.iterations,
+        "objects": spec.writer.objects,
+        "object_bytes": spec.writer.object_bytes,
+        "makespan_s": makespan,
+        "iteration_s": makespan / spec.iterations,
+        "kernels": {
+            role: {k: comp[role][k] for k in ("kernel", "size", "repeat")} for role in comp
+        },
+    }
+    for role in ("writer", "reader"):
+        rows = [it for r in results if r["role"] == role for it in r["iterations"]]
+        out[role] = {k: _mean(rows, k) for k in ("compute", "io", "wait")}
+    readers = [r for r in results if r["role"] == "reader"]
+    out["objects_read"] = sum(r["objects_read"] for r in readers)
+    out["stamp_errors"] = sum(r["stamp_errors"] for r in readers)
+    if out["stamp_errors"]:
+        raise FlowFailed(f"{out['stamp_errors']} objects were read from the wrong step")
+    return out
