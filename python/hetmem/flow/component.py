@@ -48,7 +48,7 @@ def writer(cfg: dict, rank: int, sync: Path) -> dict:
     n = w["objects"] // pw
     size = w["object_bytes"]
     _bind(w["cpus"], rank)
-    k = kernels.make(w["kernel"], w["size"], w["repeat"])
+    k = kernels.make(w["kernel"], w["size"], w["repeat"], pw)
     buf = np.random.default_rng(rank).integers(0, 255, n * size, dtype=np.uint8)
     objs = [buf[j * size : (j + 1) * size] for j in range(n)]
     stamps = buf.view(np.int64)[:: size // 8] if size % 8 == 0 else None
@@ -87,7 +87,7 @@ def reader(cfg: dict, rank: int, sync: Path) -> dict:
     n = w["objects"] // pw
     size = w["object_bytes"]
     _bind(r["cpus"], rank)
-    k = kernels.make(r["kernel"], r["size"], r["repeat"])
+    k = kernels.make(r["kernel"], r["size"], r["repeat"], pr)
     keys = [f"w{wr}.o{j}" for wr in range(pw) for j in range(n) if (wr * n + j) % pr == rank]
     dt = np.int64 if size % 8 == 0 else np.uint8
     ch = chan.Channel.open(cfg["channel"], "reader", cfg["tier"], rank)

@@ -17,14 +17,18 @@ import numpy as np
 
 
 class Kernel:
-    def __init__(self, kind: str, size: int, repeat: int) -> None:
+    """One rank's share of a kernel: ranks split the domain (strong scaling):
+    stencil rows, poly elements."""
+
+    def __init__(self, kind: str, size: int, repeat: int, ranks: int = 1) -> None:
         self.kind, self.size, self.repeat = kind, size, max(1, repeat)
+        self.rows = max(3, size // max(1, ranks))
         rng = np.random.default_rng(12345)
         if kind == "stencil":
-            self.a = rng.random((size, size))
+            self.a = rng.random((self.rows, size))
             self.b = self.a.copy()
         elif kind == "poly":
-            self.x = rng.uniform(-0.9, 0.9, size)
+            self.x = rng.uniform(-0.9, 0.9, max(8, size // max(1, ranks)))
             self.y = np.empty_like(self.x)
             self.c = [0.4 / ((k + 1) ** 2) for k in range(self.repeat + 1)]
         self.checksum = 0.0
@@ -42,7 +46,7 @@ class Kernel:
                 b[1:-1, 1:-1] *= 0.2
                 a, b = b, a
             self.a, self.b = a, b
-            self.checksum = float(a[self.size // 2, self.size // 2])
+            self.checksum = float(a[self.rows // 2, self.size // 2])
         elif self.kind == "poly":
             c = self.c if repeat is None else [0.4 / ((k + 1) ** 2) for k in range(reps + 1)]
             y = self.y
@@ -57,14 +61,14 @@ class Kernel:
         """Work in cell-sweeps (stencil) or element-degrees (poly)."""
         reps = self.repeat if repeat is None else repeat
         if self.kind == "stencil":
-            return float(self.size * self.size * reps)
+            return float(self.rows * self.size * reps)
         if self.kind == "poly":
-            return float(self.size * reps)
+            return float(self.x.size * reps)
         return 0.0
 
 
-def make(kind: str, size: int, repeat: int) -> Kernel | None:
-    return None if kind == "none" else Kernel(kind, size, repeat)
+def make(kind: str, size: int, repeat: int, ranks: int = 1) -> Kernel | None:
+    return None if kind == "none" else Kernel(kind, size, repeat, ranks)
 
 
 def time_once(fn: Callable[[], object], reps: int = 3) -> float:
@@ -84,9 +88,10 @@ def repeat_for_seconds(kind: str, size: int, seconds: float) -> int:
     return max(1, round(seconds / per)) if per > 0 else 1
 
 
-def ns_per_unit(kind: str, size: int) -> float:
-    """Measured cost of one unit of work (for the model), in ns."""
-    k = Kernel(kind, size, 4)
+def seconds_per_run(kind: str, size: int, repeat: int, ranks: int = 1) -> float:
+    """Measured time of one rank's run (the model's compute term), best of 2."""
+    if kind == "none":
+        return 0.0
+    k = Kernel(kind, size, repeat, ranks)
     k.run(1)
-    t = time_once(lambda: k.run(4))
-    return t / k.units(4) * 1e9
+    return time_once(k.run, reps=2)

@@ -127,7 +127,7 @@ def run(
             os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
         )
         for i, cmd in enumerate(_commands(cfg_path, spec, launcher)):
-            err = open(sync / f"stderr.{i}", "wb")  # noqa: SIM115 - closed with the process
+            err = open(sync / f"stderr.{i}", "wb")
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env))
             err.close()
         want = pw + pr

@@ -21,10 +21,11 @@ mode = "parallel"         # default execution mode
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from hetmem.errors import UsageError
 from hetmem.sizes import parse_size

@@ -1,0 +1,304 @@
+"""`hetmem flow`: in situ workflows over memory tiers (run, calibrate,
+advise, sweep, bench)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hetmem import output
+from hetmem.errors import UsageError
+from hetmem.flow import spec as specmod
+
+
+def _tier(text: str) -> str:
+    try:
+        return specmod.check_tier(text, "--channel")
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class Command:
+    name = "flow"
+    help = "run in situ workflows through the channel; advise mode, tier and concurrency"
+    description = (
+        "A workflow spec (TOML) describes a writer (simulation) and a reader\n"
+        "(analytics): kernels, objects per iteration, ranks, CPU binding,\n"
+        "iterations. Shipped specs: " + ", ".join(specmod.shipped_names()) + ".\n\n"
+        "  hetmem flow run SPEC [--mode serial|parallel] [--channel TIER] [--json]\n"
+        "  hetmem flow calibrate [--tier TIER ...]      per-tier costs, cached\n"
+        "  hetmem flow advise SPEC                       predicted ranking\n"
+        "  hetmem flow sweep SPEC...                     predicted vs measured\n"
+        "  hetmem flow bench                             channel vs ADIOS2\n\n"
+        "TIER: dram (shared memory), node:N (bound to NUMA node N),\n"
+        "file:DIR (a file on a storage tier), dax:DIR (DAX/PMem filesystem)."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        sub = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parser))
+        sub.required = True
+        p = sub.add_parser("run", help="run a workflow spec once")
+        p.add_argument("spec", help="spec file, or the name of a shipped spec")
+        p.add_argument("--mode", choices=specmod.MODES, help="execution mode (default: the spec's)")
+        p.add_argument(
+            "--channel", type=_tier, metavar="TIER", help="channel tier (default: the spec's)"
+        )
+        p.add_argument("--ranks", type=int, help="ranks per component (default: the spec's)")
+        p.add_argument("--launcher", choices=("process", "mpirun"), help="how ranks start")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p = sub.add_parser("calibrate", help="measure per-tier costs for the model (cached)")
+        p.add_argument("--tier", type=_tier, action="append", help="tier to measure (repeatable)")
+        p.add_argument("--max-streams", type=int, default=2, help="concurrent streams up to N")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p = sub.add_parser("advise", help="rank every configuration by predicted iteration time")
+        p.add_argument("spec")
+        p.add_argument("--max-ranks", type=int, default=2, help="concurrency up to N ranks")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p = sub.add_parser("sweep", help="run every configuration: predicted against measured")
+        p.add_argument("spec", nargs="+")
+        p.add_argument("--max-ranks", type=int, default=2)
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p = sub.add_parser("bench", help="the channel against ADIOS2 SST and BP5")
+        p.add_argument("--tier", type=_tier, default="dram")
+        p.add_argument("--small-objects", type=int, default=10000)
+        p.add_argument("--large-bytes", default="64MiB")
+        p.add_argument("--steps", type=int, default=4)
+        p.add_argument("--adios-python", help="interpreter that has the adios2 package")
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+    def run(self, args: argparse.Namespace) -> int:
+        return int(getattr(self, f"_{args.action}")(args))
+
+    # ---- run ----
+    def _run(self, args: argparse.Namespace) -> int:
+        from hetmem.flow import runner
+
+        spec = specmod.load(args.spec)
+        if args.ranks is not None and args.ranks < 1:
+            raise UsageError("--ranks: must be >= 1")
+        spec = spec.with_config(ranks=args.ranks)
+        if spec.writer.objects % spec.writer.ranks:
+            raise UsageError(
+                f"--ranks {args.ranks}: {spec.writer.objects} objects do not split evenly"
+            )
+        res = runner.run(spec, mode=args.mode, tier=args.channel, launcher=args.launcher)
+        if args.json:
+            output.print_json(res)
+            return 0
+        w, r = res["writer"], res["reader"]
+        output.table(
+            f"flow {res['spec']}: {res['mode']}, channel {res['tier']}, "
+            f"{res['ranks']['writer']}+{res['ranks']['reader']} ranks ({res['launcher']})",
+            ["component", "compute s/it", "I/O s/it", "wait s/it"],
+            [
+                ["writer", round(w["compute"], 4), round(w["io"], 4), round(w["wait"], 4)],
+                ["reader", round(r["compute"], 4), round(r["io"], 4), round(r["wait"], 4)],
+            ],
+        )
+        output.console().print(
+            f"{res['iterations']} iterations in {res['makespan_s']:.3f} s: "
+            f"{res['iteration_s']:.4f} s per iteration; {res['objects_read']} objects read, "
+            "every one from its own step"
+        )
+        return 0
+
+    # ---- calibrate ----
+    def _calibrate(self, args: argparse.Namespace) -> int:
+        from hetmem import cache
+        from hetmem.flow import calibrate
+
+        con = output.err_console()
+        data = calibrate.run(
+            args.tier,
+            args.max_streams,
+            progress=None if args.json else (lambda t: con.print(f"calibrating {t} ...")),
+        )
+        if args.json:
+            output.print_json(data)
+            return 0
+        rows = []
+        for t, c in data["tiers"].items():
+            st = c["streams"]
+            rows.append(
+                [
+                    t,
+                    round(c["c_put_ns_per_object"] + c["c_get_view_ns_per_object"], 1),
+                    round(c["put_object_s"] * 1e6, 2),
+                    round(c["get_object_s"] * 1e6, 2),
+                    " ".join(f"{k}:{v['put_gbs']:.2f}/{v['get_gbs']:.2f}" for k, v in st.items()),
+                    round(c["kappa"], 2),
+                ]
+            )
+        output.table(
+            "flow calibration (put/get per 4.5 KB object; GB/s put/get per stream count)",
+            ["tier", "C put+get ns", "py put us", "py get us", "streams GB/s", "kappa"],
+            rows,
+        )
+        output.console().print(f"saved to {cache.result_path(calibrate.KIND)}")
+        return 0
+
+    # ---- advise ----
+    def _calibration(self) -> dict[str, Any]:
+        from hetmem.flow import calibrate
+
+        data = calibrate.load()
+        if data is None:
+            output.err_console().print(
+                "no flow calibration yet: measuring now (hetmem flow calibrate)"
+            )
+            data = calibrate.run()
+        return data
+
+    def _advise(self, args: argparse.Namespace) -> int:
+        from hetmem.flow import model
+
+        spec = specmod.load(args.spec)
+        rows = model.advise(spec, self._calibration(), max_ranks=args.max_ranks)
+        if args.json:
+            output.print_json({"schema_version": 1, "spec": spec.name, "ranking": rows})
+            return 0
+        output.table(
+            f"flow advise {spec.name}: predicted iteration time, best first",
+            ["config", "s/iter", "vs best", "W cmp+io", "R io+cmp", "why"],
+            [
+                [
+                    r["config"],
+                    round(r["iteration_s"], 4),
+                    f"{r['predicted_slowdown']:.2f}x",
+                    f"{r['writer_compute_s']:.3f}+{r['writer_io_s']:.3f}",
+                    f"{r['reader_io_s']:.3f}+{r['reader_compute_s']:.3f}",
+                    r["reason"],
+                ]
+                for r in rows
+            ],
+        )
+        b = rows[0]
+        output.console().print(
+            f"advice: --mode {b['mode']} --channel {b['tier']} --ranks {b['ranks']} "
+            f"({b['reason']}; next best {rows[1]['config']} is "
+            f"{rows[1]['predicted_slowdown']:.2f}x)"
+            if len(rows) > 1
+            else f"advice: {b['config']}"
+        )
+        return 0
+
+    # ---- sweep ----
+    def _sweep(self, args: argparse.Namespace) -> int:
+        from hetmem.flow import sweep
+
+        calib = self._calibration()
+        results = []
+        with output.progress(not args.json) as prog:
+            for name in args.spec:
+                spec = specmod.load(name)
+                results.append(sweep.sweep(spec, calib, args.max_ranks, prog))
+        summary = sweep.summarize(results)
+        if args.json:
+            output.print_json({"schema_version": 1, "specs": results, "summary": summary})
+            return 0
+        for res in results:
+            output.table(
+                f"flow sweep {res['spec']} (advised: {res['advised']})",
+                ["config", "predicted s/it", "measured s/it", "error", "slowdown vs best"],
+                [
+                    [
+                        r["config"],
+                        round(r["predicted_s"], 4),
+                        round(r["measured_s"], 4),
+                        f"{r['error'] * 100:+.0f}%",
+                        f"{r['slowdown']:.2f}x",
+                    ]
+                    for r in res["rows"]
+                ],
+            )
+            output.console().print(
+                f"advised {res['advised']} is {res['advised_slowdown']:.3f}x the measured best "
+                f"({res['best']}); worst naive choice {res['worst_slowdown']:.2f}x"
+            )
+        output.console().print(
+            f"{summary['specs']} specs: advised within 5% of the best in "
+            f"{summary['advised_within_5pct']}/{summary['specs']}; predictions within 20% in "
+            f"{summary['predictions_within_20pct']}/{summary['configs']} configurations "
+            f"(median error {summary['median_abs_error'] * 100:.0f}%)"
+        )
+        return 0
+
+    # ---- bench ----
+    def _bench(self, args: argparse.Namespace) -> int:
+        from hetmem.flow import bench
+        from hetmem.sizes import parse_size
+
+        large = parse_size(args.large_bytes, "--large-bytes")
+        res = bench.run(
+            small_objects=args.small_objects,
+            large_bytes=large,
+            steps=args.steps,
+            tier=args.tier,
+            adios_py=bench.adios_python(args.adios_python),
+        )
+        if args.json:
+            output.print_json(res)
+            return 0
+        print_bench(res)
+        return 0
+
+
+def print_bench(res: dict[str, Any]) -> None:
+    """Human report of a bench result (also used by `hetmem bench flow`)."""
+    t = res["targets"]
+    cs = res["channel_c"]["small"]
+    cl = res["channel_c"]["large"]
+    con = output.console()
+    output.table(
+        f"channel ({res['tier']}) in C: {cs['objects']} x {cs['object_bytes']} B and "
+        f"{cl['objects']} x {cl['object_bytes'] >> 20} MiB per step",
+        ["measure", "put", "get (view)", "get (copy)", "memcpy"],
+        [
+            [
+                "ns per small object",
+                cs["put_ns_per_object"],
+                cs["get_view_ns_per_object"],
+                cs["get_copy_ns_per_object"],
+                cs["memcpy_ns_per_object"],
+            ],
+            ["GB/s large objects", cl["put_gbs"], "", cl["get_gbs"], cl["memcpy_gbs"]],
+        ],
+    )
+    rows = [
+        [
+            r["system"],
+            _r(r.get("small_put_us")),
+            _r(r.get("small_get_us")),
+            _r(r.get("large_put_gbs"), 3),
+            _r(r.get("large_get_gbs"), 3),
+            f"{r['small_cost_ratio_vs_channel']:.1f}x"
+            if "small_cost_ratio_vs_channel" in r
+            else "",
+            r.get("error", ""),
+        ]
+        for r in res["rows"]
+    ]
+    output.table(
+        "same objects through Python: the channel against ADIOS2",
+        ["system", "put us/obj", "get us/obj", "put GB/s", "get GB/s", "cost vs channel", "error"],
+        rows,
+    )
+    ad = res["adios2"]
+    if not ad["python"]:
+        con.print("ADIOS2: no interpreter with the adios2 package (--adios-python); not compared")
+    else:
+        con.print(f"ADIOS2 {ad['version']} from {ad['python']}")
+    total = cs["put_ns_per_object"] + cs["get_view_ns_per_object"]
+    con.print(
+        f"target put+get <= 1 us per 4.5 KB object: {total / 1000:.2f} us with the copy, "
+        f"{max(0.0, t['sw_cost_us_per_small_object']):.2f} us beyond memcpy -> "
+        f"{'met' if t['sw_cost_met'] else 'NOT met'}"
+    )
+    con.print(
+        f"target large objects >= 50% of memcpy: put {t['large_put_over_memcpy'] * 100:.0f}%, "
+        f"get {t['large_get_over_memcpy'] * 100:.0f}% -> {'met' if t['large_met'] else 'NOT met'}"
+    )
+
+
+def _r(v: float | None, nd: int = 2) -> float | str:
+    return "" if v is None else round(v, nd)

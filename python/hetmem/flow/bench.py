@@ -1,0 +1,221 @@
+"""`hetmem flow bench`: the channel against ADIOS2 (SST and BP5 engines) on
+the same objects, side by side in one run.
+
+Three views of the channel: its C cost (hm_chan_bench_json: what the
+library itself costs, the figure the targets are about), and the Python
+path (the same loop an ADIOS2 Python user writes: put every object, commit;
+wait, read every object). ADIOS2 runs through its Python package in a
+separate interpreter (its own processes: writer and reader), found with
+--adios-python, $HETMEM_ADIOS_PYTHON, or this interpreter if it has adios2.
+
+Targets: put+get software cost <= 1 us per 4.5 KB object (the C cost with
+the copy's own memcpy time taken out), and large objects through the DRAM
+channel at >= 50% of memcpy bandwidth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from hetmem import channel as chan
+from hetmem.flow.calibrate import _python_path
+
+_ADIOS_SCRIPT = r"""
+import json, sys, time
+import numpy as np
+from adios2 import Adios, Stream
+role, engine, path, n, size, steps = sys.argv[1:7]
+n, size, steps = int(n), int(size), int(steps)
+ad = Adios()
+io = ad.declare_io(role)
+io.set_engine(engine)
+if engine == "SST":
+    io.set_parameters({"RendezvousReaderCount": "1", "QueueLimit": "2",
+                       "QueueFullPolicy": "Block", "OpenTimeoutSecs": "60"})
+else:
+    io.set_parameters({"OpenTimeoutSecs": "60"})
+times = []
+if role == "writer":
+    data = [np.full(size // 8, i, dtype=np.int64) for i in range(n)]
+    with Stream(io, path, "w") as s:
+        for st in range(steps):
+            for d in data:
+                d[0] = st
+            t = time.perf_counter()
+            s.begin_step()
+            for i in range(n):
+                s.write(f"o{i}", data[i])
+            s.end_step()
+            times.append(time.perf_counter() - t)
+else:
+    bad = 0
+    with Stream(io, path, "r") as s:
+        for st in range(steps):
+            s.begin_step(timeout=120)
+            t = time.perf_counter()
+            for i in range(n):
+                a = s.read(f"o{i}")
+                bad += int(a[0] != st) + int(a.nbytes != size)
+            s.end_step()
+            times.append(time.perf_counter() - t)
+    if bad:
+        raise SystemExit(f"adios2 reader: {bad} objects wrong")
+print(json.dumps({"times": times}))
+"""
+
+
+def adios_python(explicit: str | None = None) -> str | None:
+    for cand in (explicit, os.environ.get("HETMEM_ADIOS_PYTHON"), sys.executable):
+        if not cand:
+            continue
+        ok = subprocess.run(
+            [cand, "-c", "import adios2"], capture_output=True, timeout=60
+        ).returncode
+        if ok == 0:
+            return cand
+        if cand == explicit:
+            from hetmem.errors import EnvironmentProblem
+
+            raise EnvironmentProblem(f"--adios-python {cand}: cannot import adios2")
+    return None
+
+
+def adios_version(py: str) -> str:
+    r = subprocess.run(
+        [py, "-c", "import adios2; print(adios2.__version__)"], capture_output=True, text=True
+    )
+    return r.stdout.strip()
+
+
+def _best(times: list[float]) -> float:
+    rest = times[1:] if len(times) > 1 else times
+    return min(rest)
+
+
+def run_adios(py: str, engine: str, n: int, size: int, steps: int) -> dict[str, float]:
+    tmp = tempfile.mkdtemp(prefix="hetmem-adios-")
+    path = os.path.join(tmp, "stream.bp" if engine == "BP5" else "stream")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    args = [str(n), str(size), str(steps)]
+    try:
+        if engine == "SST":
+            rd = subprocess.Popen(
+                [py, "-c", _ADIOS_SCRIPT, "reader", engine, path, *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=tmp,
+                env=env,
+            )
+            wr = subprocess.run(
+                [py, "-c", _ADIOS_SCRIPT, "writer", engine, path, *args],
+                capture_output=True,
+                text=True,
+                cwd=tmp,
+                env=env,
+                timeout=600,
+            )
+            out, err = rd.communicate(timeout=600)
+            rrc = rd.returncode
+        else:
+            wr = subprocess.run(
+                [py, "-c", _ADIOS_SCRIPT, "writer", engine, path, *args],
+                capture_output=True,
+                text=True,
+                cwd=tmp,
+                env=env,
+                timeout=600,
+            )
+            rd2 = subprocess.run(
+                [py, "-c", _ADIOS_SCRIPT, "reader", engine, path, *args],
+                capture_output=True,
+                text=True,
+                cwd=tmp,
+                env=env,
+                timeout=600,
+            )
+            out, err, rrc = rd2.stdout, rd2.stderr, rd2.returncode
+        if wr.returncode or rrc:
+            msg = (wr.stderr or err).strip().splitlines()
+            return {"error": msg[-1] if msg else "failed"}
+        wt = json.loads(wr.stdout.strip().splitlines()[-1])["times"]
+        rt = json.loads(out.strip().splitlines()[-1])["times"]
+        return {"put_s": _best(wt) / n, "get_s": _best(rt) / n}
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out"}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(
+    small_objects: int = 10000,
+    small_bytes: int = 4608,
+    large_objects: int = 4,
+    large_bytes: int = 64 << 20,
+    steps: int = 4,
+    tier: str = "dram",
+    adios_py: str | None = None,
+    engines: tuple[str, ...] = ("SST", "BP5"),
+) -> dict[str, Any]:
+    res: dict[str, Any] = {"schema_version": 1, "tier": tier}
+    cs = chan.bench(tier, small_objects, small_bytes, steps + 1, 1)
+    cl = chan.bench(tier, large_objects, large_bytes, steps + 1, 1)
+    sw = cs["put_ns_per_object"] + cs["get_view_ns_per_object"] - cs["memcpy_ns_per_object"]
+    res["channel_c"] = {"small": cs, "large": cl}
+    res["targets"] = {
+        "sw_cost_us_per_small_object": sw / 1000,
+        "sw_cost_target_us": 1.0,
+        "sw_cost_met": sw / 1000 <= 1.0,
+        "large_put_over_memcpy": cl["put_gbs"] / cl["memcpy_gbs"],
+        "large_get_over_memcpy": cl["get_gbs"] / cl["memcpy_gbs"],
+        "large_target": 0.5,
+        "large_met": min(cl["put_gbs"], cl["get_gbs"]) / cl["memcpy_gbs"] >= 0.5,
+    }
+    rows: list[dict[str, Any]] = []
+    sp, sg = _python_path(tier, small_bytes, small_objects, steps)
+    lp, lg = _python_path(tier, large_bytes, large_objects, steps)
+    rows.append(
+        {
+            "system": f"hetmem channel ({tier}, Python)",
+            "small_put_us": sp * 1e6,
+            "small_get_us": sg * 1e6,
+            "large_put_gbs": large_bytes / lp / 1e9,
+            "large_get_gbs": large_bytes / lg / 1e9,
+        }
+    )
+    py = adios_py or adios_python()
+    res["adios2"] = {"python": py, "version": adios_version(py) if py else None}
+    for eng in engines if py else ():
+        s = run_adios(py, eng, small_objects, small_bytes, steps)  # type: ignore[arg-type]
+        lg_ = run_adios(py, eng, large_objects, large_bytes, steps)  # type: ignore[arg-type]
+        row: dict[str, Any] = {"system": f"ADIOS2 {eng} (Python)"}
+        if "error" in s:
+            row["error"] = s["error"]
+        else:
+            row["small_put_us"] = s["put_s"] * 1e6
+            row["small_get_us"] = s["get_s"] * 1e6
+        if "error" in lg_:
+            row["error"] = lg_["error"]
+        else:
+            row["large_put_gbs"] = large_bytes / lg_["put_s"] / 1e9
+            row["large_get_gbs"] = large_bytes / lg_["get_s"] / 1e9
+        rows.append(row)
+    base = rows[0]
+    for r in rows[1:]:
+        if "small_put_us" in r:
+            r["small_cost_ratio_vs_channel"] = (r["small_put_us"] + r["small_get_us"]) / (
+                base["small_put_us"] + base["small_get_us"]
+            )
+    res["rows"] = rows
+    res["objects"] = {
+        "small": [small_objects, small_bytes],
+        "large": [large_objects, large_bytes],
+        "steps": steps,
+    }
+    return res

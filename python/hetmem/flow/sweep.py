@@ -1,0 +1,62 @@
+"""`hetmem flow sweep`: runs every configuration of a spec and puts the
+model's prediction beside the measurement (the seed's Figure 1: each
+configuration's slowdown against the best)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from hetmem.flow import model, runner
+from hetmem.flow.spec import Spec
+
+
+def sweep(
+    spec: Spec, calib: dict[str, Any], max_ranks: int = 2, prog: Any = None
+) -> dict[str, Any]:
+    predicted = model.advise(spec, calib, max_ranks=max_ranks)
+    task = prog.add_task(spec.name, total=len(predicted)) if prog is not None else None
+    rows = []
+    for p in predicted:
+        s = spec.with_config(mode=p["mode"], tier=p["tier"], ranks=p["ranks"])
+        if s.writer.objects % s.writer.ranks:
+            continue
+        res = runner.run(s)
+        rows.append(
+            {
+                "config": p["config"],
+                "mode": p["mode"],
+                "tier": p["tier"],
+                "ranks": p["ranks"],
+                "predicted_s": p["iteration_s"],
+                "measured_s": res["iteration_s"],
+                "error": p["iteration_s"] / res["iteration_s"] - 1.0,
+                "reason": p["reason"],
+            }
+        )
+        if prog is not None:
+            prog.advance(task)
+    best = min(rows, key=lambda r: r["measured_s"])
+    for r in rows:
+        r["slowdown"] = r["measured_s"] / best["measured_s"]
+    rows.sort(key=lambda r: r["measured_s"])
+    advised = min(rows, key=lambda r: r["predicted_s"])
+    return {
+        "spec": spec.name,
+        "rows": rows,
+        "best": best["config"],
+        "advised": advised["config"],
+        "advised_slowdown": advised["slowdown"],
+        "worst_slowdown": max(r["slowdown"] for r in rows),
+    }
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    errs = [abs(r["error"]) for res in results for r in res["rows"]]
+    return {
+        "specs": len(results),
+        "advised_within_5pct": sum(1 for r in results if r["advised_slowdown"] <= 1.05),
+        "configs": len(errs),
+        "predictions_within_20pct": sum(1 for e in errs if e <= 0.20),
+        "median_abs_error": statistics.median(errs) if errs else 0.0,
+    }
