@@ -1,0 +1,206 @@
+/* LU factorization of an n x n matrix (footprint n^2 * 8 bytes).
+ *   lapack: LAPACK (OpenBLAS) dgetrf, partial pivoting, on the usual
+ *           column-major array;
+ *   tiled:  right-looking tile LU without pivoting, the matrix stored as
+ *           contiguous nb x nb tiles (the layout of the hetero-streams code the
+ *           IMDT study used: it found tiling decisive on tiered memory). Panel
+ *           solves and trailing updates are single-threaded BLAS calls on
+ *           tiles spread over the OpenMP threads.
+ * The matrix is random in [-1, 1] plus n on the diagonal (diagonally
+ * dominant, so LU without pivoting is stable) and a pure function of (i, j),
+ * so the check regenerates it: solve A x = b with the factors and require
+ * the HPL scaled residual ||A x - b|| / (eps (||A|| ||x|| + ||b||) n) < 16.
+ * flops = 2/3 n^3. */
+#include <cblas.h>
+#include <float.h>
+#include <lapacke.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hmk.h"
+
+static inline double aij(size_t i, size_t j, size_t n) {
+  return hmk_unit(i * n + j, 0x4c55, -1.0, 1.0) + (i == j ? (double)n : 0.0);
+}
+
+typedef struct {
+  double *a;
+  size_t n, nb, nt;
+  int tiled;
+} mat_t;
+
+/* address of element (i, j) in either layout */
+static inline double *at(const mat_t *m, size_t i, size_t j) {
+  if (!m->tiled) return m->a + i + j * m->n;
+  size_t ti = i / m->nb, tj = j / m->nb;
+  return m->a + (tj * m->nt + ti) * m->nb * m->nb + (i % m->nb) + (j % m->nb) * m->nb;
+}
+
+static inline double *tile(const mat_t *m, size_t ti, size_t tj) {
+  return m->a + (tj * m->nt + ti) * m->nb * m->nb;
+}
+
+static void fill(const mat_t *m) {
+  size_t n = m->n;
+  /* by columns of tiles / columns, so each thread first-touches what it
+   * writes contiguously in either layout */
+#pragma omp parallel for schedule(static)
+  for (size_t j = 0; j < n; j++)
+    for (size_t i = 0; i < n; i++) *at(m, i, j) = aij(i, j, n);
+}
+
+/* Unblocked LU without pivoting of one column-major nb x nb tile. */
+static void getrf_nopiv(double *t, size_t nb) {
+  for (size_t k = 0; k < nb; k++) {
+    double inv = 1.0 / t[k + k * nb];
+    for (size_t i = k + 1; i < nb; i++) t[i + k * nb] *= inv;
+    for (size_t j = k + 1; j < nb; j++) {
+      double akj = t[k + j * nb];
+      for (size_t i = k + 1; i < nb; i++) t[i + j * nb] -= t[i + k * nb] * akj;
+    }
+  }
+}
+
+static void tiled_lu(const mat_t *m) {
+  size_t nt = m->nt, nb = m->nb;
+  int b = (int)nb;
+  for (size_t k = 0; k < nt; k++) {
+    double *akk = tile(m, k, k);
+    getrf_nopiv(akk, nb);
+    size_t rest = nt - k - 1;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t x = 0; x < 2 * rest; x++) {
+      if (x < rest) /* A_ik <- A_ik U_kk^-1 */
+        cblas_dtrsm(CblasColMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, b, b, 1.0, akk, b,
+                    tile(m, k + 1 + x, k), b);
+      else /* A_kj <- L_kk^-1 A_kj */
+        cblas_dtrsm(CblasColMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, b, b, 1.0, akk, b,
+                    tile(m, k, k + 1 + x - rest), b);
+    }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t x = 0; x < rest * rest; x++) {
+      size_t i = k + 1 + x % rest, j = k + 1 + x / rest;
+      cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, b, b, b, -1.0, tile(m, i, k), b, tile(m, k, j), b, 1.0,
+                  tile(m, i, j), b);
+    }
+  }
+}
+
+/* x <- U^-1 L^-1 x for the tiled (unpivoted) factors */
+static void tiled_solve(const mat_t *m, double *x) {
+  size_t n = m->n;
+  for (size_t j = 0; j < n; j++) /* L y = b, unit diagonal, by columns */
+    for (size_t i = j + 1; i < n; i++) x[i] -= *at(m, i, j) * x[j];
+  for (size_t j = n; j-- > 0;) { /* U x = y */
+    x[j] /= *at(m, j, j);
+    for (size_t i = 0; i < j; i++) x[i] -= *at(m, i, j) * x[j];
+  }
+}
+
+int main(int argc, char **argv) {
+  uint64_t tile_opt = 0;
+  hmk_args_t a = {.kernel = "lu",
+                  .summary = "LU factorization: LAPACK dgetrf, or a tiled right-looking LU (tile layout).",
+                  .variants = "lapack|tiled",
+                  .variant = "lapack",
+                  .bytes = 128ull << 20,
+                  .min_bytes = 8 * 32 * 32,
+                  .reps = 3};
+  hmk_opt_t opts[] = {
+      {"--tile", HMK_OPT_COUNT, &tile_opt, NULL, 8, 4096,
+       "tile size nb of the tiled variant (default 256, smaller for small matrices)"},
+  };
+  hmk_parse(&a, argc, argv, opts, 1);
+  mat_t m = {0};
+  m.tiled = strcmp(a.variant, "tiled") == 0;
+  size_t n = (size_t)sqrt((double)a.bytes / 8.0);
+  while ((n + 1) * (n + 1) * 8 <= a.bytes) n++;
+  while (n * n * 8 > a.bytes) n--;
+  if (m.tiled) {
+    size_t nb = tile_opt ? (size_t)tile_opt : 256;
+    if (!tile_opt && n < 4 * nb) nb = n / 4 / 8 * 8 < 8 ? 8 : n / 4 / 8 * 8;
+    if (nb > n) hmk_fail(HMK_EXIT_USAGE, "--tile %zu is larger than the matrix (n = %zu)", nb, n);
+    m.nb = nb;
+    m.nt = n / nb;
+    n = m.nt * nb;
+    openblas_set_num_threads(1); /* parallel over tiles instead */
+  } else {
+    openblas_set_num_threads(a.threads);
+  }
+  m.n = n;
+
+  hmk_result_t r;
+  hmk_result_init(&r, &a);
+  double t0 = hmk_now();
+  m.a = hmk_alloc(n * n * sizeof(double));
+  lapack_int *ipiv = hmk_alloc(n * sizeof(lapack_int));
+  fill(&m);
+  r.init_s = hmk_now() - t0;
+
+  for (int rep = 0; rep < a.reps; rep++) {
+    if (rep > 0) fill(&m); /* factorization is in place: start again, untimed */
+    double s = hmk_now();
+    if (m.tiled) {
+      tiled_lu(&m);
+    } else {
+      lapack_int info = LAPACKE_dgetrf(LAPACK_COL_MAJOR, (lapack_int)n, (lapack_int)n, m.a, (lapack_int)n, ipiv);
+      if (info != 0) hmk_fail(HMK_EXIT_VERIFY, "verification failed: dgetrf returned info=%d", (int)info);
+    }
+    r.times[r.n++] = hmk_now() - s;
+  }
+  double nd = (double)n;
+  r.flops = 2.0 / 3.0 * nd * nd * nd;
+  r.bytes_moved = nd * nd * 8.0; /* compulsory: the matrix once */
+
+  if (a.inject_error) *at(&m, n / 2, n / 3) += 1.0;
+  double v0 = hmk_now();
+  /* b = A * 1 (row sums), so the solution is near all ones */
+  double *x = hmk_alloc(n * sizeof(double)), *b = hmk_alloc(n * sizeof(double));
+  double norm_a = 0.0;
+#pragma omp parallel for schedule(static) reduction(max : norm_a)
+  for (size_t i = 0; i < n; i++) {
+    long double s = 0.0L, abs_s = 0.0L;
+    for (size_t j = 0; j < n; j++) {
+      double v = aij(i, j, n);
+      s += v;
+      abs_s += fabs(v);
+    }
+    b[i] = (double)s;
+    if ((double)abs_s > norm_a) norm_a = (double)abs_s;
+  }
+  memcpy(x, b, n * sizeof(double));
+  if (m.tiled) {
+    tiled_solve(&m, x);
+  } else {
+    lapack_int info = LAPACKE_dgetrs(LAPACK_COL_MAJOR, 'N', (lapack_int)n, 1, m.a, (lapack_int)n, ipiv, x,
+                                     (lapack_int)n);
+    if (info != 0) hmk_fail(HMK_EXIT_VERIFY, "verification failed: dgetrs returned info=%d", (int)info);
+  }
+  double norm_r = 0.0, norm_x = 0.0, norm_b = 0.0;
+#pragma omp parallel for schedule(static) reduction(max : norm_r, norm_x, norm_b)
+  for (size_t i = 0; i < n; i++) {
+    long double s = -(long double)b[i];
+    for (size_t j = 0; j < n; j++) s += (long double)aij(i, j, n) * x[j];
+    double e = fabs((double)s);
+    if (!(e <= norm_r)) norm_r = isnan(e) ? INFINITY : e;
+    if (fabs(x[i]) > norm_x || isnan(x[i])) norm_x = isnan(x[i]) ? INFINITY : fabs(x[i]);
+    if (fabs(b[i]) > norm_b) norm_b = fabs(b[i]);
+  }
+  double scaled = norm_r / (DBL_EPSILON * (norm_a * norm_x + norm_b) * nd);
+  r.verify_s = hmk_now() - v0;
+  if (!(scaled < 16.0))
+    hmk_fail(HMK_EXIT_VERIFY, "verification failed: scaled residual %.3g (limit 16, ||Ax-b|| = %.3g)", scaled,
+             norm_r);
+  hmk_extra_u64(&r, "n", n);
+  if (m.tiled) hmk_extra_u64(&r, "tile", m.nb);
+  hmk_extra_num(&r, "scaled_residual", scaled);
+  hmk_extra_num(&r, "residual_inf", norm_r);
+  hmk_emit(&a, &r);
+  free(m.a);
+  free(ipiv);
+  free(x);
+  free(b);
+  return 0;
+}
