@@ -88,10 +88,22 @@ def repeat_for_seconds(kind: str, size: int, seconds: float) -> int:
     return max(1, round(seconds / per)) if per > 0 else 1
 
 
-def seconds_per_run(kind: str, size: int, repeat: int, ranks: int = 1) -> float:
-    """Measured time of one rank's run (the model's compute term), best of 2."""
+def seconds_per_run(
+    kind: str, size: int, repeat: int, ranks: int = 1, evict_bytes: int = 0, reps: int = 3
+) -> float:
+    """Measured time of one rank's run (the model's compute term): the
+    median of reps runs, each after streaming evict_bytes through the cache
+    as the component's own I/O does between two compute phases."""
     if kind == "none":
         return 0.0
     k = Kernel(kind, size, repeat, ranks)
     k.run(1)
-    return time_once(k.run, reps=2)
+    junk = np.ones(max(1, min(evict_bytes, 256 << 20) // 8))
+    times = []
+    for _ in range(reps):
+        if evict_bytes:
+            junk.sum()
+        t = time.perf_counter()
+        k.run()
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]

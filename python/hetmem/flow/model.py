@@ -53,7 +53,7 @@ def kernel_times(spec: Spec, ranks: list[int]) -> dict[str, dict[int, float]]:
         if c.kernel != "none" and c.seconds > 0:
             rep = kernels.repeat_for_seconds(c.kernel, c.size, c.seconds)
         for p in ranks:
-            out[role][p] = kernels.seconds_per_run(c.kernel, c.size, rep, p)
+            out[role][p] = kernels.seconds_per_run(c.kernel, c.size, rep, p, spec.step_bytes // p)
     return out
 
 
