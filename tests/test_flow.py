@@ -1,0 +1,148 @@
+"""`hetmem flow`: spec parsing, runs in both modes (processes and mpirun),
+the model's ranking, and the CLI's errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from hetmem.flow import model, runner
+from hetmem.flow import spec as specmod
+
+TINY = """
+name = "tiny"
+iterations = 3
+[writer]
+ranks = 1
+kernel = "stencil"
+size = 64
+repeat = 2
+objects = 40
+object_bytes = 4608
+[reader]
+ranks = 1
+kernel = "poly"
+size = 1000
+repeat = 3
+[channel]
+tier = "dram"
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (TINY.replace("objects = 40", "objects = 0"), "writer.objects"),
+        (TINY.replace("object_bytes = 4608", 'object_bytes = "4Q"'), "writer.object_bytes"),
+        (TINY.replace('kernel = "poly"', 'kernel = "fft"'), "reader.kernel"),
+        (TINY.replace('tier = "dram"', 'tier = "tape"'), "channel.tier"),
+        (TINY.replace("iterations = 3", "iterations = 'x'"), "workflow.iterations"),
+        (TINY.replace('ranks = 1\nkernel = "poly"', "ranks = 1\ncolour = 1"), "reader.colour"),
+        (
+            TINY.replace('ranks = 1\nkernel = "stencil"', 'ranks = 3\nkernel = "stencil"'),
+            "writer.objects",
+        ),
+        (TINY + "\n[extra]\n", "extra"),
+        ("name = [", "not valid TOML"),
+    ],
+)
+def test_spec_errors_name_the_field(text, field):
+    with pytest.raises(specmod.SpecError) as exc:
+        specmod.parse(text, "t.toml")
+    assert str(exc.value).startswith(field) or field in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_shipped_specs_parse():
+    names = specmod.shipped_names()
+    assert {"gtc-io", "gtc-compute", "miniamr-io", "miniamr-compute"} <= set(names)
+    for n in names:
+        s = specmod.load(n)
+        assert s.iterations >= 1 and s.writer.objects >= 1
+
+
+@pytest.mark.parametrize("mode", ["serial", "parallel"])
+def test_run_streams_every_object(mode):
+    s = specmod.parse(TINY)
+    res = runner.run(s, mode=mode)
+    assert res["mode"] == mode
+    assert res["objects_read"] == 40 * 3
+    assert res["stamp_errors"] == 0
+    assert res["makespan_s"] > 0
+    assert res["writer"]["compute"] > 0 and res["reader"]["io"] > 0
+
+
+def test_run_two_ranks_each_on_a_file_tier(tmp_path):
+    s = specmod.parse(TINY).with_config(ranks=2, tier=f"file:{tmp_path}")
+    res = runner.run(s, mode="parallel")
+    assert res["ranks"] == {"writer": 2, "reader": 2}
+    assert res["objects_read"] == 40 * 3
+    assert not list(tmp_path.iterdir())  # the channel file is gone
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
+def test_run_under_mpirun():
+    s = specmod.parse(TINY).with_config(ranks=2)
+    res = runner.run(s, mode="serial", launcher="mpirun", timeout=180)
+    assert res["launcher"] == "mpirun" and res["objects_read"] == 40 * 3
+
+
+def _calib(kappa: float = 0.5) -> dict:
+    tier = {
+        "put_object_s": 2e-6,
+        "get_object_s": 3e-6,
+        "put_byte_s": 1 / 5e9,
+        "get_byte_s": 1 / 5e9,
+        "streams": {"1": {"put_gbs": 5.0, "get_gbs": 5.0}, "2": {"put_gbs": 6.0, "get_gbs": 6.0}},
+        "kappa": kappa,
+    }
+    slow = dict(tier, put_byte_s=1 / 1e9, get_byte_s=1 / 1e9)
+    return {"schema_version": 1, "cores": 2, "tiers": {"dram": tier, "file:/x": slow}}
+
+
+def test_model_prefers_parallel_when_analytics_can_hide():
+    s = specmod.parse(TINY)
+    kt = {"writer": {1: 0.5, 2: 0.25}, "reader": {1: 0.4, 2: 0.2}}
+    cal = _calib()
+    ser = model.predict(s, cal, kt, model.Config("serial", "dram", 1))
+    par = model.predict(s, cal, kt, model.Config("parallel", "dram", 1))
+    assert par["iteration_s"] < ser["iteration_s"]
+    slow = model.predict(s, cal, kt, model.Config("serial", "file:/x", 1))
+    assert slow["iteration_s"] > ser["iteration_s"]
+    # four busy ranks on two cores: parallel can no longer hide anything
+    par2 = model.predict(s, cal, kt, model.Config("parallel", "dram", 2))
+    ser2 = model.predict(s, cal, kt, model.Config("serial", "dram", 2))
+    assert par2["iteration_s"] == pytest.approx(ser2["iteration_s"], rel=0.35)
+
+
+def test_cli_advise_and_errors(hetmem, tmp_path):
+    from hetmem import cache
+
+    env = {"HETMEM_CACHE_DIR": str(tmp_path)}
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY)
+    import os
+
+    os.environ["HETMEM_CACHE_DIR"] = str(tmp_path)
+    try:
+        cache.save("flow-calibration", _calib())
+    finally:
+        del os.environ["HETMEM_CACHE_DIR"]
+    proc = hetmem("flow", "advise", str(spec), "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    rows = data["ranking"]
+    assert len(rows) == 8
+    assert rows[0]["iteration_s"] <= rows[-1]["iteration_s"]
+    assert rows[0]["tier"] == "dram"  # the faster tier of the two
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TINY.replace("objects = 40", "objects = -1"))
+    proc = hetmem("flow", "run", str(bad), env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "writer.objects" in proc.stderr
+    proc = hetmem("flow", "run", "no-such-spec", env=env)
+    assert proc.returncode == 2 and "no such spec" in proc.stderr
+    proc = hetmem("flow", "run", str(spec), "--channel", "tape", env=env)
+    assert proc.returncode == 2
