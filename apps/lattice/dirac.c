@@ -1,0 +1,228 @@
+/* Wilson-clover Dirac operator
+ *   D psi(x) = A(x) psi(x) - 1/2 sum_mu [(1-g_mu) U_mu(x) psi(x+mu) + (1+g_mu) U_mu(x-mu)^H psi(x-mu)]
+ *   A(x) = (m0+4) - (csw/16) sum_{mu<nu} g_mu g_nu (x) (Q_munu - Q_munu^H)
+ * Chiral basis: g_mu = [[0, A_mu], [A_mu^H, 0]], A_k = -i sigma_k, A_t = 1,
+ * so gamma5 = g_x g_y g_z g_t = diag(1,1,-1,-1) and A(x) is two 6x6 blocks.
+ * Halos carry spin-projected half-spinors (6 complex per face site). */
+#include "lattice.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* one nonzero per row of A_mu (cola, pha) and of B_mu = A_mu^H (colb, phb) */
+static const int hm__cola[4][2] = {{1, 0}, {1, 0}, {0, 1}, {0, 1}};
+static const cplx hm__pha[4][2] = {{-I, -I}, {-1, 1}, {-I, I}, {1, 1}};
+static const int hm__colb[4][2] = {{1, 0}, {1, 0}, {0, 1}, {0, 1}};
+static const cplx hm__phb[4][2] = {{I, I}, {1, -1}, {I, -I}, {1, 1}};
+
+const cplx lat_gamma[4][4][4] = {
+    {{0, 0, 0, -I}, {0, 0, -I, 0}, {0, I, 0, 0}, {I, 0, 0, 0}},
+    {{0, 0, 0, -1}, {0, 0, 1, 0}, {0, 1, 0, 0}, {-1, 0, 0, 0}},
+    {{0, 0, -I, 0}, {0, 0, 0, I}, {I, 0, 0, 0}, {0, -I, 0, 0}},
+    {{0, 0, 1, 0}, {0, 0, 0, 1}, {1, 0, 0, 0}, {0, 1, 0, 0}},
+};
+
+#define REAL double
+#define CPLX cplx
+#define SFX(n) n##_d
+#define FIELD_U U
+#define FIELD_A A
+#define HALO hd
+#include "dirac_kern.h"
+#undef REAL
+#undef CPLX
+#undef SFX
+#undef FIELD_U
+#undef FIELD_A
+#undef HALO
+#define REAL float
+#define CPLX cplxf
+#define SFX(n) n##_f
+#define FIELD_U Uf
+#define FIELD_A Af
+#define HALO hf
+#include "dirac_kern.h"
+
+static void m3mul(cplx *c, const cplx *a, const cplx *b, int da, int db)
+{
+    /* c = op(a) op(b), op = dagger when d* set */
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            cplx s = 0;
+            for (int k = 0; k < 3; k++)
+                s += (da ? conj(a[3 * k + i]) : a[3 * i + k]) * (db ? conj(b[3 * j + k]) : b[3 * k + j]);
+            c[3 * i + j] = s;
+        }
+}
+
+/* product of a path of 4 links: each (pointer, dagger) */
+static void path4(cplx *out, const cplx *l[4], const int d[4])
+{
+    cplx t[9], t2[9];
+    m3mul(t, l[0], l[1], d[0], d[1]);
+    m3mul(t2, t, l[2], 0, d[2]);
+    m3mul(out, t2, l[3], 0, d[3]);
+}
+
+static void clover_site(const gauge_t *G, const geom_t *g, int x, double m0, double csw, cplx *A)
+{
+    int st[4] = {1, g->e[0], g->e[0] * g->e[1], g->e[0] * g->e[1] * g->e[2]};
+    cplx M[12][12];
+    memset(M, 0, sizeof M);
+    for (int i = 0; i < 12; i++)
+        M[i][i] = m0 + 4;
+    if (csw != 0) {
+        for (int mu = 0; mu < 4; mu++)
+            for (int nu = mu + 1; nu < 4; nu++) {
+                int a = st[mu], b = st[nu];
+#define LK(p, m) ((const cplx *)gauge_link(G, g, (p), (m)))
+                const cplx *p1[4] = {LK(x, mu), LK(x + a, nu), LK(x + b, mu), LK(x, nu)};
+                const cplx *p2[4] = {LK(x, nu), LK(x - a + b, mu), LK(x - a, nu), LK(x - a, mu)};
+                const cplx *p3[4] = {LK(x - a, mu), LK(x - a - b, nu), LK(x - a - b, mu), LK(x - b, nu)};
+                const cplx *p4[4] = {LK(x - b, nu), LK(x - b, mu), LK(x + a - b, nu), LK(x, mu)};
+#undef LK
+                static const int d1[4] = {0, 0, 1, 1}, d2[4] = {0, 1, 1, 0}, d3[4] = {1, 1, 0, 0},
+                                 d4[4] = {1, 0, 0, 1};
+                cplx Q[9] = {0}, t[9], F[9];
+                path4(t, p1, d1);
+                for (int i = 0; i < 9; i++)
+                    Q[i] += t[i];
+                path4(t, p2, d2);
+                for (int i = 0; i < 9; i++)
+                    Q[i] += t[i];
+                path4(t, p3, d3);
+                for (int i = 0; i < 9; i++)
+                    Q[i] += t[i];
+                path4(t, p4, d4);
+                for (int i = 0; i < 9; i++)
+                    Q[i] += t[i];
+                for (int i = 0; i < 3; i++)
+                    for (int j = 0; j < 3; j++)
+                        F[3 * i + j] = Q[3 * i + j] - conj(Q[3 * j + i]);
+                cplx gg[4][4];
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++) {
+                        cplx s = 0;
+                        for (int k = 0; k < 4; k++)
+                            s += lat_gamma[mu][i][k] * lat_gamma[nu][k][j];
+                        gg[i][j] = s;
+                    }
+                for (int s1 = 0; s1 < 4; s1++)
+                    for (int s2 = 0; s2 < 4; s2++)
+                        if (gg[s1][s2] != 0)
+                            for (int c1 = 0; c1 < 3; c1++)
+                                for (int c2 = 0; c2 < 3; c2++)
+                                    M[3 * s1 + c1][3 * s2 + c2] -= csw / 16 * gg[s1][s2] * F[3 * c1 + c2];
+            }
+    }
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 6; j++)
+                A[36 * b + 6 * i + j] = M[6 * b + i][6 * b + j];
+}
+
+int dirac_init(dirac_t *D, const geom_t *g, const gauge_t *G, double m0, double csw)
+{
+    memset(D, 0, sizeof *D);
+    D->g = g;
+    D->m0 = m0;
+    D->csw = csw;
+    size_t V = (size_t)g->V;
+    D->U = lat_alloc_gauge(sizeof(cplx) * 36 * V);
+    D->Uf = lat_alloc_gauge(sizeof(cplxf) * 36 * V);
+    D->A = lat_alloc_clover(sizeof(cplx) * 72 * V);
+    D->Af = lat_alloc_clover(sizeof(cplxf) * 72 * V);
+#pragma omp parallel for schedule(static)
+    for (int e = 0; e < g->V; e++) {
+        int x = g->eo2ext[e];
+        /* antiperiodic time: negate t-links on the last global time slice */
+        int last = g->origin[3] + g->lc[4 * e + 3] == g->L[3] - 1;
+        for (int mu = 0; mu < 4; mu++) {
+            const cplx *u = (const cplx *)gauge_link(G, g, x, mu);
+            for (int i = 0; i < 9; i++) {
+                cplx v = (mu == 3 && last) ? -u[i] : u[i];
+                D->U[36 * (size_t)e + 9 * mu + i] = v;
+                D->Uf[36 * (size_t)e + 9 * mu + i] = (cplxf)v;
+            }
+        }
+        clover_site(G, g, x, m0, csw, D->A + 72 * (size_t)e);
+        for (int i = 0; i < 72; i++)
+            D->Af[72 * (size_t)e + i] = (cplxf)D->A[72 * (size_t)e + i];
+    }
+    halo_alloc(g, &D->hd, 6 * sizeof(cplx));
+    halo_alloc(g, &D->hf, 6 * sizeof(cplxf));
+    return 0;
+}
+
+void dirac_free(dirac_t *D)
+{
+    lat_free(D->U);
+    lat_free(D->Uf);
+    lat_free(D->A);
+    lat_free(D->Af);
+    halo_free(&D->hd);
+    halo_free(&D->hf);
+}
+
+void dirac_apply(dirac_t *D, cplx *out, const cplx *in)
+{
+    double t = wtime();
+    apply_impl_d(D, out, in);
+    D->tapply += wtime() - t;
+    D->napply++;
+}
+
+void dirac_apply_f(dirac_t *D, cplxf *out, const cplxf *in)
+{
+    double t = wtime();
+    apply_impl_f(D, out, in);
+    D->tapplyf += wtime() - t;
+    D->napplyf++;
+}
+
+void dirac_block_f(const dirac_t *D, const int *sites, int ns, const int *blk, int b, cplxf *out,
+                   const cplxf *in)
+{
+    const geom_t *g = D->g;
+    const cplxf *U = D->Uf, *A = D->Af;
+    for (int k = 0; k < ns; k++) {
+        int x = sites[k];
+        cplxf acc[12] = {0}, t[6], u[6];
+        for (int mu = 0; mu < 4; mu++) {
+            int f = g->nb[8 * x + 2 * mu], bb = g->nb[8 * x + 2 * mu + 1];
+            if (f >= 0 && blk[f] == b) {
+                proj_f(t, in + 12 * (size_t)f, mu, -1);
+                umul_f(u, U + 36 * (size_t)x + 9 * mu, t);
+                lift_f(acc, u, mu, -1);
+            }
+            if (bb >= 0 && blk[bb] == b) {
+                proj_f(t, in + 12 * (size_t)bb, mu, +1);
+                udmul_f(u, U + 36 * (size_t)bb + 9 * mu, t);
+                lift_f(acc, u, mu, +1);
+            }
+        }
+        diag_f(out + 12 * (size_t)x, A + 72 * (size_t)x, in + 12 * (size_t)x, acc);
+    }
+}
+
+void gamma5(const geom_t *g, cplx *v)
+{
+#pragma omp parallel for schedule(static)
+    for (int x = 0; x < g->V; x++)
+        for (int a = 6; a < 12; a++)
+            v[12 * (size_t)x + a] = -v[12 * (size_t)x + a];
+}
+
+void gamma5_f(const geom_t *g, cplxf *v)
+{
+#pragma omp parallel for schedule(static)
+    for (int x = 0; x < g->V; x++)
+        for (int a = 6; a < 12; a++)
+            v[12 * (size_t)x + a] = -v[12 * (size_t)x + a];
+}
+
+/* Minimal memory traffic per site with perfect neighbour reuse: input and
+ * output spinor (24 complex), 4 links (36), clover as stored (72). */
+double dirac_bytes_per_site(int single) { return (24 + 36 + 72) * (single ? 8.0 : 16.0); }

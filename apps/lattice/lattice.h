@@ -1,0 +1,205 @@
+/* hm-lattice: Wilson-clover lattice QCD mini-app with two-level aggregation
+ * multigrid (DD-alphaAMG class), MPI halo exchange and tagged allocation.
+ * Conventions: direction mu = 0,1,2,3 is x,y,z,t (t antiperiodic); 12 complex
+ * components per site, index (spin*3 + colour); chiral gamma basis with
+ * gamma5 = diag(1,1,-1,-1); local sites in even-odd order (even first). */
+#ifndef HM_LATTICE_H
+#define HM_LATTICE_H
+
+#include <complex.h>
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef double complex cplx;
+typedef float complex cplxf;
+
+#define LAT_SCHEMA_VERSION 1
+
+/* ---- tagged allocation (alloc.c) ---- */
+enum { TAG_GAUGE, TAG_CLOVER, TAG_VECTORS, TAG_TESTVEC, TAG_COARSE, TAG_KRYLOV, TAG_HALO, NTAGS };
+extern const char *const lat_tag_names[NTAGS];
+void *lat_alloc_gauge(size_t bytes);
+void *lat_alloc_clover(size_t bytes);
+void *lat_alloc_vectors(size_t bytes);
+void *lat_alloc_testvec(size_t bytes);
+void *lat_alloc_coarse(size_t bytes);
+void *lat_alloc_krylov(size_t bytes);
+void *lat_alloc_halo(size_t bytes);
+void lat_free(void *p);
+/* policy: "all", "none" or a comma list of tag names; node < 0: none given */
+int lat_alloc_policy(const char *fast, int node, char *note, size_t notelen);
+size_t lat_tag_bytes(int tag);
+size_t lat_tag_peak(int tag);
+int lat_tag_fast(int tag);
+
+/* ---- parameters (params.c) ---- */
+typedef struct {
+    int L[4], grid[4], block[4];
+    char mapping[32], mapfile[256];
+    int ranks_per_node;
+    double m0, csw;
+    char gauge[32], gauge_file[256], gauge_write[256];
+    double beta;
+    int sweeps, smear;
+    double smear_alpha;
+    uint64_t seed;
+    char solver[32];
+    double tol;
+    int maxit, restart;
+    int ntv, setup_iter, post_smooth, block_mr;
+    double coarse_tol;
+    int coarse_maxit, coarse_restart;
+    char rhs[32];
+    int nrhs;
+    int dirac_reps;
+    char fast[128];
+    int fast_node;
+    int nocheck; /* internal: coarse geometry skips the fine-lattice checks */
+} params_t;
+
+void params_default(params_t *p);
+/* returns 0, or -1 with a one-line message in err */
+int params_set(params_t *p, const char *key, const char *val, char *err, size_t n);
+int params_read(params_t *p, const char *path, char *err, size_t n);
+
+/* ---- geometry and communication (geom.c) ---- */
+typedef struct {
+    int L[4], grid[4], l[4], coord[4], origin[4];
+    int nbr[4][2]; /* neighbour rank [mu][0: +mu, 1: -mu] */
+    int V, Vh;
+    MPI_Comm comm;
+    int rank, size;
+    int *nb;          /* [V][8]: dir 2mu (+mu), 2mu+1 (-mu); >=0 local eo index, else -(1+face pos) */
+    int *face[4][2];  /* [mu][0] sites with x_mu=0, [mu][1] x_mu=l-1, both ordered alike */
+    int nface[4];     /* 0 when grid[mu]==1 (neighbours wrap locally) */
+    int64_t *gidx;    /* global lexicographic index of each local eo site */
+    int *lc;          /* [V][4] local coordinates of eo site */
+    int *lex2eo;
+    /* extended (width-1 halo incl. corners) lattice for gauge-field work */
+    int e[4], Ve;
+    int *eo2ext;
+} geom_t;
+
+typedef struct {
+    void *send[8], *recv[8];
+    size_t bytes[8];
+    MPI_Request req[16];
+    int nreq;
+} halo_t;
+
+/* computes grid coords for every rank from the mapping; returns -1 + err */
+int geom_map(const params_t *p, int size, int (*coords)[4], char *err, size_t n);
+int geom_init(geom_t *g, const params_t *p, MPI_Comm comm, char *err, size_t n);
+void geom_free(geom_t *g);
+/* buffers for a face exchange carrying bytes_per_site for each face site */
+void halo_alloc(const geom_t *g, halo_t *h, size_t bytes_per_site);
+void halo_free(halo_t *h);
+/* send[2mu] = my lower face to -mu rank; send[2mu+1] = my upper face to +mu.
+ * recv[2mu] = +mu rank's lower face; recv[2mu+1] = -mu rank's upper face. */
+void halo_start(const geom_t *g, halo_t *h);
+void halo_wait(halo_t *h);
+/* full width-1 halo of an extended field with ncomp doubles per site */
+void ext_exchange(const geom_t *g, double *f, int ncomp);
+int ext_index(const geom_t *g, const int x[4]); /* x in -1..l */
+int lex_local(const geom_t *g, const int x[4]);
+
+/* ---- random numbers keyed by global index (rng.c in gauge.c) ---- */
+typedef struct { uint64_t s; } rng_t;
+void rng_seed(rng_t *r, uint64_t seed, int64_t site, uint64_t stream);
+double rng_uniform(rng_t *r); /* (0,1] */
+double rng_gauss(rng_t *r);
+
+/* ---- SU(3) and gauge fields (gauge.c) ---- */
+typedef struct { cplx m[9]; } su3;
+typedef struct {
+    double *u; /* extended lattice, [Ve][4][18] doubles, physical links */
+} gauge_t;
+int gauge_create(gauge_t *G, const geom_t *g);
+void gauge_free(gauge_t *G);
+su3 *gauge_link(const gauge_t *G, const geom_t *g, int ext, int mu);
+void gauge_unit(gauge_t *G, const geom_t *g);
+void gauge_random(gauge_t *G, const geom_t *g, uint64_t seed);
+void gauge_heatbath(gauge_t *G, const geom_t *g, double beta, int sweeps, uint64_t seed);
+void gauge_smear(gauge_t *G, const geom_t *g, int steps, double alpha);
+void gauge_transform(gauge_t *G, const geom_t *g, const su3 *omega); /* omega per eo site */
+void random_su3(rng_t *r, su3 *o);
+double gauge_plaquette(const gauge_t *G, const geom_t *g); /* Re tr averaged, 3 for unit */
+int gauge_read(gauge_t *G, const geom_t *g, const char *path, char *err, size_t n);
+int gauge_write(const gauge_t *G, const geom_t *g, const char *path, char *err, size_t n);
+
+/* ---- Dirac operator (dirac.c) ---- */
+typedef struct {
+    const geom_t *g;
+    double m0, csw;
+    cplx *U;    /* [V][4][9], boundary sign folded in, eo order */
+    cplxf *Uf;
+    cplx *A;    /* [V][2][36] clover + diagonal, two 6x6 chiral blocks */
+    cplxf *Af;
+    halo_t hd, hf; /* half-spinor halos, double and single */
+    long napply, napplyf;
+    double tapply, tapplyf;
+} dirac_t;
+int dirac_init(dirac_t *D, const geom_t *g, const gauge_t *G, double m0, double csw);
+void dirac_free(dirac_t *D);
+void dirac_apply(dirac_t *D, cplx *out, const cplx *in);
+void dirac_apply_f(dirac_t *D, cplxf *out, const cplxf *in);
+/* block-restricted operator (Dirichlet at the block boundary), single */
+void dirac_block_f(const dirac_t *D, const int *sites, int ns, const int *blk, int b,
+                   cplxf *out, const cplxf *in);
+void gamma5(const geom_t *g, cplx *v);
+void gamma5_f(const geom_t *g, cplxf *v);
+double dirac_bytes_per_site(int single);
+extern const cplx lat_gamma[4][4][4];
+
+/* ---- vector helpers (solvers.c) ---- */
+cplx vdot(const geom_t *g, const cplx *a, const cplx *b, long n);
+double vnorm2(const geom_t *g, const cplx *a, long n);
+cplx vdot_f(const geom_t *g, const cplxf *a, const cplxf *b, long n);
+double vnorm2_f(const geom_t *g, const cplxf *a, long n);
+
+typedef struct {
+    int iters;
+    double relres, true_relres, time;
+    double t_coarse;
+    long coarse_iters;
+    int converged;
+} solve_info_t;
+void solve_cgnr(dirac_t *D, cplx *x, const cplx *b, double tol, int maxit, solve_info_t *si);
+void solve_bicgstab(dirac_t *D, cplx *x, const cplx *b, double tol, int maxit, solve_info_t *si);
+double true_residual(dirac_t *D, const cplx *x, const cplx *b);
+
+/* ---- multigrid (mg.c) ---- */
+typedef struct {
+    dirac_t *D;
+    const geom_t *g;
+    params_t prm;
+    int nblk, bsites;     /* local blocks, sites per block */
+    int *bsite;           /* [nblk][bsites] eo indices */
+    int *blk;             /* [V] block of each site */
+    int *bcolor;          /* [nblk] red/black */
+    geom_t cg;            /* coarse geometry (one site per block) */
+    int N, k;             /* test vectors, k = 2N coarse dof */
+    cplxf *W;             /* [N][V*12] orthonormalised test vectors (P) */
+    cplxf *Dc;            /* [Vc][9][k*k]: self, then dirs 0..7 */
+    halo_t hc;            /* coarse halo */
+    halo_t hw;            /* test-vector halo for assembly */
+    cplxf *r, *e, *q, *t; /* fine work vectors */
+    cplxf *rc, *ec, *cb;  /* coarse work vectors, coarse GMRES basis */
+    cplx *cH;             /* coarse GMRES Hessenberg */
+    double t_setup, t_coarse;
+    long coarse_iters, ncycles;
+} mg_t;
+int mg_setup(mg_t *M, dirac_t *D, const params_t *p);
+void mg_free(mg_t *M);
+void mg_restrict(mg_t *M, cplxf *vc, const cplxf *v);
+void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc);
+void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in);
+void mg_vcycle(mg_t *M, cplxf *x, const cplxf *r);
+void sap(mg_t *M, cplxf *x, const cplxf *b, int sweeps, int zero_guess);
+void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int restart,
+                     solve_info_t *si);
+
+double wtime(void);
+
+#endif

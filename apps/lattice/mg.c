@@ -1,0 +1,618 @@
+/* Two-level aggregation multigrid (DD-alphaAMG class):
+ *  - red-black Schwarz (SAP) smoother on lattice blocks, MR(k) block solves;
+ *  - aggregates = SAP blocks x {spins 0,1} / {spins 2,3} (Gamma5-compatible);
+ *  - adaptive setup: SAP inverse iteration (1, 2, 3 sweeps) on random vectors,
+ *    then bootstrap cycles v <- v + C (v - D v) with the current V-cycle C;
+ *  - P: test vectors Gram-Schmidt-orthonormalised per aggregate (P^H P = I);
+ *  - D_c = P^H D P assembled from self and neighbour couplings (9 k x k
+ *    blocks per coarse site), applied with a coarse halo exchange;
+ *  - V-cycle in single precision (restrict, coarse GMRES, prolong, SAP
+ *    post-smoothing) preconditioning an outer FGMRES in double. */
+#include "lattice.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void coarse_geom(mg_t *M, const params_t *p)
+{
+    params_t q = *p;
+    for (int m = 0; m < 4; m++) {
+        q.L[m] = p->L[m] / p->block[m];
+        q.grid[m] = M->g->grid[m];
+        q.block[m] = 1;
+    }
+    q.nocheck = 1;
+    char err[256];
+    if (geom_init(&M->cg, &q, M->g->comm, err, sizeof err)) {
+        fprintf(stderr, "hm-lattice: coarse geometry: %s\n", err);
+        MPI_Abort(M->g->comm, 2);
+    }
+}
+
+/* ---- fine-level SAP ---- */
+static void block_mr(mg_t *M, int c, cplxf *e, cplxf *r, cplxf *q)
+{
+    const int *s = M->bsite + (size_t)c * M->bsites;
+    int ns = M->bsites;
+    for (int k = 0; k < ns; k++)
+        memset(e + 12 * (size_t)s[k], 0, 12 * sizeof(cplxf));
+    for (int it = 0; it < M->prm.block_mr; it++) {
+        dirac_block_f(M->D, s, ns, M->blk, c, q, r);
+        double qq = 0, qr_re = 0, qr_im = 0;
+        for (int k = 0; k < ns; k++)
+            for (int a = 0; a < 12; a++) {
+                cplxf qa = q[12 * (size_t)s[k] + a], ra = r[12 * (size_t)s[k] + a];
+                qq += crealf(qa) * crealf(qa) + cimagf(qa) * cimagf(qa);
+                cplxf t = conjf(qa) * ra;
+                qr_re += crealf(t);
+                qr_im += cimagf(t);
+            }
+        if (qq == 0)
+            break;
+        cplxf alpha = (cplxf)((qr_re + I * qr_im) / qq);
+        for (int k = 0; k < ns; k++)
+            for (int a = 0; a < 12; a++) {
+                size_t i = 12 * (size_t)s[k] + a;
+                e[i] += alpha * r[i];
+                r[i] -= alpha * q[i];
+            }
+    }
+}
+
+void sap(mg_t *M, cplxf *x, const cplxf *b, int sweeps, int zero_guess)
+{
+    const geom_t *g = M->g;
+    long n = 12L * g->V;
+    if (zero_guess)
+        memset(x, 0, sizeof(cplxf) * (size_t)n);
+    for (int sw = 0; sw < sweeps; sw++)
+        for (int col = 0; col < 2; col++) {
+            if (zero_guess && sw == 0 && col == 0) {
+                memcpy(M->r, b, sizeof(cplxf) * (size_t)n);
+            } else {
+                dirac_apply_f(M->D, M->r, x);
+#pragma omp parallel for schedule(static)
+                for (long i = 0; i < n; i++)
+                    M->r[i] = b[i] - M->r[i];
+            }
+#pragma omp parallel for schedule(dynamic)
+            for (int c = 0; c < M->nblk; c++) {
+                if (M->bcolor[c] != col)
+                    continue;
+                block_mr(M, c, M->e, M->r, M->q);
+                const int *s = M->bsite + (size_t)c * M->bsites;
+                for (int k = 0; k < M->bsites; k++)
+                    for (int a = 0; a < 12; a++)
+                        x[12 * (size_t)s[k] + a] += M->e[12 * (size_t)s[k] + a];
+            }
+        }
+}
+
+/* ---- interpolation ---- */
+static void orthonormalise(mg_t *M)
+{
+    int N = M->N;
+    size_t V12 = 12 * (size_t)M->g->V;
+#pragma omp parallel for schedule(dynamic)
+    for (int c = 0; c < M->nblk; c++) {
+        const int *s = M->bsite + (size_t)c * M->bsites;
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < N; j++) {
+                cplxf *wj = M->W + (size_t)j * V12;
+                for (int pass = 0; pass < 2; pass++) /* twice is enough in single */
+                    for (int i = 0; i < j; i++) {
+                        cplxf *wi = M->W + (size_t)i * V12;
+                        cplx d = 0;
+                        for (int k = 0; k < M->bsites; k++)
+                            for (int a = 6 * h; a < 6 * h + 6; a++)
+                                d += conj((cplx)wi[12 * (size_t)s[k] + a]) * wj[12 * (size_t)s[k] + a];
+                        for (int k = 0; k < M->bsites; k++)
+                            for (int a = 6 * h; a < 6 * h + 6; a++)
+                                wj[12 * (size_t)s[k] + a] -= (cplxf)d * wi[12 * (size_t)s[k] + a];
+                    }
+                double nn = 0;
+                for (int k = 0; k < M->bsites; k++)
+                    for (int a = 6 * h; a < 6 * h + 6; a++) {
+                        cplxf v = wj[12 * (size_t)s[k] + a];
+                        nn += crealf(v) * crealf(v) + cimagf(v) * cimagf(v);
+                    }
+                float inv = nn > 0 ? (float)(1 / sqrt(nn)) : 0;
+                for (int k = 0; k < M->bsites; k++)
+                    for (int a = 6 * h; a < 6 * h + 6; a++)
+                        wj[12 * (size_t)s[k] + a] *= inv;
+            }
+    }
+}
+
+void mg_restrict(mg_t *M, cplxf *vc, const cplxf *v)
+{
+    int N = M->N, k = M->k;
+    size_t V12 = 12 * (size_t)M->g->V;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < M->nblk; c++) {
+        const int *s = M->bsite + (size_t)c * M->bsites;
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < N; j++) {
+                const cplxf *wj = M->W + (size_t)j * V12;
+                cplx d = 0;
+                for (int q = 0; q < M->bsites; q++)
+                    for (int a = 6 * h; a < 6 * h + 6; a++)
+                        d += conjf(wj[12 * (size_t)s[q] + a]) * v[12 * (size_t)s[q] + a];
+                vc[(size_t)c * k + h * N + j] = (cplxf)d;
+            }
+    }
+}
+
+void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc)
+{
+    int N = M->N, k = M->k;
+    size_t V12 = 12 * (size_t)M->g->V;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < M->nblk; c++) {
+        const int *s = M->bsite + (size_t)c * M->bsites;
+        for (int q = 0; q < M->bsites; q++) {
+            cplxf *o = v + 12 * (size_t)s[q];
+            for (int a = 0; a < 12; a++) {
+                int h = a / 6;
+                cplxf acc = 0;
+                for (int j = 0; j < N; j++)
+                    acc += M->W[(size_t)j * V12 + 12 * (size_t)s[q] + a] * vc[(size_t)c * k + h * N + j];
+                o[a] = acc;
+            }
+        }
+    }
+}
+
+/* t = -1/2 (1 -/+ gamma_mu) (U or U^H) w, full 12-vector, in double */
+static void hop12(cplx *t, const cplxf *U, const cplxf *w, int mu, int bwd)
+{
+    cplx u[12];
+    for (int s = 0; s < 4; s++)
+        for (int i = 0; i < 3; i++) {
+            cplx acc = 0;
+            for (int j = 0; j < 3; j++)
+                acc += (bwd ? conj((cplx)U[3 * j + i]) : (cplx)U[3 * i + j]) * (cplx)w[3 * s + j];
+            u[3 * s + i] = acc;
+        }
+    double sg = bwd ? 1 : -1;
+    for (int s = 0; s < 4; s++)
+        for (int c = 0; c < 3; c++) {
+            cplx acc = u[3 * s + c];
+            for (int r = 0; r < 4; r++)
+                if (lat_gamma[mu][s][r] != 0)
+                    acc += sg * lat_gamma[mu][s][r] * u[3 * r + c];
+            t[3 * s + c] = -0.5 * acc;
+        }
+}
+
+static void assemble(mg_t *M)
+{
+    const geom_t *g = M->g;
+    const dirac_t *D = M->D;
+    int N = M->N, k = M->k;
+    size_t V12 = 12 * (size_t)g->V, kk = (size_t)k * k;
+    /* halo of all test vectors; the -mu rank gets U^H-multiplied upper-face
+     * vectors because the link U_mu(y) lives with y */
+    for (int mu = 0; mu < 4; mu++) {
+        if (!g->nface[mu])
+            continue;
+        cplxf *lo = M->hw.send[2 * mu], *hi = M->hw.send[2 * mu + 1];
+        for (int i = 0; i < g->nface[mu]; i++)
+            for (int j = 0; j < N; j++) {
+                int xl = g->face[mu][0][i], xh = g->face[mu][1][i];
+                memcpy(lo + ((size_t)i * N + j) * 12, M->W + j * V12 + 12 * (size_t)xl, 12 * sizeof(cplxf));
+                const cplxf *U = D->Uf + 36 * (size_t)xh + 9 * mu, *w = M->W + j * V12 + 12 * (size_t)xh;
+                cplxf *o = hi + ((size_t)i * N + j) * 12;
+                for (int s = 0; s < 4; s++)
+                    for (int a = 0; a < 3; a++)
+                        o[3 * s + a] = conjf(U[a]) * w[3 * s] + conjf(U[3 + a]) * w[3 * s + 1] +
+                                       conjf(U[6 + a]) * w[3 * s + 2];
+            }
+    }
+    halo_start(g, &M->hw);
+    halo_wait(&M->hw);
+    static const cplxf one[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+    memset(M->Dc, 0, sizeof(cplxf) * 9 * kk * (size_t)M->nblk);
+#pragma omp parallel for schedule(dynamic)
+    for (int c = 0; c < M->nblk; c++) {
+        cplx *acc = calloc(9 * kk, sizeof(cplx));
+        const int *bs = M->bsite + (size_t)c * M->bsites;
+        cplx t[12];
+        for (int q = 0; q < M->bsites; q++) {
+            int x = bs[q];
+            const cplxf *A = D->Af + 72 * (size_t)x;
+            /* self: clover/diagonal, block diagonal in the spin halves */
+            for (int h = 0; h < 2; h++)
+                for (int j = 0; j < N; j++) {
+                    const cplxf *wj = M->W + j * V12 + 12 * (size_t)x + 6 * h;
+                    cplx aw[6];
+                    for (int a = 0; a < 6; a++) {
+                        cplx sacc = 0;
+                        for (int b = 0; b < 6; b++)
+                            sacc += (cplx)A[36 * h + 6 * a + b] * wj[b];
+                        aw[a] = sacc;
+                    }
+                    for (int i = 0; i < N; i++) {
+                        const cplxf *wi = M->W + i * V12 + 12 * (size_t)x + 6 * h;
+                        cplx d = 0;
+                        for (int a = 0; a < 6; a++)
+                            d += conj((cplx)wi[a]) * aw[a];
+                        acc[(size_t)(h * N + i) * k + h * N + j] += d;
+                    }
+                }
+            for (int d = 0; d < 8; d++) {
+                int mu = d / 2, bwd = d & 1, y = g->nb[8 * x + d];
+                int target = (y >= 0 && M->blk[y] == c) ? 0 : 1 + d;
+                for (int h2 = 0; h2 < 2; h2++)
+                    for (int j = 0; j < N; j++) {
+                        cplxf w[12] = {0};
+                        const cplxf *src;
+                        const cplxf *U;
+                        if (y >= 0) {
+                            src = M->W + j * V12 + 12 * (size_t)y;
+                            U = bwd ? D->Uf + 36 * (size_t)y + 9 * mu : D->Uf + 36 * (size_t)x + 9 * mu;
+                        } else {
+                            src = (const cplxf *)M->hw.recv[d] + ((size_t)(-y - 1) * N + j) * 12;
+                            U = bwd ? one : D->Uf + 36 * (size_t)x + 9 * mu;
+                        }
+                        memcpy(w + 6 * h2, src + 6 * h2, 6 * sizeof(cplxf));
+                        if (y < 0 && bwd) {
+                            /* already U^H w: apply only the spin part */
+                            hop12(t, one, w, mu, 1);
+                        } else {
+                            hop12(t, U, w, mu, bwd);
+                        }
+                        for (int h = 0; h < 2; h++)
+                            for (int i = 0; i < N; i++) {
+                                const cplxf *wi = M->W + i * V12 + 12 * (size_t)x + 6 * h;
+                                cplx s = 0;
+                                for (int a = 0; a < 6; a++)
+                                    s += conj((cplx)wi[a]) * t[6 * h + a];
+                                acc[(size_t)target * kk + (size_t)(h * N + i) * k + h2 * N + j] += s;
+                            }
+                    }
+            }
+        }
+        for (size_t i = 0; i < 9 * kk; i++)
+            M->Dc[(size_t)c * 9 * kk + i] = (cplxf)acc[i];
+        free(acc);
+    }
+}
+
+void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in)
+{
+    const geom_t *cg = &M->cg;
+    int k = M->k;
+    size_t kk = (size_t)k * k;
+    for (int mu = 0; mu < 4; mu++) {
+        if (!cg->nface[mu])
+            continue;
+        for (int i = 0; i < cg->nface[mu]; i++) {
+            memcpy((cplxf *)M->hc.send[2 * mu] + (size_t)i * k, in + (size_t)cg->face[mu][0][i] * k,
+                   sizeof(cplxf) * k);
+            memcpy((cplxf *)M->hc.send[2 * mu + 1] + (size_t)i * k, in + (size_t)cg->face[mu][1][i] * k,
+                   sizeof(cplxf) * k);
+        }
+    }
+    halo_start(cg, &M->hc);
+    halo_wait(&M->hc);
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < cg->V; c++) {
+        cplxf *o = out + (size_t)c * k;
+        const cplxf *Dc = M->Dc + (size_t)c * 9 * kk;
+        for (int i = 0; i < k; i++) {
+            cplxf s = 0;
+            for (int j = 0; j < k; j++)
+                s += Dc[(size_t)i * k + j] * in[(size_t)c * k + j];
+            o[i] = s;
+        }
+        for (int d = 0; d < 8; d++) {
+            int y = cg->nb[8 * c + d];
+            const cplxf *v = y >= 0 ? in + (size_t)y * k : (const cplxf *)M->hc.recv[d] + (size_t)(-y - 1) * k;
+            const cplxf *B = Dc + (size_t)(1 + d) * kk;
+            for (int i = 0; i < k; i++) {
+                cplxf s = 0;
+                for (int j = 0; j < k; j++)
+                    s += B[(size_t)i * k + j] * v[j];
+                o[i] += s;
+            }
+        }
+    }
+}
+
+/* restarted GMRES on the coarse level, single precision, zero initial guess */
+static int coarse_gmres(mg_t *M, cplxf *x, const cplxf *b, double tol, int maxit)
+{
+    const geom_t *cg = &M->cg;
+    long n = (long)M->k * cg->V;
+    int m = M->prm.coarse_restart, it = 0;
+    cplxf *V = M->cb, *w = M->cb + (size_t)(m + 1) * n;
+    cplx *H = M->cH, *gv = H + (size_t)(m + 1) * m, *cs = gv + m + 1, *sn = cs + m, *y = sn + m;
+    memset(x, 0, sizeof(cplxf) * (size_t)n);
+    double bn = sqrt(vnorm2_f(cg, b, n));
+    if (bn == 0)
+        return 0;
+    int first = 1;
+    while (it < maxit) {
+        double beta;
+        if (first) {
+            memcpy(V, b, sizeof(cplxf) * (size_t)n);
+            beta = bn;
+            first = 0;
+        } else {
+            mg_coarse_apply(M, V, x);
+            for (long i = 0; i < n; i++)
+                V[i] = b[i] - V[i];
+            beta = sqrt(vnorm2_f(cg, V, n));
+        }
+        if (beta <= tol * bn)
+            break;
+        for (long i = 0; i < n; i++)
+            V[i] /= (float)beta;
+        memset(gv, 0, sizeof(cplx) * (size_t)(m + 1));
+        gv[0] = beta;
+        int j;
+        double res = beta;
+        for (j = 0; j < m && it < maxit; j++, it++) {
+            mg_coarse_apply(M, w, V + (size_t)j * n);
+            for (int i = 0; i <= j; i++) {
+                cplx h = vdot_f(cg, V + (size_t)i * n, w, n);
+                H[(size_t)i * m + j] = h;
+                for (long l = 0; l < n; l++)
+                    w[l] -= (cplxf)h * V[(size_t)i * n + l];
+            }
+            double hn = sqrt(vnorm2_f(cg, w, n));
+            H[(size_t)(j + 1) * m + j] = hn;
+            for (long l = 0; l < n; l++)
+                V[(size_t)(j + 1) * n + l] = hn > 0 ? w[l] / (float)hn : 0;
+            for (int i = 0; i < j; i++) {
+                cplx a = H[(size_t)i * m + j], bb = H[(size_t)(i + 1) * m + j];
+                H[(size_t)i * m + j] = cs[i] * a + sn[i] * bb;
+                H[(size_t)(i + 1) * m + j] = -conj(sn[i]) * a + cs[i] * bb;
+            }
+            cplx a = H[(size_t)j * m + j], bb = H[(size_t)(j + 1) * m + j];
+            double na = cabs(a), nr = sqrt(na * na + creal(bb * conj(bb)));
+            if (na == 0) {
+                cs[j] = 0;
+                sn[j] = 1;
+            } else {
+                cs[j] = na / nr;
+                sn[j] = (a / na) * conj(bb) / nr;
+            }
+            H[(size_t)j * m + j] = cs[j] * a + sn[j] * bb;
+            H[(size_t)(j + 1) * m + j] = 0;
+            gv[j + 1] = -conj(sn[j]) * gv[j];
+            gv[j] = cs[j] * gv[j];
+            res = cabs(gv[j + 1]);
+            if (res <= tol * bn) {
+                j++;
+                it++;
+                break;
+            }
+        }
+        for (int i = j - 1; i >= 0; i--) {
+            cplx s = gv[i];
+            for (int l = i + 1; l < j; l++)
+                s -= H[(size_t)i * m + l] * y[l];
+            y[i] = s / H[(size_t)i * m + i];
+        }
+        for (int i = 0; i < j; i++)
+            for (long l = 0; l < n; l++)
+                x[l] += (cplxf)y[i] * V[(size_t)i * n + l];
+        if (res <= tol * bn)
+            break;
+    }
+    return it;
+}
+
+void mg_vcycle(mg_t *M, cplxf *x, const cplxf *r)
+{
+    double t = wtime();
+    mg_restrict(M, M->rc, r);
+    M->coarse_iters += coarse_gmres(M, M->ec, M->rc, M->prm.coarse_tol, M->prm.coarse_maxit);
+    mg_prolong(M, x, M->ec);
+    M->t_coarse += wtime() - t;
+    sap(M, x, r, M->prm.post_smooth, 0);
+    M->ncycles++;
+}
+
+int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
+{
+    double t0 = wtime();
+    memset(M, 0, sizeof *M);
+    M->D = D;
+    M->g = D->g;
+    M->prm = *p;
+    const geom_t *g = M->g;
+    coarse_geom(M, p);
+    M->nblk = M->cg.V;
+    M->bsites = p->block[0] * p->block[1] * p->block[2] * p->block[3];
+    M->N = p->ntv;
+    M->k = 2 * p->ntv;
+    M->bsite = malloc(sizeof(int) * (size_t)M->nblk * M->bsites);
+    M->blk = malloc(sizeof(int) * (size_t)g->V);
+    M->bcolor = malloc(sizeof(int) * (size_t)M->nblk);
+    int *fill = calloc((size_t)M->nblk, sizeof(int));
+    for (int x = 0; x < g->V; x++) {
+        int bc[4];
+        for (int m = 0; m < 4; m++)
+            bc[m] = g->lc[4 * x + m] / p->block[m];
+        int c = M->cg.lex2eo[lex_local(&M->cg, bc)];
+        M->blk[x] = c;
+        M->bsite[(size_t)c * M->bsites + fill[c]++] = x;
+        int par = 0;
+        for (int m = 0; m < 4; m++)
+            par += M->cg.origin[m] + bc[m];
+        M->bcolor[c] = par & 1;
+    }
+    free(fill);
+    size_t V12 = 12 * (size_t)g->V, n = V12 * sizeof(cplxf);
+    long nc = (long)M->k * M->cg.V;
+    M->W = lat_alloc_testvec(n * (size_t)M->N);
+    M->Dc = lat_alloc_coarse(sizeof(cplxf) * 9 * (size_t)M->k * M->k * (size_t)M->nblk);
+    M->r = lat_alloc_vectors(n);
+    M->e = lat_alloc_vectors(n);
+    M->q = lat_alloc_vectors(n);
+    M->t = lat_alloc_vectors(n);
+    M->rc = lat_alloc_vectors(sizeof(cplxf) * (size_t)nc);
+    M->ec = lat_alloc_vectors(sizeof(cplxf) * (size_t)nc);
+    int m = p->coarse_restart;
+    M->cb = lat_alloc_krylov(sizeof(cplxf) * (size_t)nc * (size_t)(m + 2));
+    M->cH = lat_alloc_krylov(sizeof(cplx) * (size_t)((m + 1) * m + 4 * m + 4));
+    halo_alloc(&M->cg, &M->hc, sizeof(cplxf) * (size_t)M->k);
+    halo_alloc(g, &M->hw, sizeof(cplxf) * 12 * (size_t)M->N);
+
+    /* initial phase: random vectors keyed by global site, SAP inverse iteration */
+    for (int j = 0; j < M->N; j++) {
+        cplxf *w = M->W + (size_t)j * V12;
+        for (int e = 0; e < g->V; e++) {
+            rng_t r;
+            rng_seed(&r, p->seed, g->gidx[e], 7000 + (uint64_t)j);
+            for (int a = 0; a < 12; a++)
+                w[12 * (size_t)e + a] = (float)rng_gauss(&r) + I * (float)rng_gauss(&r);
+        }
+        for (int s = 1; s <= 3; s++) {
+            sap(M, M->t, w, s, 1);
+            double nn = sqrt(vnorm2_f(g, M->t, (long)V12));
+            for (size_t i = 0; i < V12; i++)
+                w[i] = M->t[i] / (float)nn;
+        }
+    }
+    orthonormalise(M);
+    assemble(M);
+    /* bootstrap: v <- v + C (v - D v) */
+    for (int it = 0; it < p->setup_iter; it++) {
+        for (int j = 0; j < M->N; j++) {
+            cplxf *w = M->W + (size_t)j * V12;
+            dirac_apply_f(D, M->t, w);
+            for (size_t i = 0; i < V12; i++)
+                M->t[i] = w[i] - M->t[i];
+            cplxf *z = lat_alloc_vectors(n);
+            mg_vcycle(M, z, M->t);
+            for (size_t i = 0; i < V12; i++)
+                w[i] += z[i];
+            lat_free(z);
+            double nn = sqrt(vnorm2_f(g, w, (long)V12));
+            for (size_t i = 0; i < V12; i++)
+                w[i] /= (float)nn;
+        }
+        orthonormalise(M);
+        assemble(M);
+    }
+    M->t_coarse = 0;
+    M->coarse_iters = 0;
+    M->t_setup = wtime() - t0;
+    return 0;
+}
+
+void mg_free(mg_t *M)
+{
+    free(M->bsite);
+    free(M->blk);
+    free(M->bcolor);
+    lat_free(M->W);
+    lat_free(M->Dc);
+    lat_free(M->r), lat_free(M->e), lat_free(M->q), lat_free(M->t);
+    lat_free(M->rc), lat_free(M->ec), lat_free(M->cb), lat_free(M->cH);
+    halo_free(&M->hc);
+    halo_free(&M->hw);
+    geom_free(&M->cg);
+}
+
+/* FGMRES(restart) in double, right-preconditioned by the single V-cycle */
+void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int restart,
+                     solve_info_t *si)
+{
+    const geom_t *g = M->g;
+    long n = 12L * g->V;
+    int m = restart;
+    size_t sz = sizeof(cplx) * (size_t)n;
+    cplx *V = lat_alloc_krylov(sz * (size_t)(m + 1)), *Z = lat_alloc_krylov(sz * (size_t)m),
+         *w = lat_alloc_krylov(sz);
+    cplx *H = calloc((size_t)(m + 1) * m + 4 * (size_t)m + 4, sizeof(cplx));
+    cplx *gv = H + (size_t)(m + 1) * m, *cs = gv + m + 1, *sn = cs + m, *y = sn + m;
+    cplxf *rf = lat_alloc_vectors(sizeof(cplxf) * (size_t)n), *zf = lat_alloc_vectors(sizeof(cplxf) * (size_t)n);
+    double t0 = wtime(), tc0 = M->t_coarse;
+    long ci0 = M->coarse_iters;
+    memset(si, 0, sizeof *si);
+    double bn = sqrt(vnorm2(g, b, n)), res = 0;
+    int it = 0;
+    while (it < maxit) {
+        dirac_apply(M->D, V, x);
+        for (long i = 0; i < n; i++)
+            V[i] = b[i] - V[i];
+        double beta = sqrt(vnorm2(g, V, n));
+        res = beta;
+        if (beta <= tol * bn)
+            break;
+        for (long i = 0; i < n; i++)
+            V[i] /= beta;
+        memset(gv, 0, sizeof(cplx) * (size_t)(m + 1));
+        gv[0] = beta;
+        int j;
+        for (j = 0; j < m && it < maxit; j++) {
+            cplx *vj = V + (size_t)j * n, *zj = Z + (size_t)j * n;
+            for (long i = 0; i < n; i++)
+                rf[i] = (cplxf)vj[i];
+            mg_vcycle(M, zf, rf);
+            for (long i = 0; i < n; i++)
+                zj[i] = zf[i];
+            dirac_apply(M->D, w, zj);
+            for (int i = 0; i <= j; i++) {
+                cplx h = vdot(g, V + (size_t)i * n, w, n);
+                H[(size_t)i * m + j] = h;
+                const cplx *vi = V + (size_t)i * n;
+#pragma omp parallel for schedule(static)
+                for (long l = 0; l < n; l++)
+                    w[l] -= h * vi[l];
+            }
+            double hn = sqrt(vnorm2(g, w, n));
+            H[(size_t)(j + 1) * m + j] = hn;
+            for (long l = 0; l < n; l++)
+                V[(size_t)(j + 1) * n + l] = w[l] / hn;
+            for (int i = 0; i < j; i++) {
+                cplx a = H[(size_t)i * m + j], bb = H[(size_t)(i + 1) * m + j];
+                H[(size_t)i * m + j] = cs[i] * a + sn[i] * bb;
+                H[(size_t)(i + 1) * m + j] = -conj(sn[i]) * a + cs[i] * bb;
+            }
+            cplx a = H[(size_t)j * m + j], bb = H[(size_t)(j + 1) * m + j];
+            double na = cabs(a), nr = sqrt(na * na + creal(bb * conj(bb)));
+            cs[j] = na == 0 ? 0 : na / nr;
+            sn[j] = na == 0 ? 1 : (a / na) * conj(bb) / nr;
+            H[(size_t)j * m + j] = cs[j] * a + sn[j] * bb;
+            gv[j + 1] = -conj(sn[j]) * gv[j];
+            gv[j] = cs[j] * gv[j];
+            res = cabs(gv[j + 1]);
+            it++;
+            if (res <= tol * bn) {
+                j++;
+                break;
+            }
+        }
+        for (int i = j - 1; i >= 0; i--) {
+            cplx s = gv[i];
+            for (int l = i + 1; l < j; l++)
+                s -= H[(size_t)i * m + l] * y[l];
+            y[i] = s / H[(size_t)i * m + i];
+        }
+        for (int i = 0; i < j; i++) {
+            const cplx *zi = Z + (size_t)i * n;
+#pragma omp parallel for schedule(static)
+            for (long l = 0; l < n; l++)
+                x[l] += y[i] * zi[l];
+        }
+        if (res <= tol * bn)
+            break;
+    }
+    si->iters = it;
+    si->relres = res / bn;
+    si->time = wtime() - t0;
+    si->t_coarse = M->t_coarse - tc0;
+    si->coarse_iters = M->coarse_iters - ci0;
+    si->true_relres = true_residual(M->D, x, b);
+    si->converged = si->true_relres <= tol * 10;
+    lat_free(V), lat_free(Z), lat_free(w), lat_free(rf), lat_free(zf);
+    free(H);
+}

@@ -1,0 +1,36 @@
+#!/bin/sh
+# Bad input must end every rank with exit code 2 and one error line naming the
+# problem, without hanging. Usage: bad_input.sh MPIEXEC HM_LATTICE TMPDIR
+MPIEXEC=$1; LAT=$2; T=$3
+rm -rf "$T"; mkdir -p "$T"; trap 'rm -rf "$T"' EXIT
+fail=0
+expect() { # name, pattern, args...
+    name=$1; pat=$2; shift 2
+    timeout 120 "$MPIEXEC" --oversubscribe -n 2 "$LAT" "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    n=$(grep -c "hm-lattice: error:" "$T/err")
+    if [ $rc -ne 2 ] || [ "$n" -ne 1 ] || ! grep -q "$pat" "$T/err"; then
+        echo "FAIL $name: rc=$rc error-lines=$n"; cat "$T/err"; fail=1
+    else
+        echo "ok   $name: $(grep 'hm-lattice: error:' "$T/err")"
+    fi
+}
+printf 'lattice: 8 8 8 8\nfrobnicate: 3\n' >"$T/in1"
+expect unknown-key "unknown parameter 'frobnicate'" "$T/in1"
+printf 'lattice: 8 8 8 7\nprocess grid: 1 1 1 2\n' >"$T/in2"
+expect grid-indivisible "dimension t=7 not divisible by process grid 2" "$T/in2"
+expect local-odd "local lattice dimension t=3 must be even" --set "lattice=8 8 8 6" --set "process grid=1 1 1 2"
+printf 'lattice: 8 8 8 8\nprocess grid: 1 1 1 2\nblock: 4 4 3 4\n' >"$T/in3"
+expect block-indivisible "z=8 not divisible by block size 3" "$T/in3"
+head -c 1000 /dev/zero >"$T/short.cfg"
+expect gauge-size "has 1000 bytes, expected" --set "lattice=4 4 4 4" --set "block=2 2 2 2" \
+    --set gauge=file --set "gauge file=$T/short.cfg"
+# a valid file, then one link byte changed: plaquette no longer matches the header
+timeout 120 "$MPIEXEC" --oversubscribe -n 2 "$LAT" --set "lattice=4 4 4 4" --set "block=2 2 2 2" \
+    --set gauge=random --set "gauge write=$T/g.cfg" --set solver=cgnr --set "max iterations=1" \
+    --set "dirac reps=1" >/dev/null 2>"$T/err" || { echo "FAIL writing gauge file"; cat "$T/err"; fail=1; }
+printf '\077\077\077\077' | dd of="$T/g.cfg" bs=1 seek=1000 conv=notrunc 2>/dev/null
+expect gauge-plaquette "does not match header" --set "lattice=4 4 4 4" --set "block=2 2 2 2" \
+    --set gauge=file --set "gauge file=$T/g.cfg"
+expect bad-value "bad value 'abc' for parameter 'm0'" --set "m0=abc"
+exit $fail
