@@ -224,6 +224,8 @@ typedef struct hm_latency_config_s {
   uint64_t loads;         /* dependent loads per repetition; 0: 2 million */
   uint32_t repetitions;   /* 0: 5; the result is the minimum of the averages */
   uint32_t small_pages;   /* 1: do not ask for transparent huge pages */
+  uint32_t load_threads;  /* threads streaming reads from the same node on other
+                             CPUs while the chase runs (loaded latency); 0: idle */
 } hm_latency_config_t;
 
 #define HM_LATENCY_RESULT_VERSION 1
@@ -231,13 +233,17 @@ typedef struct hm_latency_result_s {
   uint32_t size, version;
   uint64_t buffer_bytes;
   uint64_t loads;
-  double ns_per_load; /* idle latency of one dependent cache-line load */
+  double ns_per_load; /* latency of one dependent cache-line load */
+  uint32_t load_threads;
+  double load_gbs;    /* read bandwidth the load threads drew meanwhile, 1e9 B/s */
 } hm_latency_result_t;
 
 HM_API void hm_latency_config_default(hm_latency_config_t *cfg);
 
-/** Idle load latency by a pointer chase over a random cyclic permutation of
- *  cache lines (random within and across pages). */
+/** Load latency by a pointer chase over a random cyclic permutation of
+ *  cache lines (random within and across pages): idle, or loaded when
+ *  cfg->load_threads other threads stream reads meanwhile (-EINVAL when
+ *  there are not that many other CPUs). */
 HM_API HM_NODISCARD int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg,
                                          hm_latency_result_t *out);
 
@@ -291,7 +297,7 @@ HM_API HM_NODISCARD int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_
  *  as JSON (release with hm_free). request: {"test": "stream"|"latency"|
  *  "storage", then the config fields by name (numa_node, threads,
  *  array_bytes, repetitions, cpus: [..]; cpu, buffer_bytes, loads,
- *  small_pages; dir, file_bytes, block_bytes, seq_depth, seq_passes,
+ *  small_pages, load_threads; dir, file_bytes, block_bytes, seq_depth, seq_passes,
  *  qds: [..], rand_seconds, random: bool, write: bool, check_only: bool)}. Unknown keys are
  *  -EINVAL. Also {"test": "llc"}: {"llc_bytes": N}. */
 HM_API HM_NODISCARD int hm_probe_json(hm_ctx_t *ctx, const char *request, char **out);
@@ -323,13 +329,23 @@ typedef struct hm_pager_config_s {
   hm_prefetch_t prefetch;
   uint32_t io_depth;    /* io_uring queue depth */
   uint32_t handler_threads; /* fault-handling threads; 0 = chosen by the pager */
+  uint32_t flags;       /* HM_PAGER_NO_*: kernel features not to use (tests, debugging) */
 } hm_pager_config_t;
+
+/* Flags of hm_pager_config_t: force the fallbacks the pager would use on an
+ * older kernel. Features are otherwise probed at run time. */
+#define HM_PAGER_NO_MINOR 1u    /* anonymous memory + UFFDIO_COPY, not memfd + CONTINUE */
+#define HM_PAGER_NO_WP_ASYNC 2u /* synchronous write-protect faults for dirty tracking */
+#define HM_PAGER_NO_WP 4u       /* no write-protect: write back every resident unit */
 
 /** Fills cfg from ctx's options (fast_budget, storage, fetch_unit, prefetch,
  *  io_depth). Callers then change what they need. */
 HM_API void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg);
 
-/** Opens a pager. Errors (with a message on ctx): -EINVAL for a budget
+/** Opens a pager. Fork: regions are MADV_DONTFORK, so a child process does
+ *  not inherit them (touching one there raises SIGSEGV); it never reads
+ *  zeros where the parent had data. Signals are safe: handler threads block
+ *  them and a faulting thread that takes one retries its access. Errors (with a message on ctx): -EINVAL for a budget
  *  smaller than one fetch unit or a bad fetch unit, -ENOENT/-ENOTDIR/-EACCES/
  *  -EROFS for an unusable backing directory, -EPERM when userfaultfd is not
  *  permitted, -ENOSYS when the kernel lacks it. ctx must outlive the pager. */
@@ -376,6 +392,12 @@ typedef struct hm_pager_stats_s {
   uint64_t resident_bytes;
   uint64_t peak_resident_bytes;
   uint64_t fault_ns;        /* total time threads waited in faults */
+  uint64_t zero_fills;      /* units filled with zeros without I/O (never written back) */
+  uint64_t minor_hits;      /* faults on data already in DRAM (prefetched, or a race) */
+  uint64_t wp_faults;       /* synchronous write-protect faults (first write to a unit) */
+  uint64_t io_errors;       /* backing I/O that failed even when retried */
+  uint64_t own_bytes;       /* the pager's own memory charged to the budget */
+  uint64_t budget_bytes;    /* the configured budget */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

@@ -35,6 +35,7 @@ class Plan:
     storage: list[str] = field(default_factory=list)
     storage_bytes: int = 0
     array_bytes: int = 0  # 0: 4x the last-level cache (chosen natively)
+    loaded_latency: bool = True  # latency while other threads stream reads
     stream_reps: int = 10
     latency_loads: int = 4_000_000
     latency_reps: int = 5
@@ -115,6 +116,7 @@ def make_plan(
         plan.latency_reps = 3
         plan.rand_seconds = 0.25
         plan.storage_bytes = 256 << 20
+        plan.loaded_latency = False
     else:
         plan.storage_bytes = 1 << 30
     if storage_bytes:
@@ -201,6 +203,31 @@ def run(plan: Plan, ctx: Context, show_progress: bool = True) -> dict[str, Any]:
             tier["latency_buffer_bytes"] = r["buffer_bytes"]
 
         steps.append((f"node{node}: latency", latency_step))
+        if plan.loaded_latency:
+            tier["loaded_latency"] = []
+            for k in range(1, allowed_cpus()):
+
+                def loaded_step(tier: dict[str, Any] = tier, node: int = node, k: int = k) -> None:
+                    r = request(
+                        ctx,
+                        {
+                            "test": "latency",
+                            "numa_node": node,
+                            "loads": plan.latency_loads // 2,
+                            "repetitions": plan.latency_reps,
+                            "load_threads": k,
+                            **({"buffer_bytes": plan.array_bytes} if plan.array_bytes else {}),
+                        },
+                    )
+                    tier["loaded_latency"].append(
+                        {
+                            "load_threads": k,
+                            "latency_ns": r["ns_per_load"],
+                            "load_gbs": r["load_gbs"],
+                        }
+                    )
+
+                steps.append((f"node{node}: loaded latency, {k} load threads", loaded_step))
 
     for path in plan.storage:
         stier: dict[str, Any] = {"name": storage_tier_name(path), "kind": "storage", "path": path}
@@ -284,6 +311,17 @@ def print_tables(result: dict[str, Any]) -> None:
             "memory tiers (STREAM GB/s, idle latency ns)",
             ["tier", "threads", "copy", "scale", "add", "triad", "latency"],
             rows,
+        )
+    loaded = [
+        [t["name"], p["load_threads"], round(p["load_gbs"], 1), round(p["latency_ns"], 1)]
+        for t in mem
+        for p in t.get("loaded_latency", [])
+    ]
+    if loaded:
+        output.table(
+            "loaded latency (threads streaming reads on other CPUs)",
+            ["tier", "load threads", "load GB/s", "latency ns"],
+            loaded,
         )
     if sto:
         qds = sorted({p["qd"] for t in sto for p in t["randread"]})

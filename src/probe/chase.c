@@ -4,6 +4,8 @@
  * nor the prefetchers can overlap them; the time per load is the latency. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +44,53 @@ __attribute__((noinline)) static hm__line_t *hm__chase(hm__line_t *p, uint64_t l
   return p;
 }
 
+/* Loaded latency: threads that stream reads through their own slice of a
+ * buffer on the same node while the chase runs. */
+typedef struct hm__loader_s {
+  pthread_t tid;
+  int cpu;
+  const double *base;
+  size_t n;            /* doubles in this thread's slice */
+  atomic_int *ready;   /* count of loaders that touched their slice */
+  atomic_int *go;      /* 1: count bytes; 2: stop */
+  uint64_t bytes;      /* read while go == 1 */
+  double sink;         /* keeps the sums alive */
+  int rc;
+} hm__loader_t;
+
+static double hm__read_sum(const double *restrict p, size_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    s0 += p[j];
+    s1 += p[j + 1];
+    s2 += p[j + 2];
+    s3 += p[j + 3];
+  }
+  for (; j < n; j++) s0 += p[j];
+  return s0 + s1 + s2 + s3;
+}
+
+static void *hm__loader_main(void *arg) {
+  hm__loader_t *l = arg;
+  l->rc = _hm_prim_set_thread_cpus(&l->cpu, 1);
+  /* First touch by the thread that reads it, 1.0 everywhere. */
+  double *w = (double *)(uintptr_t)l->base;
+  for (size_t j = 0; j < l->n; j++) w[j] = 1.0;
+  atomic_fetch_add(l->ready, 1);
+  const size_t chunk = (1u << 20) / sizeof(double);
+  size_t off = 0;
+  int state;
+  while ((state = atomic_load_explicit(l->go, memory_order_relaxed)) != 2) {
+    size_t len = l->n - off < chunk ? l->n - off : chunk;
+    l->sink += hm__read_sum(l->base + off, len);
+    if (state == 1) l->bytes += len * sizeof(double);
+    off += len;
+    if (off >= l->n) off = 0;
+  }
+  return NULL;
+}
+
 void hm_latency_config_default(hm_latency_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->size = sizeof *cfg;
@@ -73,15 +122,34 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
   size_t *perm = malloc(n * sizeof *perm);
   void *mem = NULL;
   int pinned = 0, nsaved = 0;
+  uint32_t nload = cfg->load_threads, started = 0;
+  hm__loader_t *loaders = NULL;
+  int *loader_cpus = NULL;
+  void *lmem = NULL;
+  uint64_t lbytes = bytes < (64u << 20) ? (64u << 20) : bytes;
+  atomic_int ready = 0, go = 0;
   if (!cpus || !saved || !perm) {
     rc = _hm_error(ctx, -ENOMEM, "latency: out of memory");
     goto done;
   }
   nsaved = _hm_prim_allowed_cpus(saved, HM_PROBE_MAX_CPUS);
-  int cpu = cfg->cpu;
-  if (cpu < 0) {
-    int nc = _hm_probe_cpus_for_node(cfg->numa_node, cpus, HM_PROBE_MAX_CPUS);
-    cpu = nc > 0 ? cpus[0] : -1;
+  int nc = _hm_probe_cpus_for_node(cfg->numa_node, cpus, HM_PROBE_MAX_CPUS);
+  int cpu = cfg->cpu >= 0 ? cfg->cpu : (nc > 0 ? cpus[0] : -1);
+  if (nload) {
+    loaders = calloc(nload, sizeof *loaders);
+    loader_cpus = calloc(nload, sizeof *loader_cpus);
+    if (!loaders || !loader_cpus) {
+      rc = _hm_error(ctx, -ENOMEM, "latency: out of memory");
+      goto done;
+    }
+    uint32_t k = 0;
+    for (int i = 0; i < nc && k < nload; i++)
+      if (cpus[i] != cpu) loader_cpus[k++] = cpus[i];
+    if (k < nload) {
+      rc = _hm_error(ctx, -EINVAL, "latency: %u load threads need %u CPUs besides CPU %d; "
+                     "there are %u", nload, nload, cpu, k);
+      goto done;
+    }
   }
   if (nsaved <= 0 || cpu < 0 || (rc = _hm_prim_set_thread_cpus(&cpu, 1))) {
     rc = _hm_error(ctx, rc ? rc : -EINVAL, "latency: cannot run on CPU %d", cpu);
@@ -115,9 +183,40 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
   hm__line_t *lines = mem;
   for (size_t i = 0; i < n; i++) lines[i].next = &lines[perm[i]];
 
+  if (nload) {
+    size_t per = (size_t)(lbytes / sizeof(double)) / nload;
+    if ((rc = _hm_prim_map_anon(lbytes, &lmem))) {
+      _hm_error(ctx, rc, "latency: cannot map %llu bytes: %s", (unsigned long long)lbytes,
+                hm_strerror(rc));
+      goto done;
+    }
+    if (cfg->numa_node >= 0 && (rc = _hm_prim_bind_node(lmem, lbytes, cfg->numa_node))) {
+      _hm_error(ctx, rc, "latency: cannot bind memory to node %d: %s", cfg->numa_node,
+                hm_strerror(rc));
+      goto done;
+    }
+    for (uint32_t i = 0; i < nload; i++) {
+      hm__loader_t *l = &loaders[i];
+      l->cpu = loader_cpus[i];
+      l->base = (const double *)lmem + (size_t)i * per;
+      l->n = per;
+      l->ready = &ready;
+      l->go = &go;
+      if (pthread_create(&l->tid, NULL, hm__loader_main, l)) {
+        rc = _hm_error(ctx, -EAGAIN, "latency: cannot start load threads");
+        atomic_store(&go, 2);
+        goto done;
+      }
+      started++;
+    }
+    while (atomic_load(&ready) < (int)nload) (void)_hm_prim_now_ns();
+  }
+
   hm__line_t *p = &lines[0];
   p = hm__chase(p, loads < n ? loads : n); /* warm the TLB and page tables */
   double best = INFINITY;
+  atomic_store(&go, 1);
+  uint64_t lt0 = _hm_prim_now_ns();
   for (unsigned k = 0; k < reps; k++) {
     uint64_t t0 = _hm_prim_now_ns();
     p = hm__chase(p, loads);
@@ -125,6 +224,18 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
     double ns = (double)(t1 - t0) / (double)loads;
     if (ns < best) best = ns;
   }
+  atomic_store(&go, 2);
+  uint64_t lt1 = _hm_prim_now_ns();
+  uint64_t lbytes_read = 0;
+  for (uint32_t i = 0; i < started; i++) {
+    pthread_join(loaders[i].tid, NULL);
+    lbytes_read += loaders[i].bytes;
+    if (loaders[i].rc && !rc)
+      rc = _hm_error(ctx, loaders[i].rc, "latency: cannot pin a load thread to CPU %d",
+                     loaders[i].cpu);
+  }
+  started = 0;
+  if (rc) goto done;
   if (p == NULL) { /* cannot happen: the cycle has no NULL; keeps p live */
     rc = _hm_error(ctx, -EIO, "latency: chase left the buffer");
     goto done;
@@ -136,8 +247,17 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
   r.buffer_bytes = len;
   r.loads = loads;
   r.ns_per_load = best;
+  r.load_threads = nload;
+  r.load_gbs = nload ? (double)lbytes_read / (double)(lt1 - lt0) : 0.0;
   *out = r;
 done:
+  if (started) {
+    atomic_store(&go, 2);
+    for (uint32_t i = 0; i < started; i++) pthread_join(loaders[i].tid, NULL);
+  }
+  _hm_prim_unmap(lmem, lbytes);
+  free(loaders);
+  free(loader_cpus);
   if (pinned) _hm_prim_set_thread_cpus(saved, nsaved);
   _hm_prim_unmap(mem, len);
   free(perm);

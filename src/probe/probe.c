@@ -270,7 +270,7 @@ static int hm__stream_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
 static int hm__latency_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
   hm_latency_config_t cfg;
   hm_latency_config_default(&cfg);
-  int64_t node = -1, cpu = -1, bytes = 0, loads = 0, reps = 0;
+  int64_t node = -1, cpu = -1, bytes = 0, loads = 0, reps = 0, nload = 0;
   bool small = false;
   int rc;
   if ((rc = hm__jint(ctx, o, "numa_node", -1, 1023, &node)) ||
@@ -278,6 +278,7 @@ static int hm__latency_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
       (rc = hm__jint(ctx, o, "buffer_bytes", 0, HM__BIG, &bytes)) ||
       (rc = hm__jint(ctx, o, "loads", 0, HM__BIG, &loads)) ||
       (rc = hm__jint(ctx, o, "repetitions", 0, 100000, &reps)) ||
+      (rc = hm__jint(ctx, o, "load_threads", 0, HM_PROBE_MAX_CPUS, &nload)) ||
       (rc = hm__jbool(ctx, o, "small_pages", &small)) || (rc = hm__junused(ctx, o)))
     return rc;
   cfg.numa_node = (int32_t)node;
@@ -286,15 +287,17 @@ static int hm__latency_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
   cfg.loads = (uint64_t)loads;
   cfg.repetitions = (uint32_t)reps;
   cfg.small_pages = small;
+  cfg.load_threads = (uint32_t)nload;
   hm_latency_result_t r;
   memset(&r, 0, sizeof r);
   r.size = sizeof r;
   if ((rc = hm_probe_latency(ctx, &cfg, &r))) return rc;
   _hm_sb_printf(sb,
                 "{\"test\": \"latency\", \"numa_node\": %d, \"buffer_bytes\": %llu, \"loads\": "
-                "%llu, \"small_pages\": %s, \"ns_per_load\": %.3f}",
+                "%llu, \"small_pages\": %s, \"ns_per_load\": %.3f, \"load_threads\": %u, "
+                "\"load_gbs\": %.4f}",
                 cfg.numa_node, (unsigned long long)r.buffer_bytes, (unsigned long long)r.loads,
-                small ? "true" : "false", r.ns_per_load);
+                small ? "true" : "false", r.ns_per_load, r.load_threads, r.load_gbs);
   return 0;
 }
 

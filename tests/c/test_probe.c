@@ -75,6 +75,20 @@ static void test_latency(hm_ctx_t *ctx) {
   CHECK_EQ_INT(hm_probe_latency(ctx, &cfg, &r), 0);
   CHECK(r.ns_per_load > 0 && r.ns_per_load < 1e6);
   CHECK_EQ_INT(r.loads, 200000);
+  CHECK_EQ_INT(r.load_threads, 0);
+  int cpus[256];
+  if (_hm_prim_allowed_cpus(cpus, 256) >= 2) {
+    cfg.load_threads = 1;
+    memset(&r, 0, sizeof r);
+    r.size = sizeof r;
+    CHECK_EQ_INT(hm_probe_latency(ctx, &cfg, &r), 0);
+    CHECK_EQ_INT(r.load_threads, 1);
+    CHECK(r.load_gbs > 0 && r.ns_per_load > 0);
+  }
+  cfg.load_threads = 4000; /* more than the CPUs besides the chase's */
+  CHECK_EQ_INT(hm_probe_latency(ctx, &cfg, &r), -EINVAL);
+  CHECK(strstr(hm_ctx_last_error(ctx), "load threads") != NULL);
+  cfg.load_threads = 0;
   cfg.buffer_bytes = 64; /* fewer lines than a chase needs */
   CHECK_EQ_INT(hm_probe_latency(ctx, &cfg, &r), -EINVAL);
 }
