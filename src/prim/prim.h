@@ -89,4 +89,56 @@ int _hm_prim_realpath(const char *path, char *out, size_t len);
  * behind. */
 int _hm_prim_odirect_supported(const char *dir);
 
+/* ---- Pager primitives (prim/uffd.c, prim/vm.c, prim/sdm_io.c) ---- */
+/* A userfaultfd (O_CLOEXEC|O_NONBLOCK) with the features of want that this
+ * kernel has, written to *got. Returns the descriptor. -EPERM when the
+ * process may not use userfaultfd (vm.unprivileged_userfaultfd). */
+int _hm_prim_uffd_open(uint64_t want, uint64_t *got);
+int _hm_prim_uffd_register(int uffd, void *addr, size_t len, uint64_t mode, uint64_t *ioctls);
+int _hm_prim_uffd_unregister(int uffd, void *addr, size_t len);
+/* Resolving ioctls; *done is the number of bytes they mapped even on error. */
+int _hm_prim_uffd_continue(int uffd, void *addr, size_t len, int wp, size_t *done);
+int _hm_prim_uffd_copy(int uffd, void *dst, const void *src, size_t len, int wp, size_t *done);
+int _hm_prim_uffd_wake(int uffd, void *addr, size_t len);
+int _hm_prim_uffd_wp(int uffd, void *addr, size_t len, int protect);
+/* Reads whole struct uffd_msg records; -EAGAIN when none is pending. */
+ssize_t _hm_prim_uffd_read(int uffd, void *msgs, size_t bytes);
+typedef struct _hm_prim_page_region_s {
+  uint64_t start, end, categories;
+} _hm_prim_page_region_t;
+int _hm_prim_pagemap_open(void);
+/* PAGEMAP_SCAN (Linux 6.7): returns the number of regions written to vec. */
+ssize_t _hm_prim_pagemap_scan(int fd, void *start, size_t len, uint64_t flags,
+                              uint64_t category_mask, uint64_t category_inverted,
+                              uint64_t return_mask, _hm_prim_page_region_t *vec,
+                              size_t vec_len);
+int _hm_prim_vm_memfd(const char *name, size_t len); /* returns the fd */
+/* fd < 0: private anonymous (MAP_NORESERVE); else MAP_SHARED of fd. */
+int _hm_prim_vm_map(int fd, size_t len, void **out);
+int _hm_prim_vm_unmap(void *addr, size_t len);
+int _hm_prim_vm_madvise(void *addr, size_t len, int advice);
+int _hm_prim_vm_punch(int fd, uint64_t off, uint64_t len);
+int _hm_prim_vm_fallocate(int fd, int mode, uint64_t off, uint64_t len);
+/* A nameless file in dir (O_TMPFILE, else O_EXCL 0600 and unlinked at once);
+ * with direct, O_DIRECT, and -EINVAL when the filesystem lacks O_DIRECT. */
+int _hm_prim_vm_backing_file(const char *dir, int direct);
+/* Synchronous pread/pwrite of exactly len bytes; returns len. */
+ssize_t _hm_prim_vm_pio(int fd, int write, void *buf, size_t len, uint64_t off);
+/* Blocks every signal in the calling thread; old_set is a sigset_t. */
+int _hm_prim_vm_block_signals(void *old_set);
+int _hm_prim_vm_restore_signals(const void *old_set);
+int _hm_prim_vm_tid(void);
+typedef struct _hm_prim_sdmring_s _hm_prim_sdmring_t;
+int _hm_prim_sdmring_new(unsigned entries, _hm_prim_sdmring_t **out);
+void _hm_prim_sdmring_free(_hm_prim_sdmring_t *r);
+/* Queue an O_DIRECT read/write or a one-shot POLLIN; -EBUSY when full. */
+int _hm_prim_sdmring_rw(_hm_prim_sdmring_t *r, int write, int fd, void *buf, unsigned len,
+                        uint64_t off, uint64_t tag);
+int _hm_prim_sdmring_poll(_hm_prim_sdmring_t *r, int fd, uint64_t tag);
+int _hm_prim_sdmring_submit(_hm_prim_sdmring_t *r);
+/* One completion: 1 and its tag/result, 0 if none, or -errno. wait_us 0
+ * only peeks; otherwise submits what is queued and waits up to wait_us
+ * microseconds (< 0: without limit) for one. */
+int _hm_prim_sdmring_next(_hm_prim_sdmring_t *r, int wait_us, uint64_t *tag, int *res);
+
 #endif

@@ -1,0 +1,148 @@
+/* userfaultfd and PAGEMAP_SCAN: the ioctls the pager (src/sdm/) resolves
+ * faults and tracks dirty pages with. Features are negotiated at run time;
+ * constants newer than the build host's headers are defined here with the
+ * kernel's values (include/uapi/linux/userfaultfd.h, linux/fs.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "prim/prim.h"
+
+#ifndef UFFDIO_CONTINUE_MODE_WP
+#define UFFDIO_CONTINUE_MODE_WP ((__u64)1 << 1)
+#endif
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+
+struct hm__pm_scan_arg {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+#define HM__PAGEMAP_SCAN _IOWR('f', 16, struct hm__pm_scan_arg)
+
+static int hm__uffd_api(int fd, uint64_t want, uint64_t *got) {
+  struct uffdio_api api;
+  memset(&api, 0, sizeof api);
+  api.api = UFFD_API;
+  api.features = want;
+  if (ioctl(fd, UFFDIO_API, &api)) return -errno;
+  *got = api.features;
+  return 0;
+}
+
+int _hm_prim_uffd_open(uint64_t want, uint64_t *got) {
+  /* UFFDIO_API may be called once per descriptor, so the supported set is
+   * asked for on a throwaway descriptor first (features = 0 reports all). */
+  int flags = O_CLOEXEC | O_NONBLOCK;
+  int fd = (int)syscall(SYS_userfaultfd, flags);
+  if (fd < 0 && (errno == EPERM || errno == EACCES))
+    fd = (int)syscall(SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY);
+  if (fd < 0) return errno == ENOSYS ? -ENOSYS : -errno;
+  uint64_t avail = 0;
+  int rc = hm__uffd_api(fd, 0, &avail);
+  close(fd);
+  if (rc) return rc;
+  fd = (int)syscall(SYS_userfaultfd, flags);
+  if (fd < 0) fd = (int)syscall(SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY);
+  if (fd < 0) return -errno;
+  /* On return the kernel lists every feature it supports, not the ones
+   * enabled: what is enabled is what was asked for. */
+  uint64_t ignored = 0;
+  rc = hm__uffd_api(fd, want & avail, &ignored);
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  *got = want & avail;
+  return fd;
+}
+
+int _hm_prim_uffd_register(int uffd, void *addr, size_t len, uint64_t mode, uint64_t *ioctls) {
+  struct uffdio_register reg;
+  memset(&reg, 0, sizeof reg);
+  reg.range.start = (uint64_t)(uintptr_t)addr;
+  reg.range.len = len;
+  reg.mode = mode;
+  if (ioctl(uffd, UFFDIO_REGISTER, &reg)) return -errno;
+  if (ioctls) *ioctls = reg.ioctls;
+  return 0;
+}
+
+int _hm_prim_uffd_unregister(int uffd, void *addr, size_t len) {
+  struct uffdio_range r = {.start = (uint64_t)(uintptr_t)addr, .len = len};
+  return ioctl(uffd, UFFDIO_UNREGISTER, &r) ? -errno : 0;
+}
+
+int _hm_prim_uffd_continue(int uffd, void *addr, size_t len, int wp, size_t *done) {
+  struct uffdio_continue c;
+  memset(&c, 0, sizeof c);
+  c.range.start = (uint64_t)(uintptr_t)addr;
+  c.range.len = len;
+  c.mode = wp ? UFFDIO_CONTINUE_MODE_WP : 0;
+  int rc = ioctl(uffd, UFFDIO_CONTINUE, &c) ? -errno : 0;
+  *done = c.mapped > 0 ? (size_t)c.mapped : 0;
+  return rc;
+}
+
+int _hm_prim_uffd_copy(int uffd, void *dst, const void *src, size_t len, int wp, size_t *done) {
+  struct uffdio_copy c;
+  memset(&c, 0, sizeof c);
+  c.dst = (uint64_t)(uintptr_t)dst;
+  c.src = (uint64_t)(uintptr_t)src;
+  c.len = len;
+  c.mode = wp ? UFFDIO_COPY_MODE_WP : 0;
+  int rc = ioctl(uffd, UFFDIO_COPY, &c) ? -errno : 0;
+  *done = c.copy > 0 ? (size_t)c.copy : 0;
+  return rc;
+}
+
+int _hm_prim_uffd_wake(int uffd, void *addr, size_t len) {
+  struct uffdio_range r = {.start = (uint64_t)(uintptr_t)addr, .len = len};
+  return ioctl(uffd, UFFDIO_WAKE, &r) ? -errno : 0;
+}
+
+int _hm_prim_uffd_wp(int uffd, void *addr, size_t len, int protect) {
+  struct uffdio_writeprotect w;
+  memset(&w, 0, sizeof w);
+  w.range.start = (uint64_t)(uintptr_t)addr;
+  w.range.len = len;
+  w.mode = protect ? UFFDIO_WRITEPROTECT_MODE_WP : 0;
+  return ioctl(uffd, UFFDIO_WRITEPROTECT, &w) ? -errno : 0;
+}
+
+ssize_t _hm_prim_uffd_read(int uffd, void *msgs, size_t bytes) {
+  ssize_t n;
+  do {
+    n = read(uffd, msgs, bytes);
+  } while (n < 0 && errno == EINTR);
+  return n < 0 ? -errno : n;
+}
+
+int _hm_prim_pagemap_open(void) {
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  return fd < 0 ? -errno : fd;
+}
+
+ssize_t _hm_prim_pagemap_scan(int fd, void *start, size_t len, uint64_t flags,
+                              uint64_t category_mask, uint64_t category_inverted,
+                              uint64_t return_mask, _hm_prim_page_region_t *vec,
+                              size_t vec_len) {
+  struct hm__pm_scan_arg a;
+  memset(&a, 0, sizeof a);
+  a.size = sizeof a;
+  a.flags = flags;
+  a.start = (uint64_t)(uintptr_t)start;
+  a.end = a.start + len;
+  a.vec = (uint64_t)(uintptr_t)vec;
+  a.vec_len = vec_len;
+  a.category_mask = category_mask;
+  a.category_inverted = category_inverted;
+  a.return_mask = return_mask;
+  int n = ioctl(fd, HM__PAGEMAP_SCAN, &a);
+  return n < 0 ? -errno : n;
+}

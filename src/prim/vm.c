@@ -1,0 +1,111 @@
+/* Virtual-memory and backing-file primitives of the pager: memfd, shared and
+ * anonymous mappings, madvise, fallocate and the O_DIRECT backing files. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "prim/prim.h"
+
+int _hm_prim_vm_memfd(const char *name, size_t len) {
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) return -errno;
+  if (ftruncate(fd, (off_t)len)) {
+    int e = -errno;
+    close(fd);
+    return e;
+  }
+  return fd;
+}
+
+int _hm_prim_vm_map(int fd, size_t len, void **out) {
+  void *p = fd < 0 ? mmap(NULL, len, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                   : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return -errno;
+  *out = p;
+  return 0;
+}
+
+int _hm_prim_vm_unmap(void *addr, size_t len) {
+  if (!addr) return 0;
+  return munmap(addr, len) ? -errno : 0;
+}
+
+int _hm_prim_vm_madvise(void *addr, size_t len, int advice) {
+  return madvise(addr, len, advice) ? -errno : 0;
+}
+
+int _hm_prim_vm_punch(int fd, uint64_t off, uint64_t len) {
+  return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len)
+             ? -errno
+             : 0;
+}
+
+int _hm_prim_vm_fallocate(int fd, int mode, uint64_t off, uint64_t len) {
+  return fallocate(fd, mode, (off_t)off, (off_t)len) ? -errno : 0;
+}
+
+int _hm_prim_vm_backing_file(const char *dir, int direct) {
+  int flags = O_RDWR | O_CLOEXEC | (direct ? O_DIRECT : 0);
+  /* O_TMPFILE never has a name; where the filesystem lacks it, an O_EXCL
+   * name is unlinked at once. Either way a SIGKILL leaves nothing behind. */
+  int fd = open(dir, flags | O_TMPFILE | O_EXCL, 0600);
+  if (fd >= 0) return fd;
+  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) return -errno;
+  if (errno == EINVAL && direct) {
+    /* EINVAL also means "no O_DIRECT here": ask again without it so that
+     * the caller can tell the two apart. */
+    int probe = open(dir, (flags & ~O_DIRECT) | O_TMPFILE | O_EXCL, 0600);
+    if (probe >= 0) {
+      close(probe);
+      return -EINVAL;
+    }
+  }
+  char path[4096];
+  for (int attempt = 0; attempt < 64; attempt++) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int n = snprintf(path, sizeof path, "%s/.hetmem-sdm-%ld-%lx-%d", dir, (long)getpid(),
+                     (unsigned long)ts.tv_nsec, attempt);
+    if (n < 0 || (size_t)n >= sizeof path) return -ENAMETOOLONG;
+    fd = open(path, flags | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0) {
+      unlink(path);
+      return fd;
+    }
+    if (errno != EEXIST) return -errno;
+  }
+  return -EEXIST;
+}
+
+ssize_t _hm_prim_vm_pio(int fd, int write, void *buf, size_t len, uint64_t off) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = write ? pwrite(fd, (char *)buf + done, len - done, (off_t)(off + done))
+                      : pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    if (n == 0) return -EIO;
+    done += (size_t)n;
+  }
+  return (ssize_t)done;
+}
+
+int _hm_prim_vm_block_signals(void *old_set) {
+  sigset_t all;
+  sigfillset(&all);
+  return pthread_sigmask(SIG_SETMASK, &all, (sigset_t *)old_set) ? -EINVAL : 0;
+}
+
+int _hm_prim_vm_restore_signals(const void *old_set) {
+  return pthread_sigmask(SIG_SETMASK, (const sigset_t *)old_set, NULL) ? -EINVAL : 0;
+}
+
+int _hm_prim_vm_tid(void) { return (int)gettid(); }

@@ -1,0 +1,1637 @@
+/* The pager: a userfaultfd-driven DRAM cache over O_DIRECT backing files.
+ *
+ * Layout. Each region is a memfd (shmem) mapped twice: the application's
+ * view, registered MISSING|MINOR|WP with the userfaultfd, and an alias that
+ * is not registered. A fill reads the backing file with O_DIRECT straight
+ * into the alias (the page lands in the memfd's page cache, no bounce copy)
+ * and UFFDIO_CONTINUE maps it into the application's view. Kernels without
+ * MINOR faults on shmem get private anonymous memory instead, filled through
+ * a bounce buffer with UFFDIO_COPY. Regions are split into fetch units
+ * (64 KiB..2 MiB); a unit is the grain of eviction and write-back, while a
+ * fill may cover single pages of it (random access) or all of it.
+ *
+ * Dirty tracking, chosen at run time from the UFFDIO_API feature bits:
+ *  - wp_async (Linux 6.7+): pages are mapped write-protected (CONTINUE with
+ *    MODE_WP); a write is resolved by the kernel itself and only clears the
+ *    PTE's uffd-wp bit. To evict a unit the pager zaps the application's
+ *    PTEs (MADV_DONTNEED, which on shmem only unmaps): protected PTEs become
+ *    uffd-wp markers, written ones become empty. PAGEMAP_SCAN then reports
+ *    the markers (PAGE_IS_SWAPPED); a filled page without one was written.
+ *    Zapping first also stops writers (they fault and wait), so nothing is
+ *    written during the write-back. A page table freed by the zap reads as
+ *    "written": conservative, never lossy.
+ *  - wp_sync: the first write to a unit raises a WP fault; the unit is marked
+ *    dirty and unprotected as a whole (one round trip per unit per
+ *    residency). Eviction re-protects it before writing back.
+ *  - all: no write-protect: every resident unit is written back.
+ * Units never written back are "zero" units: their fill is a fallocate of
+ * the memfd (or a COPY of zeros), no I/O.
+ *
+ * Budget. One hard cap per pager: cache pages (filled or being filled) plus
+ * the pager's own memory (slot table, bounce buffers, per-region unit
+ * tables) never exceed cfg.dram_budget. Eviction is CLOCK over the resident
+ * units with a reference bit set on faults; prefetched units that the hand
+ * has passed once without their being touched go first (wasted prefetch).
+ * Memory is really freed: PUNCH_HOLE on the memfd, MADV_DONTNEED on
+ * anonymous memory.
+ *
+ * Fault path cost: a handler thread reads up to 64 uffd_msg per read(2),
+ * takes the pager mutex for O(1) bookkeeping (region lookup by binary
+ * search, unit state, CLOCK slot, stream detector: ~0.2-0.5 us), and does
+ * every ioctl and I/O outside it. A hit on a prefetched unit is a MINOR
+ * fault resolved by one UFFDIO_CONTINUE of the unit (~2-4 us round trip); a
+ * miss adds one O_DIRECT read through io_uring (queue depth cfg.io_depth,
+ * many misses in flight at once). Faults that arrive while their unit is
+ * being filled or evicted are dropped: every such transition ends with a
+ * UFFDIO_WAKE of the whole unit, after which the thread retries the access
+ * and faults again if it must. Failed resolutions (EEXIST, ENOENT, EAGAIN)
+ * are followed by an explicit UFFDIO_WAKE, never treated as fatal.
+ *
+ * Fork: regions are MADV_DONTFORK, so a child never sees them (an access in
+ * the child is SIGSEGV) and never reads zeros where data was.
+ * Signals: the handler threads block every signal; a faulting thread that
+ * takes a signal simply retries its access after the handler.
+ *
+ * Re-entrancy: map/unmap may be called from inside malloc (the preload
+ * interposer). The pager never calls malloc with its mutex held, and every
+ * allocation whose size grows with the region (unit tables) is an mmap, so a
+ * nested malloc can neither deadlock nor recurse into the pager. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sdm/sdm.h"
+
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC (1ULL << 15)
+#endif
+#ifndef UFFDIO_REGISTER_MODE_MINOR
+#define UFFDIO_REGISTER_MODE_MINOR ((__u64)1 << 2)
+#endif
+#define HM__PAGE_IS_WRITTEN (1ULL << 1)
+#define HM__PAGE_IS_SWAPPED (1ULL << 4)
+#define HM__PM_SCAN_WP_MATCHING (1ULL << 0)
+
+enum { HM__DIRTY_ASYNC = 0, HM__DIRTY_SYNC = 1, HM__DIRTY_ALL = 2 };
+static const char *const hm__dirty_names[] = {"wp_async", "wp_sync", "all"};
+
+#define HM__TAG_UFFD 1u
+#define HM__TAG_EVENT 2u
+#define HM__MSG_BATCH 64
+#define HM__WQ 256
+
+typedef struct hm__op_s {
+  _hm_sdm_region_t *reg;
+  uint32_t unit, pg0, npg;
+  int32_t slot;
+  uint8_t prefetch, zero;
+  uint64_t t0;
+  char *buf; /* anonymous mode: bounce buffer of one unit */
+  struct hm__op_s *next;
+} hm__op_t;
+
+typedef struct hm__fault_s {
+  uint64_t addr, flags, t0;
+  int tid;
+} hm__fault_t;
+
+typedef struct hm__handler_s {
+  hm_pager_t *p;
+  pthread_t th;
+  int started;
+  _hm_prim_sdmring_t *ring;  /* fills and polls */
+  _hm_prim_sdmring_t *wring; /* write-backs of evictions */
+  hm__op_t *ops, *free_ops;
+  unsigned nops;
+  char *bounce;
+  size_t bounce_bytes;
+  hm__fault_t *def; /* faults waiting for an op or for budget */
+  unsigned ndef, capdef;
+  _hm_prim_page_region_t *vec;
+} hm__handler_t;
+
+typedef struct hm__wq_s {
+  _hm_sdm_region_t *reg;
+  uint32_t u0, u1;
+} hm__wq_t;
+
+struct hm_pager_s {
+  hm_ctx_t *ctx;
+  hm_pager_config_t cfg;
+  char dir[HM_PATH_MAX];
+  int uffd, pagemap, evfd;
+  uint64_t features;
+  int memfd_mode, dirty_mode;
+  uint64_t unit;
+  uint32_t upages;
+  uint64_t cap;      /* bytes of cache pages allowed now (budget - own memory) */
+  uint64_t own;      /* the pager's own memory charged to the budget */
+  uint64_t used;     /* filled + being filled */
+  uint64_t resident; /* filled */
+  uint64_t peak;
+  uint32_t maxwin;
+  pthread_mutex_t lk;
+  pthread_cond_t cv;
+  _hm_sdm_region_t **regs;
+  size_t nregs, capregs;
+  _hm_sdm_slot_t *slots;
+  size_t slots_bytes;
+  uint32_t nslots, hand;
+  int32_t free_slot;
+  uint64_t pf_untouched;
+  _hm_sdm_pf_t pf;
+  hm__wq_t wq[HM__WQ];
+  unsigned nwq;
+  char *zeros; /* anonymous mode: one unit of zeros for UFFDIO_COPY */
+  hm__handler_t *h;
+  unsigned nh;
+  atomic_int stop;
+  /* counters (relaxed atomics) */
+  atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
+      c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
+      c_io_errors, c_wp_faults;
+};
+
+#define HM__ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)
+#define HM__GET(p, c) atomic_load_explicit(&(p)->c, memory_order_relaxed)
+
+/* ------------------------------------------------------------------------
+ * Small helpers
+ * ------------------------------------------------------------------------ */
+
+static uint64_t hm__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int hm__bit(const uint64_t *b, unsigned i) { return (int)((b[i / 64] >> (i % 64)) & 1u); }
+static void hm__setbit(uint64_t *b, unsigned i) { b[i / 64] |= 1ull << (i % 64); }
+
+/* Next run of set bits in b starting at *i (below n); returns its length. */
+static unsigned hm__run(const uint64_t *b, unsigned n, unsigned *i) {
+  while (*i < n && !hm__bit(b, *i)) (*i)++;
+  unsigned j = *i;
+  while (j < n && hm__bit(b, j)) j++;
+  return j - *i;
+}
+
+static char *hm__ubase(const _hm_sdm_region_t *r, const hm_pager_t *p, uint32_t u) {
+  return r->base + (uint64_t)u * p->unit;
+}
+
+static void hm__wake(hm_pager_t *p, void *addr, size_t len) {
+  /* ENOENT once the range is gone is harmless: nobody can wait there. */
+  (void)_hm_prim_uffd_wake(p->uffd, addr, len);
+}
+
+/* Region containing addr (pager lock held). */
+static _hm_sdm_region_t *hm__find(hm_pager_t *p, uint64_t addr) {
+  size_t lo = 0, hi = p->nregs;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    _hm_sdm_region_t *r = p->regs[mid];
+    uint64_t b = (uint64_t)(uintptr_t)r->base;
+    if (addr < b)
+      hi = mid;
+    else if (addr >= b + r->len)
+      lo = mid + 1;
+    else
+      return r;
+  }
+  return NULL;
+}
+
+static void hm__account(hm_pager_t *p) {
+  if (p->resident > p->peak) p->peak = p->resident;
+}
+
+/* Reserves bytes of budget and, if want_slot, a slot (pager lock held). */
+static int hm__reserve(hm_pager_t *p, uint64_t bytes, int want_slot) {
+  if (p->used + bytes > p->cap) return 0;
+  if (want_slot && p->free_slot < 0) return 0;
+  p->used += bytes;
+  return 1;
+}
+
+static int32_t hm__slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
+  int32_t s = p->free_slot;
+  _hm_sdm_slot_t *S = &p->slots[s];
+  p->free_slot = S->next_free;
+  memset(S, 0, sizeof *S);
+  S->used = 1;
+  S->reg = r;
+  S->unit = u;
+  S->next_free = -1;
+  r->units[u].slot = s;
+  return s;
+}
+
+static void hm__slot_put(hm_pager_t *p, int32_t s) {
+  _hm_sdm_slot_t *S = &p->slots[s];
+  S->used = 0;
+  S->reg = NULL;
+  S->next_free = p->free_slot;
+  p->free_slot = s;
+}
+
+/* A prefetched unit was touched: counts and adapts (pager lock held). */
+static void hm__touched(hm_pager_t *p, _hm_sdm_slot_t *S) {
+  if (!S->prefetched) return;
+  S->prefetched = 0;
+  p->pf_untouched -= p->unit;
+  S->reg->pf_used++;
+  HM__ADD(p, c_pf_used, 1);
+}
+
+static void hm__pf_count_issue(hm_pager_t *p, _hm_sdm_region_t *r) {
+  r->pf_issued++;
+  HM__ADD(p, c_pf_issued, 1);
+  if (r->pf_issued >= 64) {
+    /* Accuracy over the last 64 prefetches decides the region's window. */
+    uint32_t used = r->pf_used;
+    if (used * 2 < r->pf_issued)
+      r->pf_limit = r->pf_limit > 1 ? r->pf_limit / 2 : 1;
+    else if (used * 4 >= r->pf_issued * 3)
+      r->pf_limit = r->pf_limit * 2 > p->maxwin ? p->maxwin : r->pf_limit * 2;
+    r->pf_issued = r->pf_used = 0;
+  }
+}
+
+/* Maps every filled page of a unit in the application's view (memfd mode).
+ * Pages already mapped (EEXIST) are skipped one at a time. */
+static void hm__map_runs(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, const uint64_t *bits) {
+  int wp = p->dirty_mode != HM__DIRTY_ALL;
+  char *ub = hm__ubase(r, p, u);
+  unsigned i = 0, n;
+  while ((n = hm__run(bits, p->upages, &i)) > 0) {
+    char *a = ub + (size_t)i * HM_SDM_PAGE;
+    size_t len = (size_t)n * HM_SDM_PAGE;
+    while (len > 0) {
+      size_t done = 0;
+      int rc = _hm_prim_uffd_continue(p->uffd, a, len, wp, &done);
+      if (rc == 0) break;
+      if (done > len) done = len;
+      a += done;
+      len -= done;
+      if (rc == -EAGAIN) continue;
+      if (rc == -EEXIST && len >= HM_SDM_PAGE) {
+        a += HM_SDM_PAGE;
+        len -= HM_SDM_PAGE;
+        continue;
+      }
+      break; /* ENOENT/EFAULT: the range changed under us; the wake retries */
+    }
+    i += n;
+  }
+}
+
+/* Anonymous mode: installs pages [pg0, pg0+npg) of a unit from src. */
+static void hm__copy_in(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, uint32_t pg0,
+                        uint32_t npg, const char *src) {
+  int wp = p->dirty_mode == HM__DIRTY_SYNC;
+  char *a = hm__ubase(r, p, u) + (size_t)pg0 * HM_SDM_PAGE;
+  size_t len = (size_t)npg * HM_SDM_PAGE;
+  while (len > 0) {
+    size_t done = 0;
+    int rc = _hm_prim_uffd_copy(p->uffd, a, src, len, wp, &done);
+    if (rc == 0) break;
+    if (done > len) done = len;
+    a += done;
+    src += done;
+    len -= done;
+    if (rc == -EAGAIN) continue;
+    if (rc == -EEXIST && len >= HM_SDM_PAGE) {
+      a += HM_SDM_PAGE;
+      src += HM_SDM_PAGE;
+      len -= HM_SDM_PAGE;
+      continue;
+    }
+    break;
+  }
+}
+
+/* ------------------------------------------------------------------------
+ * Fills
+ * ------------------------------------------------------------------------ */
+
+static hm__op_t *hm__op_get(hm__handler_t *h) {
+  hm__op_t *op = h->free_ops;
+  if (op) h->free_ops = op->next;
+  return op;
+}
+
+static void hm__op_put(hm__handler_t *h, hm__op_t *op) {
+  op->next = h->free_ops;
+  h->free_ops = op;
+}
+
+static char *hm__fill_target(hm_pager_t *p, hm__op_t *op) {
+  if (p->memfd_mode)
+    return op->reg->alias + (uint64_t)op->unit * p->unit + (uint64_t)op->pg0 * HM_SDM_PAGE;
+  return op->buf + (uint64_t)op->pg0 * HM_SDM_PAGE;
+}
+
+static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
+  hm_pager_t *p = h->p;
+  _hm_sdm_region_t *r = op->reg;
+  size_t len = (size_t)op->npg * HM_SDM_PAGE;
+  char *dst = hm__fill_target(p, op);
+  uint64_t foff = (uint64_t)op->unit * p->unit + (uint64_t)op->pg0 * HM_SDM_PAGE;
+  if (!op->zero && res != (int)len) {
+    /* Short or failed read: once more, synchronously, then give zeros and
+     * count the error rather than leave the thread hanging. */
+    if (_hm_prim_vm_pio(r->file, 0, dst, len, foff) != (ssize_t)len) {
+      HM__ADD(p, c_io_errors, 1);
+      memset(dst, 0, len);
+    }
+  }
+  if (!op->zero) HM__ADD(p, c_bytes_read, len);
+  uint64_t bits[HM_SDM_BITMAP_WORDS];
+  pthread_mutex_lock(&p->lk);
+  _hm_sdm_slot_t *S = &p->slots[op->slot];
+  for (uint32_t i = 0; i < op->npg; i++) hm__setbit(S->filled, op->pg0 + i);
+  S->nfilled = (uint16_t)(S->nfilled + op->npg);
+  p->resident += len;
+  hm__account(p);
+  r->units[op->unit].state = HM_U_RES;
+  int map = !op->prefetch || !S->prefetched; /* touched while in flight: map now */
+  if (p->memfd_mode && map) S->mapped = 1;
+  memcpy(bits, S->filled, sizeof bits);
+  S->pin++;
+  pthread_mutex_unlock(&p->lk);
+  if (p->memfd_mode) {
+    if (map) hm__map_runs(p, r, op->unit, bits);
+  } else {
+    hm__copy_in(p, r, op->unit, op->pg0, op->npg, dst);
+  }
+  char *ub = hm__ubase(r, p, op->unit);
+  hm__wake(p, ub, p->unit);
+  if (!op->prefetch) HM__ADD(p, c_fault_ns, hm__now() - op->t0);
+  pthread_mutex_lock(&p->lk);
+  S->pin--;
+  r->busy--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->lk);
+  hm__op_put(h, op);
+}
+
+/* Starts a fill prepared under the lock (called without it). */
+static void hm__fill_start(hm__handler_t *h, hm__op_t *op) {
+  hm_pager_t *p = h->p;
+  size_t len = (size_t)op->npg * HM_SDM_PAGE;
+  char *dst = hm__fill_target(p, op);
+  if (op->zero) {
+    /* Never written back: zeros without I/O. */
+    HM__ADD(p, c_zero_fills, 1);
+    if (p->memfd_mode) {
+      uint64_t off = (uint64_t)op->unit * p->unit + (uint64_t)op->pg0 * HM_SDM_PAGE;
+      if (_hm_prim_vm_fallocate(op->reg->memfd, 0, off, len)) memset(dst, 0, len);
+    } else {
+      memset(dst, 0, len);
+    }
+    hm__fill_done(h, op, (int)len);
+    return;
+  }
+  uint64_t foff = (uint64_t)op->unit * p->unit + (uint64_t)op->pg0 * HM_SDM_PAGE;
+  if (_hm_prim_sdmring_rw(h->ring, 0, op->reg->file, dst, (unsigned)len, foff,
+                          (uint64_t)(uintptr_t)op) < 0) {
+    hm__fill_done(h, op, -EBUSY); /* cannot happen: ops <= ring entries */
+    return;
+  }
+  if (!op->prefetch) HM__ADD(p, c_fetches, 1);
+}
+
+/* ------------------------------------------------------------------------
+ * Eviction
+ * ------------------------------------------------------------------------ */
+
+#define HM__MAXVICT 16
+
+/* Finds which filled pages of a victim must be written and stops writers.
+ * Victim is BUSY, so no fault on it is being resolved meanwhile. */
+static void hm__victim_dirty(hm__handler_t *h, _hm_sdm_slot_t *S, uint64_t *D) {
+  hm_pager_t *p = h->p;
+  char *ub = hm__ubase(S->reg, p, S->unit);
+  memset(D, 0, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
+  if (p->dirty_mode == HM__DIRTY_ASYNC) {
+    if (!S->mapped) return; /* never visible to the application: clean */
+    (void)_hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED);
+    uint64_t marked[HM_SDM_BITMAP_WORDS];
+    memset(marked, 0, sizeof marked);
+    ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, 0, HM__PAGE_IS_SWAPPED, 0,
+                                      HM__PAGE_IS_SWAPPED, h->vec, p->upages);
+    for (ssize_t k = 0; k < n; k++) {
+      uint64_t a = h->vec[k].start, b = h->vec[k].end, base = (uint64_t)(uintptr_t)ub;
+      for (uint64_t x = a; x < b; x += HM_SDM_PAGE) hm__setbit(marked, (unsigned)((x - base) / HM_SDM_PAGE));
+    }
+    for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) D[w] = S->filled[w] & ~marked[w];
+  } else if (p->dirty_mode == HM__DIRTY_SYNC) {
+    if (!S->dirty) return;
+    (void)_hm_prim_uffd_wp(p->uffd, ub, p->unit, 1);
+    memcpy(D, S->filled, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
+  } else {
+    if (p->memfd_mode) (void)_hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED);
+    memcpy(D, S->filled, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
+  }
+}
+
+/* Evicts at least `need` bytes (or one unit). 0 when something was freed,
+ * -EAGAIN when every resident unit is busy (fills in flight). */
+static int hm__evict(hm__handler_t *h, uint64_t need) {
+  hm_pager_t *p = h->p;
+  int32_t vict[HM__MAXVICT];
+  unsigned nv = 0;
+  uint64_t freed = 0;
+  pthread_mutex_lock(&p->lk);
+  for (uint32_t steps = 0; steps < 3 * p->nslots + 3 && nv < HM__MAXVICT && (nv == 0 || freed < need);
+       steps++) {
+    uint32_t idx = p->hand;
+    p->hand = (p->hand + 1) % p->nslots;
+    _hm_sdm_slot_t *S = &p->slots[idx];
+    if (!S->used || S->pin) continue;
+    _hm_sdm_region_t *r = S->reg;
+    if (r->units[S->unit].state != HM_U_RES || r->dead) continue;
+    if (S->ref) {
+      S->ref = 0;
+      continue;
+    }
+    if (S->prefetched && !S->passed) {
+      S->passed = 1;
+      continue;
+    }
+    r->units[S->unit].state = HM_U_BUSY;
+    r->busy++;
+    vict[nv++] = (int32_t)idx;
+    freed += (uint64_t)S->nfilled * HM_SDM_PAGE;
+  }
+  pthread_mutex_unlock(&p->lk);
+  if (nv == 0) return -EAGAIN;
+
+  uint64_t D[HM__MAXVICT][HM_SDM_BITMAP_WORDS];
+  int failed[HM__MAXVICT];
+  unsigned inflight = 0;
+  for (unsigned v = 0; v < nv; v++) {
+    _hm_sdm_slot_t *S = &p->slots[vict[v]];
+    failed[v] = 0;
+    hm__victim_dirty(h, S, D[v]);
+    _hm_sdm_region_t *r = S->reg;
+    char *src0 = p->memfd_mode ? r->alias + (uint64_t)S->unit * p->unit : hm__ubase(r, p, S->unit);
+    unsigned i = 0, n;
+    while ((n = hm__run(D[v], p->upages, &i)) > 0) {
+      uint64_t off = (uint64_t)S->unit * p->unit + (uint64_t)i * HM_SDM_PAGE;
+      uint64_t tag = ((uint64_t)v << 32) | i;
+      while (_hm_prim_sdmring_rw(h->wring, 1, r->file, src0 + (size_t)i * HM_SDM_PAGE,
+                                 n * HM_SDM_PAGE, off, tag) == -EBUSY) {
+        uint64_t t;
+        int res;
+        if (_hm_prim_sdmring_next(h->wring, -1, &t, &res) == 1) {
+          inflight--;
+          unsigned vv = (unsigned)(t >> 32);
+          if (res < 0) failed[vv] = res;
+        }
+      }
+      inflight++;
+      HM__ADD(p, c_bytes_written, (uint64_t)n * HM_SDM_PAGE);
+      i += n;
+    }
+  }
+  while (inflight > 0) {
+    uint64_t t;
+    int res;
+    int rc = _hm_prim_sdmring_next(h->wring, -1, &t, &res);
+    if (rc < 0) break;
+    if (rc == 0) continue;
+    inflight--;
+    if (res < 0) failed[(unsigned)(t >> 32)] = res;
+  }
+  for (unsigned v = 0; v < nv; v++) {
+    _hm_sdm_slot_t *S = &p->slots[vict[v]];
+    _hm_sdm_region_t *r = S->reg;
+    uint32_t u = S->unit;
+    char *ub = hm__ubase(r, p, u);
+    int wrote = 0;
+    for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) wrote |= D[v][w] != 0;
+    if (failed[v] && wrote) {
+      /* Retry synchronously, page run by page run; if the device still
+       * refuses, keep the unit resident rather than lose data. */
+      char *src0 = p->memfd_mode ? r->alias + (uint64_t)u * p->unit : ub;
+      unsigned i = 0, n;
+      int bad = 0;
+      while ((n = hm__run(D[v], p->upages, &i)) > 0) {
+        uint64_t off = (uint64_t)u * p->unit + (uint64_t)i * HM_SDM_PAGE;
+        if (_hm_prim_vm_pio(r->file, 1, src0 + (size_t)i * HM_SDM_PAGE, n * HM_SDM_PAGE, off) < 0)
+          bad = 1;
+        i += n;
+      }
+      if (bad) {
+        HM__ADD(p, c_io_errors, 1);
+        pthread_mutex_lock(&p->lk);
+        r->units[u].state = HM_U_RES;
+        S->mapped = 0;
+        S->dirty = 1;
+        r->busy--;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->lk);
+        hm__wake(p, ub, p->unit);
+        continue;
+      }
+    }
+    if (p->memfd_mode)
+      (void)_hm_prim_vm_punch(r->memfd, (uint64_t)u * p->unit, p->unit);
+    else
+      (void)_hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED);
+    pthread_mutex_lock(&p->lk);
+    uint64_t bytes = (uint64_t)S->nfilled * HM_SDM_PAGE;
+    if (S->prefetched) {
+      p->pf_untouched -= p->unit;
+      HM__ADD(p, c_pf_wasted, 1);
+    }
+    p->used -= bytes;
+    p->resident -= bytes;
+    if (wrote) r->units[u].flags |= HM_UF_ONDISK;
+    r->units[u].state = HM_U_NONE;
+    r->units[u].slot = -1;
+    hm__slot_put(p, vict[v]);
+    r->busy--;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lk);
+    HM__ADD(p, c_evictions, 1);
+    if (wrote) HM__ADD(p, c_writebacks, 1);
+    hm__wake(p, ub, p->unit);
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Faults and prefetches
+ * ------------------------------------------------------------------------ */
+
+static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl);
+
+/* Issues a prefetch of unit u (no lock held). 0 issued or nothing to do,
+ * <0 stop prefetching for now. */
+static int hm__prefetch_unit(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u) {
+  hm_pager_t *p = h->p;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    pthread_mutex_lock(&p->lk);
+    if (r->dead || u < 0 || u >= (int64_t)r->nunits) {
+      pthread_mutex_unlock(&p->lk);
+      return 0;
+    }
+    _hm_sdm_unit_t *U = &r->units[u];
+    if (U->state != HM_U_NONE || (U->flags & HM_UF_RANDOM)) {
+      pthread_mutex_unlock(&p->lk);
+      return 0;
+    }
+    /* Prefetch never holds more than half of the cache untouched. */
+    if (p->pf_untouched + p->unit > p->cap / 2 || !h->free_ops) {
+      pthread_mutex_unlock(&p->lk);
+      return -ENOSPC;
+    }
+    if (!hm__reserve(p, p->unit, 1)) {
+      pthread_mutex_unlock(&p->lk);
+      if (attempt || hm__evict(h, p->unit)) return -EAGAIN;
+      continue;
+    }
+    hm__op_t *op = hm__op_get(h);
+    int32_t s = hm__slot_take(p, r, (uint32_t)u);
+    p->slots[s].prefetched = 1;
+    p->pf_untouched += p->unit;
+    U->state = HM_U_FILLING;
+    r->busy++;
+    hm__pf_count_issue(p, r);
+    op->reg = r;
+    op->unit = (uint32_t)u;
+    op->pg0 = 0;
+    op->npg = p->upages;
+    op->slot = s;
+    op->prefetch = 1;
+    op->zero = !(U->flags & HM_UF_ONDISK);
+    op->t0 = 0;
+    pthread_mutex_unlock(&p->lk);
+    hm__fill_start(h, op);
+    return 0;
+  }
+  return -EAGAIN;
+}
+
+static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
+  if (pl->stride == 0 || pl->count == 0) return;
+  for (uint32_t k = 0; k < pl->count; k++)
+    if (hm__prefetch_unit(h, r, pl->from + (int64_t)k * pl->stride) < 0) break;
+}
+
+/* Handles one fault. 0 when resolved or left to a transition's wake,
+ * -EAGAIN when it must be retried later (no free op or budget yet). */
+static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
+  hm_pager_t *p = h->p;
+  /* The detector sees each fault once, even when eviction makes us look
+   * at the unit again. */
+  _hm_sdm_pf_plan_t plan = {0};
+  int fed = 0;
+  for (;;) {
+    pthread_mutex_lock(&p->lk);
+    _hm_sdm_region_t *r = hm__find(p, f->addr);
+    if (!r || r->dead) {
+      pthread_mutex_unlock(&p->lk);
+      hm__wake(p, (void *)(uintptr_t)(f->addr & ~(uint64_t)(HM_SDM_PAGE - 1)), HM_SDM_PAGE);
+      return 0;
+    }
+    uint64_t off = f->addr - (uint64_t)(uintptr_t)r->base;
+    uint32_t u = (uint32_t)(off / p->unit);
+    uint32_t pg = (uint32_t)((off % p->unit) / HM_SDM_PAGE);
+    _hm_sdm_unit_t *U = &r->units[u];
+    char *ub = hm__ubase(r, p, u);
+    int seq = p->cfg.prefetch == HM_PREFETCH_SEQUENTIAL || (U->flags & HM_UF_SEQ);
+    int pf_on = p->cfg.prefetch != HM_PREFETCH_OFF && !(U->flags & HM_UF_RANDOM);
+    uint32_t maxw = r->pf_limit;
+    if (U->state == HM_U_FILLING || U->state == HM_U_BUSY) {
+      _hm_sdm_pf_plan_t lplan = {0};
+      if (U->state == HM_U_FILLING) {
+        _hm_sdm_slot_t *S = &p->slots[U->slot];
+        if (S->prefetched) {
+          /* A late prefetch hit: still a hit for the stream, which must
+           * keep running ahead of a reader that caught up with it. */
+          hm__touched(p, S);
+          S->ref = 1;
+          if (pf_on) _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 1, seq, maxw, &lplan);
+        }
+      }
+      pthread_mutex_unlock(&p->lk);
+      hm__prefetch_plan(h, r, &lplan);
+      return 0;
+    }
+    if (U->state == HM_U_RES) {
+      _hm_sdm_slot_t *S = &p->slots[U->slot];
+      if (f->flags & UFFD_PAGEFAULT_FLAG_WP) {
+        S->dirty = 1;
+        S->ref = 1;
+        S->pin++;
+        pthread_mutex_unlock(&p->lk);
+        HM__ADD(p, c_wp_faults, 1);
+        (void)_hm_prim_uffd_wp(p->uffd, ub, p->unit, 0);
+        hm__wake(p, ub, p->unit);
+        pthread_mutex_lock(&p->lk);
+        S->pin--;
+        pthread_mutex_unlock(&p->lk);
+        HM__ADD(p, c_fault_ns, hm__now() - f->t0);
+        return 0;
+      }
+      if (hm__bit(S->filled, pg)) {
+        int hit = S->prefetched;
+        hm__touched(p, S);
+        S->ref = 1;
+        int map = p->memfd_mode && !S->mapped;
+        S->mapped = (uint8_t)(S->mapped | p->memfd_mode);
+        uint64_t bits[HM_SDM_BITMAP_WORDS];
+        memcpy(bits, S->filled, sizeof bits);
+        _hm_sdm_pf_plan_t hplan = {0};
+        if (hit && pf_on) _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 1, seq, maxw, &hplan);
+        S->pin++;
+        pthread_mutex_unlock(&p->lk);
+        HM__ADD(p, c_minor_hits, 1);
+        if (map) hm__map_runs(p, r, u, bits);
+        hm__wake(p, ub, p->unit);
+        pthread_mutex_lock(&p->lk);
+        S->pin--;
+        pthread_mutex_unlock(&p->lk);
+        HM__ADD(p, c_fault_ns, hm__now() - f->t0);
+        hm__prefetch_plan(h, r, &hplan);
+        return 0;
+      }
+    }
+    /* A miss: the unit is absent, or this page of it is. */
+    int random = (U->flags & HM_UF_RANDOM) != 0;
+    if (U->state == HM_U_NONE && p->cfg.prefetch != HM_PREFETCH_OFF && !random && !fed) {
+      _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 0, seq, maxw, &plan);
+      fed = 1;
+    }
+    random |= plan.random;
+    if (!pf_on) memset(&plan, 0, sizeof plan);
+    uint32_t pg0 = 0, npg = p->upages;
+    int zero = !(U->flags & HM_UF_ONDISK);
+    if (U->state == HM_U_RES) {
+      /* Partly filled unit: the missing run around pg (or just pg). */
+      _hm_sdm_slot_t *S = &p->slots[U->slot];
+      pg0 = pg;
+      uint32_t end = pg + 1;
+      if (!random) {
+        while (pg0 > 0 && !hm__bit(S->filled, pg0 - 1)) pg0--;
+        while (end < p->upages && !hm__bit(S->filled, end)) end++;
+      }
+      npg = end - pg0;
+    } else if (random && !zero) {
+      pg0 = pg;
+      npg = 1;
+    }
+    uint64_t bytes = (uint64_t)npg * HM_SDM_PAGE;
+    int need_slot = U->state == HM_U_NONE;
+    if (!h->free_ops) {
+      pthread_mutex_unlock(&p->lk);
+      return -EAGAIN;
+    }
+    if (!hm__reserve(p, bytes, need_slot)) {
+      pthread_mutex_unlock(&p->lk);
+      if (hm__evict(h, bytes)) return -EAGAIN;
+      continue; /* state may have changed meanwhile: look again */
+    }
+    hm__op_t *op = hm__op_get(h);
+    int32_t s = need_slot ? hm__slot_take(p, r, u) : U->slot;
+    p->slots[s].ref = 1;
+    U->state = HM_U_FILLING;
+    r->busy++;
+    op->reg = r;
+    op->unit = u;
+    op->pg0 = pg0;
+    op->npg = npg;
+    op->slot = s;
+    op->prefetch = 0;
+    op->zero = (uint8_t)zero;
+    op->t0 = f->t0;
+    pthread_mutex_unlock(&p->lk);
+    hm__fill_start(h, op);
+    hm__prefetch_plan(h, r, &plan);
+    return 0;
+  }
+}
+
+static void hm__defer(hm__handler_t *h, const hm__fault_t *f) {
+  if (h->ndef == h->capdef) {
+    unsigned cap = h->capdef ? h->capdef * 2 : 256;
+    hm__fault_t *n = realloc(h->def, cap * sizeof *n);
+    if (!n) return; /* the thread is woken by the next transition on its unit */
+    h->def = n;
+    h->capdef = cap;
+  }
+  h->def[h->ndef++] = *f;
+}
+
+static void hm__read_faults(hm__handler_t *h) {
+  hm_pager_t *p = h->p;
+  struct uffd_msg msgs[HM__MSG_BATCH];
+  for (int rounds = 0; rounds < 16; rounds++) {
+    ssize_t n = _hm_prim_uffd_read(p->uffd, msgs, sizeof msgs);
+    if (n <= 0) break;
+    uint64_t t0 = hm__now();
+    size_t cnt = (size_t)n / sizeof msgs[0];
+    for (size_t i = 0; i < cnt; i++) {
+      if (msgs[i].event != UFFD_EVENT_PAGEFAULT) continue;
+      hm__fault_t f = {.addr = msgs[i].arg.pagefault.address,
+                       .flags = msgs[i].arg.pagefault.flags,
+                       .t0 = t0,
+                       .tid = (int)msgs[i].arg.pagefault.feat.ptid};
+      HM__ADD(p, c_faults, 1);
+      if (hm__fault(h, &f) == -EAGAIN) hm__defer(h, &f);
+    }
+    if (cnt < HM__MSG_BATCH) break;
+  }
+}
+
+static void hm__retry_deferred(hm__handler_t *h) {
+  unsigned n = h->ndef, k = 0;
+  for (unsigned i = 0; i < n; i++) {
+    hm__fault_t f = h->def[i];
+    if (hm__fault(h, &f) == -EAGAIN) h->def[k++] = f;
+  }
+  /* Faults deferred during this pass were appended after n. */
+  for (unsigned i = n; i < h->ndef; i++) h->def[k++] = h->def[i];
+  h->ndef = k;
+}
+
+static void hm__drain_willneed(hm__handler_t *h) {
+  hm_pager_t *p = h->p;
+  for (;;) {
+    pthread_mutex_lock(&p->lk);
+    if (p->nwq == 0) {
+      pthread_mutex_unlock(&p->lk);
+      return;
+    }
+    hm__wq_t w = p->wq[--p->nwq];
+    if (w.reg->dead) {
+      pthread_mutex_unlock(&p->lk);
+      continue;
+    }
+    w.reg->busy++; /* keeps it mapped while we work on it */
+    pthread_mutex_unlock(&p->lk);
+    for (uint32_t u = w.u0; u < w.u1; u++) {
+      if (hm__prefetch_unit(h, w.reg, u) < 0) break;
+    }
+    pthread_mutex_lock(&p->lk);
+    w.reg->busy--;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lk);
+  }
+}
+
+static void *hm__handler_main(void *arg) {
+  hm__handler_t *h = arg;
+  hm_pager_t *p = h->p;
+  (void)_hm_prim_sdmring_poll(h->ring, p->uffd, HM__TAG_UFFD);
+  (void)_hm_prim_sdmring_poll(h->ring, p->evfd, HM__TAG_EVENT);
+  while (!atomic_load(&p->stop)) {
+    uint64_t tag;
+    int res;
+    int rc = _hm_prim_sdmring_next(h->ring, h->ndef ? 500 : -1, &tag, &res);
+    while (rc == 1) {
+      if (tag == HM__TAG_UFFD) {
+        hm__read_faults(h);
+        (void)_hm_prim_sdmring_poll(h->ring, p->uffd, HM__TAG_UFFD);
+      } else if (tag == HM__TAG_EVENT) {
+        if (atomic_load(&p->stop)) break;
+        uint64_t v;
+        if (read(p->evfd, &v, sizeof v) < 0) { /* another handler took it */
+        }
+        hm__drain_willneed(h);
+        (void)_hm_prim_sdmring_poll(h->ring, p->evfd, HM__TAG_EVENT);
+      } else {
+        hm__fill_done(h, (hm__op_t *)(uintptr_t)tag, res);
+      }
+      rc = _hm_prim_sdmring_next(h->ring, 0, &tag, &res);
+    }
+    if (h->ndef) hm__retry_deferred(h);
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Public API
+ * ------------------------------------------------------------------------ */
+
+static const char *hm__storage_default(const hm_ctx_t *ctx) {
+  const char *s = _hm_opt_str(ctx, HM_OPT_STORAGE);
+  if (s && *s) return s;
+  /* The option's documented fallback: TMPDIR, then /var/tmp. */
+  s = getenv("TMPDIR");
+  if (s && *s) return s;
+  return "/var/tmp";
+}
+
+void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->size = sizeof *cfg;
+  cfg->version = HM_PAGER_CONFIG_VERSION;
+  cfg->dram_budget = ctx ? _hm_opt_u64(ctx, HM_OPT_FAST_BUDGET) : 0;
+  cfg->backing_dir = ctx ? hm__storage_default(ctx) : "/var/tmp";
+  cfg->fetch_unit = ctx ? _hm_opt_u64(ctx, HM_OPT_FETCH_UNIT) : 256 * 1024;
+  cfg->io_depth = ctx ? (uint32_t)_hm_opt_u64(ctx, HM_OPT_IO_DEPTH) : 32;
+  const char *pf = ctx ? _hm_opt_str(ctx, HM_OPT_PREFETCH) : "auto";
+  cfg->prefetch = !strcmp(pf, "off")          ? HM_PREFETCH_OFF
+                  : !strcmp(pf, "sequential") ? HM_PREFETCH_SEQUENTIAL
+                                              : HM_PREFETCH_AUTO;
+  cfg->handler_threads = 0;
+  cfg->flags = 0;
+}
+
+static int hm__check_dir(hm_ctx_t *ctx, const char *dir) {
+  struct stat st;
+  if (!dir || !*dir) return _hm_error(ctx, -EINVAL, "no backing directory given for the pager");
+  if (stat(dir, &st)) {
+    int e = -errno;
+    return _hm_error(ctx, e, "backing directory '%s': %s", dir, hm_strerror(e));
+  }
+  if (!S_ISDIR(st.st_mode))
+    return _hm_error(ctx, -ENOTDIR, "backing directory '%s' is not a directory", dir);
+  int fd = _hm_prim_vm_backing_file(dir, 1);
+  if (fd == -EINVAL)
+    return _hm_error(ctx, -EINVAL,
+                     "backing directory '%s' does not support O_DIRECT (tmpfs?): choose a "
+                     "directory on a disk",
+                     dir);
+  if (fd < 0) {
+    if (fd == -EROFS || fd == -EACCES || fd == -EPERM)
+      return _hm_error(ctx, fd, "backing directory '%s' is not writable: %s", dir,
+                       hm_strerror(fd));
+    return _hm_error(ctx, fd, "cannot create a backing file in '%s': %s", dir, hm_strerror(fd));
+  }
+  close(fd);
+  return 0;
+}
+
+static void hm__free_handlers(hm_pager_t *p) {
+  for (unsigned i = 0; i < p->nh; i++) {
+    hm__handler_t *h = &p->h[i];
+    _hm_prim_sdmring_free(h->ring);
+    _hm_prim_sdmring_free(h->wring);
+    free(h->ops);
+    free(h->def);
+    free(h->vec);
+    if (h->bounce) (void)_hm_prim_vm_unmap(h->bounce, h->bounce_bytes);
+  }
+  free(p->h);
+  p->h = NULL;
+}
+
+static void hm__destroy(hm_pager_t *p) {
+  if (p->h) {
+    atomic_store(&p->stop, 1);
+    uint64_t one = (uint64_t)p->nh;
+    if (p->evfd >= 0 && write(p->evfd, &one, sizeof one) < 0) {
+    }
+    for (unsigned i = 0; i < p->nh; i++)
+      if (p->h[i].started) pthread_join(p->h[i].th, NULL);
+    hm__free_handlers(p);
+  }
+  if (p->slots) (void)_hm_prim_vm_unmap(p->slots, p->slots_bytes);
+  if (p->zeros) (void)_hm_prim_vm_unmap(p->zeros, p->unit);
+  if (p->uffd >= 0) close(p->uffd);
+  if (p->pagemap >= 0) close(p->pagemap);
+  if (p->evfd >= 0) close(p->evfd);
+  free(p->regs);
+  pthread_mutex_destroy(&p->lk);
+  pthread_cond_destroy(&p->cv);
+  free(p);
+}
+
+int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **out) {
+  if (!out) return _hm_error(ctx, -EINVAL, "hm_pager_open: out is NULL");
+  *out = NULL;
+  if (!cfg_in || cfg_in->size < offsetof(hm_pager_config_t, flags) ||
+      cfg_in->version != HM_PAGER_CONFIG_VERSION)
+    return _hm_error(ctx, -EINVAL, "hm_pager_open: config is missing or of another version");
+  hm_pager_config_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  memcpy(&cfg, cfg_in, cfg_in->size < sizeof cfg ? cfg_in->size : sizeof cfg);
+  cfg.size = sizeof cfg;
+  uint64_t unit = cfg.fetch_unit;
+  if (unit < 64 * 1024 || unit > 2 * 1024 * 1024 || (unit & (unit - 1)))
+    return _hm_error(ctx, -EINVAL,
+                     "fetch unit %llu is not a power of two between 64 KiB and 2 MiB",
+                     (unsigned long long)unit);
+  if (cfg.dram_budget < unit)
+    return _hm_error(ctx, -EINVAL, "budget %llu is smaller than one fetch unit %llu",
+                     (unsigned long long)cfg.dram_budget, (unsigned long long)unit);
+  if (cfg.io_depth == 0) cfg.io_depth = 32;
+  if (cfg.io_depth > 4096)
+    return _hm_error(ctx, -EINVAL, "io_depth %u is above 4096", cfg.io_depth);
+  if (cfg.prefetch > HM_PREFETCH_SEQUENTIAL)
+    return _hm_error(ctx, -EINVAL, "unknown prefetch policy %d", (int)cfg.prefetch);
+  int rc = hm__check_dir(ctx, cfg.backing_dir);
+  if (rc) return rc;
+
+  hm_pager_t *p = calloc(1, sizeof *p);
+  if (!p) return _hm_error(ctx, -ENOMEM, "out of memory for the pager");
+  p->ctx = ctx;
+  p->uffd = p->pagemap = p->evfd = -1;
+  pthread_mutex_init(&p->lk, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  snprintf(p->dir, sizeof p->dir, "%s", cfg.backing_dir);
+  cfg.backing_dir = p->dir;
+  p->unit = unit;
+  p->upages = (uint32_t)(unit / HM_SDM_PAGE);
+  p->free_slot = -1;
+
+  /* Features: asked for according to the flags, granted by the kernel. */
+  uint64_t want = UFFD_FEATURE_THREAD_ID;
+  if (!(cfg.flags & HM_PAGER_NO_WP)) want |= UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+  if (!(cfg.flags & HM_PAGER_NO_MINOR)) {
+    want |= UFFD_FEATURE_MINOR_SHMEM | UFFD_FEATURE_MISSING_SHMEM;
+    if (!(cfg.flags & HM_PAGER_NO_WP)) want |= UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+    if (!(cfg.flags & (HM_PAGER_NO_WP | HM_PAGER_NO_WP_ASYNC))) want |= UFFD_FEATURE_WP_ASYNC;
+  }
+  for (int attempt = 0; attempt < 2; attempt++) {
+    int fd = _hm_prim_uffd_open(want, &p->features);
+    if (fd == -EPERM || fd == -EACCES) {
+      hm__destroy(p);
+      return _hm_error(ctx, -EPERM,
+                       "userfaultfd is not permitted for this process: run as root or set "
+                       "sysctl vm.unprivileged_userfaultfd=1");
+    }
+    if (fd < 0) {
+      hm__destroy(p);
+      return _hm_error(ctx, fd == -ENOSYS ? -ENOSYS : fd, "userfaultfd is unavailable: %s",
+                       hm_strerror(fd));
+    }
+    p->uffd = fd;
+    int minor = (p->features & UFFD_FEATURE_MINOR_SHMEM) != 0;
+    if (!minor && (p->features & UFFD_FEATURE_WP_ASYNC)) {
+      /* Anonymous mode tracks dirt synchronously: ask again without it. */
+      close(fd);
+      p->uffd = -1;
+      want &= ~(uint64_t)UFFD_FEATURE_WP_ASYNC;
+      continue;
+    }
+    break;
+  }
+  p->memfd_mode = (p->features & UFFD_FEATURE_MINOR_SHMEM) != 0;
+  if (p->memfd_mode) {
+    if (p->features & UFFD_FEATURE_WP_ASYNC) {
+      p->pagemap = _hm_prim_pagemap_open();
+      p->dirty_mode = HM__DIRTY_ASYNC;
+      if (p->pagemap < 0) {
+        /* WP_ASYNC without PAGEMAP_SCAN cannot be: treat as no WP at all. */
+        p->dirty_mode = HM__DIRTY_ALL;
+      }
+    } else if ((p->features & UFFD_FEATURE_WP_HUGETLBFS_SHMEM) &&
+               (p->features & UFFD_FEATURE_PAGEFAULT_FLAG_WP)) {
+      p->dirty_mode = HM__DIRTY_SYNC;
+    } else {
+      p->dirty_mode = HM__DIRTY_ALL;
+    }
+  } else {
+    if (!(p->features & UFFD_FEATURE_PAGEFAULT_FLAG_WP)) {
+      hm__destroy(p);
+      return _hm_error(ctx, -ENOSYS,
+                       "the pager needs userfaultfd minor faults on shmem (Linux 5.14) or "
+                       "write-protect on anonymous memory (Linux 5.7)");
+    }
+    p->dirty_mode = HM__DIRTY_SYNC;
+  }
+
+  p->nh = cfg.handler_threads;
+  if (p->nh == 0) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    p->nh = ncpu >= 8 ? 2 : 1;
+  }
+  if (p->nh > 16) p->nh = 16;
+  cfg.handler_threads = p->nh;
+
+  /* The pager's own memory is charged to the budget first. */
+  uint64_t cache_units = cfg.dram_budget / unit;
+  uint64_t nslots = cfg.dram_budget / (16 * 1024);
+  if (nslots < 4 * cache_units) nslots = 4 * cache_units;
+  if (nslots < 4) nslots = 4;
+  if (nslots > (1u << 30)) nslots = 1u << 30;
+  p->nslots = (uint32_t)nslots;
+  p->slots_bytes = (nslots * sizeof(_hm_sdm_slot_t) + HM_SDM_PAGE - 1) & ~(size_t)(HM_SDM_PAGE - 1);
+  unsigned nops = cfg.io_depth;
+  size_t bounce = 0;
+  if (!p->memfd_mode) {
+    nops = nops > 4 ? 4 : nops;
+    bounce = (size_t)nops * unit;
+  }
+  p->own = p->slots_bytes + (uint64_t)p->nh * bounce + (p->memfd_mode ? 0 : unit);
+  if (cfg.dram_budget < p->own + unit) {
+    uint64_t own = p->own;
+    hm__destroy(p);
+    return _hm_error(ctx, -EINVAL,
+                     "budget %llu is smaller than one fetch unit %llu plus the pager's own "
+                     "memory %llu",
+                     (unsigned long long)cfg.dram_budget, (unsigned long long)unit,
+                     (unsigned long long)own);
+  }
+  p->cap = (cfg.dram_budget - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1);
+  uint64_t cu = p->cap / unit;
+  p->maxwin = (uint32_t)(cu / 4 < cfg.io_depth ? cu / 4 : cfg.io_depth);
+  if (p->maxwin < 1) p->maxwin = 1;
+  p->cfg = cfg;
+
+  void *mem = NULL;
+  rc = _hm_prim_vm_map(-1, p->slots_bytes, &mem);
+  if (rc) goto oom;
+  p->slots = mem;
+  for (uint32_t i = 0; i < p->nslots; i++) {
+    p->slots[i].next_free = i + 1 < p->nslots ? (int32_t)(i + 1) : -1;
+  }
+  p->free_slot = 0;
+  if (!p->memfd_mode) {
+    rc = _hm_prim_vm_map(-1, unit, &mem);
+    if (rc) goto oom;
+    p->zeros = mem;
+  }
+  p->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (p->evfd < 0) {
+    rc = -errno;
+    goto oom;
+  }
+  p->h = calloc(p->nh, sizeof *p->h);
+  if (!p->h) {
+    rc = -ENOMEM;
+    goto oom;
+  }
+  for (unsigned i = 0; i < p->nh; i++) {
+    hm__handler_t *h = &p->h[i];
+    h->p = p;
+    h->nops = nops;
+    h->ops = calloc(nops, sizeof *h->ops);
+    h->vec = calloc(HM_SDM_MAX_UNIT_PAGES, sizeof *h->vec);
+    if (!h->ops || !h->vec) {
+      rc = -ENOMEM;
+      goto oom;
+    }
+    rc = _hm_prim_sdmring_new(nops + 4, &h->ring);
+    if (!rc) rc = _hm_prim_sdmring_new(cfg.io_depth, &h->wring);
+    if (rc) {
+      hm__destroy(p);
+      return _hm_error(ctx, rc, "io_uring setup failed: %s", hm_strerror(rc));
+    }
+    if (bounce) {
+      rc = _hm_prim_vm_map(-1, bounce, &mem);
+      if (rc) goto oom;
+      h->bounce = mem;
+      h->bounce_bytes = bounce;
+    }
+    for (unsigned k = 0; k < nops; k++) {
+      h->ops[k].buf = h->bounce ? h->bounce + (size_t)k * unit : NULL;
+      hm__op_put(h, &h->ops[k]);
+    }
+  }
+  /* Handler threads take no signals: a signal must never interrupt the
+   * resolution of another thread's fault. */
+  unsigned char oldset[256];
+  (void)_hm_prim_vm_block_signals(oldset);
+  for (unsigned i = 0; i < p->nh; i++) {
+    if (pthread_create(&p->h[i].th, NULL, hm__handler_main, &p->h[i]) == 0)
+      p->h[i].started = 1;
+    else
+      rc = -EAGAIN;
+  }
+  (void)_hm_prim_vm_restore_signals(oldset);
+  if (rc) {
+    hm__destroy(p);
+    return _hm_error(ctx, rc, "cannot start the pager's handler threads");
+  }
+  *out = p;
+  return 0;
+oom:
+  hm__destroy(p);
+  return _hm_error(ctx, rc, "pager setup failed: %s", hm_strerror(rc));
+}
+
+static void hm__region_free(hm_pager_t *p, _hm_sdm_region_t *r) {
+  if (r->base) {
+    (void)_hm_prim_uffd_unregister(p->uffd, r->base, r->len);
+    (void)_hm_prim_vm_unmap(r->base, r->len);
+  }
+  if (r->alias) (void)_hm_prim_vm_unmap(r->alias, r->len);
+  if (r->memfd >= 0) close(r->memfd);
+  if (r->file >= 0) close(r->file);
+  if (r->units) (void)_hm_prim_vm_unmap(r->units, r->units_bytes);
+  free(r);
+}
+
+int hm_pager_map(hm_pager_t *p, size_t length, void **addr) {
+  if (!p || !addr || length == 0) return -EINVAL;
+  *addr = NULL;
+  hm_ctx_t *ctx = p->ctx;
+  size_t len = (length + p->unit - 1) & ~(size_t)(p->unit - 1);
+  if (len < length || len / p->unit > UINT32_MAX)
+    return _hm_error(ctx, -EINVAL, "region of %zu bytes is too large", length);
+  _hm_sdm_region_t *r = calloc(1, sizeof *r);
+  if (!r) return _hm_error(ctx, -ENOMEM, "out of memory for a pager region");
+  r->memfd = r->file = -1;
+  r->len = len;
+  r->nunits = (uint32_t)(len / p->unit);
+  r->pf_limit = p->maxwin;
+  int rc;
+  r->file = _hm_prim_vm_backing_file(p->dir, 1);
+  if (r->file < 0) {
+    rc = r->file;
+    r->file = -1;
+    hm__region_free(p, r);
+    return _hm_error(ctx, rc, "cannot create a backing file in '%s': %s", p->dir,
+                     hm_strerror(rc));
+  }
+  rc = _hm_prim_vm_fallocate(r->file, 0, 0, len);
+  if (rc) {
+    hm__region_free(p, r);
+    if (rc == -ENOSPC)
+      return _hm_error(ctx, rc,
+                       "no space in '%s' for a %zu-byte pager region (the backing store is "
+                       "reserved when a region is mapped)",
+                       p->dir, len);
+    return _hm_error(ctx, rc, "cannot reserve %zu bytes in '%s': %s", len, p->dir,
+                     hm_strerror(rc));
+  }
+  r->units_bytes = ((size_t)r->nunits * sizeof(_hm_sdm_unit_t) + HM_SDM_PAGE - 1) &
+                   ~(size_t)(HM_SDM_PAGE - 1);
+  void *mem = NULL;
+  rc = _hm_prim_vm_map(-1, r->units_bytes, &mem);
+  if (rc) goto fail;
+  r->units = mem;
+  for (uint32_t u = 0; u < r->nunits; u++) r->units[u].slot = -1;
+  if (p->memfd_mode) {
+    rc = _hm_prim_vm_memfd("hetmem-sdm", len);
+    if (rc < 0) goto fail;
+    r->memfd = rc;
+    rc = _hm_prim_vm_map(r->memfd, len, &mem);
+    if (rc) goto fail;
+    r->base = mem;
+    rc = _hm_prim_vm_map(r->memfd, len, &mem);
+    if (rc) goto fail;
+    r->alias = mem;
+    (void)_hm_prim_vm_madvise(r->alias, len, MADV_DONTFORK);
+  } else {
+    rc = _hm_prim_vm_map(-1, len, &mem);
+    if (rc) goto fail;
+    r->base = mem;
+  }
+  /* The child of a fork never sees a region (see hetmem.h). */
+  rc = _hm_prim_vm_madvise(r->base, len, MADV_DONTFORK);
+  if (rc) goto fail;
+  uint64_t mode = UFFDIO_REGISTER_MODE_MISSING;
+  if (p->memfd_mode) mode |= UFFDIO_REGISTER_MODE_MINOR;
+  if (p->dirty_mode != HM__DIRTY_ALL) mode |= UFFDIO_REGISTER_MODE_WP;
+  rc = _hm_prim_uffd_register(p->uffd, r->base, len, mode, NULL);
+  if (rc) {
+    (void)_hm_prim_vm_unmap(r->base, len);
+    r->base = NULL;
+    goto fail;
+  }
+  pthread_mutex_lock(&p->lk);
+  if (p->own + r->units_bytes + p->unit > p->cfg.dram_budget) {
+    pthread_mutex_unlock(&p->lk);
+    hm__region_free(p, r);
+    return _hm_error(ctx, -ENOMEM,
+                     "the unit table of a %zu-byte region (%zu bytes) does not fit in the "
+                     "budget %llu; use a larger fetch unit or budget",
+                     len, r->units_bytes, (unsigned long long)p->cfg.dram_budget);
+  }
+  if (p->nregs == p->capregs) {
+    /* realloc under the lock could re-enter an interposed malloc: grow
+     * outside it and retry. */
+    size_t cap = p->capregs ? p->capregs * 2 : 16;
+    pthread_mutex_unlock(&p->lk);
+    _hm_sdm_region_t **n = malloc(cap * sizeof *n);
+    if (!n) {
+      hm__region_free(p, r);
+      return _hm_error(ctx, -ENOMEM, "out of memory for the region table");
+    }
+    pthread_mutex_lock(&p->lk);
+    if (cap > p->capregs) {
+      if (p->nregs) memcpy(n, p->regs, p->nregs * sizeof *n);
+      _hm_sdm_region_t **old = p->regs;
+      p->regs = n;
+      p->capregs = cap;
+      n = old;
+    }
+    pthread_mutex_unlock(&p->lk);
+    free(n);
+    pthread_mutex_lock(&p->lk);
+    if (p->nregs == p->capregs) { /* lost a race with another map; rare */
+      pthread_mutex_unlock(&p->lk);
+      hm__region_free(p, r);
+      return _hm_error(ctx, -EAGAIN, "region table busy, try again");
+    }
+  }
+  size_t i = p->nregs;
+  while (i > 0 && p->regs[i - 1]->base > r->base) {
+    p->regs[i] = p->regs[i - 1];
+    i--;
+  }
+  p->regs[i] = r;
+  p->nregs++;
+  p->own += r->units_bytes;
+  p->cap = (p->cfg.dram_budget - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1);
+  pthread_mutex_unlock(&p->lk);
+  *addr = r->base;
+  return 0;
+fail:
+  hm__region_free(p, r);
+  return _hm_error(ctx, rc, "cannot map a %zu-byte pager region: %s", len, hm_strerror(rc));
+}
+
+int hm_pager_unmap(hm_pager_t *p, void *addr, size_t length) {
+  if (!p || !addr) return -EINVAL;
+  pthread_mutex_lock(&p->lk);
+  _hm_sdm_region_t *r = NULL;
+  size_t idx = 0;
+  for (size_t i = 0; i < p->nregs; i++)
+    if (p->regs[i]->base == addr) {
+      r = p->regs[i];
+      idx = i;
+      break;
+    }
+  size_t len = (length + p->unit - 1) & ~(size_t)(p->unit - 1);
+  if (!r || (length && len != r->len)) {
+    pthread_mutex_unlock(&p->lk);
+    return _hm_error(p->ctx, -EINVAL, "hm_pager_unmap: %p (%zu bytes) is not a pager region",
+                     addr, length);
+  }
+  r->dead = 1;
+  memmove(&p->regs[idx], &p->regs[idx + 1], (p->nregs - idx - 1) * sizeof *p->regs);
+  p->nregs--;
+  for (unsigned i = 0; i < p->nwq;)
+    if (p->wq[i].reg == r)
+      p->wq[i] = p->wq[--p->nwq];
+    else
+      i++;
+  while (r->busy) pthread_cond_wait(&p->cv, &p->lk);
+  for (uint32_t u = 0; u < r->nunits; u++) {
+    int32_t s = r->units[u].slot;
+    if (s < 0) continue;
+    _hm_sdm_slot_t *S = &p->slots[s];
+    uint64_t bytes = (uint64_t)S->nfilled * HM_SDM_PAGE;
+    p->used -= bytes;
+    p->resident -= bytes;
+    if (S->prefetched) p->pf_untouched -= p->unit;
+    hm__slot_put(p, s);
+    r->units[u].slot = -1;
+  }
+  _hm_sdm_pf_forget(&p->pf, r);
+  p->own -= r->units_bytes;
+  p->cap = (p->cfg.dram_budget - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1);
+  pthread_mutex_unlock(&p->lk);
+  hm__region_free(p, r);
+  return 0;
+}
+
+int hm_pager_close(hm_pager_t *p) {
+  if (!p) return 0;
+  for (;;) {
+    pthread_mutex_lock(&p->lk);
+    void *a = p->nregs ? p->regs[0]->base : NULL;
+    pthread_mutex_unlock(&p->lk);
+    if (!a) break;
+    if (hm_pager_unmap(p, a, 0)) break;
+  }
+  hm__destroy(p);
+  return 0;
+}
+
+/* Region and unit range of [addr, addr+length) (pager lock held). */
+static _hm_sdm_region_t *hm__range(hm_pager_t *p, void *addr, size_t length, uint64_t *off) {
+  _hm_sdm_region_t *r = hm__find(p, (uint64_t)(uintptr_t)addr);
+  if (!r) return NULL;
+  *off = (uint64_t)((char *)addr - r->base);
+  if (length > r->len - *off) return NULL;
+  return r;
+}
+
+/* Discards whole units [u0, u1) of r (DONTNEED). */
+static void hm__discard(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u0, uint32_t u1) {
+  for (uint32_t u = u0; u < u1; u++) {
+    pthread_mutex_lock(&p->lk);
+    _hm_sdm_unit_t *U = &r->units[u];
+    while (U->state == HM_U_FILLING || U->state == HM_U_BUSY ||
+           (U->slot >= 0 && p->slots[U->slot].pin))
+      pthread_cond_wait(&p->cv, &p->lk);
+    U->flags &= (uint8_t)~HM_UF_ONDISK;
+    if (U->state != HM_U_RES) {
+      pthread_mutex_unlock(&p->lk);
+      continue;
+    }
+    U->state = HM_U_BUSY;
+    r->busy++;
+    pthread_mutex_unlock(&p->lk);
+    char *ub = hm__ubase(r, p, u);
+    if (p->memfd_mode)
+      (void)_hm_prim_vm_punch(r->memfd, (uint64_t)u * p->unit, p->unit);
+    else
+      (void)_hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED);
+    pthread_mutex_lock(&p->lk);
+    _hm_sdm_slot_t *S = &p->slots[U->slot];
+    uint64_t bytes = (uint64_t)S->nfilled * HM_SDM_PAGE;
+    p->used -= bytes;
+    p->resident -= bytes;
+    if (S->prefetched) p->pf_untouched -= p->unit;
+    hm__slot_put(p, U->slot);
+    U->slot = -1;
+    U->state = HM_U_NONE;
+    r->busy--;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lk);
+    hm__wake(p, ub, p->unit);
+  }
+}
+
+int hm_pager_advise(hm_pager_t *p, void *addr, size_t length, hm_advice_t advice) {
+  if (!p || !addr) return -EINVAL;
+  if (length == 0) return 0;
+  pthread_mutex_lock(&p->lk);
+  uint64_t off;
+  _hm_sdm_region_t *r = hm__range(p, addr, length, &off);
+  if (!r) {
+    pthread_mutex_unlock(&p->lk);
+    return _hm_error(p->ctx, -EINVAL, "hm_pager_advise: range is not inside one pager region");
+  }
+  uint32_t ufirst = (uint32_t)(off / p->unit);
+  uint32_t ulast = (uint32_t)((off + length - 1) / p->unit);
+  int rc = 0;
+  switch (advice) {
+  case HM_ADVICE_NORMAL:
+  case HM_ADVICE_SEQUENTIAL:
+  case HM_ADVICE_RANDOM:
+    for (uint32_t u = ufirst; u <= ulast; u++) {
+      uint8_t f = r->units[u].flags & (uint8_t)~(HM_UF_RANDOM | HM_UF_SEQ);
+      if (advice == HM_ADVICE_SEQUENTIAL) f |= HM_UF_SEQ;
+      if (advice == HM_ADVICE_RANDOM) f |= HM_UF_RANDOM;
+      r->units[u].flags = f;
+    }
+    pthread_mutex_unlock(&p->lk);
+    break;
+  case HM_ADVICE_WILLNEED:
+    if (p->nwq < HM__WQ) p->wq[p->nwq++] = (hm__wq_t){r, ufirst, ulast + 1};
+    pthread_mutex_unlock(&p->lk);
+    {
+      uint64_t one = 1;
+      if (write(p->evfd, &one, sizeof one) < 0) rc = -errno;
+    }
+    break;
+  case HM_ADVICE_DONTNEED: {
+    /* Whole units are dropped; partial ones at the edges are zeroed. */
+    uint64_t a = off, b = off + length;
+    uint64_t fa = (a + p->unit - 1) / p->unit, fb = b / p->unit;
+    r->busy++;
+    pthread_mutex_unlock(&p->lk);
+    if (fa < fb) {
+      hm__discard(p, r, (uint32_t)fa, (uint32_t)fb);
+      if (a < fa * p->unit) memset(r->base + a, 0, fa * p->unit - a);
+      if (fb * p->unit < b) memset(r->base + fb * p->unit, 0, b - fb * p->unit);
+    } else {
+      memset(r->base + a, 0, length);
+    }
+    pthread_mutex_lock(&p->lk);
+    r->busy--;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lk);
+    break;
+  }
+  default:
+    pthread_mutex_unlock(&p->lk);
+    rc = _hm_error(p->ctx, -EINVAL, "hm_pager_advise: unknown advice %d", (int)advice);
+  }
+  return rc;
+}
+
+/* Writes back the dirty pages of one resident unit, keeping it resident. */
+static int hm__flush_unit(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
+                          _hm_prim_page_region_t *vec) {
+  pthread_mutex_lock(&p->lk);
+  _hm_sdm_unit_t *U = &r->units[u];
+  while (U->state == HM_U_FILLING || U->state == HM_U_BUSY ||
+         (U->slot >= 0 && p->slots[U->slot].pin))
+    pthread_cond_wait(&p->cv, &p->lk);
+  if (U->state != HM_U_RES) {
+    pthread_mutex_unlock(&p->lk);
+    return 0;
+  }
+  _hm_sdm_slot_t *S = &p->slots[U->slot];
+  U->state = HM_U_BUSY;
+  r->busy++;
+  uint64_t filled[HM_SDM_BITMAP_WORDS], D[HM_SDM_BITMAP_WORDS];
+  memcpy(filled, S->filled, sizeof filled);
+  int mapped = S->mapped, dirty = S->dirty;
+  S->dirty = 0;
+  pthread_mutex_unlock(&p->lk);
+  char *ub = hm__ubase(r, p, u);
+  memset(D, 0, sizeof D);
+  if (p->dirty_mode == HM__DIRTY_ASYNC) {
+    if (mapped) {
+      /* Re-arms protection atomically while reporting what was written. */
+      ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, HM__PM_SCAN_WP_MATCHING,
+                                        HM__PAGE_IS_WRITTEN, 0, HM__PAGE_IS_WRITTEN, vec,
+                                        p->upages);
+      if (n < 0) memcpy(D, filled, sizeof D);
+      for (ssize_t k = 0; k < n; k++)
+        for (uint64_t x = vec[k].start; x < vec[k].end; x += HM_SDM_PAGE)
+          hm__setbit(D, (unsigned)((x - (uint64_t)(uintptr_t)ub) / HM_SDM_PAGE));
+      for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) D[w] &= filled[w];
+    }
+  } else if (p->dirty_mode == HM__DIRTY_SYNC) {
+    if (dirty) {
+      (void)_hm_prim_uffd_wp(p->uffd, ub, p->unit, 1);
+      memcpy(D, filled, sizeof D);
+    }
+  } else {
+    memcpy(D, filled, sizeof D);
+  }
+  char *src0 = p->memfd_mode ? r->alias + (uint64_t)u * p->unit : ub;
+  unsigned i = 0, n;
+  int rc = 0, wrote = 0;
+  while ((n = hm__run(D, p->upages, &i)) > 0) {
+    uint64_t foff = (uint64_t)u * p->unit + (uint64_t)i * HM_SDM_PAGE;
+    ssize_t w = _hm_prim_vm_pio(r->file, 1, src0 + (size_t)i * HM_SDM_PAGE, n * HM_SDM_PAGE, foff);
+    if (w < 0) rc = (int)w;
+    else HM__ADD(p, c_bytes_written, (uint64_t)w);
+    wrote = 1;
+    i += n;
+  }
+  pthread_mutex_lock(&p->lk);
+  if (wrote && !rc) U->flags |= HM_UF_ONDISK;
+  if (rc) S->dirty = 1;
+  U->state = HM_U_RES;
+  r->busy--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->lk);
+  if (wrote && !rc) HM__ADD(p, c_writebacks, 1);
+  hm__wake(p, ub, p->unit);
+  return rc;
+}
+
+int hm_pager_flush(hm_pager_t *p, void *addr, size_t length) {
+  if (!p) return -EINVAL;
+  _hm_prim_page_region_t *vec = calloc(HM_SDM_MAX_UNIT_PAGES, sizeof *vec);
+  if (!vec) return -ENOMEM;
+  int rc = 0;
+  if (addr) {
+    pthread_mutex_lock(&p->lk);
+    uint64_t off;
+    _hm_sdm_region_t *r = hm__range(p, addr, length ? length : 1, &off);
+    if (r) r->busy++;
+    pthread_mutex_unlock(&p->lk);
+    if (!r) {
+      free(vec);
+      return _hm_error(p->ctx, -EINVAL, "hm_pager_flush: range is not inside one pager region");
+    }
+    uint32_t u1 = (uint32_t)((off + (length ? length : 1) - 1) / p->unit);
+    for (uint32_t u = (uint32_t)(off / p->unit); u <= u1; u++) {
+      int e = hm__flush_unit(p, r, u, vec);
+      if (e && !rc) rc = e;
+    }
+    pthread_mutex_lock(&p->lk);
+    r->busy--;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lk);
+  } else {
+    for (size_t i = 0;; i++) {
+      pthread_mutex_lock(&p->lk);
+      _hm_sdm_region_t *r = i < p->nregs ? p->regs[i] : NULL;
+      if (r) r->busy++;
+      pthread_mutex_unlock(&p->lk);
+      if (!r) break;
+      for (uint32_t u = 0; u < r->nunits; u++) {
+        int e = hm__flush_unit(p, r, u, vec);
+        if (e && !rc) rc = e;
+      }
+      pthread_mutex_lock(&p->lk);
+      r->busy--;
+      pthread_cond_broadcast(&p->cv);
+      pthread_mutex_unlock(&p->lk);
+    }
+  }
+  free(vec);
+  if (rc) return _hm_error(p->ctx, rc, "hm_pager_flush: write-back failed: %s", hm_strerror(rc));
+  return 0;
+}
+
+int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
+  if (!p || !out || out->size < offsetof(hm_pager_stats_t, fault_ns) + sizeof(uint64_t))
+    return -EINVAL;
+  hm_pager_stats_t s;
+  memset(&s, 0, sizeof s);
+  s.size = out->size < sizeof s ? out->size : (uint32_t)sizeof s;
+  s.version = HM_PAGER_STATS_VERSION;
+  s.faults = HM__GET(p, c_faults);
+  s.fetches = HM__GET(p, c_fetches);
+  s.prefetch_issued = HM__GET(p, c_pf_issued);
+  s.prefetch_used = HM__GET(p, c_pf_used);
+  s.prefetch_wasted = HM__GET(p, c_pf_wasted);
+  s.evictions = HM__GET(p, c_evictions);
+  s.writebacks = HM__GET(p, c_writebacks);
+  s.bytes_read = HM__GET(p, c_bytes_read);
+  s.bytes_written = HM__GET(p, c_bytes_written);
+  s.fault_ns = HM__GET(p, c_fault_ns);
+  s.zero_fills = HM__GET(p, c_zero_fills);
+  s.minor_hits = HM__GET(p, c_minor_hits);
+  s.wp_faults = HM__GET(p, c_wp_faults);
+  s.io_errors = HM__GET(p, c_io_errors);
+  pthread_mutex_lock(&p->lk);
+  s.resident_bytes = p->resident;
+  s.peak_resident_bytes = p->peak;
+  s.own_bytes = p->own;
+  s.budget_bytes = p->cfg.dram_budget;
+  pthread_mutex_unlock(&p->lk);
+  memcpy(out, &s, s.size);
+  return 0;
+}
+
+int hm_pager_stats_json(hm_pager_t *p, char **out) {
+  if (!p || !out) return -EINVAL;
+  hm_pager_stats_t s;
+  s.size = sizeof s;
+  int rc = hm_pager_stats(p, &s);
+  if (rc) return rc;
+  static const char *const pf_names[] = {"auto", "off", "sequential"};
+  _hm_sb_t sb;
+  _hm_sb_init(&sb);
+  _hm_sb_printf(&sb, "{\"schema_version\": 1, \"config\": {\"dram_budget\": %llu, \"backing_dir\": ",
+                (unsigned long long)p->cfg.dram_budget);
+  _hm_sb_json_str(&sb, p->dir);
+  _hm_sb_printf(&sb,
+                ", \"fetch_unit\": %llu, \"prefetch\": \"%s\", \"io_depth\": %u, "
+                "\"handler_threads\": %u, \"flags\": %u}, ",
+                (unsigned long long)p->unit, pf_names[p->cfg.prefetch], p->cfg.io_depth,
+                p->cfg.handler_threads, p->cfg.flags);
+  _hm_sb_printf(&sb,
+                "\"features\": {\"fill\": \"%s\", \"dirty_tracking\": \"%s\", "
+                "\"uffd_features\": %llu}, ",
+                p->memfd_mode ? "memfd_minor_continue" : "anon_copy",
+                hm__dirty_names[p->dirty_mode], (unsigned long long)p->features);
+  _hm_sb_printf(
+      &sb,
+      "\"counters\": {\"faults\": %llu, \"fetches\": %llu, \"prefetch_issued\": %llu, "
+      "\"prefetch_used\": %llu, \"prefetch_wasted\": %llu, \"evictions\": %llu, "
+      "\"writebacks\": %llu, \"bytes_read\": %llu, \"bytes_written\": %llu, "
+      "\"resident_bytes\": %llu, \"peak_resident_bytes\": %llu, \"fault_ns\": %llu, "
+      "\"zero_fills\": %llu, \"minor_hits\": %llu, \"wp_faults\": %llu, \"io_errors\": %llu, "
+      "\"own_bytes\": %llu}}",
+      (unsigned long long)s.faults, (unsigned long long)s.fetches,
+      (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
+      (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
+      (unsigned long long)s.writebacks, (unsigned long long)s.bytes_read,
+      (unsigned long long)s.bytes_written, (unsigned long long)s.resident_bytes,
+      (unsigned long long)s.peak_resident_bytes, (unsigned long long)s.fault_ns,
+      (unsigned long long)s.zero_fills, (unsigned long long)s.minor_hits,
+      (unsigned long long)s.wp_faults, (unsigned long long)s.io_errors,
+      (unsigned long long)s.own_bytes);
+  return _hm_sb_take(&sb, out);
+}

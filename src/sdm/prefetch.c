@@ -1,0 +1,108 @@
+/* The pager's prefetcher: per-thread, per-region stream detection.
+ *
+ * Each (thread, region) pair keeps the last 8 fault deltas in units. A trend
+ * is found Leap-style: a Boyer-Moore majority vote over the newest 2, then
+ * 4, then 8 deltas; a delta that occurs in more than half of the window is
+ * the stride (1 = sequential, k = strided, negative = backwards). Along a
+ * trend the window doubles on every confirming fault, up to max_window, which
+ * the pager lowers per region when prefetches go unused (accuracy =
+ * used/issued). Without a trend the window halves, and a full history of
+ * jumps longer than a unit marks the thread random, so that the pager
+ * fetches single pages instead of whole units. Cost: O(8) per fault, under
+ * the pager lock that the fault path already holds. */
+#include <string.h>
+
+#include "sdm/sdm.h"
+
+static int64_t hm__majority(const _hm_sdm_stream_t *s, unsigned w) {
+  int64_t cand = 0;
+  unsigned cnt = 0;
+  for (unsigned i = 0; i < w; i++) {
+    int64_t d = s->hist[(s->pos + 8u - 1u - i) % 8u];
+    if (cnt == 0) {
+      cand = d;
+      cnt = 1;
+    } else if (d == cand) {
+      cnt++;
+    } else {
+      cnt--;
+    }
+  }
+  unsigned occ = 0;
+  for (unsigned i = 0; i < w; i++)
+    if (s->hist[(s->pos + 8u - 1u - i) % 8u] == cand) occ++;
+  return occ * 2 > w ? cand : 0;
+}
+
+void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, int hit,
+                      int seq_hint, uint32_t max_window, _hm_sdm_pf_plan_t *plan) {
+  memset(plan, 0, sizeof *plan);
+  if (max_window == 0) max_window = 1;
+  _hm_sdm_stream_t *s = NULL, *old = &pf->s[0];
+  for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
+    _hm_sdm_stream_t *c = &pf->s[i];
+    if (c->reg == reg && c->tid == tid) {
+      s = c;
+      break;
+    }
+    if (c->stamp < old->stamp) old = c;
+  }
+  pf->clock++;
+  if (!s) {
+    s = old;
+    memset(s, 0, sizeof *s);
+    s->tid = tid;
+    s->reg = reg;
+    s->last = unit;
+    s->window = seq_hint ? max_window : 2;
+    s->next_pf = unit + 1;
+    s->stamp = pf->clock;
+    if (seq_hint || hit) {
+      plan->stride = 1;
+      plan->from = unit + 1;
+      plan->count = s->window;
+      s->next_pf = unit + 1 + s->window;
+    }
+    return;
+  }
+  s->stamp = pf->clock;
+  int64_t delta = unit - s->last;
+  if (delta == 0) return;
+  s->last = unit;
+  s->hist[s->pos] = delta;
+  s->pos = (uint8_t)((s->pos + 1u) % 8u);
+  if (s->n < 8) s->n++;
+  int64_t trend = 0;
+  for (unsigned w = 2; w <= s->n && trend == 0; w *= 2) trend = hm__majority(s, w);
+  if (trend == 0 && s->n == 1 && (delta == 1 || hit)) trend = delta;
+  if (trend == 0 && seq_hint) trend = 1;
+  if (trend == 0) {
+    s->window = s->window > 1 ? s->window / 2 : 1;
+    if (s->n >= 4) {
+      int far = 1;
+      for (unsigned i = 0; i < 4; i++) {
+        int64_t d = s->hist[(s->pos + 8u - 1u - i) % 8u];
+        if (d >= -1 && d <= 1) far = 0;
+      }
+      plan->random = far;
+    }
+    return;
+  }
+  uint32_t w = s->window < 2 ? 2 : s->window * 2;
+  s->window = w > max_window ? max_window : w;
+  int64_t k0 = 1;
+  int64_t ahead = s->next_pf - unit;
+  if (ahead % trend == 0 && ahead / trend > 0) k0 = ahead / trend;
+  /* Beyond the window: the stream jumped (a new pass); start over here. */
+  if (k0 > (int64_t)s->window + 1) k0 = 1;
+  if (k0 > (int64_t)s->window) return; /* already requested far enough */
+  plan->stride = trend;
+  plan->from = unit + k0 * trend;
+  plan->count = (uint32_t)((int64_t)s->window - k0 + 1);
+  s->next_pf = unit + ((int64_t)s->window + 1) * trend;
+}
+
+void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg) {
+  for (unsigned i = 0; i < HM_SDM_STREAMS; i++)
+    if (pf->s[i].reg == reg) memset(&pf->s[i], 0, sizeof pf->s[i]);
+}

@@ -1,0 +1,97 @@
+/* Internals of the pager (src/sdm/). See pager.c for the design. */
+#ifndef HM_SDM_H
+#define HM_SDM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "internal.h"
+#include "prim/prim.h"
+
+#define HM_SDM_PAGE 4096u
+#define HM_SDM_MAX_UNIT_PAGES 512u /* 2 MiB / 4 KiB */
+#define HM_SDM_BITMAP_WORDS (HM_SDM_MAX_UNIT_PAGES / 64u)
+
+/* Unit states. */
+enum { HM_U_NONE = 0, HM_U_FILLING = 1, HM_U_RES = 2, HM_U_BUSY = 3 };
+/* Unit flags. */
+#define HM_UF_ONDISK 0x01u /* the backing file holds data for it (else: zeros) */
+#define HM_UF_RANDOM 0x02u /* advised random: no prefetch, page-sized fills */
+#define HM_UF_SEQ 0x04u    /* advised sequential: a large window from the start */
+
+typedef struct _hm_sdm_unit_s {
+  uint8_t state;
+  uint8_t flags;
+  uint16_t pad;
+  int32_t slot; /* index into the pager's slots while FILLING/RES/BUSY, else -1 */
+} _hm_sdm_unit_t;
+
+struct _hm_sdm_region_s;
+
+/* A resident (or filling) unit. */
+typedef struct _hm_sdm_slot_s {
+  struct _hm_sdm_region_s *reg;
+  uint32_t unit;
+  uint8_t used;
+  uint8_t ref;        /* faulted on since the clock hand last passed */
+  uint8_t passed;     /* prefetched, untouched, and passed once by the hand */
+  uint8_t prefetched; /* prefetched and not touched yet */
+  uint8_t mapped;     /* memfd mode: every filled page is mapped in the region */
+  uint8_t dirty;      /* sync-WP mode: written since the last write-back */
+  uint16_t pin;       /* being mapped or unprotected: not a victim yet */
+  uint16_t nfilled;
+  int32_t next_free;
+  uint64_t filled[HM_SDM_BITMAP_WORDS];
+} _hm_sdm_slot_t;
+
+typedef struct _hm_sdm_region_s {
+  char *base;  /* what the application sees, registered with the uffd */
+  char *alias; /* memfd mode: unregistered second view the pager fills through */
+  size_t len;
+  uint32_t nunits;
+  int memfd;   /* -1 in anonymous mode */
+  int file;    /* backing file, O_DIRECT, unlinked */
+  _hm_sdm_unit_t *units; /* mmap'd (never malloc: see pager.c) */
+  size_t units_bytes;
+  int busy; /* operations in flight on it (pager lock) */
+  int dead;
+  /* Prefetch accuracy, per region (pager lock). */
+  uint32_t pf_issued, pf_used, pf_limit;
+} _hm_sdm_region_t;
+
+/* Per-thread, per-region stream detector (prefetch.c). */
+typedef struct _hm_sdm_stream_s {
+  int tid;
+  const void *reg;
+  int64_t last;
+  int64_t hist[8]; /* last fault deltas, in units */
+  uint8_t n, pos;
+  uint32_t window; /* units ahead to prefetch, adaptive */
+  int64_t next_pf; /* first unit not yet requested along the stream */
+  uint64_t stamp;
+} _hm_sdm_stream_t;
+
+#define HM_SDM_STREAMS 64
+
+typedef struct _hm_sdm_pf_s {
+  _hm_sdm_stream_t s[HM_SDM_STREAMS];
+  uint64_t clock;
+} _hm_sdm_pf_t;
+
+/* Result of feeding one fault to the detector. */
+typedef struct _hm_sdm_pf_plan_s {
+  int64_t stride; /* 0: no pattern */
+  int64_t from;   /* first unit to prefetch */
+  uint32_t count; /* how many units along the stride */
+  int random;     /* no pattern over a full history: fetch single pages */
+} _hm_sdm_pf_plan_t;
+
+/* Feeds a fault at unit (hit: it landed on a prefetched unit) and returns
+ * what to prefetch, capped at max_window units. */
+void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, int hit,
+                      int seq_hint, uint32_t max_window, _hm_sdm_pf_plan_t *plan);
+/* Forgets the streams of a region being unmapped. */
+void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg);
+
+#endif

@@ -1,0 +1,71 @@
+/* Shared helpers of the pager tests: a scratch backing directory on a real
+ * disk (O_DIRECT), removed at exit even when checks fail. */
+#ifndef HM_SDM_TESTUTIL_H
+#define HM_SDM_TESTUTIL_H
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hetmem.h"
+
+static char hm_sdm_dir[256];
+
+static inline void hm_sdm_rmdir(void) {
+  if (!hm_sdm_dir[0]) return;
+  DIR *d = opendir(hm_sdm_dir);
+  if (d) {
+    struct dirent *e;
+    char path[600];
+    while ((e = readdir(d))) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      snprintf(path, sizeof path, "%s/%s", hm_sdm_dir, e->d_name);
+      unlink(path);
+    }
+    closedir(d);
+  }
+  rmdir(hm_sdm_dir);
+  hm_sdm_dir[0] = 0;
+}
+
+/* Creates the scratch directory under $HETMEM_TEST_STORAGE or /var/tmp. */
+static inline const char *hm_sdm_scratch(void) {
+  const char *base = getenv("HETMEM_TEST_STORAGE");
+  if (!base || !*base) base = "/var/tmp";
+  snprintf(hm_sdm_dir, sizeof hm_sdm_dir, "%s/hetmem-sdm-test-XXXXXX", base);
+  if (!mkdtemp(hm_sdm_dir)) {
+    perror("mkdtemp");
+    exit(2);
+  }
+  atexit(hm_sdm_rmdir);
+  return hm_sdm_dir;
+}
+
+/* Number of entries in a directory (other than . and ..). */
+static inline int hm_sdm_count_files(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  closedir(d);
+  return n;
+}
+
+static inline uint64_t hm_sdm_env_u64(const char *name, uint64_t def) {
+  const char *s = getenv(name);
+  return s && *s ? strtoull(s, NULL, 0) : def;
+}
+
+static inline uint64_t hm_sdm_mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+#endif

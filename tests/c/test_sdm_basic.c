@@ -1,0 +1,165 @@
+/* The pager's basic contract, in every fill/dirty-tracking mode: zero-filled
+ * at first, every byte written reads back from regions larger than the
+ * budget, only dirty units are written back, advice and flush work, and the
+ * resident set never exceeds the budget. */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "sdm_testutil.h"
+#include "testhelper.h"
+
+#define MiB (1024ull * 1024ull)
+
+static void run_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
+  printf("mode flags=%u\n", flags);
+  hm_pager_config_t cfg;
+  hm_pager_config_default(ctx, &cfg);
+  cfg.dram_budget = 4 * MiB;
+  cfg.backing_dir = dir;
+  cfg.fetch_unit = 256 * 1024;
+  cfg.flags = flags;
+  hm_pager_t *p = NULL;
+  int rc = hm_pager_open(ctx, &cfg, &p);
+  CHECK_EQ_INT(rc, 0);
+  if (rc) {
+    fprintf(stderr, "open: %s\n", hm_ctx_last_error(ctx));
+    return;
+  }
+  char *json = NULL;
+  CHECK_EQ_INT(hm_pager_stats_json(p, &json), 0);
+  if (json) {
+    printf("%s\n", json);
+    CHECK(strstr(json, "\"schema_version\": 1") != NULL);
+    hm_free(json);
+  }
+  size_t len = 24 * MiB; /* 6x the budget */
+  uint64_t *a = NULL;
+  CHECK_EQ_INT(hm_pager_map(p, len, (void **)&a), 0);
+  if (!a) {
+    hm_pager_close(p);
+    return;
+  }
+  size_t n = len / 8;
+  /* Untouched memory reads as zeros. */
+  uint64_t nz = 0;
+  for (size_t i = 0; i < n; i += 97) nz += a[i] != 0;
+  CHECK_EQ_INT(nz, 0);
+  hm_pager_stats_t s0 = {.size = sizeof s0};
+  CHECK_EQ_INT(hm_pager_stats(p, &s0), 0);
+  CHECK(s0.zero_fills > 0);
+  CHECK_EQ_INT(s0.bytes_read, 0); /* zero units are never read from the disk */
+
+  for (size_t i = 0; i < n; i++) a[i] = hm_sdm_mix(i) ^ flags;
+  uint64_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += a[i] != (hm_sdm_mix(i) ^ flags);
+  CHECK_EQ_INT(bad, 0);
+  hm_pager_stats_t s1 = {.size = sizeof s1};
+  CHECK_EQ_INT(hm_pager_stats(p, &s1), 0);
+  CHECK(s1.evictions > 0);
+  CHECK(s1.writebacks > 0);
+  CHECK(s1.bytes_read > 0);
+  CHECK(s1.peak_resident_bytes <= cfg.dram_budget);
+  CHECK(s1.peak_resident_bytes + s1.own_bytes <= cfg.dram_budget);
+  CHECK(s1.resident_bytes <= s1.peak_resident_bytes);
+  CHECK(s1.faults >= s1.fetches);
+
+  /* A read-only pass writes nothing back where writes are tracked. */
+  bad = 0;
+  for (size_t i = 0; i < n; i++) bad += a[i] != (hm_sdm_mix(i) ^ flags);
+  CHECK_EQ_INT(bad, 0);
+  bad = 0;
+  for (size_t i = 0; i < n; i++) bad += a[i] != (hm_sdm_mix(i) ^ flags);
+  CHECK_EQ_INT(bad, 0);
+  hm_pager_stats_t s2 = {.size = sizeof s2};
+  CHECK_EQ_INT(hm_pager_stats(p, &s2), 0);
+  if (!(flags & HM_PAGER_NO_WP)) {
+    /* The first read pass may still evict units written by the write pass. */
+    hm_pager_stats_t s3 = {.size = sizeof s3};
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += a[i] != (hm_sdm_mix(i) ^ flags);
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(hm_pager_stats(p, &s3), 0);
+    CHECK(s3.evictions > s2.evictions);
+    CHECK_EQ_INT(s3.writebacks, s2.writebacks);
+  }
+
+  /* DONTNEED: the range reads as zeros afterwards, its neighbours keep data. */
+  size_t d0 = (3 * MiB + 4096) / 8, d1 = (9 * MiB + 100) / 8;
+  CHECK_EQ_INT(hm_pager_advise(p, &a[d0], (d1 - d0) * 8, HM_ADVICE_DONTNEED), 0);
+  bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t want = (i >= d0 && i < d1) ? 0 : (hm_sdm_mix(i) ^ flags);
+    bad += a[i] != want;
+  }
+  CHECK_EQ_INT(bad, 0);
+
+  /* Flush writes dirty resident units and keeps them. */
+  for (size_t i = 0; i < 512 * 1024 / 8; i++) a[i] = i;
+  hm_pager_stats_t s4 = {.size = sizeof s4};
+  CHECK_EQ_INT(hm_pager_stats(p, &s4), 0);
+  CHECK_EQ_INT(hm_pager_flush(p, NULL, 0), 0);
+  hm_pager_stats_t s5 = {.size = sizeof s5};
+  CHECK_EQ_INT(hm_pager_stats(p, &s5), 0);
+  CHECK(s5.bytes_written >= s4.bytes_written + 512 * 1024);
+  CHECK_EQ_INT(hm_pager_flush(p, a, 4096), 0);
+  CHECK(hm_pager_flush(p, (char *)a + len + 10 * MiB, 4096) == -EINVAL);
+
+  /* WILLNEED prefetches asynchronously. */
+  CHECK_EQ_INT(hm_pager_advise(p, (char *)a + 16 * MiB, MiB, HM_ADVICE_WILLNEED), 0);
+  hm_pager_stats_t s6 = {.size = sizeof s6};
+  for (int t = 0; t < 200; t++) {
+    CHECK_EQ_INT(hm_pager_stats(p, &s6), 0);
+    if (s6.prefetch_issued >= s5.prefetch_issued + 4) break;
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  CHECK(s6.prefetch_issued >= s5.prefetch_issued + 4);
+  CHECK_EQ_INT(hm_pager_advise(p, a, MiB, HM_ADVICE_RANDOM), 0);
+  CHECK_EQ_INT(hm_pager_advise(p, a, MiB, HM_ADVICE_SEQUENTIAL), 0);
+  CHECK_EQ_INT(hm_pager_advise(p, a, MiB, HM_ADVICE_NORMAL), 0);
+  CHECK(hm_pager_advise(p, a, len + MiB, HM_ADVICE_NORMAL) == -EINVAL);
+  bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t want = i < 512 * 1024 / 8 ? i : (i >= d0 && i < d1) ? 0 : (hm_sdm_mix(i) ^ flags);
+    bad += a[i] != want;
+  }
+  CHECK_EQ_INT(bad, 0);
+
+  /* Several regions share one budget; unmap returns their memory. */
+  uint8_t *b = NULL;
+  CHECK_EQ_INT(hm_pager_map(p, 5 * MiB + 123, (void **)&b), 0);
+  if (b) {
+    for (size_t i = 0; i < 5 * MiB + 123; i++) b[i] = (uint8_t)(i * 7);
+    bad = 0;
+    for (size_t i = 0; i < 5 * MiB + 123; i++) bad += b[i] != (uint8_t)(i * 7);
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(hm_pager_unmap(p, b, 5 * MiB + 123), 0);
+  }
+  CHECK(hm_pager_unmap(p, (char *)a + 4096, len) == -EINVAL);
+  CHECK_EQ_INT(hm_pager_unmap(p, a, len), 0);
+  hm_pager_stats_t s7 = {.size = sizeof s7};
+  CHECK_EQ_INT(hm_pager_stats(p, &s7), 0);
+  CHECK_EQ_INT(s7.resident_bytes, 0);
+  CHECK(s7.peak_resident_bytes <= cfg.dram_budget);
+  printf("faults=%llu fetches=%llu pf_issued=%llu pf_used=%llu pf_wasted=%llu evictions=%llu "
+         "writebacks=%llu read=%llu written=%llu peak=%llu\n",
+         (unsigned long long)s7.faults, (unsigned long long)s7.fetches,
+         (unsigned long long)s7.prefetch_issued, (unsigned long long)s7.prefetch_used,
+         (unsigned long long)s7.prefetch_wasted, (unsigned long long)s7.evictions,
+         (unsigned long long)s7.writebacks, (unsigned long long)s7.bytes_read,
+         (unsigned long long)s7.bytes_written, (unsigned long long)s7.peak_resident_bytes);
+  CHECK_EQ_INT(hm_pager_close(p), 0);
+}
+
+int main(void) {
+  const char *dir = hm_sdm_scratch();
+  hm_ctx_t *ctx = NULL;
+  CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
+  uint32_t modes[] = {0, HM_PAGER_NO_WP_ASYNC, HM_PAGER_NO_WP, HM_PAGER_NO_MINOR};
+  for (unsigned m = 0; m < sizeof modes / sizeof modes[0]; m++) run_mode(ctx, dir, modes[m]);
+  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+  hm_ctx_free(ctx);
+  return hm_test_done("test_sdm_basic");
+}
