@@ -913,6 +913,13 @@ static int hm__check_dir(hm_ctx_t *ctx, const char *dir) {
     return _hm_error(ctx, fd, "cannot create a backing file in '%s': %s", dir, hm_strerror(fd));
   }
   close(fd);
+  uint64_t magic = 0, total = 0, avail = 0;
+  if (_hm_prim_statfs_dir(dir, &magic, &total, &avail) == 0 &&
+      (magic == 0x01021994ull || magic == 0x858458f6ull))
+    return _hm_error(ctx, -EINVAL,
+                     "backing directory '%s' is on tmpfs/ramfs, which is memory, not a "
+                     "storage tier: choose a directory on a disk",
+                     dir);
   return 0;
 }
 
