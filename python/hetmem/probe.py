@@ -111,7 +111,7 @@ def make_plan(
         storage=list(dict.fromkeys(dirs)),
     )
     if quick:
-        plan.stream_reps = 4
+        plan.stream_reps = 3
         plan.latency_loads = 1_000_000
         plan.latency_reps = 3
         plan.rand_seconds = 0.25
