@@ -595,6 +595,39 @@ int munmap(void *addr, size_t length) {
   return 0;
 }
 
+/* Advice on a pager block goes to the pager (its prefetcher takes the
+ * application's hints); advice that would change how the kernel backs the
+ * range (huge pages, fork inheritance, removal) is the pager's to decide
+ * and is accepted without effect. Other ranges go to the kernel. */
+int madvise(void *addr, size_t length, int advice) {
+  if (hm_likely(hm__tls.guard || !_hm_pl_table_maybe(&hm__pl.table, addr)))
+    return (int)syscall(SYS_madvise, addr, length, advice);
+  _hm_pl_block_t *b = _hm_pl_table_find_containing(&hm__pl.table, addr);
+  if (!b || atomic_load(&hm__pl.state) != HM__READY || !hm_pager_advise)
+    return (int)syscall(SYS_madvise, addr, length, advice);
+  uintptr_t start = atomic_load_explicit(&b->key, memory_order_relaxed) - b->off;
+  uintptr_t a = (uintptr_t)addr;
+  size_t len = a + length > start + b->maplen ? (size_t)(start + b->maplen - a) : length;
+  hm_advice_t hint;
+  switch (advice) {
+  case MADV_NORMAL: hint = HM_ADVICE_NORMAL; break;
+  case MADV_WILLNEED: hint = HM_ADVICE_WILLNEED; break;
+  case MADV_SEQUENTIAL: hint = HM_ADVICE_SEQUENTIAL; break;
+  case MADV_RANDOM: hint = HM_ADVICE_RANDOM; break;
+  case MADV_DONTNEED:
+#ifdef MADV_FREE
+  case MADV_FREE:
+#endif
+    hint = HM_ADVICE_DONTNEED;
+    break;
+  default: return 0;
+  }
+  hm__tls.guard++;
+  (void)hm_pager_advise(hm__pl.pager, addr, len, hint);
+  hm__tls.guard--;
+  return 0;
+}
+
 void *mremap(void *old_address, size_t old_size, size_t new_size, int flags, ...) {
   void *new_address = NULL;
   if (flags & MREMAP_FIXED) {

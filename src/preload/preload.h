@@ -39,6 +39,7 @@
   X(void *, mmap, (void *addr, size_t length, int prot, int flags, int fd, off_t offset)) \
   X(void *, mmap64, (void *addr, size_t length, int prot, int flags, int fd, off_t offset)) \
   X(int, munmap, (void *addr, size_t length))                                            \
+  X(int, madvise, (void *addr, size_t length, int advice))                               \
   X(void *, mremap, (void *old_address, size_t old_size, size_t new_size, int flags, ...)) \
   X(int, pthread_create,                                                                 \
     (pthread_t * thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg))

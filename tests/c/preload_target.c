@@ -100,6 +100,13 @@ static block_t alloc_kind(int k, size_t n, uint64_t seed) {
   check(p != NULL, "allocation", (size_t)k, n);
   if (!p) return b;
   if (b.kind == 0) check(malloc_usable_size(p) >= n, "usable size", malloc_usable_size(p), n);
+  /* what numpy does to large arrays, and an access-pattern hint */
+  {
+    uintptr_t a0 = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+    size_t an = ((uintptr_t)p + n - a0) & ~(size_t)4095;
+    check(madvise((void *)a0, an, MADV_HUGEPAGE) == 0, "madvise hugepage", n, (size_t)errno);
+    check(madvise((void *)a0, an, MADV_SEQUENTIAL) == 0, "madvise sequential", n, (size_t)errno);
+  }
   b.p = p;
   fill(p, n, seed);
   return b;
