@@ -255,7 +255,7 @@ static void hm__touched(hm_pager_t *p, _hm_sdm_slot_t *S) {
 static void hm__pf_count_issue(hm_pager_t *p, _hm_sdm_region_t *r) {
   r->pf_issued++;
   HM__ADD(p, c_pf_issued, 1);
-  if (r->pf_issued >= 64) {
+  if (r->pf_issued >= 64 && p->memfd_mode) {
     /* Accuracy over the last 64 prefetches decides the region's window. */
     uint32_t used = r->pf_used;
     if (used * 2 < r->pf_issued)
@@ -364,6 +364,13 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
   hm__account(p);
   r->units[op->unit].state = HM_U_RES;
   int map = !op->prefetch || !S->prefetched; /* touched while in flight: map now */
+  if (!p->memfd_mode && S->prefetched) {
+    /* Anonymous mode installs prefetched pages at once (there is no page
+     * cache to park them in), so their first touch is invisible: they are
+     * counted neither used nor wasted, and accuracy cannot throttle. */
+    S->prefetched = 0;
+    p->pf_untouched -= p->unit;
+  }
   if (p->memfd_mode && map) S->mapped = 1;
   memcpy(bits, S->filled, sizeof bits);
   S->pin++;
@@ -624,10 +631,22 @@ static int hm__prefetch_unit(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u) {
   return -EAGAIN;
 }
 
+/* Runs a plan; the caller took a busy reference on r (hm__plan_hold) so
+ * that an unmap cannot free r meanwhile. Releases it. */
 static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
   if (pl->stride == 0 || pl->count == 0) return;
+  hm_pager_t *p = h->p;
   for (uint32_t k = 0; k < pl->count; k++)
     if (hm__prefetch_unit(h, r, pl->from + (int64_t)k * pl->stride) < 0) break;
+  pthread_mutex_lock(&p->lk);
+  r->busy--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->lk);
+}
+
+/* Pager lock held: keeps r alive for a plan run after the lock is dropped. */
+static void hm__plan_hold(_hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
+  if (pl->stride != 0 && pl->count != 0) r->busy++;
 }
 
 /* Handles one fault. 0 when resolved or left to a transition's wake,
@@ -666,6 +685,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
           if (pf_on) _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 1, seq, maxw, &lplan);
         }
       }
+      hm__plan_hold(r, &lplan);
       pthread_mutex_unlock(&p->lk);
       hm__prefetch_plan(h, r, &lplan);
       return 0;
@@ -676,12 +696,15 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
         S->dirty = 1;
         S->ref = 1;
         S->pin++;
+        r->busy++; /* pin keeps the unit, busy keeps the region */
         pthread_mutex_unlock(&p->lk);
         HM__ADD(p, c_wp_faults, 1);
         (void)_hm_prim_uffd_wp(p->uffd, ub, p->unit, 0);
         hm__wake(p, ub, p->unit);
         pthread_mutex_lock(&p->lk);
         S->pin--;
+        r->busy--;
+        pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->lk);
         HM__ADD(p, c_fault_ns, hm__now() - f->t0);
         return 0;
@@ -697,12 +720,16 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
         _hm_sdm_pf_plan_t hplan = {0};
         if (hit && pf_on) _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 1, seq, maxw, &hplan);
         S->pin++;
+        r->busy++;
+        hm__plan_hold(r, &hplan);
         pthread_mutex_unlock(&p->lk);
         HM__ADD(p, c_minor_hits, 1);
         if (map) hm__map_runs(p, r, u, bits);
         hm__wake(p, ub, p->unit);
         pthread_mutex_lock(&p->lk);
         S->pin--;
+        r->busy--;
+        pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->lk);
         HM__ADD(p, c_fault_ns, hm__now() - f->t0);
         hm__prefetch_plan(h, r, &hplan);
@@ -711,7 +738,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
     }
     /* A miss: the unit is absent, or this page of it is. */
     int random = (U->flags & HM_UF_RANDOM) != 0;
-    if (U->state == HM_U_NONE && p->cfg.prefetch != HM_PREFETCH_OFF && !random && !fed) {
+    if (p->cfg.prefetch != HM_PREFETCH_OFF && !random && !fed) {
       _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 0, seq, maxw, &plan);
       fed = 1;
     }
@@ -757,6 +784,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
     op->prefetch = 0;
     op->zero = (uint8_t)zero;
     op->t0 = f->t0;
+    hm__plan_hold(r, &plan);
     pthread_mutex_unlock(&p->lk);
     hm__fill_start(h, op);
     hm__prefetch_plan(h, r, &plan);
@@ -1063,7 +1091,7 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
 
   /* The pager's own memory is charged to the budget first. */
   uint64_t cache_units = cfg.dram_budget / unit;
-  uint64_t nslots = cfg.dram_budget / (16 * 1024);
+  uint64_t nslots = cfg.dram_budget / (8 * 1024);
   if (nslots < 4 * cache_units) nslots = 4 * cache_units;
   if (nslots < 4) nslots = 4;
   if (nslots > (1u << 30)) nslots = 1u << 30;
