@@ -1,0 +1,396 @@
+"""`hetmem bench lattice`: the hm-lattice mini-app (apps/lattice) measured.
+
+Four measurements, each side by side in one run:
+- Dirac operator: achieved bandwidth (minimal bytes per site x sites / time,
+  double and single) against the bound set by the probed DRAM bandwidth
+  (the probe's best STREAM triad, else a STREAM triad measured now with
+  hm-kernel-stream). Target: >= 60% of the bound.
+- CGNR vs two-level AMG on a quenched heatbath field near the critical mass,
+  AMG setup amortised over 4 right-hand sides. Target: >= 5x, on a field where
+  CGNR needs >= 1000 iterations.
+- Strong scaling of the Dirac operator and the AMG solve over 1 and 2 ranks.
+- Halo exchange: effective bandwidth per rank against message size, per rank
+  count; and the mpirun command that runs the same on many nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from hetmem import cache, output
+from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError, UsageError
+
+SCHEMA_VERSION = 1
+DIRAC_TARGET = 0.60
+AMG_TARGET = 5.0
+CGNR_MIN_ITERS = 1000
+NRHS = 4
+
+name = "lattice"
+help = "lattice QCD mini-app: Dirac bandwidth, CGNR vs AMG, scaling, halo exchange"
+description = (
+    "Runs hm-lattice (Wilson-clover operator, two-level aggregation multigrid)\n"
+    "and prints, with a verdict against the targets:\n"
+    "  Dirac operator bandwidth >= 60% of the probed DRAM bandwidth bound\n"
+    "  AMG >= 5x faster than CGNR, setup amortised over 4 right-hand sides,\n"
+    "  on a heatbath field where CGNR needs >= 1000 iterations\n"
+    "  strong scaling over 1 and 2 ranks; halo-exchange bandwidth vs message size\n"
+    "Exit status 0 when every target is met, 1 when one is missed, 2 on bad input."
+)
+
+# The solver benchmark's field: quenched beta=6.0 heatbath, clover csw=1,
+# mass close to critical so that CGNR slows down (scanned on 12^4).
+SOLVE_FIELD = {
+    "lattice": "12 12 12 12",
+    "block": "3 3 3 3",
+    "gauge": "heatbath",
+    "beta": "6.0",
+    "sweeps": "30",
+    "csw": "1.0",
+    "m0": "-0.6",
+    "test vectors": "12",
+    "setup iter": "3",
+    "tolerance": "1e-10",
+}
+QUICK_FIELD = {**SOLVE_FIELD, "lattice": "8 8 8 8", "block": "4 4 4 4", "m0": "-0.6"}
+
+
+def lattice_binary() -> Path:
+    from hetmem.bench import find_program
+
+    return find_program("hm-lattice")
+
+
+def mpirun() -> str:
+    path = shutil.which("mpirun") or shutil.which("mpiexec")
+    if not path:
+        raise EnvironmentProblem("mpirun not found (apt install openmpi-bin libopenmpi-dev)")
+    return path
+
+
+def mpi_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(threads)
+    if os.geteuid() == 0:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return env
+
+
+def mpirun_command(ranks: int, args: list[str]) -> list[str]:
+    cmd = [mpirun(), "-n", str(ranks)]
+    if ranks > (os.cpu_count() or 1):
+        cmd.append("--oversubscribe")
+    return [*cmd, str(lattice_binary()), *args]
+
+
+def settings_args(settings: dict[str, str]) -> list[str]:
+    out: list[str] = []
+    for k, v in settings.items():
+        out += ["--set", f"{k}={v}"]
+    return out
+
+
+def run_lattice(
+    ranks: int,
+    settings: dict[str, str],
+    threads: int = 1,
+    extra: list[str] | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Runs hm-lattice on `ranks` MPI ranks; its JSON result."""
+    with tempfile.TemporaryDirectory(prefix="hm-lattice-") as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = mpirun_command(ranks, [*settings_args(settings), *(extra or []), "--json", str(out)])
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env=mpi_env(threads), timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            raise HetmemError(f"hm-lattice timed out after {timeout} s") from None
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.splitlines() if "hm-lattice" in ln]
+            msg = lines[0] if lines else f"hm-lattice exit code {proc.returncode}"
+            if proc.returncode == 2:
+                raise UsageError(msg)
+            raise HetmemError(msg)
+        try:
+            data = json.loads(out.read_text())
+        except (OSError, ValueError) as e:
+            raise SchemaError(f"hm-lattice result unreadable: {e}") from None
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise SchemaError(f"hm-lattice schema_version {data.get('schema_version')!r}")
+    return data
+
+
+def dram_bandwidth(threads: int) -> tuple[float, str]:
+    """GB/s of the fastest memory tier: the probe's best triad, else STREAM now."""
+    from hetmem.tiers import measured_gbs
+
+    probe = cache.load("probe")
+    if probe:
+        tiers = probe.get("tiers") or []
+        items = tiers.values() if isinstance(tiers, dict) else tiers
+        bws = [
+            measured_gbs(t)
+            for t in items
+            if isinstance(t, dict) and t.get("kind", "memory") == "memory"
+        ]
+        good = [b for b in bws if b]
+        if good:
+            return max(good), "probe (best STREAM triad)"
+    from hetmem.kernels import run_kernel
+
+    res = run_kernel("stream", ["--bytes", "1G", "--threads", str(threads)])
+    return float(res["gbs"]), f"hm-kernel-stream triad now ({threads} threads)"
+
+
+def bench_dirac(lattice: str, ranks: int, threads: int, bound_gbs: float) -> dict[str, Any]:
+    data = run_lattice(
+        ranks,
+        {
+            "lattice": lattice,
+            "gauge": "random",
+            "solver": "cgnr",
+            "max iterations": "1",
+            "dirac reps": "20",
+        },
+        threads=threads,
+    )
+    out: dict[str, Any] = {"lattice": lattice, "ranks": ranks, "threads": threads}
+    for prec in ("double", "single"):
+        k = data["kernels"][f"dirac_{prec}"]
+        out[prec] = {
+            "gbs": k["gbs"],
+            "gflops": k["gflops"],
+            "bytes_per_site": k["bytes_per_site"],
+            "seconds_per_apply": k["seconds_per_apply"],
+            "fraction_of_bound": k["gbs"] / bound_gbs,
+        }
+    return out
+
+
+def bench_solvers(field: dict[str, str], ranks: int, threads: int, nrhs_cg: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="hm-lattice-field-") as tmp:
+        cfg = str(Path(tmp) / "field.cfg")
+        gen = {**field, "gauge write": cfg, "solver": "cgnr", "max iterations": "1"}
+        gen["dirac reps"] = "1"
+        g = run_lattice(ranks, gen, threads=threads)
+        use = {**field, "gauge": "file", "gauge file": cfg, "dirac reps": "1", "rhs": "random"}
+        use["max iterations"] = "20000"
+        cg = run_lattice(ranks, {**use, "solver": "cgnr", "nrhs": str(nrhs_cg)}, threads=threads)
+        mg = run_lattice(ranks, {**use, "solver": "amg", "nrhs": str(NRHS)}, threads=threads)
+    cg_solves = cg["solves"]
+    mg_solves = mg["solves"]
+    t_cg = sum(s["time_s"] for s in cg_solves) / len(cg_solves)
+    t_mg = sum(s["time_s"] for s in mg_solves) / len(mg_solves)
+    setup = mg["phases"]["setup_s"]
+    per_rhs = t_mg + setup / NRHS
+    return {
+        "field": field,
+        "plaquette": g["plaquette"],
+        "gauge_s": g["phases"]["gauge_s"],
+        "cgnr_iterations": [s["iterations"] for s in cg_solves],
+        "cgnr_true_relres": max(s["true_relres"] for s in cg_solves),
+        "cgnr_s_per_rhs": t_cg,
+        "amg_iterations": [s["iterations"] for s in mg_solves],
+        "amg_true_relres": max(s["true_relres"] for s in mg_solves),
+        "amg_setup_s": setup,
+        "amg_solve_s_per_rhs": t_mg,
+        "amg_coarse_share": mg["phases"]["coarse_share"],
+        "amg_s_per_rhs_with_setup": per_rhs,
+        "speedup_with_setup": t_cg / per_rhs,
+        "speedup_solve_only": t_cg / t_mg,
+        "memory_tags": mg["memory"]["tags"],
+    }
+
+
+def bench_scaling(field: dict[str, str], threads: int) -> list[dict[str, Any]]:
+    rows = []
+    for ranks in (1, 2):
+        d = run_lattice(
+            ranks,
+            {**field, "solver": "amg", "nrhs": "1", "dirac reps": "10"},
+            threads=threads,
+        )
+        rows.append(
+            {
+                "ranks": ranks,
+                "process_grid": d["process_grid"],
+                "dirac_double_s": d["kernels"]["dirac_double"]["seconds_per_apply"],
+                "amg_setup_s": d["phases"]["setup_s"],
+                "amg_solve_s": d["phases"]["solve_amg_s"],
+                "amg_iterations": d["solves"][0]["iterations"],
+            }
+        )
+    base = rows[0]
+    for r in rows:
+        r["dirac_speedup"] = base["dirac_double_s"] / r["dirac_double_s"]
+        r["solve_speedup"] = base["amg_solve_s"] / r["amg_solve_s"]
+    return rows
+
+
+def bench_halo(ranks_list: list[int]) -> list[dict[str, Any]]:
+    out = []
+    for ranks in ranks_list:
+        grid = {1: "1 1 1 1", 2: "1 1 1 2", 4: "1 1 2 2", 8: "1 2 2 2"}.get(ranks)
+        if grid is None:
+            raise UsageError(f"halo benchmark supports 1, 2, 4 or 8 ranks, not {ranks}")
+        d = run_lattice(
+            ranks, {"lattice": "16 16 16 16", "process grid": grid}, extra=["--halo-bench"]
+        )
+        out.append({"ranks": ranks, "process_grid": d["process_grid"], "points": d["points"]})
+    return out
+
+
+def many_nodes_command(nodes: int = 16, per_node: int = 4) -> str:
+    ranks = nodes * per_node
+    return (
+        f"mpirun -n {ranks} --map-by ppr:{per_node}:node --bind-to core -x OMP_NUM_THREADS "
+        f"{lattice_binary()} --set 'lattice=32 32 32 64' --set 'process grid=2 2 4 4' "
+        f"--set 'mapping=node-blocked' --set 'ranks per node={per_node}' --set solver=all "
+        f"--set nrhs=4 --json lattice-{ranks}.json   # and: ... --halo-bench"
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="8^4 field, 1 CGNR right-hand side")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--threads", type=int, default=1, help="OpenMP threads per rank (1)")
+    parser.add_argument(
+        "--parts",
+        default="dirac,solve,scaling,halo",
+        help="comma list of dirac, solve, scaling, halo (default: all)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    bad = [p for p in parts if p not in ("dirac", "solve", "scaling", "halo")]
+    if bad:
+        raise UsageError(f"unknown part '{bad[0]}' (parts: dirac, solve, scaling, halo)")
+    field = QUICK_FIELD if args.quick else SOLVE_FIELD
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "machine": cache.machine_key(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "quick": bool(args.quick),
+    }
+    ok = True
+    if "dirac" in parts:
+        bw, src = dram_bandwidth(args.threads)
+        d = bench_dirac("8 8 8 8" if args.quick else "16 16 16 16", 1, args.threads, bw)
+        d["bound_gbs"] = bw
+        d["bound_source"] = src
+        d["target"] = DIRAC_TARGET
+        d["met"] = (
+            max(d["double"]["fraction_of_bound"], d["single"]["fraction_of_bound"]) >= DIRAC_TARGET
+        )
+        ok &= d["met"]
+        result["dirac"] = d
+    if "solve" in parts:
+        s = bench_solvers(field, 1, args.threads, 1 if args.quick else 2)
+        s["target"] = AMG_TARGET
+        s["cgnr_hard_enough"] = min(s["cgnr_iterations"]) >= CGNR_MIN_ITERS
+        s["met"] = s["speedup_with_setup"] >= AMG_TARGET and s["cgnr_hard_enough"]
+        ok &= s["met"]
+        result["solve"] = s
+    if "scaling" in parts:
+        result["scaling"] = bench_scaling(QUICK_FIELD, args.threads)
+    if "halo" in parts:
+        result["halo"] = bench_halo([2] if args.quick else [2, 4])
+    result["many_nodes_command"] = many_nodes_command()
+    result["all_targets_met"] = ok
+    if args.json:
+        output.print_json(result)
+    else:
+        _print(result)
+    return 0 if ok else 1
+
+
+def _print(r: dict[str, Any]) -> None:
+    con = output.console()
+    if "dirac" in r:
+        d = r["dirac"]
+        rows = [
+            [
+                p,
+                f"{d[p]['gbs']:.2f}",
+                f"{d[p]['gflops']:.2f}",
+                f"{d['bound_gbs']:.1f}",
+                f"{100 * d[p]['fraction_of_bound']:.1f}%",
+            ]
+            for p in ("double", "single")
+        ]
+        output.table(
+            f"Dirac operator {d['lattice']} (bound: {d['bound_source']}; target 60%)",
+            ["precision", "GB/s", "GFlop/s", "bound GB/s", "of bound"],
+            rows,
+        )
+    if "solve" in r:
+        s = r["solve"]
+        output.table(
+            f"CGNR vs AMG, lattice {s['field']['lattice']} m0 {s['field']['m0']} "
+            f"(setup over {NRHS} rhs; target {AMG_TARGET}x)",
+            ["solver", "iterations", "true rel. res.", "s per rhs"],
+            [
+                [
+                    "CGNR",
+                    str(s["cgnr_iterations"]),
+                    f"{s['cgnr_true_relres']:.1e}",
+                    f"{s['cgnr_s_per_rhs']:.2f}",
+                ],
+                [
+                    "AMG (+setup/4)",
+                    str(s["amg_iterations"]),
+                    f"{s['amg_true_relres']:.1e}",
+                    f"{s['amg_s_per_rhs_with_setup']:.2f} (setup {s['amg_setup_s']:.2f})",
+                ],
+            ],
+        )
+        con.print(
+            f"speed-up with setup {s['speedup_with_setup']:.2f}x, solve only "
+            f"{s['speedup_solve_only']:.2f}x, coarse share {100 * s['amg_coarse_share']:.0f}%"
+        )
+    if "scaling" in r:
+        output.table(
+            "Strong scaling (8^4)",
+            [
+                "ranks",
+                "grid",
+                "Dirac s",
+                "Dirac speed-up",
+                "AMG solve s",
+                "solve speed-up",
+                "iters",
+            ],
+            [
+                [
+                    str(x["ranks"]),
+                    "x".join(map(str, x["process_grid"])),
+                    f"{x['dirac_double_s']:.4f}",
+                    f"{x['dirac_speedup']:.2f}",
+                    f"{x['amg_solve_s']:.3f}",
+                    f"{x['solve_speedup']:.2f}",
+                    str(x["amg_iterations"]),
+                ]
+                for x in r["scaling"]
+            ],
+        )
+    if "halo" in r:
+        for h in r["halo"]:
+            output.table(
+                f"Halo exchange, {h['ranks']} ranks, grid {'x'.join(map(str, h['process_grid']))}",
+                ["message bytes", "GB/s per rank"],
+                [[str(p["message_bytes"]), f"{p['gbs_per_rank']:.3f}"] for p in h["points"]],
+            )
+    con.print(f"many nodes: {r['many_nodes_command']}")
+    con.print("all targets met" if r["all_targets_met"] else "a target was missed")

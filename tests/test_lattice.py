@@ -1,0 +1,82 @@
+"""hm-lattice through hetmem.lattice: result format, tags, bad input, and the
+bandwidth sanity rule (a kernel's reported bytes/s never exceeds the STREAM
+bandwidth of the memory it ran from). The physics self-tests are ctest tests
+registered by apps/lattice/CMakeLists.txt (run by test_ctest.py)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from hetmem import lattice
+from hetmem.errors import UsageError
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("mpirun") or shutil.which("mpiexec")), reason="no MPI on this machine"
+)
+
+TINY = {
+    "lattice": "4 4 4 8",
+    "block": "2 2 2 2",
+    "gauge": "heatbath",
+    "sweeps": "3",
+    "m0": "-0.2",
+    "test vectors": "6",
+    "setup iter": "2",
+    "dirac reps": "2",
+}
+
+
+def test_amg_result_format_and_tags():
+    d = lattice.run_lattice(2, {**TINY, "solver": "all", "nrhs": "2", "fast": "testvec,coarse"})
+    assert d["schema_version"] == lattice.SCHEMA_VERSION
+    assert d["ranks"] == 2 and d["process_grid"][0] * d["process_grid"][3] >= 1
+    solvers = sorted({s["solver"] for s in d["solves"]})
+    assert solvers == ["amg", "bicgstab", "cgnr"]
+    assert len(d["solves"]) == 6
+    for s in d["solves"]:
+        assert s["converged"] and s["true_relres"] <= 1e-9, s
+    amg = [s for s in d["solves"] if s["solver"] == "amg"]
+    cg = [s for s in d["solves"] if s["solver"] == "cgnr"]
+    assert max(a["iterations"] for a in amg) < min(c["iterations"] for c in cg)
+    assert d["phases"]["setup_s"] > 0 and 0 < d["phases"]["coarse_share"] < 1
+    tags = d["memory"]["tags"]
+    for t in ("gauge", "clover", "vectors", "testvec", "coarse", "krylov", "halo"):
+        assert tags[t]["bytes"] > 0, t
+    # 4x4x4x8 sites, double + single copies of 4 links (36 complex) per site
+    assert tags["gauge"]["bytes"] >= 512 * 36 * (16 + 8)
+    assert tags["testvec"]["fast"] and tags["coarse"]["fast"] and not tags["gauge"]["fast"]
+    # 6 test vectors x 12 complex singles per site
+    assert tags["testvec"]["bytes"] == 512 * 6 * 12 * 8
+
+
+def test_unknown_parameter_is_one_line_exit_2():
+    with pytest.raises(UsageError, match="unknown parameter 'frobnicate'"):
+        lattice.run_lattice(2, {**TINY, "frobnicate": "1"})
+
+
+def test_indivisible_block_is_exit_2():
+    with pytest.raises(UsageError, match="not divisible by block size 3"):
+        lattice.run_lattice(1, {**TINY, "block": "2 2 3 2"})
+
+
+def test_dirac_bandwidth_below_stream():
+    """16^4 in double is 138 MB of operator data: beyond the caches."""
+    from hetmem.kernels import run_kernel
+
+    stream = run_kernel("stream", ["--bytes", "512M", "--threads", "1"])["gbs"]
+    d = lattice.run_lattice(
+        1,
+        {"lattice": "16 16 16 16", "gauge": "random", "solver": "cgnr", "max iterations": "1"}
+        | {"dirac reps": "3"},
+    )
+    for prec in ("double", "single"):
+        k = d["kernels"][f"dirac_{prec}"]
+        assert 0 < k["gbs"] <= stream, (prec, k["gbs"], stream)
+        assert k["bytes_per_site"] == (132 * (16 if prec == "double" else 8))
+
+
+def test_many_nodes_command_names_mapping():
+    cmd = lattice.many_nodes_command(nodes=4, per_node=2)
+    assert "-n 8" in cmd and "mapping=node-blocked" in cmd and "ranks per node=2" in cmd
