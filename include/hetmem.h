@@ -342,13 +342,16 @@ typedef struct hm_pager_config_s {
  *  io_depth). Callers then change what they need. */
 HM_API void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg);
 
-/** Opens a pager. Fork: regions are MADV_DONTFORK, so a child process does
- *  not inherit them (touching one there raises SIGSEGV); it never reads
- *  zeros where the parent had data. Signals are safe: handler threads block
- *  them and a faulting thread that takes one retries its access. Errors (with a message on ctx): -EINVAL for a budget
- *  smaller than one fetch unit or a bad fetch unit, -ENOENT/-ENOTDIR/-EACCES/
- *  -EROFS for an unusable backing directory, -EPERM when userfaultfd is not
- *  permitted, -ENOSYS when the kernel lacks it. ctx must outlive the pager. */
+/** Opens a pager. Errors (with a message on ctx): -EINVAL for a budget
+ *  smaller than one fetch unit or a bad fetch unit, or a backing directory
+ *  on tmpfs; -ENOENT/-ENOTDIR/-EACCES/-EROFS for an unusable backing
+ *  directory; -EPERM when userfaultfd is not permitted; -ENOSYS when the
+ *  kernel lacks it. ctx must outlive the pager.
+ *  Fork: regions are MADV_DONTFORK, so a child process does not inherit them
+ *  (touching one there raises SIGSEGV) and never reads zeros where the parent
+ *  had data; the child must open its own pager (the parent's refuses to map
+ *  there, -ECHILD). Signals: handler threads block them, and a faulting
+ *  thread that takes one simply retries its access. */
 HM_API HM_NODISCARD int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg,
                                       hm_pager_t **out);
 

@@ -126,6 +126,7 @@ typedef struct hm__wq_s {
 struct hm_pager_s {
   hm_ctx_t *ctx;
   hm_pager_config_t cfg;
+  int pid; /* the process that opened it: a forked child must open its own */
   char dir[HM_PATH_MAX];
   int uffd, pagemap, evfd;
   uint64_t features;
@@ -1015,6 +1016,7 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
   hm_pager_t *p = calloc(1, sizeof *p);
   if (!p) return _hm_error(ctx, -ENOMEM, "out of memory for the pager");
   p->ctx = ctx;
+  p->pid = (int)getpid();
   p->uffd = p->pagemap = p->evfd = -1;
   pthread_mutex_init(&p->lk, NULL);
   pthread_cond_init(&p->cv, NULL);
@@ -1207,6 +1209,11 @@ int hm_pager_map(hm_pager_t *p, size_t length, void **addr) {
   if (!p || !addr || length == 0) return -EINVAL;
   *addr = NULL;
   hm_ctx_t *ctx = p->ctx;
+  if ((int)getpid() != p->pid)
+    /* The userfaultfd and the handler threads belong to the parent. */
+    return _hm_error(ctx, -ECHILD,
+                     "this pager belongs to process %d: a forked child must open its own",
+                     p->pid);
   size_t len = (length + p->unit - 1) & ~(size_t)(p->unit - 1);
   if (len < length || len / p->unit > UINT32_MAX)
     return _hm_error(ctx, -EINVAL, "region of %zu bytes is too large", length);

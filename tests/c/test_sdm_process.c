@@ -110,9 +110,14 @@ int main(void) {
   bad = 0;
   for (size_t i = 0; i < n; i += 61) bad += a[i] != hm_sdm_mix(i);
   CHECK_EQ_INT(bad, 0);
-  /* A child that never touches the region exits normally. */
+  /* A child that never touches the region exits normally; the parent's
+   * pager refuses to map in it (it must open its own). */
   pid = fork();
-  if (pid == 0) _exit(ordinary == 42 ? 0 : 1);
+  if (pid == 0) {
+    void *c = NULL;
+    if (hm_pager_map(p, MiB, &c) != -ECHILD || c != NULL) _exit(2);
+    _exit(ordinary == 42 ? 0 : 1);
+  }
   CHECK(waitpid(pid, &st, 0) == pid);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   CHECK_EQ_INT(hm_pager_unmap(p, a, len), 0);
