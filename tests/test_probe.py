@@ -265,6 +265,7 @@ def test_bench_reference_small(scratch, env):
     (s,) = data["stream"]
     assert s["threads"] == 1 and s["probe_triad_gbs"] > 0 and s["reference_triad_gbs"] > 0
     assert s["ratio"] == pytest.approx(s["probe_triad_gbs"] / s["reference_triad_gbs"])
+    assert s["median_ratio"] == pytest.approx(s["ratio"])  # one round: median is the best
     st = data["storage"]
     assert st["probe_seq_read_gbs"] > 0 and st["fio_seq_read_gbs"] > 0
     assert data["pass"] == (s["pass"] and st["pass"])
