@@ -88,8 +88,16 @@ int geom_map(const params_t *p, int size, int (*coords)[4], char *err, size_t n)
             return -1;
         }
         int *seen = calloc((size_t)size, sizeof(int)), r, c[4], cnt = 0;
-        while (fscanf(f, "%d %d %d %d %d", &r, &c[0], &c[1], &c[2], &c[3]) == 5) {
-            int ok = r >= 0 && r < size && !seen[r];
+        char line[256];
+        /* lines "rank x y z t" (process-grid coordinates); '#' starts a comment */
+        while (fgets(line, sizeof line, f)) {
+            char *h = strchr(line, '#');
+            if (h)
+                *h = 0;
+            int got = sscanf(line, "%d %d %d %d %d", &r, &c[0], &c[1], &c[2], &c[3]);
+            if (got <= 0)
+                continue;
+            int ok = got == 5 && r >= 0 && r < size && !seen[r];
             for (int m = 0; m < 4; m++)
                 ok = ok && c[m] >= 0 && c[m] < grid[m];
             if (!ok) {
