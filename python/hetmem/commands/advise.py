@@ -1,0 +1,229 @@
+"""`hetmem advise`: profiles in, a placement (site -> tier) out."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hetmem import advise as adv
+from hetmem import output
+from hetmem import placement as plc
+from hetmem import profile as prof
+from hetmem.errors import UsageError
+from hetmem.sizes import format_size, parse_size
+from hetmem.symbolize import Symbolizer
+
+
+class Command:
+    name = "advise"
+    help = "decide the tier of every allocation site from profiles (exact ILP, any number of tiers)"
+    description = (
+        "Reads one or more profiles (MPI ranks, repeated runs: merged by call site),\n"
+        "estimates each site's time on every tier from its sampled accesses and the\n"
+        "tiers' measured bandwidth and latency (hetmem probe; --tiers FILE to give\n"
+        "them), and assigns sites to tiers minimising the predicted time, under\n"
+        "capacity limits that count live bytes over time (peak concurrent use).\n"
+        "Solved exactly with HiGHS up to --max-ilp-sites sites, greedily beyond.\n"
+        "--fast-budget is per node; it is divided among the ranks found on each node.\n"
+        "Writes a placement file (TOML, docs/formats.md) for hetmem run --placement."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("profiles", nargs="*", metavar="PROFILE", help="profile files")
+        parser.add_argument(
+            "--fast-budget", metavar="SIZE", help="fast-tier bytes per node (e.g. 4G, 512MiB)"
+        )
+        parser.add_argument("-o", "--output", metavar="FILE", help="write the placement here")
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument(
+            "--explain",
+            nargs="?",
+            type=int,
+            const=10,
+            default=0,
+            metavar="N",
+            help="say why each of the N (default 10) most beneficial sites went where it did",
+        )
+        parser.add_argument(
+            "--tiers", metavar="FILE", help="tier characteristics as JSON instead of this machine's"
+        )
+        parser.add_argument(
+            "--ranks-per-node", type=int, metavar="N", help="ranks sharing a node's budget"
+        )
+        parser.add_argument(
+            "--solver", choices=("auto", "ilp", "greedy"), default="auto", help="default: auto"
+        )
+        parser.add_argument(
+            "--max-ilp-sites",
+            type=int,
+            default=adv.MAX_ILP_SITES,
+            metavar="N",
+            help=f"auto uses the greedy beyond N sites (default {adv.MAX_ILP_SITES})",
+        )
+        parser.add_argument(
+            "--time-limit",
+            type=float,
+            default=adv.DEFAULT_TIME_LIMIT_S,
+            metavar="S",
+            help="HiGHS time limit; the best solution found is used after it",
+        )
+        parser.add_argument(
+            "--no-symbols", action="store_true", help="do not symbolize frames (faster)"
+        )
+        parser.add_argument(
+            "--benchmark",
+            nargs="?",
+            type=int,
+            const=adv.MAX_ILP_SITES,
+            metavar="SITES",
+            help="time the exact solver on a synthetic instance (default 10000 sites, 3 tiers) "
+            "against the 2 s target, beside the greedy",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        if args.benchmark is not None:
+            return self.bench(args)
+        if not args.profiles:
+            raise UsageError("give at least one profile file")
+        if args.fast_budget is None:
+            raise UsageError("--fast-budget SIZE is required (fast-tier bytes per node)")
+        budget = parse_size(args.fast_budget, "--fast-budget")
+        if args.ranks_per_node is not None and args.ranks_per_node < 1:
+            raise UsageError("--ranks-per-node must be at least 1")
+        if args.max_ilp_sites < 0:
+            raise UsageError("--max-ilp-sites must not be negative")
+        profiles = [prof.load(p) for p in args.profiles]
+        merged = prof.merge(profiles)
+        if args.tiers:
+            tiers, notes = adv.tiers_from_file(args.tiers), []
+        else:
+            tiers, notes = adv.tiers_from_machine()
+        if len(tiers) < 2:
+            notes.append(f"only one tier ({tiers[0].name}): every site goes there")
+        sym = None if args.no_symbols else Symbolizer()
+        res = adv.advise(
+            merged,
+            tiers,
+            budget,
+            ranks_per_node=args.ranks_per_node,
+            solver=args.solver,
+            max_ilp_sites=args.max_ilp_sites,
+            time_limit=args.time_limit,
+            symbolizer=sym,
+            explain_top=args.explain,
+            profile_names=args.profiles,
+        )
+        notes = notes + res.notes
+        if sym is not None:
+            notes += [f"cannot symbolize {k}: {v}" for k, v in sym.problems.items()]
+        if res.solution.note:
+            notes.append(res.solution.note)
+        comment = [
+            "hetmem placement: which tier serves each allocation site (docs/formats.md).",
+            f"made by: hetmem advise {' '.join(sys.argv[2:])}".rstrip(),
+        ]
+        if args.output:
+            plc.save(res.placement, args.output, comment)
+        if args.json:
+            data = {
+                "schema_version": 1,
+                "placement_file": args.output,
+                "notes": notes,
+                **res.placement.meta,
+                "tiers": [vars(t) for t in res.placement.tiers],
+                "sites": [
+                    {**vars(s), "tier_name": res.placement.tiers[s.tier].name}
+                    for s in res.placement.sites
+                ],
+            }
+            output.print_json(data)
+            return 0
+        err = output.err_console()
+        for n in notes:
+            err.print(f"note: {n}", markup=False)
+        m = res.placement.meta
+        solver = "exact ILP (HiGHS)" if res.solution.solver == "ilp-highs" else "GREEDY heuristic"
+        if res.solution.solver == "ilp-highs" and not res.solution.optimal:
+            solver += ", not proven optimal"
+        con = output.console()
+        con.print(
+            f"{len(merged.sites)} sites from {len(profiles)} profile(s), {len(tiers)} tiers; "
+            f"solver: {solver}, {res.solution.seconds:.3g} s",
+            markup=False,
+        )
+        con.print(
+            f"predicted time in allocation sites: {m['predicted_time_s']:.4g} s per process "
+            f"(all on {tiers[-1].name}: {res.time_slowest_s:.4g} s; unlimited {tiers[0].name}: "
+            f"{res.time_fastest_s:.4g} s); saved {m['predicted_time_saved_s']:.4g} s",
+            markup=False,
+        )
+        counts = {}
+        for s in res.placement.sites:
+            counts.setdefault(s.tier, [0, 0])
+            counts[s.tier][0] += 1
+            counts[s.tier][1] += s.peak_live_bytes
+        output.table(
+            "tiers",
+            [
+                "tier",
+                "kind",
+                "GB/s",
+                "latency ns",
+                "capacity/process",
+                "sites",
+                "sum of peaks",
+                "source",
+            ],
+            [
+                [
+                    t.name,
+                    t.kind,
+                    f"{t.bandwidth_gbs:.3g}",
+                    f"{t.latency_ns:.3g}",
+                    format_size(pt.capacity_bytes) if pt.capacity_bytes else "unlimited",
+                    counts.get(i, [0, 0])[0],
+                    format_size(counts.get(i, [0, 0])[1]),
+                    t.source,
+                ]
+                for i, (t, pt) in enumerate(zip(tiers, res.placement.tiers, strict=True))
+            ],
+        )
+        top = res.placement.sites[: max(10, args.explain)]
+        output.table(
+            "sites by benefit",
+            ["site", "where", "tier", "peak live", "est. accesses", "benefit s"],
+            [
+                [
+                    s.id,
+                    (s.symbols[0] if s.symbols else f"frame 0x{s.frames[0][1]:x}"),
+                    res.placement.tiers[s.tier].name,
+                    format_size(s.peak_live_bytes),
+                    f"{s.est_accesses:.3g}",
+                    f"{s.benefit_s:.3g}",
+                ]
+                for s in top
+            ],
+        )
+        if args.explain:
+            for s in res.placement.sites[: args.explain]:
+                con.print(f"site {s.id}: {s.reason}", markup=False)
+        if args.output:
+            con.print(f"placement written to {args.output}", markup=False)
+        return 0
+
+    def bench(self, args: argparse.Namespace) -> int:
+        if args.benchmark < 1:
+            raise UsageError("--benchmark needs a positive number of sites")
+        r = adv.benchmark(args.benchmark)
+        if args.json:
+            output.print_json({"schema_version": 1, **r})
+            return 0
+        output.console().print(
+            f"{r['sites']} sites, {r['tiers']} tiers, {r['intervals']} live-set intervals: "
+            f"exact ILP {r['ilp_seconds']:.3g} s (optimal: {r['ilp_optimal']}; target "
+            f"{r['target_seconds']:g} s: {'met' if r['meets_target'] else 'MISSED'}), "
+            f"greedy {r['greedy_seconds']:.3g} s; greedy reaches "
+            f"{100 * r['greedy_over_ilp']:.4f}% of the exact time saved",
+            markup=False,
+        )
+        return 0

@@ -1,0 +1,503 @@
+"""Allocation-site profiles: the reader, its strict validation, and merging.
+
+A profile is what the interposer writes at exit for one process (one MPI
+rank): JSON lines, a header, the modules, one record per allocation site and
+an end record that makes truncation detectable. The format is documented in
+docs/formats.md ("Allocation-site profile"); this module is its reference
+reader. Anything that does not follow the format raises SchemaError with a
+one-line message naming the file and line.
+
+Sites are identified by their frames: (module, offset) pairs, innermost
+first, where a module is named by its GNU build-id (or, when it has none, by
+its path) and offset is the return address minus the module's load bias.
+That identity survives ASLR; merging truncates frames to the shallowest
+depth the merged profiles recorded, so that runs with a different stack
+depth still meet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetmem.errors import SchemaError
+
+MAGIC = "hetmem-profile"
+SCHEMA_VERSION = 1
+MAX_DEPTH = 64
+MAX_LIVE_POINTS = 1_000_000
+MAX_LINE = 16 << 20
+
+# A frame as a hashable key: (module key, offset). The module key is
+# "b:<build-id hex>" or, for a module without a build-id, "p:<path>".
+FrameKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Module:
+    path: str
+    build_id: str  # lower-case hex, "" when the module has none
+
+    @property
+    def key(self) -> str:
+        return f"b:{self.build_id}" if self.build_id else f"p:{self.path}"
+
+
+@dataclass
+class Site:
+    """One allocation site of one profile (or of a merge of several)."""
+
+    frames: list[tuple[Module, int]]  # innermost first
+    allocs: int = 0
+    bytes: int = 0
+    max_bytes: int = 0  # largest single allocation
+    peak_live_bytes: int = 0
+    # Step function of live bytes: [(t_ns, bytes)], t increasing; `bytes` is
+    # an upper bound of the live bytes from t until the next point.
+    live: list[tuple[int, int]] = field(default_factory=list)
+    lifetime_min_ns: int = 0
+    lifetime_mean_ns: float = 0.0
+    lifetime_max_ns: int = 0
+    never_freed: int = 0
+    loads: int = 0  # samples
+    stores: int = 0  # samples
+    random_fraction: float = 0.0
+    small_count: int = 0
+    small_bytes: int = 0
+    est_accesses: float = 0.0  # samples scaled by the sampler period
+    sources: int = 1  # profiles merged into this site
+
+    def key(self, depth: int | None = None) -> tuple[FrameKey, ...]:
+        frames = self.frames if depth is None else self.frames[:depth]
+        return tuple((m.key, off) for m, off in frames)
+
+    @property
+    def accesses_per_byte(self) -> float:
+        return self.est_accesses / self.peak_live_bytes if self.peak_live_bytes else 0.0
+
+
+@dataclass
+class Profile:
+    path: str
+    header: dict[str, Any]
+    modules: list[Module]
+    sites: list[Site]
+
+    @property
+    def rank(self) -> int | None:
+        r = self.header.get("rank")
+        return r if isinstance(r, int) else None
+
+    @property
+    def hostname(self) -> str:
+        return str(self.header.get("hostname", ""))
+
+    @property
+    def depth(self) -> int:
+        return int(self.header["depth"])
+
+    @property
+    def wall_ns(self) -> int:
+        return int(self.header["wall_ns"])
+
+    @property
+    def binary(self) -> Module:
+        return self.modules[int(self.header["binary"])]
+
+
+class _Ctx:
+    """Where in which file a check failed, for one-line messages."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.line = 0
+
+    def fail(self, msg: str) -> SchemaError:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return SchemaError(f"{where}: {msg}")
+
+    def obj(self, rec: Any, what: str) -> dict[str, Any]:
+        if not isinstance(rec, dict):
+            raise self.fail(f"{what} is not a JSON object")
+        return rec
+
+    def int_(self, rec: dict[str, Any], key: str, lo: int = 0, hi: int = 2**64 - 1) -> int:
+        v = rec.get(key)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(f"'{key}' must be an integer")
+        if not lo <= v <= hi:
+            raise self.fail(f"'{key}' = {v} is out of range [{lo}, {hi}]")
+        return v
+
+    def opt_int(self, rec: dict[str, Any], key: str, default: int = 0) -> int:
+        return self.int_(rec, key) if key in rec else default
+
+    def num(self, rec: dict[str, Any], key: str, lo: float = 0.0, hi: float = math.inf) -> float:
+        v = rec.get(key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise self.fail(f"'{key}' must be a finite number")
+        if not lo <= v <= hi:
+            raise self.fail(f"'{key}' = {v} is out of range [{lo}, {hi}]")
+        return float(v)
+
+    def str_(self, rec: dict[str, Any], key: str, allow_empty: bool = True) -> str:
+        v = rec.get(key)
+        if not isinstance(v, str) or (not allow_empty and not v):
+            raise self.fail(f"'{key}' must be a {'non-empty ' if not allow_empty else ''}string")
+        if "\0" in v:
+            raise self.fail(f"'{key}' holds a NUL character")
+        return v
+
+
+def _build_id(c: _Ctx, rec: dict[str, Any]) -> str:
+    bid = c.str_(rec, "build_id").lower()
+    if len(bid) % 2 or len(bid) > 128 or any(ch not in "0123456789abcdef" for ch in bid):
+        raise c.fail("'build_id' must be an even number of hex digits (at most 64 bytes)")
+    return bid
+
+
+def _parse_header(c: _Ctx, rec: dict[str, Any]) -> dict[str, Any]:
+    if rec.get("magic") != MAGIC:
+        raise c.fail(f"not a hetmem profile (first line lacks magic '{MAGIC}')")
+    ver = rec.get("schema_version")
+    if ver != SCHEMA_VERSION:
+        raise c.fail(
+            f"schema_version {ver!r} is not supported (this hetmem reads {SCHEMA_VERSION})"
+        )
+    if rec.get("type") != "header":
+        raise c.fail("first record must have type 'header'")
+    c.int_(rec, "depth", 1, MAX_DEPTH)
+    c.int_(rec, "wall_ns")
+    c.int_(rec, "threshold")
+    c.int_(rec, "pid")
+    c.int_(rec, "binary")
+    c.int_(rec, "bytes_per_access", 1, 1 << 30)
+    c.num(rec, "start_unix", 0.0)
+    c.str_(rec, "hostname")
+    if rec.get("rank") is not None:
+        c.int_(rec, "rank", 0, 2**31 - 1)
+    sampler = c.obj(rec.get("sampler"), "'sampler'")
+    c.str_(sampler, "name", allow_empty=False)
+    c.num(sampler, "period", 0.0)
+    if "small" in rec:
+        small = c.obj(rec["small"], "'small'")
+        c.int_(small, "count")
+        c.int_(small, "bytes")
+    if "threads" in rec:
+        c.int_(rec, "threads", 1, 1 << 20)
+    return rec
+
+
+def _parse_site(c: _Ctx, rec: dict[str, Any], modules: list[Module], hdr: dict[str, Any]) -> Site:
+    frames_raw = rec.get("frames")
+    if not isinstance(frames_raw, list) or not 1 <= len(frames_raw) <= MAX_DEPTH:
+        raise c.fail(f"'frames' must be a list of 1 to {MAX_DEPTH} [module, offset] pairs")
+    frames: list[tuple[Module, int]] = []
+    for fr in frames_raw:
+        if (
+            not isinstance(fr, list)
+            or len(fr) != 2
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in fr)
+        ):
+            raise c.fail("each frame must be [module index, offset]")
+        mi, off = fr
+        if not 0 <= mi < len(modules):
+            raise c.fail(f"frame names module {mi}, but only {len(modules)} are declared before it")
+        if not 0 <= off < 2**64:
+            raise c.fail(f"frame offset {off} is out of range")
+        frames.append((modules[mi], off))
+    s = Site(frames=frames)
+    s.allocs = c.int_(rec, "allocs")
+    s.bytes = c.int_(rec, "bytes")
+    s.max_bytes = c.opt_int(rec, "max_bytes")
+    s.peak_live_bytes = c.int_(rec, "peak_live_bytes")
+    if s.peak_live_bytes > s.bytes:
+        raise c.fail("'peak_live_bytes' exceeds 'bytes' (all bytes ever allocated)")
+    live_raw = rec.get("live", [])
+    if not isinstance(live_raw, list) or len(live_raw) > MAX_LIVE_POINTS:
+        raise c.fail("'live' must be a list of [t_ns, bytes] points")
+    last_t = -1
+    wall = int(hdr["wall_ns"])
+    for pt in live_raw:
+        if (
+            not isinstance(pt, list)
+            or len(pt) != 2
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in pt)
+        ):
+            raise c.fail("each 'live' point must be [t_ns, bytes] (integers)")
+        t, b = pt
+        if t <= last_t or t < 0 or t > wall:
+            raise c.fail("'live' times must increase strictly and lie within [0, wall_ns]")
+        if not 0 <= b <= s.peak_live_bytes:
+            raise c.fail("'live' bytes must lie within [0, peak_live_bytes]")
+        last_t = t
+        s.live.append((t, b))
+    if s.peak_live_bytes and not s.live:
+        # No time series: the conservative reading is peak live bytes all run long.
+        s.live = [(0, s.peak_live_bytes)]
+    lt = rec.get("lifetime_ns")
+    if lt is not None:
+        lt = c.obj(lt, "'lifetime_ns'")
+        s.lifetime_min_ns = c.int_(lt, "min")
+        s.lifetime_mean_ns = c.num(lt, "mean")
+        s.lifetime_max_ns = c.int_(lt, "max")
+        if not s.lifetime_min_ns <= s.lifetime_mean_ns <= s.lifetime_max_ns:
+            raise c.fail("'lifetime_ns' must satisfy min <= mean <= max")
+    s.never_freed = c.opt_int(rec, "never_freed")
+    if s.never_freed > s.allocs:
+        raise c.fail("'never_freed' exceeds 'allocs'")
+    samples = c.obj(rec.get("samples", {}), "'samples'")
+    s.loads = c.opt_int(samples, "loads")
+    s.stores = c.opt_int(samples, "stores")
+    if "random_fraction" in rec:
+        s.random_fraction = c.num(rec, "random_fraction", 0.0, 1.0)
+    small = c.obj(rec.get("small", {}), "'small'")
+    s.small_count = c.opt_int(small, "count")
+    s.small_bytes = c.opt_int(small, "bytes")
+    s.est_accesses = (s.loads + s.stores) * float(hdr["sampler"]["period"])
+    return s
+
+
+def _lines(path: Path) -> Iterable[tuple[int, bytes]]:
+    with open(path, "rb") as f:
+        yield from enumerate(f, 1)
+
+
+def parse_bytes(data: bytes, name: str = "<profile>") -> Profile:
+    """Parses a profile held in memory (the fuzzer and tests use this)."""
+    return _parse(name, enumerate(data.splitlines(keepends=True), 1))
+
+
+def load(path: str | Path) -> Profile:
+    """Reads and validates one profile file; SchemaError on any defect."""
+    p = Path(path)
+    try:
+        return _parse(str(p), _lines(p))
+    except OSError as exc:
+        raise SchemaError(f"{p}: cannot read: {exc.strerror or exc}") from None
+
+
+def _parse(name: str, lines: Iterable[tuple[int, bytes]]) -> Profile:
+    c = _Ctx(name)
+    header: dict[str, Any] | None = None
+    modules: list[Module] = []
+    sites: list[Site] = []
+    ended = False
+    for n, raw in lines:
+        c.line = n
+        if ended:
+            raise c.fail("data after the end record")
+        if len(raw) > MAX_LINE:
+            raise c.fail("line too long")
+        if not raw.endswith(b"\n"):
+            raise c.fail("truncated (last line has no newline)")
+        try:
+            rec = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise c.fail("not valid JSON (truncated or corrupt)") from None
+        rec = c.obj(rec, "record")
+        if header is None:
+            header = _parse_header(c, rec)
+            continue
+        kind = rec.get("type")
+        if kind == "module":
+            if sites:
+                raise c.fail("module records must precede site records")
+            idx = c.int_(rec, "index")
+            if idx != len(modules):
+                raise c.fail(f"module index {idx} out of order (expected {len(modules)})")
+            modules.append(
+                Module(path=c.str_(rec, "path", allow_empty=False), build_id=_build_id(c, rec))
+            )
+        elif kind == "site":
+            sites.append(_parse_site(c, rec, modules, header))
+        elif kind == "end":
+            if c.int_(rec, "sites") != len(sites) or c.int_(rec, "modules") != len(modules):
+                raise c.fail("end record counts do not match the records read (file damaged)")
+            ended = True
+        else:
+            raise c.fail(f"unknown record type {kind!r}")
+    if header is None:
+        c.line = 0
+        raise c.fail("empty file (not a hetmem profile)")
+    if not ended:
+        c.line = 0
+        raise c.fail("truncated: no end record (did the process die before exit?)")
+    if not int(header["binary"]) < len(modules):
+        c.line = 1
+        raise c.fail("'binary' names a module the file does not declare")
+    return Profile(path=name, header=header, modules=modules, sites=sites)
+
+
+# --------------------------------------------------------------------------
+# Merging
+
+
+@dataclass
+class Merged:
+    """Several profiles (ranks, runs) as one set of sites.
+
+    `sites` are the merged sites; `per_profile[p]` maps a merged site index to
+    that profile's own site, so that capacity constraints can be stated per
+    process (each rank has its own share of the budget).
+    """
+
+    profiles: list[Profile]
+    depth: int
+    sites: list[Site]
+    per_profile: list[dict[int, Site]]
+
+    @property
+    def modules(self) -> list[Module]:
+        seen: dict[str, Module] = {}
+        for s in self.sites:
+            for m, _ in s.frames:
+                seen.setdefault(m.key, m)
+        return list(seen.values())
+
+
+def merge(profiles: Sequence[Profile]) -> Merged:
+    """Merges profiles: sites meet when their frames, truncated to the
+    shallowest recorded depth, name the same (module, offset) pairs.
+
+    Counts, bytes and estimated accesses add up; peak live bytes is the
+    largest of any one process (a per-process quantity); lifetimes combine.
+    """
+    if not profiles:
+        raise SchemaError("no profiles to merge")
+    depth = min(p.depth for p in profiles)
+    index: dict[tuple[FrameKey, ...], int] = {}
+    merged: list[Site] = []
+    per_profile: list[dict[int, Site]] = []
+    for p in profiles:
+        mine: dict[int, Site] = {}
+        for s in p.sites:
+            key = s.key(depth)
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(merged)
+                merged.append(Site(frames=list(s.frames[:depth]), sources=0))
+            m = merged[i]
+            if i in mine:
+                # Two sites of one profile that differ only beyond the common
+                # depth: within this profile they are now one site.
+                mine[i] = _combine_same_process(mine[i], s)
+            else:
+                mine[i] = s
+            _accumulate(m, s)
+        per_profile.append(mine)
+    for i, m in enumerate(merged):
+        m.sources = sum(1 for mine in per_profile if i in mine)
+    return Merged(profiles=list(profiles), depth=depth, sites=merged, per_profile=per_profile)
+
+
+def _accumulate(m: Site, s: Site) -> None:
+    total_freed = (m.allocs - m.never_freed) + (s.allocs - s.never_freed)
+    if total_freed:
+        m.lifetime_mean_ns = (
+            m.lifetime_mean_ns * (m.allocs - m.never_freed)
+            + s.lifetime_mean_ns * (s.allocs - s.never_freed)
+        ) / total_freed
+    if s.allocs - s.never_freed:
+        had = m.allocs - m.never_freed
+        m.lifetime_min_ns = (
+            s.lifetime_min_ns if not had else min(m.lifetime_min_ns, s.lifetime_min_ns)
+        )
+        m.lifetime_max_ns = max(m.lifetime_max_ns, s.lifetime_max_ns)
+    total_acc = m.est_accesses + s.est_accesses
+    if total_acc:
+        m.random_fraction = (
+            m.random_fraction * m.est_accesses + s.random_fraction * s.est_accesses
+        ) / total_acc
+    m.allocs += s.allocs
+    m.bytes += s.bytes
+    m.max_bytes = max(m.max_bytes, s.max_bytes)
+    m.peak_live_bytes = max(m.peak_live_bytes, s.peak_live_bytes)
+    m.never_freed += s.never_freed
+    m.loads += s.loads
+    m.stores += s.stores
+    m.small_count += s.small_count
+    m.small_bytes += s.small_bytes
+    m.est_accesses = total_acc
+
+
+def _combine_same_process(a: Site, b: Site) -> Site:
+    """Two sites of one process seen as one: live series add pointwise."""
+    out = Site(frames=a.frames, sources=1)
+    _accumulate(out, a)
+    _accumulate(out, b)
+    out.live = add_series([a.live, b.live])
+    out.peak_live_bytes = max((v for _, v in out.live), default=0)
+    return out
+
+
+def add_series(series: Sequence[Sequence[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """Pointwise sum of step functions (each [(t, v)], v holding until the next t)."""
+    times = sorted({t for s in series for t, _ in s})
+    out: list[tuple[int, int]] = []
+    pos = [0] * len(series)
+    cur = [0] * len(series)
+    for t in times:
+        for j, s in enumerate(series):
+            while pos[j] < len(s) and s[pos[j]][0] <= t:
+                cur[j] = s[pos[j]][1]
+                pos[j] += 1
+        v = sum(cur)
+        if not out or out[-1][1] != v:
+            out.append((t, v))
+    return out
+
+
+def module_keys(profile: Profile) -> dict[str, Module]:
+    return {m.key: m for m in profile.modules}
+
+
+def to_json(profile: Profile) -> dict[str, Any]:
+    """A summary of a profile for `hetmem profile show --json`."""
+    return {
+        "path": profile.path,
+        "header": profile.header,
+        "modules": [{"path": m.path, "build_id": m.build_id} for m in profile.modules],
+    }
+
+
+def dumps(
+    header: dict[str, Any], modules: Sequence[tuple[str, str]], sites: Sequence[dict[str, Any]]
+) -> str:
+    """Reference writer of the format (tests and fuzz seeds use it; the
+    interposer writes the same lines from C). header: the header fields
+    without magic/schema_version/type; modules: (path, build-id hex);
+    sites: site records without "type"."""
+    lines = [
+        json.dumps({"magic": MAGIC, "schema_version": SCHEMA_VERSION, "type": "header", **header})
+    ]
+    for i, (path, bid) in enumerate(modules):
+        lines.append(json.dumps({"type": "module", "index": i, "path": path, "build_id": bid}))
+    for s in sites:
+        lines.append(json.dumps({"type": "site", **s}))
+    lines.append(json.dumps({"type": "end", "sites": len(sites), "modules": len(modules)}))
+    return "\n".join(lines) + "\n"
+
+
+def default_header(**over: Any) -> dict[str, Any]:
+    """A complete header with neutral values (for tests and tools)."""
+    h: dict[str, Any] = {
+        "binary": 0,
+        "pid": 1,
+        "rank": None,
+        "hostname": "localhost",
+        "start_unix": 0.0,
+        "wall_ns": 1_000_000_000,
+        "depth": 8,
+        "threshold": 4096,
+        "bytes_per_access": 64,
+        "threads": 1,
+        "sampler": {"name": "test", "period": 1.0},
+        "small": {"count": 0, "bytes": 0},
+    }
+    h.update(over)
+    return h

@@ -1,0 +1,118 @@
+"""Frames to source locations, through libhetmem's hm_symbolize (libdw).
+
+Profiles record return addresses; the call that allocated is the
+instruction before, so frames are looked up at offset - 1 (the same
+convention as addr2line users and every unwinder's "pc - 1" rule).
+Results are cached per module, one libdw session per module and batch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from hetmem._native import Context, lib
+from hetmem.errors import HetmemError, NativeError
+
+
+@dataclass(frozen=True)
+class Location:
+    function: str | None
+    file: str | None
+    line: int
+
+    def __str__(self) -> str:
+        fn = self.function or "??"
+        if self.file:
+            return f"{fn} at {self.file}:{self.line}"
+        return fn
+
+
+def _declare() -> ctypes.CDLL:
+    so = lib()
+    c_p = ctypes.c_void_p
+    if not hasattr(so, "hm_symbolize"):
+        raise NativeError("this libhetmem has no symbolizer (hm_symbolize); rebuild hetmem")
+    so.hm_symbolize.argtypes = [
+        c_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.POINTER(ctypes.c_uint64),
+        ctypes.c_size_t,
+        ctypes.POINTER(c_p),
+    ]
+    so.hm_symbolize.restype = ctypes.c_int
+    so.hm_module_build_id.argtypes = [c_p, ctypes.c_char_p, ctypes.POINTER(c_p)]
+    so.hm_module_build_id.restype = ctypes.c_int
+    return so
+
+
+def _take(so: ctypes.CDLL, out: ctypes.c_void_p) -> str:
+    try:
+        return ctypes.string_at(out.value).decode(errors="replace")
+    finally:
+        so.hm_free(out)
+
+
+def build_id(path: str) -> str:
+    """GNU build-id of an ELF file as lower-case hex ("" if it has none)."""
+    so = _declare()
+    with Context() as ctx:
+        out = ctypes.c_void_p()
+        ctx.check(so.hm_module_build_id(ctx.handle, path.encode(), ctypes.byref(out)))
+        return _take(so, out)
+
+
+def symbolize_raw(path: str, build_id_hex: str, offsets: list[int]) -> dict[str, Any]:
+    """hm_symbolize's JSON for exact offsets (no return-address adjustment)."""
+    so = _declare()
+    arr = (ctypes.c_uint64 * max(1, len(offsets)))(*offsets)
+    with Context() as ctx:
+        out = ctypes.c_void_p()
+        ctx.check(
+            so.hm_symbolize(
+                ctx.handle,
+                path.encode(),
+                build_id_hex.encode(),
+                arr,
+                len(offsets),
+                ctypes.byref(out),
+            )
+        )
+        return json.loads(_take(so, out))
+
+
+class Symbolizer:
+    """Caches locations per (module key, offset); remembers failures per
+    module so that a missing binary is reported once, not per frame."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int], Location] = {}
+        self.problems: dict[str, str] = {}
+
+    def prefetch(self, frames: Iterable[tuple[str, str, str, int]]) -> None:
+        """frames: (module key, path, build-id, return-address offset)."""
+        todo: dict[str, tuple[str, str, list[int]]] = {}
+        for key, path, bid, off in frames:
+            if (key, off) in self._cache or key in self.problems:
+                continue
+            todo.setdefault(key, (path, bid, []))[2].append(off)
+        for key, (path, bid, offs) in todo.items():
+            offs = sorted(set(offs))
+            try:
+                data = symbolize_raw(path, bid, [max(0, o - 1) for o in offs])
+            except HetmemError as exc:
+                self.problems[key] = str(exc)
+                continue
+            for off, fr in zip(offs, data["frames"], strict=True):
+                self._cache[(key, off)] = Location(
+                    function=fr.get("function"), file=fr.get("file"), line=int(fr.get("line", 0))
+                )
+
+    def lookup(self, key: str, path: str, bid: str, off: int) -> Location | None:
+        if (key, off) not in self._cache and key not in self.problems:
+            self.prefetch([(key, path, bid, off)])
+        return self._cache.get((key, off))
