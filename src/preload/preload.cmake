@@ -9,7 +9,7 @@ add_library(hetmem_preload SHARED
   ${HM_PRELOAD_DIR}/table.c)
 target_include_directories(hetmem_preload PRIVATE ${PROJECT_SOURCE_DIR}/include
                            ${PROJECT_SOURCE_DIR}/src)
-target_compile_options(hetmem_preload PRIVATE ${HM_WARNINGS} -fno-builtin-malloc
+target_compile_options(hetmem_preload PRIVATE ${HM_WARNINGS} -fno-plt -fno-builtin-malloc
                        -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc)
 target_compile_definitions(hetmem_preload PRIVATE _GNU_SOURCE)
 target_link_libraries(hetmem_preload PRIVATE hetmem_core ${CMAKE_DL_LIBS})
