@@ -181,6 +181,7 @@ typedef struct {
     geom_t cg;            /* coarse geometry (one site per block) */
     int N, k;             /* test vectors, k = 2N coarse dof */
     cplxf *W;             /* [N][V*12] orthonormalised test vectors (P) */
+    cplxf *TV;            /* [N][V*12] the raw test vectors the setup iterates on */
     cplxf *Dc;            /* [Vc][9][k*k]: self, then dirs 0..7 */
     halo_t hc;            /* coarse halo */
     halo_t hw;            /* test-vector halo for assembly */

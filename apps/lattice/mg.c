@@ -95,6 +95,9 @@ static void orthonormalise(mg_t *M)
 {
     int N = M->N;
     size_t V12 = 12 * (size_t)M->g->V;
+    /* P is built from a copy: the setup keeps iterating on the smooth raw
+     * vectors, not on their block-wise rescaled, orthonormalised versions */
+    memcpy(M->W, M->TV, sizeof(cplxf) * V12 * (size_t)N);
 #pragma omp parallel for schedule(dynamic)
     for (int c = 0; c < M->nblk; c++) {
         const int *s = M->bsite + (size_t)c * M->bsites;
@@ -451,6 +454,7 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
     size_t V12 = 12 * (size_t)g->V, n = V12 * sizeof(cplxf);
     long nc = (long)M->k * M->cg.V;
     M->W = lat_alloc_testvec(n * (size_t)M->N);
+    M->TV = lat_alloc_testvec(n * (size_t)M->N);
     M->Dc = lat_alloc_coarse(sizeof(cplxf) * 9 * (size_t)M->k * M->k * (size_t)M->nblk);
     M->r = lat_alloc_vectors(n);
     M->e = lat_alloc_vectors(n);
@@ -466,7 +470,7 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
 
     /* initial phase: random vectors keyed by global site, SAP inverse iteration */
     for (int j = 0; j < M->N; j++) {
-        cplxf *w = M->W + (size_t)j * V12;
+        cplxf *w = M->TV + (size_t)j * V12;
         for (int e = 0; e < g->V; e++) {
             rng_t r;
             rng_seed(&r, p->seed, g->gidx[e], 7000 + (uint64_t)j);
@@ -485,7 +489,7 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
     /* bootstrap: v <- v + C (v - D v) */
     for (int it = 0; it < p->setup_iter; it++) {
         for (int j = 0; j < M->N; j++) {
-            cplxf *w = M->W + (size_t)j * V12;
+            cplxf *w = M->TV + (size_t)j * V12;
             dirac_apply_f(D, M->t, w);
             for (size_t i = 0; i < V12; i++)
                 M->t[i] = w[i] - M->t[i];
@@ -513,6 +517,7 @@ void mg_free(mg_t *M)
     free(M->blk);
     free(M->bcolor);
     lat_free(M->W);
+    lat_free(M->TV);
     lat_free(M->Dc);
     lat_free(M->r), lat_free(M->e), lat_free(M->q), lat_free(M->t);
     lat_free(M->rc), lat_free(M->ec), lat_free(M->cb), lat_free(M->cH);
