@@ -63,6 +63,43 @@ int _hm_probe_parse_cpulist(const char *text, int *cpus, int max) {
   return n;
 }
 
+static int hm__node_has_cpus(const char *root, int node, char *buf, size_t len) {
+  char path[96];
+  snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", node);
+  return _hm_prim_read_text(root, path, buf, len) > 0;
+}
+
+int _hm_probe_nearest_cpu_node(const char *root, int node) {
+  char buf[4096];
+  size_t len = sizeof buf;
+  if (hm__node_has_cpus(root, node, buf, len)) return node;
+  char path[96];
+  snprintf(path, sizeof path, "/sys/devices/system/node/node%d/distance", node);
+  if (_hm_prim_read_text(root, path, buf, len) <= 0) return node;
+  /* The row lists distances in the order of the online node ids, which are
+   * not always 0..n-1: pair it with the online list. */
+  char *row = strdup(buf);
+  if (!row) return node;
+  int ids[1024], nid = 0;
+  if (_hm_prim_read_text(root, "/sys/devices/system/node/online", buf, len) > 0)
+    nid = _hm_probe_parse_cpulist(buf, ids, 1024);
+  int best = node;
+  long bestd = -1;
+  char *save = NULL;
+  int i = 0;
+  for (char *tok = strtok_r(row, " ", &save); tok && i < nid;
+       tok = strtok_r(NULL, " ", &save), i++) {
+    long d = strtol(tok, NULL, 10);
+    if (ids[i] == node || (bestd >= 0 && d >= bestd)) continue;
+    if (hm__node_has_cpus(root, ids[i], buf, len)) {
+      best = ids[i];
+      bestd = d;
+    }
+  }
+  free(row);
+  return best;
+}
+
 int _hm_probe_cpus_for_node(int node, int *cpus, int max) {
   static const int cap = HM_PROBE_MAX_CPUS;
   int *allowed = malloc(sizeof(int) * (size_t)cap);
@@ -76,7 +113,10 @@ int _hm_probe_cpus_for_node(int node, int *cpus, int max) {
   if (node >= 0) {
     char path[96], *buf = malloc(65536);
     int *local = malloc(sizeof(int) * (size_t)cap);
-    snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", node);
+    /* A CPU-less node (CXL, PMem, HBM in flat mode) is measured from the
+     * nearest node that has CPUs, as an application there would use it. */
+    int from = _hm_probe_nearest_cpu_node("/", node);
+    snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", from);
     if (buf && local && _hm_prim_read_text("/", path, buf, 65536) > 0) {
       int nl = _hm_probe_parse_cpulist(buf, local, cap);
       for (int i = 0; i < nl && n < max; i++)

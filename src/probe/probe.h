@@ -12,10 +12,15 @@
  * live sysfs; 0 when it cannot be read. */
 uint64_t _hm_probe_llc_bytes(void);
 
-/* CPUs to pin measurement threads to, best first: the node's own CPUs that
- * this thread may use, then the rest of those it may use (node < 0: all of
- * them). Returns the count or a negative errno. */
+/* CPUs to pin measurement threads to, best first: the CPUs of the node (or
+ * of the nearest node with CPUs) that this thread may use, then the rest of
+ * those it may use (node < 0: all of them). Returns the count or a negative errno. */
 int _hm_probe_cpus_for_node(int node, int *cpus, int max);
+
+/* node if it has CPUs, else the node with CPUs nearest to it by the SLIT
+ * distance row (how an application would reach a CPU-less CXL, PMem or HBM
+ * node), else node. Reads sysfs under root (tests pass recorded trees). */
+int _hm_probe_nearest_cpu_node(const char *root, int node);
 
 /* 0 if node is a NUMA node with memory on the live machine, else -EINVAL
  * with a message on ctx. */

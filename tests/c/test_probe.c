@@ -11,6 +11,7 @@
 
 #include "hetmem.h"
 #include "prim/prim.h"
+#include "probe/probe.h"
 #include "testhelper.h"
 
 static int entries(const char *dir) {
@@ -212,9 +213,31 @@ static void test_json(hm_ctx_t *ctx) {
   CHECK_EQ_INT(hm_probe_json(ctx, "{\"test\": \"latency\"", &out), -EINVAL);
 }
 
+/* CPU-less nodes are measured from the nearest node with CPUs. */
+static void test_nearest_cpu_node(void) {
+  const char *g = HM_SOURCE_DIR "/tests/golden";
+  char root[4200];
+  snprintf(root, sizeof root, "%s/xeon-max-flat-snc4", g);
+  if (!_hm_prim_is_dir(root, "/sys/devices/system/node")) {
+    printf("skipping nearest-node checks: no golden trees\n");
+    return;
+  }
+  CHECK_EQ_INT(_hm_probe_nearest_cpu_node(root, 0), 0);  /* has CPUs */
+  CHECK_EQ_INT(_hm_probe_nearest_cpu_node(root, 8), 0);  /* HBM of SNC 0 */
+  CHECK_EQ_INT(_hm_probe_nearest_cpu_node(root, 9), 1);
+  CHECK_EQ_INT(_hm_probe_nearest_cpu_node(root, 15), 7); /* socket 1 */
+  snprintf(root, sizeof root, "%s/optane-kmem", g);
+  CHECK_EQ_INT(_hm_probe_nearest_cpu_node(root, 2), 0);
+  CHECK_EQ_INT(_hm_probe_nearest_cpu_node(root, 3), 1);
+  snprintf(root, sizeof root, "%s/vm", g);
+  CHECK_EQ_INT(_hm_probe_nearest_cpu_node(root, 0), 0);
+  CHECK_EQ_INT(_hm_probe_nearest_cpu_node(root, 5), 5); /* no such node: itself */
+}
+
 int main(void) {
   hm_ctx_t *ctx = NULL;
   CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
+  test_nearest_cpu_node();
   test_stream(ctx);
   test_latency(ctx);
   test_storage(ctx);
