@@ -31,7 +31,8 @@ int _hm_prim_bind_node(void *addr, size_t len, int node) {
   if (node < 0 || node >= 1024) return -EINVAL;
   unsigned long mask[1024 / (8 * sizeof(unsigned long))];
   memset(mask, 0, sizeof mask);
-  mask[(unsigned)node / (8 * sizeof(unsigned long))] |= 1UL << ((unsigned)node % (8 * sizeof(unsigned long)));
+  const unsigned bits = 8 * sizeof(unsigned long);
+  mask[(unsigned)node / bits] |= 1UL << ((unsigned)node % bits);
   /* MPOL_MF_STRICT is pointless before first touch; the binding decides
    * where the first-touch faults allocate. */
   if (mbind(addr, len, MPOL_BIND, mask, 1024, 0)) return -errno;
