@@ -372,8 +372,15 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
     S->prefetched = 0;
     p->pf_untouched -= p->unit;
   }
+  if (p->memfd_mode && map && S->mapped) {
+    /* Earlier pages are mapped already: map only the new ones, so a unit
+     * filled page by page costs one CONTINUE per fill, not per filled page. */
+    memset(bits, 0, sizeof bits);
+    for (uint32_t i = 0; i < op->npg; i++) hm__setbit(bits, op->pg0 + i);
+  } else {
+    memcpy(bits, S->filled, sizeof bits);
+  }
   if (p->memfd_mode && map) S->mapped = 1;
-  memcpy(bits, S->filled, sizeof bits);
   S->pin++;
   pthread_mutex_unlock(&p->lk);
   if (p->memfd_mode) {
