@@ -629,9 +629,23 @@ int main(int argc, char **argv)
     mg_t M;
     double t_setup = 0, t_solve[3] = {0}, t_coarse = 0;
     long coarse_its = 0;
+    double tca = 0, bca = 0; /* coarse operator: seconds per apply, bytes per apply */
     if (do_mg) {
         mg_setup(&M, &D, &p);
         t_setup = M.t_setup;
+        long ncv = (long)M.k * M.cg.V;
+        cplxf *ca = lat_alloc_vectors(sizeof(cplxf) * (size_t)ncv), *cb = lat_alloc_vectors(sizeof(cplxf) * (size_t)ncv);
+        for (long i = 0; i < ncv; i++)
+            ca[i] = 1.0f / (float)(1 + i % 7);
+        MPI_Barrier(g.comm);
+        double t = wtime();
+        for (int r = 0; r < p.dirac_reps; r++)
+            mg_coarse_apply(&M, r % 2 ? ca : cb, r % 2 ? cb : ca);
+        MPI_Barrier(g.comm);
+        tca = (wtime() - t) / p.dirac_reps;
+        /* 9 k x k blocks, in and out vectors, single precision, per coarse site */
+        bca = (9.0 * M.k * M.k + 2.0 * M.k) * 8.0 * M.cg.V * g.size;
+        lat_free(ca), lat_free(cb);
     }
     for (int k = 0; k < p.nrhs; k++) {
         make_rhs(&g, &p, b, k);
@@ -693,6 +707,9 @@ int main(int argc, char **argv)
                     s ? "single" : "double", t, bps, (264.0 * (s ? 8 : 16)), bps * vol / t / 1e9,
                     264.0 * (s ? 8 : 16) * vol / t / 1e9, 1872.0 * vol / t / 1e9, s ? "" : ",");
         }
+        if (do_mg)
+            fprintf(f, "    ,\"coarse_apply\": {\"seconds_per_apply\": %.6e, \"bytes_per_apply\": %.0f, "
+                    "\"gbs\": %.4f}\n", tca, bca, bca / tca / 1e9);
         fprintf(f, "  },\n  \"phases\": {\"gauge_s\": %.6f, \"setup_s\": %.6f, \"solve_cgnr_s\": %.6f, "
                 "\"solve_bicgstab_s\": %.6f, \"solve_amg_s\": %.6f, \"coarse_s\": %.6f, "
                 "\"coarse_share\": %.4f, \"coarse_iterations\": %ld},\n",
@@ -710,7 +727,10 @@ int main(int argc, char **argv)
         for (int t = 0; t < NTAGS; t++)
             fprintf(f, "%s\"%s\": {\"bytes\": %.0f, \"fast\": %s}", t ? ", " : "", lat_tag_names[t],
                     tagb[t], lat_tag_fast(t) ? "true" : "false");
-        fprintf(f, "}}\n}\n");
+        double fastb = 0, slowb = 0;
+        for (int t = 0; t < NTAGS; t++)
+            *(lat_tag_fast(t) ? &fastb : &slowb) += tagb[t];
+        fprintf(f, "}, \"tiers\": {\"fast\": %.0f, \"slow\": %.0f}}\n}\n", fastb, slowb);
         if (f != stdout)
             fclose(f);
     }
