@@ -337,17 +337,14 @@ static void *hm__large_alloc(const hm__req_t *req) {
   }
   uintptr_t key = (uintptr_t)base;
   if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
-  _hm_pl_block_t *b = _hm_pl_table_insert(&hm__pl.table, key, (uintptr_t)base, maplen);
+  _hm_pl_block_t *b =
+      _hm_pl_table_insert(&hm__pl.table, key, (uint32_t)(key - (uintptr_t)base), maplen,
+                          req->size, HM_PL_PAGER, req->flags);
   if (!b) {
     hm_pager_unmap(hm__pl.pager, base, maplen);
     hm__note_fallback(-ENOMEM);
     goto out;
   }
-  b->maplen = maplen;
-  b->req = req->size;
-  b->off = (uint32_t)(key - (uintptr_t)base);
-  b->backend = HM_PL_PAGER;
-  b->flags = req->flags;
   hm__account_alloc(req->size, req->flags);
   user = (void *)key;
 out:

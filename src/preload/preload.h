@@ -56,18 +56,22 @@ typedef enum _hm_pl_backend_e {
 #define HM_PL_FROM_MMAP 1u /* made by the mmap hook: munmap/mremap may end it */
 
 /* One live large block. key is the address handed to the application (0:
- * never used, 1: deleted); the block's mapping starts off bytes below it. */
+ * never used, 1: deleted, 2: being filled in); the block's mapping starts
+ * off bytes below it. The fields are written before key is published and
+ * read with relaxed atomics, so a scan racing with an insert never sees a
+ * half-made block. */
 typedef struct _hm_pl_block_s {
   _Atomic uintptr_t key;
-  size_t maplen;   /* bytes the backend mapped */
-  size_t req;      /* bytes the application asked for */
-  uint32_t off;    /* key - mapping start (alignment padding) */
-  uint16_t backend; /* _hm_pl_backend_t */
+  _Atomic size_t maplen;   /* bytes the backend mapped */
+  _Atomic size_t req;      /* bytes the application asked for */
+  _Atomic uint32_t off;    /* key - mapping start (alignment padding) */
+  uint16_t backend;        /* _hm_pl_backend_t */
   uint16_t flags;
 } _hm_pl_block_t;
 
 #define HM_PL_KEY_EMPTY ((uintptr_t)0)
 #define HM_PL_KEY_DELETED ((uintptr_t)1)
+#define HM_PL_KEY_BUSY ((uintptr_t)2)
 
 /* The block table (table.c): open addressing over a fixed array, claimed
  * and released with compare-and-swap, plus a per-2-MiB-granule count of
@@ -98,11 +102,10 @@ static inline int _hm_pl_table_maybe(const _hm_pl_table_t *t, const void *p) {
   return i >= HM_PL_GRANULES || atomic_load_explicit(&g[i], memory_order_acquire) != 0;
 }
 
-/* Claims a slot for key; NULL when the table is full (the caller then
- * serves the request from glibc). The caller fills the other fields before
- * handing key to the application. */
-_hm_pl_block_t *_hm_pl_table_insert(_hm_pl_table_t *t, uintptr_t key, uintptr_t map_start,
-                                    size_t maplen);
+/* Records a block (its mapping starts off bytes below key); NULL when the
+ * table is full (the caller then serves the request from glibc). */
+_hm_pl_block_t *_hm_pl_table_insert(_hm_pl_table_t *t, uintptr_t key, uint32_t off,
+                                    size_t maplen, size_t req, uint16_t backend, uint16_t flags);
 /* The block whose key is exactly p, or NULL (call after _hm_pl_table_maybe). */
 _hm_pl_block_t *_hm_pl_table_find(_hm_pl_table_t *t, const void *p);
 /* The block whose mapping contains p (a linear scan: munmap only). */

@@ -60,20 +60,26 @@ static void hm__granules_add(_hm_pl_table_t *t, uintptr_t start, size_t len, int
   }
 }
 
-_hm_pl_block_t *_hm_pl_table_insert(_hm_pl_table_t *t, uintptr_t key, uintptr_t map_start,
-                                    size_t maplen) {
+_hm_pl_block_t *_hm_pl_table_insert(_hm_pl_table_t *t, uintptr_t key, uint32_t off,
+                                    size_t maplen, size_t req, uint16_t backend, uint16_t flags) {
   _hm_pl_block_t *slots = atomic_load_explicit(&t->slots, memory_order_acquire);
-  if (!slots) return NULL;
+  if (!slots || key <= HM_PL_KEY_BUSY) return NULL;
   size_t h = hm__hash(key);
   for (size_t i = 0; i < HM__SLOTS; i++) {
     _hm_pl_block_t *b = &slots[(h + i) & (HM__SLOTS - 1)];
     uintptr_t cur = atomic_load_explicit(&b->key, memory_order_relaxed);
     while (cur == HM_PL_KEY_EMPTY || cur == HM_PL_KEY_DELETED) {
-      if (atomic_compare_exchange_weak_explicit(&b->key, &cur, key, memory_order_acq_rel,
-                                                memory_order_relaxed)) {
-        /* Granules are counted before the caller hands key out, so a free()
-         * of key can never miss its block. */
-        hm__granules_add(t, map_start, maplen, +1);
+      if (atomic_compare_exchange_weak_explicit(&b->key, &cur, HM_PL_KEY_BUSY,
+                                                memory_order_acquire, memory_order_relaxed)) {
+        atomic_store_explicit(&b->off, off, memory_order_relaxed);
+        atomic_store_explicit(&b->maplen, maplen, memory_order_relaxed);
+        atomic_store_explicit(&b->req, req, memory_order_relaxed);
+        b->backend = backend;
+        b->flags = flags;
+        /* Granules are counted before key is published, so a free() of key
+         * can never miss its block. */
+        hm__granules_add(t, key - off, maplen, +1);
+        atomic_store_explicit(&b->key, key, memory_order_release);
         return b;
       }
     }
@@ -84,7 +90,7 @@ _hm_pl_block_t *_hm_pl_table_insert(_hm_pl_table_t *t, uintptr_t key, uintptr_t 
 _hm_pl_block_t *_hm_pl_table_find(_hm_pl_table_t *t, const void *p) {
   uintptr_t key = (uintptr_t)p;
   _hm_pl_block_t *slots = atomic_load_explicit(&t->slots, memory_order_acquire);
-  if (!slots || key <= HM_PL_KEY_DELETED) return NULL;
+  if (!slots || key <= HM_PL_KEY_BUSY) return NULL;
   size_t h = hm__hash(key);
   for (size_t i = 0; i < HM__SLOTS; i++) {
     _hm_pl_block_t *b = &slots[(h + i) & (HM__SLOTS - 1)];
@@ -104,17 +110,21 @@ _hm_pl_block_t *_hm_pl_table_find_containing(_hm_pl_table_t *t, const void *p) {
   for (size_t i = 0; i < HM__SLOTS; i++) {
     _hm_pl_block_t *b = &slots[i];
     uintptr_t key = atomic_load_explicit(&b->key, memory_order_acquire);
-    if (key <= HM_PL_KEY_DELETED) continue;
-    uintptr_t start = key - b->off;
-    if (a >= start && a < start + b->maplen) return b;
+    if (key <= HM_PL_KEY_BUSY) continue;
+    uintptr_t start = key - atomic_load_explicit(&b->off, memory_order_relaxed);
+    size_t len = atomic_load_explicit(&b->maplen, memory_order_relaxed);
+    /* the slot may have been freed and reused meanwhile: fields and key must agree */
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&b->key, memory_order_relaxed) != key) continue;
+    if (a >= start && a < start + len) return b;
   }
   return NULL;
 }
 
 void _hm_pl_table_remove(_hm_pl_table_t *t, _hm_pl_block_t *b) {
   uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
-  uintptr_t start = key - b->off;
-  size_t len = b->maplen;
+  uintptr_t start = key - atomic_load_explicit(&b->off, memory_order_relaxed);
+  size_t len = atomic_load_explicit(&b->maplen, memory_order_relaxed);
   atomic_store_explicit(&b->key, HM_PL_KEY_DELETED, memory_order_release);
   hm__granules_add(t, start, len, -1);
 }
@@ -123,6 +133,6 @@ void _hm_pl_table_clear(_hm_pl_table_t *t) {
   _hm_pl_block_t *slots = atomic_load_explicit(&t->slots, memory_order_acquire);
   if (!slots) return;
   for (size_t i = 0; i < HM__SLOTS; i++)
-    if (atomic_load_explicit(&slots[i].key, memory_order_relaxed) > HM_PL_KEY_DELETED)
+    if (atomic_load_explicit(&slots[i].key, memory_order_relaxed) > HM_PL_KEY_BUSY)
       _hm_pl_table_remove(t, &slots[i]);
 }
