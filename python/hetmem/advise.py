@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +49,7 @@ MAX_INTERVALS = 4096  # per profile, after exact pruning; beyond: coalesced
 DEFAULT_TIME_LIMIT_S = 30.0
 # HiGHS stops when the proven gap to the optimum is below this fraction of
 # the time saved: far below what the cost model can resolve.
-MIP_REL_GAP = 1e-6
+MIP_REL_GAP = 1e-5
 PRESOLVE = False
 
 # When a tier was neither probed nor rated by HMAT: typical figures by kind
@@ -72,6 +75,28 @@ class Tier:
     numa_node: int = -1
     source: str = "nominal"
     path: str = ""
+
+
+@contextmanager
+def _native_stdout_silenced() -> Iterator[None]:
+    """HiGHS (C++) prints some diagnostics straight to file descriptor 1,
+    which would corrupt `--json` output: point fd 1 at /dev/null meanwhile."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:
+        yield
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 1)
+        finally:
+            os.close(null)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 # --------------------------------------------------------------------------
@@ -368,10 +393,11 @@ def violations(problem: Problem, assign: np.ndarray) -> list[tuple[int, int, int
     return out
 
 
-def solve_greedy(problem: Problem) -> Solution:
+def solve_greedy(problem: Problem, start: np.ndarray | None = None) -> Solution:
     """Sites by benefit density (time saved on the best tier against the
     worst, per byte of peak live use), each on the cheapest tier that still
-    has room in every interval it is live in."""
+    has room in every interval it is live in. start: a feasible assignment
+    to complete (its sites off the slowest tier stay where they are)."""
     t0 = time.perf_counter()
     s_n, t_n = problem.nsites, problem.ntiers
     last = t_n - 1
@@ -381,12 +407,22 @@ def solve_greedy(problem: Problem) -> Solution:
         for s, b in zip(grp.sites.tolist(), grp.live.tolist(), strict=True):
             memb[s].append((g, b))
     remaining = [[math.inf if c is None else c for c in grp.caps] for grp in problem.groups]
+    placed: set[int] = set()
+    if start is not None:
+        for s in np.nonzero(start != last)[0].tolist():
+            t = int(start[s])
+            assign[s] = t
+            placed.add(s)
+            for g, b in memb[s]:
+                remaining[g][t] -= b
     peak = np.array([max((b for _, b in m), default=0) for m in memb], dtype=float)
     gain = problem.cost[:, last] - problem.cost.min(axis=1)
     density = gain / np.maximum(peak, 1.0)
     for s in np.argsort(-density, kind="stable").tolist():
         if s in problem.fixed:
             assign[s] = problem.fixed[s]
+            continue
+        if s in placed:
             continue
         for t in np.argsort(problem.cost[s], kind="stable").tolist():
             if all(remaining[g][t] >= b for g, b in memb[s]):
@@ -467,32 +503,139 @@ def solve_ilp(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT_S) -> Sol
             (np.concatenate(v_i), (np.concatenate(r_i), np.concatenate(c_i))), shape=(nrow, nvar)
         )
         constraints.append(LinearConstraint(a_cap, -np.inf, 1.0))
-    res = milp(
-        c,
-        integrality=np.ones(nvar),
-        bounds=Bounds(np.zeros(nvar), ub),
-        constraints=constraints,
-        options={"mip_rel_gap": MIP_REL_GAP, "time_limit": float(time_limit), "presolve": PRESOLVE},
-    )
+    lb = np.zeros(nvar)
+    incumbent = solve_greedy(problem)
+    lp_x = _lp_relaxation(c, lb, ub, constraints, time_limit)
+    fixed_n = 0
+    if lp_x is not None:
+        x_lp, z_lp, red_lo, red_up = lp_x
+        # LP rounding: keep what the relaxation put wholly on a tier, then let
+        # the greedy fill what is left. Its value is usually within a few
+        # items of the bound, which lets reduced-cost fixing settle almost
+        # every variable.
+        whole = x_lp.reshape(free.size, k) >= 1 - 1e-9
+        start = assign.copy()
+        start[free] = np.where(whole.any(axis=1), np.argmax(whole, axis=1), k)
+        rounded = solve_greedy(problem, start)
+        if not violations(problem, rounded.assign) and rounded.objective < incumbent.objective:
+            incumbent = rounded
+        fixed_n = _fix_by_reduced_cost(
+            c, lb, ub, incumbent.assign[free], k, x_lp, z_lp, red_lo, red_up
+        )
+        z_inc = float(
+            ((problem.cost[free] - problem.cost[free, k][:, None]) / scale)[
+                np.arange(free.size), np.minimum(incumbent.assign[free], k - 1)
+            ]
+            @ (incumbent.assign[free] < k)
+        )
+        if z_inc - z_lp <= MIP_REL_GAP * abs(z_inc):
+            # The LP bound already proves the incumbent optimal within the gap.
+            incumbent.solver, incumbent.optimal = "ilp-highs", True
+            incumbent.seconds = time.perf_counter() - t0
+            incumbent.note = (
+                f"proven within {MIP_REL_GAP:g} of the optimum by the LP bound "
+                "(no branching needed)"
+            )
+            return incumbent
+    with _native_stdout_silenced():
+        res = milp(
+            c,
+            integrality=np.ones(nvar),
+            bounds=Bounds(lb, ub),
+            constraints=constraints,
+            options={
+                "mip_rel_gap": MIP_REL_GAP,
+                "time_limit": float(time_limit),
+                "presolve": PRESOLVE,
+            },
+        )
     seconds = time.perf_counter() - t0
+    core = f"{nvar - fixed_n} of {nvar} variables left after reduced-cost fixing"
     if res.x is None:
-        sol = solve_greedy(problem)
-        sol.note = f"HiGHS found no solution ({res.message.strip()}); greedy used instead"
-        return sol
+        if res.status == 2:
+            # Nothing better than the greedy exists: it is optimal.
+            incumbent.solver, incumbent.optimal, incumbent.seconds = "ilp-highs", True, seconds
+            incumbent.note = core + "; the greedy solution is optimal"
+            return incumbent
+        incumbent.seconds = seconds
+        incumbent.note = f"HiGHS found no solution ({res.message.strip()}); greedy used instead"
+        return incumbent
     x = np.round(res.x.reshape(free.size, k))
     on = x.max(axis=1) > 0.5
     assign[free] = np.where(on, np.argmax(x, axis=1), k)
-    note = ""
+    notes = [core]
     optimal = res.status == 0
     if not optimal:
-        note = f"HiGHS stopped early ({res.message.strip()}): best solution found"
+        notes.append(f"HiGHS stopped early ({res.message.strip()}): best solution found")
     bad = violations(problem, assign)
     if bad:
         assign = _repair(problem, assign)
-        note = (note + "; " if note else "") + "rounding repaired"
-    return Solution(
-        assign, objective(problem, assign), "ilp-highs", optimal and not bad, seconds, note
-    )
+        notes.append("rounding repaired")
+    value = objective(problem, assign)
+    if incumbent.objective < value:
+        assign, value = incumbent.assign, incumbent.objective
+        notes.append("the greedy solution was better than HiGHS's")
+    return Solution(assign, value, "ilp-highs", optimal and not bad, seconds, "; ".join(notes))
+
+
+def _lp_relaxation(
+    c: np.ndarray, lb: np.ndarray, ub: np.ndarray, constraints: list[Any], time_limit: float
+) -> tuple[np.ndarray, float, np.ndarray, np.ndarray] | None:
+    """x, objective and reduced costs (at lower, at upper bounds) of the LP
+    relaxation; None when HiGHS does not solve it."""
+    from scipy.optimize import linprog
+    from scipy.sparse import vstack
+
+    a_ub = b_ub = None
+    if constraints:
+        a_ub = vstack([con.A for con in constraints]).tocsr()
+        b_ub = np.concatenate([np.broadcast_to(con.ub, con.A.shape[0]) for con in constraints])
+    with _native_stdout_silenced():
+        lp = linprog(
+            c,
+            A_ub=a_ub,
+            b_ub=b_ub,
+            bounds=np.column_stack([lb, ub]),
+            method="highs",
+            options={"time_limit": float(time_limit)},
+        )
+    if lp.status != 0 or lp.x is None:
+        return None
+    return lp.x, float(lp.fun), np.asarray(lp.lower.marginals), np.asarray(lp.upper.marginals)
+
+
+def _fix_by_reduced_cost(
+    c: np.ndarray,
+    lb: np.ndarray,
+    ub: np.ndarray,
+    inc_assign: np.ndarray,
+    k: int,
+    x_lp: np.ndarray,
+    z_lp: float,
+    red_lo: np.ndarray,
+    red_up: np.ndarray,
+) -> int:
+    """Classic reduced-cost fixing (exact): with the LP bound z_lp and an
+    incumbent of value z_inc, a variable whose reduced cost exceeds
+    z_inc - z_lp would make any solution worse than the incumbent if it
+    left its bound, so it is fixed there. What is left is the "core" that
+    branch and bound must decide. Tightens lb/ub in place; returns how many
+    variables it fixed."""
+    x_inc = np.zeros(c.size)
+    on = inc_assign < k
+    x_inc[np.nonzero(on)[0] * k + inc_assign[on]] = 1.0
+    x_inc *= ub  # a tier choice that saves nothing has the same value at x = 0
+    z_inc = float(c @ x_inc)
+    gap = z_inc - z_lp
+    tol = 1e-9 * max(1.0, abs(z_inc)) + 1e-12
+    if gap < -tol:
+        return 0  # inconsistent numbers: fix nothing
+    gap = max(gap, 0.0)
+    fix0 = (x_lp <= 1e-9) & (red_lo > gap + tol) & (ub > 0)
+    fix1 = (x_lp >= 1 - 1e-9) & (-red_up > gap + tol) & (ub > 0)
+    ub[fix0] = 0.0
+    lb[fix1] = 1.0
+    return int(fix0.sum() + fix1.sum())
 
 
 def _repair(problem: Problem, assign: np.ndarray) -> np.ndarray:

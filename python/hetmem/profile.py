@@ -391,7 +391,11 @@ def merge(profiles: Sequence[Profile]) -> Merged:
             _accumulate(m, s)
         per_profile.append(mine)
     for i, m in enumerate(merged):
-        m.sources = sum(1 for mine in per_profile if i in mine)
+        mine_all = [mine[i] for mine in per_profile if i in mine]
+        m.sources = len(mine_all)
+        # Peak live bytes is per process: the largest of any one process,
+        # after that process's own sites that truncation joined were added.
+        m.peak_live_bytes = max(s.peak_live_bytes for s in mine_all)
     return Merged(profiles=list(profiles), depth=depth, sites=merged, per_profile=per_profile)
 
 
