@@ -570,26 +570,32 @@ void *mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset)
 extern __typeof(mmap) mmap64 __attribute__((alias("mmap")));
 
 int munmap(void *addr, size_t length) {
+  if (hm_likely(hm__tls.guard)) return hm__sys_munmap(addr, length); /* the pager's own */
   _hm_pl_block_t *b = _hm_pl_table_find_containing(&hm__pl.table, addr);
-  if (hm_likely(b == NULL)) return hm__sys_munmap(addr, length);
+  if (hm_likely(b == NULL) || atomic_load(&hm__pl.state) != HM__READY)
+    return hm__sys_munmap(addr, length);
   uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
+  uintptr_t start = key - b->off, end = start + b->maplen;
   uintptr_t a = (uintptr_t)addr;
   size_t pg = hm__pl.page;
-  size_t len = (length + pg - 1) / pg * pg;
-  if (a <= key && a + len >= key + ((b->req + pg - 1) / pg * pg)) {
+  uintptr_t e = a + (length + pg - 1) / pg * pg;
+  int rc = 0;
+  if (e > end) rc = hm__sys_munmap((void *)end, e - end); /* beyond the block: the kernel's */
+  if (a <= key && e >= key + (b->req + pg - 1) / pg * pg) {
     hm__large_free(b);
-    return 0;
+    return rc;
   }
   /* A partial unmap (allocators trimming an over-sized mapping): the range
-   * stops holding data; the block is released when the rest goes too or at
-   * exit. Reading it afterwards returns zeros rather than SIGSEGV. */
-  if (atomic_load(&hm__pl.state) != HM__READY) return hm__sys_munmap(addr, length);
+   * stops holding data; the block is released when a later munmap covers
+   * what the application asked for. Reading the range afterwards returns
+   * zeros rather than SIGSEGV. */
   if (hm_pager_advise) {
     hm__tls.guard++;
-    hm_pager_advise(hm__pl.pager, addr, len, HM_ADVICE_DONTNEED);
+    (void)hm_pager_advise(hm__pl.pager, addr, (size_t)((e < end ? e : end) - a),
+                          HM_ADVICE_DONTNEED);
     hm__tls.guard--;
   }
-  return 0;
+  return rc;
 }
 
 /* Advice on a pager block goes to the pager (its prefetcher takes the

@@ -163,6 +163,15 @@ static void reallocs(void) {
   void *m2 = mremap(m, 2 * MIB, 6 * MIB, MREMAP_MAYMOVE);
   check(m2 != MAP_FAILED && verify(m2, 2 * MIB, 10) == 0, "mremap grow", 0, 0);
   if (m2 != MAP_FAILED) check(munmap(m2, 6 * MIB) == 0, "munmap after mremap", 0, 0);
+  /* trimming the tail of a mapping keeps the head's data */
+  char *tm = mmap(NULL, 4 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  check(tm != MAP_FAILED, "mmap for trim", 0, 0);
+  if (tm != MAP_FAILED) {
+    fill(tm, 4 * MIB, 11);
+    check(munmap(tm + 3 * MIB, MIB) == 0, "munmap tail", 0, 0);
+    check(verify(tm, 3 * MIB, 11) == 0, "head after trim", 0, 0);
+    check(munmap(tm, 4 * MIB) == 0, "munmap trimmed mapping", 0, 0);
+  }
   /* many small ones, mixed sizes, freed in another order */
   void *ps[1000];
   for (int i = 0; i < 1000; i++) {
