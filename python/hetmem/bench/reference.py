@@ -81,19 +81,24 @@ def _run_ref(prog: Path, elements: int, ntimes: int, threads: int) -> dict[str, 
     return data
 
 
-def _fio(fio: str, path: Path, rw: str, size: int, block: int, depth: int) -> dict[str, Any]:
+def _fio(fio: str, path: Path, size: int, block: int, depth: int) -> dict[str, Any]:
+    """fio writes the file, then reads it, in one process (as the probe does
+    in one call): --stonewall runs the read job after the write job."""
     proc = subprocess.run(
         [
             fio,
-            "--name=hetmem-reference",
             f"--filename={path}",
             "--direct=1",
-            f"--rw={rw}",
             f"--bs={block}",
             f"--iodepth={depth}",
             "--ioengine=io_uring",
             f"--size={size}",
             "--output-format=json",
+            "--name=hetmem-write",
+            "--rw=write",
+            "--name=hetmem-read",
+            "--stonewall",
+            "--rw=read",
         ],
         capture_output=True,
         text=True,
@@ -103,7 +108,8 @@ def _fio(fio: str, path: Path, rw: str, size: int, block: int, depth: int) -> di
         raise HetmemError(f"fio failed ({proc.returncode}): {proc.stderr.strip()[:300]}")
     # fio may print notes before the JSON document.
     text = proc.stdout[proc.stdout.index("{") :]
-    return json.loads(text)["jobs"][0]
+    jobs = json.loads(text)["jobs"]
+    return next(j for j in jobs if j["jobname"] == "hetmem-read")
 
 
 def _verdict(ok: bool) -> str:
@@ -235,8 +241,7 @@ def run(args: argparse.Namespace) -> int:
                             else:
                                 # Written with O_DIRECT first, as the probe does,
                                 # so the read finds real blocks and no dirty cache.
-                                _fio(fio, fio_file, "write", file_bytes, block, depth)
-                                job = _fio(fio, fio_file, "read", file_bytes, block, depth)
+                                job = _fio(fio, fio_file, file_bytes, block, depth)
                                 fio_gbs.append(job["read"]["bw_bytes"] / 1e9)
                                 fio_file.unlink(missing_ok=True)
                             prog.advance(task)
