@@ -88,10 +88,14 @@ static const char *const hm__dirty_names[] = {"wp_async", "wp_sync", "all"};
 #define HM__MSG_BATCH 64
 #define HM__WQ 256
 
+#define HM__GROUP 16               /* most units one prefetch read covers */
+#define HM__GROUP_BYTES (1u << 20) /* and most bytes, unless one unit is more */
+
 typedef struct hm__op_s {
   _hm_sdm_region_t *reg;
   uint32_t unit, pg0, npg;
-  int32_t slot;
+  uint32_t nu;               /* units covered: > 1 only for whole-unit prefetches */
+  int32_t slots[HM__GROUP]; /* one per unit */
   uint8_t prefetch, zero;
   uint64_t t0;
   char *buf; /* anonymous mode: bounce buffer of one unit */
@@ -146,6 +150,8 @@ struct hm_pager_s {
   _hm_sdm_slot_t *slots;
   size_t slots_bytes;
   uint32_t nslots, hand;
+  uint32_t *act; /* slots in use, densely: the CLOCK walks this, not all slots */
+  uint32_t nact;
   int32_t free_slot;
   uint64_t pf_untouched;
   _hm_sdm_pf_t pf;
@@ -215,10 +221,10 @@ static void hm__account(hm_pager_t *p) {
   if (p->resident > p->peak) p->peak = p->resident;
 }
 
-/* Reserves bytes of budget and, if want_slot, a slot (pager lock held). */
-static int hm__reserve(hm_pager_t *p, uint64_t bytes, int want_slot) {
+/* Reserves bytes of budget and want_slots free slots (pager lock held). */
+static int hm__reserve(hm_pager_t *p, uint64_t bytes, uint32_t want_slots) {
   if (p->used + bytes > p->cap) return 0;
-  if (want_slot && p->free_slot < 0) return 0;
+  if (p->nact + want_slots > p->nslots) return 0;
   p->used += bytes;
   return 1;
 }
@@ -232,16 +238,35 @@ static int32_t hm__slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
   S->reg = r;
   S->unit = u;
   S->next_free = -1;
+  S->act_pos = p->nact;
+  p->act[p->nact++] = (uint32_t)s;
   r->units[u].slot = s;
   return s;
 }
 
 static void hm__slot_put(hm_pager_t *p, int32_t s) {
   _hm_sdm_slot_t *S = &p->slots[s];
+  uint32_t last = p->act[--p->nact];
+  p->act[S->act_pos] = last;
+  p->slots[last].act_pos = S->act_pos;
   S->used = 0;
   S->reg = NULL;
   S->next_free = p->free_slot;
   p->free_slot = s;
+}
+
+/* Accuracy over the last 64 resolved prefetches (used, or evicted unused)
+ * sets the region's window limit: halved below 50%, doubled above 75%.
+ * Counting resolved ones, not issued ones, keeps the prefetches still in
+ * flight from reading as misses. Pager lock held. */
+static void hm__pf_resolved(hm_pager_t *p, _hm_sdm_region_t *r, int used) {
+  if (used) r->pf_used++;
+  if (++r->pf_issued < 64 || !p->memfd_mode) return;
+  if (r->pf_used * 2 < r->pf_issued)
+    r->pf_limit = r->pf_limit > 1 ? r->pf_limit / 2 : 1;
+  else if (r->pf_used * 4 >= r->pf_issued * 3)
+    r->pf_limit = r->pf_limit * 2 > p->maxwin ? p->maxwin : r->pf_limit * 2;
+  r->pf_issued = r->pf_used = 0;
 }
 
 /* A prefetched unit was touched: counts and adapts (pager lock held). */
@@ -249,23 +274,11 @@ static void hm__touched(hm_pager_t *p, _hm_sdm_slot_t *S) {
   if (!S->prefetched) return;
   S->prefetched = 0;
   p->pf_untouched -= p->unit;
-  S->reg->pf_used++;
+  hm__pf_resolved(p, S->reg, 1);
   HM__ADD(p, c_pf_used, 1);
 }
 
-static void hm__pf_count_issue(hm_pager_t *p, _hm_sdm_region_t *r) {
-  r->pf_issued++;
-  HM__ADD(p, c_pf_issued, 1);
-  if (r->pf_issued >= 64 && p->memfd_mode) {
-    /* Accuracy over the last 64 prefetches decides the region's window. */
-    uint32_t used = r->pf_used;
-    if (used * 2 < r->pf_issued)
-      r->pf_limit = r->pf_limit > 1 ? r->pf_limit / 2 : 1;
-    else if (used * 4 >= r->pf_issued * 3)
-      r->pf_limit = r->pf_limit * 2 > p->maxwin ? p->maxwin : r->pf_limit * 2;
-    r->pf_issued = r->pf_used = 0;
-  }
-}
+static void hm__pf_count_issue(hm_pager_t *p) { HM__ADD(p, c_pf_issued, 1); }
 
 /* Maps every filled page of a unit in the application's view (memfd mode).
  * Pages already mapped (EEXIST) are skipped one at a time. */
@@ -335,6 +348,10 @@ static void hm__op_put(hm__handler_t *h, hm__op_t *op) {
   h->free_ops = op;
 }
 
+static size_t hm__op_len(const hm_pager_t *p, const hm__op_t *op) {
+  return op->nu > 1 ? (size_t)op->nu * p->unit : (size_t)op->npg * HM_SDM_PAGE;
+}
+
 static char *hm__fill_target(hm_pager_t *p, hm__op_t *op) {
   if (p->memfd_mode)
     return op->reg->alias + (uint64_t)op->unit * p->unit + (uint64_t)op->pg0 * HM_SDM_PAGE;
@@ -344,7 +361,7 @@ static char *hm__fill_target(hm_pager_t *p, hm__op_t *op) {
 static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
   hm_pager_t *p = h->p;
   _hm_sdm_region_t *r = op->reg;
-  size_t len = (size_t)op->npg * HM_SDM_PAGE;
+  size_t len = hm__op_len(p, op);
   char *dst = hm__fill_target(p, op);
   uint64_t foff = (uint64_t)op->unit * p->unit + (uint64_t)op->pg0 * HM_SDM_PAGE;
   if (!op->zero && res != (int)len) {
@@ -356,43 +373,47 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
     }
   }
   if (!op->zero) HM__ADD(p, c_bytes_read, len);
-  uint64_t bits[HM_SDM_BITMAP_WORDS];
+  uint64_t bits[HM__GROUP][HM_SDM_BITMAP_WORDS];
+  int map[HM__GROUP];
   pthread_mutex_lock(&p->lk);
-  _hm_sdm_slot_t *S = &p->slots[op->slot];
-  for (uint32_t i = 0; i < op->npg; i++) hm__setbit(S->filled, op->pg0 + i);
-  S->nfilled = (uint16_t)(S->nfilled + op->npg);
-  p->resident += len;
+  for (uint32_t k = 0; k < op->nu; k++) {
+    _hm_sdm_slot_t *S = &p->slots[op->slots[k]];
+    for (uint32_t i = 0; i < op->npg; i++) hm__setbit(S->filled, op->pg0 + i);
+    S->nfilled = (uint16_t)(S->nfilled + op->npg);
+    p->resident += (uint64_t)op->npg * HM_SDM_PAGE;
+    r->units[op->unit + k].state = HM_U_RES;
+    map[k] = !op->prefetch || !S->prefetched; /* touched while in flight: map now */
+    if (!p->memfd_mode && S->prefetched) {
+      /* Anonymous mode installs prefetched pages at once (there is no page
+       * cache to park them in), so their first touch is invisible: they are
+       * counted neither used nor wasted, and accuracy cannot throttle. */
+      S->prefetched = 0;
+      p->pf_untouched -= p->unit;
+    }
+    if (p->memfd_mode && map[k] && S->mapped) {
+      /* Earlier pages are mapped already: map only the new ones, so a unit
+       * filled page by page costs one CONTINUE per fill, not per page. */
+      memset(bits[k], 0, sizeof bits[k]);
+      for (uint32_t i = 0; i < op->npg; i++) hm__setbit(bits[k], op->pg0 + i);
+    } else {
+      memcpy(bits[k], S->filled, sizeof bits[k]);
+    }
+    if (p->memfd_mode && map[k]) S->mapped = 1;
+    S->pin++;
+  }
   hm__account(p);
-  r->units[op->unit].state = HM_U_RES;
-  int map = !op->prefetch || !S->prefetched; /* touched while in flight: map now */
-  if (!p->memfd_mode && S->prefetched) {
-    /* Anonymous mode installs prefetched pages at once (there is no page
-     * cache to park them in), so their first touch is invisible: they are
-     * counted neither used nor wasted, and accuracy cannot throttle. */
-    S->prefetched = 0;
-    p->pf_untouched -= p->unit;
-  }
-  if (p->memfd_mode && map && S->mapped) {
-    /* Earlier pages are mapped already: map only the new ones, so a unit
-     * filled page by page costs one CONTINUE per fill, not per filled page. */
-    memset(bits, 0, sizeof bits);
-    for (uint32_t i = 0; i < op->npg; i++) hm__setbit(bits, op->pg0 + i);
-  } else {
-    memcpy(bits, S->filled, sizeof bits);
-  }
-  if (p->memfd_mode && map) S->mapped = 1;
-  S->pin++;
   pthread_mutex_unlock(&p->lk);
-  if (p->memfd_mode) {
-    if (map) hm__map_runs(p, r, op->unit, bits);
-  } else {
-    hm__copy_in(p, r, op->unit, op->pg0, op->npg, dst);
+  for (uint32_t k = 0; k < op->nu; k++) {
+    if (p->memfd_mode) {
+      if (map[k]) hm__map_runs(p, r, op->unit + k, bits[k]);
+    } else {
+      hm__copy_in(p, r, op->unit, op->pg0, op->npg, dst);
+    }
   }
-  char *ub = hm__ubase(r, p, op->unit);
-  hm__wake(p, ub, p->unit);
+  hm__wake(p, hm__ubase(r, p, op->unit), (size_t)op->nu * p->unit);
   if (!op->prefetch) HM__ADD(p, c_fault_ns, hm__now() - op->t0);
   pthread_mutex_lock(&p->lk);
-  S->pin--;
+  for (uint32_t k = 0; k < op->nu; k++) p->slots[op->slots[k]].pin--;
   r->busy--;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->lk);
@@ -402,7 +423,7 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
 /* Starts a fill prepared under the lock (called without it). */
 static void hm__fill_start(hm__handler_t *h, hm__op_t *op) {
   hm_pager_t *p = h->p;
-  size_t len = (size_t)op->npg * HM_SDM_PAGE;
+  size_t len = hm__op_len(p, op);
   char *dst = hm__fill_target(p, op);
   if (op->zero) {
     /* Never written back: zeros without I/O. */
@@ -467,10 +488,11 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
   unsigned nv = 0;
   uint64_t freed = 0;
   pthread_mutex_lock(&p->lk);
-  for (uint32_t steps = 0; steps < 3 * p->nslots + 3 && nv < HM__MAXVICT && (nv == 0 || freed < need);
+  for (uint32_t steps = 0; steps < 3 * p->nact + 3 && nv < HM__MAXVICT && (nv == 0 || freed < need);
        steps++) {
-    uint32_t idx = p->hand;
-    p->hand = (p->hand + 1) % p->nslots;
+    if (p->nact == 0) break;
+    if (p->hand >= p->nact) p->hand = 0;
+    uint32_t idx = p->act[p->hand++];
     _hm_sdm_slot_t *S = &p->slots[idx];
     if (!S->used || S->pin) continue;
     _hm_sdm_region_t *r = S->reg;
@@ -568,6 +590,7 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
     uint64_t bytes = (uint64_t)S->nfilled * HM_SDM_PAGE;
     if (S->prefetched) {
       p->pf_untouched -= p->unit;
+      hm__pf_resolved(p, r, 0);
       HM__ADD(p, c_pf_wasted, 1);
     }
     p->used -= bytes;
@@ -592,9 +615,11 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
 
 static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl);
 
-/* Issues a prefetch of unit u (no lock held). 0 issued or nothing to do,
- * <0 stop prefetching for now. */
-static int hm__prefetch_unit(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u) {
+/* Issues a prefetch of unit u and, going forward (dir 1), of up to max - 1
+ * more absent units after it in the same read (no lock held). Returns the
+ * number of units it covered (0: u needed nothing), < 0 to stop. */
+static int hm__prefetch_group(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u, uint32_t max,
+                              int dir) {
   hm_pager_t *p = h->p;
   for (int attempt = 0; attempt < 2; attempt++) {
     pthread_mutex_lock(&p->lk);
@@ -612,29 +637,45 @@ static int hm__prefetch_unit(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u) {
       pthread_mutex_unlock(&p->lk);
       return -ENOSPC;
     }
-    if (!hm__reserve(p, p->unit, 1)) {
+    uint32_t n = 1;
+    uint32_t gmax = HM__GROUP_BYTES / p->unit;
+    if (gmax > HM__GROUP) gmax = HM__GROUP;
+    if (gmax > max) gmax = max;
+    if (dir == 1 && p->memfd_mode)
+      while (n < gmax && u + n < (int64_t)r->nunits) {
+        _hm_sdm_unit_t *V = &r->units[u + n];
+        if (V->state != HM_U_NONE || (V->flags & HM_UF_RANDOM) ||
+            ((V->flags ^ U->flags) & HM_UF_ONDISK) ||
+            p->pf_untouched + (n + 1) * p->unit > p->cap / 2)
+          break;
+        n++;
+      }
+    if (!hm__reserve(p, (uint64_t)n * p->unit, n)) {
       pthread_mutex_unlock(&p->lk);
-      if (attempt || hm__evict(h, p->unit)) return -EAGAIN;
+      if (attempt || hm__evict(h, (uint64_t)n * p->unit)) return -EAGAIN;
       continue;
     }
     hm__op_t *op = hm__op_get(h);
-    int32_t s = hm__slot_take(p, r, (uint32_t)u);
-    p->slots[s].prefetched = 1;
-    p->pf_untouched += p->unit;
-    U->state = HM_U_FILLING;
-    r->busy++;
-    hm__pf_count_issue(p, r);
     op->reg = r;
     op->unit = (uint32_t)u;
+    op->nu = n;
     op->pg0 = 0;
     op->npg = p->upages;
-    op->slot = s;
     op->prefetch = 1;
     op->zero = !(U->flags & HM_UF_ONDISK);
     op->t0 = 0;
+    for (uint32_t k = 0; k < n; k++) {
+      int32_t sl = hm__slot_take(p, r, (uint32_t)u + k);
+      p->slots[sl].prefetched = 1;
+      r->units[u + k].state = HM_U_FILLING;
+      op->slots[k] = sl;
+      hm__pf_count_issue(p);
+    }
+    p->pf_untouched += (uint64_t)n * p->unit;
+    r->busy++;
     pthread_mutex_unlock(&p->lk);
     hm__fill_start(h, op);
-    return 0;
+    return (int)n;
   }
   return -EAGAIN;
 }
@@ -644,8 +685,12 @@ static int hm__prefetch_unit(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u) {
 static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
   if (pl->stride == 0 || pl->count == 0) return;
   hm_pager_t *p = h->p;
-  for (uint32_t k = 0; k < pl->count; k++)
-    if (hm__prefetch_unit(h, r, pl->from + (int64_t)k * pl->stride) < 0) break;
+  for (uint32_t k = 0; k < pl->count;) {
+    int n = hm__prefetch_group(h, r, pl->from + (int64_t)k * pl->stride, pl->count - k,
+                               pl->stride == 1);
+    if (n < 0) break;
+    k += n > 0 ? (uint32_t)n : 1;
+  }
   pthread_mutex_lock(&p->lk);
   r->busy--;
   pthread_cond_broadcast(&p->cv);
@@ -727,6 +772,30 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
         memcpy(bits, S->filled, sizeof bits);
         _hm_sdm_pf_plan_t hplan = {0};
         if (hit && pf_on) _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 1, seq, maxw, &hplan);
+        /* A confirmed sequential stream: units that arrived ahead of the
+         * reader are mapped now, so that it does not wait for this thread
+         * once per unit (the MINOR round trip is mostly scheduling latency
+         * on a busy machine). They count as used: the stream walks them. */
+        int32_t ahead[8];
+        unsigned nahead = 0;
+        if (map && (hplan.trend == 1 || hplan.trend == -1)) {
+          unsigned m = hplan.window / 2 < 8 ? hplan.window / 2 : 8;
+          for (unsigned i = 1; i <= m; i++) {
+            int64_t v = (int64_t)u + hplan.trend * (int64_t)i;
+            if (v < 0 || v >= (int64_t)r->nunits) break;
+            _hm_sdm_unit_t *V = &r->units[v];
+            if (V->state != HM_U_RES) break;
+            _hm_sdm_slot_t *T = &p->slots[V->slot];
+            if (!T->prefetched || T->mapped || T->nfilled != p->upages) break;
+            hm__touched(p, T);
+            T->ref = 1;
+            T->mapped = 1;
+            T->pin++;
+            ahead[nahead++] = V->slot;
+          }
+          if (nahead)
+            _hm_sdm_pf_advance(&p->pf, f->tid, r, (int64_t)u + hplan.trend * (int64_t)nahead);
+        }
         S->pin++;
         r->busy++;
         hm__plan_hold(r, &hplan);
@@ -734,8 +803,13 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
         HM__ADD(p, c_minor_hits, 1);
         if (map) hm__map_runs(p, r, u, bits);
         hm__wake(p, ub, p->unit);
+        for (unsigned i = 0; i < nahead; i++) {
+          _hm_sdm_slot_t *T = &p->slots[ahead[i]];
+          hm__map_runs(p, r, T->unit, T->filled);
+        }
         pthread_mutex_lock(&p->lk);
         S->pin--;
+        for (unsigned i = 0; i < nahead; i++) p->slots[ahead[i]].pin--;
         r->busy--;
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->lk);
@@ -786,9 +860,10 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
     r->busy++;
     op->reg = r;
     op->unit = u;
+    op->nu = 1;
     op->pg0 = pg0;
     op->npg = npg;
-    op->slot = s;
+    op->slots[0] = s;
     op->prefetch = 0;
     op->zero = (uint8_t)zero;
     op->t0 = f->t0;
@@ -858,8 +933,10 @@ static void hm__drain_willneed(hm__handler_t *h) {
     }
     w.reg->busy++; /* keeps it mapped while we work on it */
     pthread_mutex_unlock(&p->lk);
-    for (uint32_t u = w.u0; u < w.u1; u++) {
-      if (hm__prefetch_unit(h, w.reg, u) < 0) break;
+    for (uint32_t u = w.u0; u < w.u1;) {
+      int n = hm__prefetch_group(h, w.reg, u, w.u1 - u, 1);
+      if (n < 0) break;
+      u += n > 0 ? (uint32_t)n : 1;
     }
     pthread_mutex_lock(&p->lk);
     w.reg->busy--;
@@ -1105,7 +1182,8 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
   if (nslots < 4) nslots = 4;
   if (nslots > (1u << 30)) nslots = 1u << 30;
   p->nslots = (uint32_t)nslots;
-  p->slots_bytes = (nslots * sizeof(_hm_sdm_slot_t) + HM_SDM_PAGE - 1) & ~(size_t)(HM_SDM_PAGE - 1);
+  p->slots_bytes = (nslots * (sizeof(_hm_sdm_slot_t) + sizeof(uint32_t)) + HM_SDM_PAGE - 1) &
+                   ~(size_t)(HM_SDM_PAGE - 1);
   unsigned nops = cfg.io_depth;
   size_t bounce = 0;
   if (!p->memfd_mode) {
@@ -1124,7 +1202,12 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
   }
   p->cap = (cfg.dram_budget - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1);
   uint64_t cu = p->cap / unit;
-  p->maxwin = (uint32_t)(cu / 4 < cfg.io_depth ? cu / 4 : cfg.io_depth);
+  /* The window may cover io_depth reads of up to HM__GROUP_BYTES each (a
+   * prefetch read spans several units), and a quarter of the cache. */
+  uint64_t per_read = HM__GROUP_BYTES / unit > HM__GROUP ? HM__GROUP : HM__GROUP_BYTES / unit;
+  if (per_read < 1 || !p->memfd_mode) per_read = 1;
+  uint64_t mw = (uint64_t)cfg.io_depth * per_read;
+  p->maxwin = (uint32_t)(cu / 4 < mw ? cu / 4 : mw);
   if (p->maxwin < 1) p->maxwin = 1;
   p->cfg = cfg;
 
@@ -1132,6 +1215,7 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
   rc = _hm_prim_vm_map(-1, p->slots_bytes, &mem);
   if (rc) goto oom;
   p->slots = mem;
+  p->act = (uint32_t *)(void *)(p->slots + p->nslots);
   for (uint32_t i = 0; i < p->nslots; i++) {
     p->slots[i].next_free = i + 1 < p->nslots ? (int32_t)(i + 1) : -1;
   }

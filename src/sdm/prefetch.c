@@ -90,6 +90,8 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   }
   uint32_t w = s->window < 2 ? 2 : s->window * 2;
   s->window = w > max_window ? max_window : w;
+  plan->trend = trend;
+  plan->window = s->window;
   int64_t k0 = 1;
   int64_t ahead = s->next_pf - unit;
   if (ahead % trend == 0 && ahead / trend > 0) k0 = ahead / trend;
@@ -105,4 +107,14 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg) {
   for (unsigned i = 0; i < HM_SDM_STREAMS; i++)
     if (pf->s[i].reg == reg) memset(&pf->s[i], 0, sizeof pf->s[i]);
+}
+
+void _hm_sdm_pf_advance(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit) {
+  /* The pager mapped units ahead of this stream's reader: its next fault is
+   * one step past them, which must read as the same stride, not a jump. */
+  for (unsigned i = 0; i < HM_SDM_STREAMS; i++)
+    if (pf->s[i].reg == reg && pf->s[i].tid == tid) {
+      pf->s[i].last = unit;
+      return;
+    }
 }

@@ -42,6 +42,7 @@ typedef struct _hm_sdm_slot_s {
   uint16_t pin;       /* being mapped or unprotected: not a victim yet */
   uint16_t nfilled;
   int32_t next_free;
+  uint32_t act_pos; /* index in the pager's dense list of slots in use */
   uint64_t filled[HM_SDM_BITMAP_WORDS];
 } _hm_sdm_slot_t;
 
@@ -56,7 +57,8 @@ typedef struct _hm_sdm_region_s {
   size_t units_bytes;
   int busy; /* operations in flight on it (pager lock) */
   int dead;
-  /* Prefetch accuracy, per region (pager lock). */
+  /* Prefetch accuracy, per region (pager lock): resolved prefetches and the
+   * used ones among them in the current epoch, and the window limit. */
   uint32_t pf_issued, pf_used, pf_limit;
 } _hm_sdm_region_t;
 
@@ -85,12 +87,16 @@ typedef struct _hm_sdm_pf_plan_s {
   int64_t from;   /* first unit to prefetch */
   uint32_t count; /* how many units along the stride */
   int random;     /* no pattern over a full history: fetch single pages */
+  int64_t trend;  /* the stream's stride when one was found, else 0 */
+  uint32_t window;
 } _hm_sdm_pf_plan_t;
 
 /* Feeds a fault at unit (hit: it landed on a prefetched unit) and returns
  * what to prefetch, capped at max_window units. */
 void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, int hit,
                       int seq_hint, uint32_t max_window, _hm_sdm_pf_plan_t *plan);
+/* Moves a stream's last position (units mapped ahead of its reader). */
+void _hm_sdm_pf_advance(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit);
 /* Forgets the streams of a region being unmapped. */
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg);
 
