@@ -395,3 +395,34 @@ def test_advise_cli_bad_profile(tmp_path, hetmem):
     )
     proc = hetmem("advise", str(prof), "--fast-budget", "1G")
     assert proc.returncode == 2 and "schema_version 0" in proc.stderr
+
+
+def test_tier_figures_from_probe_hmat_and_nominal():
+    probed = A._tier_from_inventory(
+        {
+            "name": "node0",
+            "kind": "dram",
+            "numa_node": 0,
+            "capacity_bytes": 8 << 30,
+            "measured": {"best": {"triad_gbs": 21.5, "threads": 2}, "latency_ns": 110.0},
+        }
+    )
+    assert (probed.bandwidth_gbs, probed.latency_ns, probed.source) == (21.5, 110.0, "probe")
+    storage = A._tier_from_inventory(
+        {
+            "name": "storage:/var/tmp",
+            "kind": "storage",
+            "measured": {"seq_read_gbs": 2.5, "randread": [{"qd": 1, "lat_us_mean": 40.0}]},
+        }
+    )
+    assert (storage.bandwidth_gbs, storage.latency_ns) == (2.5, 40_000.0)
+    hmat = A._tier_from_inventory(
+        {
+            "name": "node2",
+            "kind": "cxl",
+            "hmat": {"read_bandwidth_mibs": 30000, "read_latency_ns": 250},
+        }
+    )
+    assert hmat.source == "hmat" and hmat.bandwidth_gbs == pytest.approx(31.45728)
+    nominal = A._tier_from_inventory({"name": "node3", "kind": "pmem"})
+    assert nominal.source == "nominal" and nominal.bandwidth_gbs == A.NOMINAL["pmem"][0]

@@ -62,6 +62,7 @@ NOMINAL = {
     "pmem": (10.0, 350.0),
     "unknown": (20.0, 200.0),
     "storage": (2.0, 100_000.0),
+    "memory": (80.0, 90.0),
 }
 
 
@@ -155,14 +156,14 @@ def _tier_from_inventory(t: dict[str, Any]) -> Tier:
     bw = lat = None
     source = "nominal"
     meas = t.get("measured") if isinstance(t.get("measured"), dict) else {}
-    stream = meas.get("stream") if isinstance(meas.get("stream"), dict) else {}
+    best = meas.get("best") if isinstance(meas.get("best"), dict) else {}
+    # Memory: the best STREAM triad and the pointer-chase latency; storage:
+    # sequential O_DIRECT reads and the 4 KiB random-read latency at depth 1
+    # (docs/formats.md, "Probe result").
     bw = (
-        _pos(stream.get("triad_gbs"))
-        or _pos(meas.get("seq_read_gbs"))
-        or _pos(t.get("measured_gbs"))
+        _pos(best.get("triad_gbs")) or _pos(meas.get("seq_read_gbs")) or _pos(t.get("measured_gbs"))
     )
-    latency = meas.get("latency") if isinstance(meas.get("latency"), dict) else {}
-    lat = _pos(latency.get("ns_per_load")) or _pos(meas.get("latency_ns"))
+    lat = _pos(meas.get("latency_ns"))
     rr = meas.get("randread")
     if lat is None and isinstance(rr, list) and rr and isinstance(rr[0], dict):
         us = _pos(rr[0].get("lat_us_mean"))

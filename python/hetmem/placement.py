@@ -239,7 +239,7 @@ def loads(text: str, name: str = "<placement>") -> Placement:
         tiers.append(
             PTier(
                 name=v.str_(t, "name", w),
-                kind=v.str_(t, "kind", w),
+                kind=_token(v, v.str_(t, "kind", w), f"{w}: 'kind'"),
                 numa_node=v.int_(t, "numa_node", w, -1, 1 << 20),
                 capacity_bytes=v.int_(t, "capacity_bytes", w),
                 bandwidth_gbs=v.num(t, "bandwidth_gbs", w),
@@ -304,17 +304,29 @@ def loads(text: str, name: str = "<placement>") -> Placement:
     return Placement(meta=meta, tiers=tiers, modules=modules, sites=sites)
 
 
+def parse_bytes(data: bytes, name: str = "<placement>") -> Placement:
+    """Parses a placement file's bytes (load and the fuzzer use this)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SchemaError(f"{name}: not UTF-8 text (not a placement file)") from None
+    return loads(text, name)
+
+
+def _token(v: _V, s: str, what: str) -> str:
+    """A word the compact table can hold: letters, digits, '_', '-', '.'."""
+    if not s or any(not (c.isascii() and (c.isalnum() or c in "_-.")) for c in s):
+        raise v.fail(f"{what} must be one word of letters, digits, '_', '-' or '.'")
+    return s
+
+
 def load(path: str | Path) -> Placement:
     p = Path(path)
     try:
         data = p.read_bytes()
     except OSError as exc:
         raise SchemaError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SchemaError(f"{p}: not UTF-8 text (not a placement file)") from None
-    return loads(text, str(p))
+    return parse_bytes(data, str(p))
 
 
 # --------------------------------------------------------------------------
