@@ -131,8 +131,12 @@ int _hm_prim_vm_tid(void);
 typedef struct _hm_prim_sdmring_s _hm_prim_sdmring_t;
 int _hm_prim_sdmring_new(unsigned entries, _hm_prim_sdmring_t **out);
 void _hm_prim_sdmring_free(_hm_prim_sdmring_t *r);
-/* Queue an O_DIRECT read/write or a one-shot POLLIN; -EBUSY when full. */
-int _hm_prim_sdmring_rw(_hm_prim_sdmring_t *r, int write, int fd, void *buf, unsigned len,
+/* Queue an O_DIRECT read (op 0) or write (HM_PRIM_RING_WRITE), or a
+ * one-shot POLLIN; -EBUSY when full. HM_PRIM_RING_ASYNC hands the I/O to
+ * io_uring's workers instead of issuing it inside the submitting call. */
+#define HM_PRIM_RING_WRITE 1
+#define HM_PRIM_RING_ASYNC 2
+int _hm_prim_sdmring_rw(_hm_prim_sdmring_t *r, int op, int fd, void *buf, unsigned len,
                         uint64_t off, uint64_t tag);
 int _hm_prim_sdmring_poll(_hm_prim_sdmring_t *r, int fd, uint64_t tag);
 int _hm_prim_sdmring_submit(_hm_prim_sdmring_t *r);

@@ -32,14 +32,15 @@ void _hm_prim_sdmring_free(_hm_prim_sdmring_t *r) {
   free(r);
 }
 
-int _hm_prim_sdmring_rw(_hm_prim_sdmring_t *r, int write, int fd, void *buf, unsigned len,
+int _hm_prim_sdmring_rw(_hm_prim_sdmring_t *r, int op, int fd, void *buf, unsigned len,
                         uint64_t off, uint64_t tag) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
   if (!sqe) return -EBUSY;
-  if (write)
+  if (op & HM_PRIM_RING_WRITE)
     io_uring_prep_write(sqe, fd, buf, len, off);
   else
     io_uring_prep_read(sqe, fd, buf, len, off);
+  if (op & HM_PRIM_RING_ASYNC) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
   io_uring_sqe_set_data64(sqe, tag);
   return 0;
 }

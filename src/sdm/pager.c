@@ -107,6 +107,12 @@ typedef struct hm__fault_s {
   int tid;
 } hm__fault_t;
 
+typedef struct hm__plan_s {
+  _hm_sdm_region_t *reg;
+  int64_t from, stride;
+  uint32_t count, k; /* units in the plan, units done */
+} hm__plan_t;
+
 typedef struct hm__handler_s {
   hm_pager_t *p;
   pthread_t th;
@@ -119,6 +125,11 @@ typedef struct hm__handler_s {
   size_t bounce_bytes;
   hm__fault_t *def; /* faults waiting for an op or for budget */
   unsigned ndef, capdef;
+  /* Prefetch plans waiting to run: faults are served first, and plans run
+   * one read at a time in between, so a reader never waits behind a long
+   * batch of prefetch submissions and evictions. */
+  hm__plan_t plans[32];
+  unsigned nplans;
   _hm_prim_page_region_t *vec;
 } hm__handler_t;
 
@@ -438,7 +449,10 @@ static void hm__fill_start(hm__handler_t *h, hm__op_t *op) {
     return;
   }
   uint64_t foff = (uint64_t)op->unit * p->unit + (uint64_t)op->pg0 * HM_SDM_PAGE;
-  if (_hm_prim_sdmring_rw(h->ring, 0, op->reg->file, dst, (unsigned)len, foff,
+  /* Prefetch reads go to io_uring's workers: issuing a read allocates its
+   * target pages, which would otherwise delay this thread's next fault. */
+  if (_hm_prim_sdmring_rw(h->ring, op->prefetch ? HM_PRIM_RING_ASYNC : 0, op->reg->file, dst,
+                          (unsigned)len, foff,
                           (uint64_t)(uintptr_t)op) < 0) {
     hm__fill_done(h, op, -EBUSY); /* cannot happen: ops <= ring entries */
     return;
@@ -475,6 +489,7 @@ static void hm__victim_dirty(hm__handler_t *h, _hm_sdm_slot_t *S, uint64_t *D) {
     (void)_hm_prim_uffd_wp(p->uffd, ub, p->unit, 1);
     memcpy(D, S->filled, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
   } else {
+    if (p->memfd_mode && !S->mapped) return; /* never visible: clean */
     if (p->memfd_mode) (void)_hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED);
     memcpy(D, S->filled, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
   }
@@ -526,7 +541,7 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
     while ((n = hm__run(D[v], p->upages, &i)) > 0) {
       uint64_t off = (uint64_t)S->unit * p->unit + (uint64_t)i * HM_SDM_PAGE;
       uint64_t tag = ((uint64_t)v << 32) | i;
-      while (_hm_prim_sdmring_rw(h->wring, 1, r->file, src0 + (size_t)i * HM_SDM_PAGE,
+      while (_hm_prim_sdmring_rw(h->wring, HM_PRIM_RING_WRITE, r->file, src0 + (size_t)i * HM_SDM_PAGE,
                                  n * HM_SDM_PAGE, off, tag) == -EBUSY) {
         uint64_t t;
         int res;
@@ -680,21 +695,43 @@ static int hm__prefetch_group(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u, 
   return -EAGAIN;
 }
 
-/* Runs a plan; the caller took a busy reference on r (hm__plan_hold) so
- * that an unmap cannot free r meanwhile. Releases it. */
-static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
-  if (pl->stride == 0 || pl->count == 0) return;
-  hm_pager_t *p = h->p;
-  for (uint32_t k = 0; k < pl->count;) {
-    int n = hm__prefetch_group(h, r, pl->from + (int64_t)k * pl->stride, pl->count - k,
-                               pl->stride == 1);
-    if (n < 0) break;
-    k += n > 0 ? (uint32_t)n : 1;
-  }
+static void hm__release(hm_pager_t *p, _hm_sdm_region_t *r) {
   pthread_mutex_lock(&p->lk);
   r->busy--;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->lk);
+}
+
+/* Queues a plan; the caller took a busy reference on r (hm__plan_hold) so
+ * that an unmap cannot free r before the plan has run (or been dropped). */
+static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
+  if (pl->stride == 0 || pl->count == 0) return;
+  if (h->nplans == sizeof h->plans / sizeof h->plans[0]) {
+    hm__release(h->p, h->plans[0].reg); /* the oldest is the least useful */
+    memmove(&h->plans[0], &h->plans[1], (h->nplans - 1) * sizeof h->plans[0]);
+    h->nplans--;
+  }
+  h->plans[h->nplans].reg = r;
+  h->plans[h->nplans].from = pl->from;
+  h->plans[h->nplans].stride = pl->stride;
+  h->plans[h->nplans].count = pl->count;
+  h->plans[h->nplans].k = 0;
+  h->nplans++;
+}
+
+/* Runs one read of the oldest plan; 1 if plans remain. */
+static int hm__plan_step(hm__handler_t *h) {
+  if (h->nplans == 0) return 0;
+  hm__plan_t *pl = &h->plans[0];
+  int n = hm__prefetch_group(h, pl->reg, pl->from + (int64_t)pl->k * pl->stride,
+                             pl->count - pl->k, pl->stride == 1);
+  if (n >= 0) pl->k += n > 0 ? (uint32_t)n : 1;
+  if (n < 0 || pl->k >= pl->count) {
+    hm__release(h->p, pl->reg);
+    memmove(&h->plans[0], &h->plans[1], (h->nplans - 1) * sizeof h->plans[0]);
+    h->nplans--;
+  }
+  return h->nplans > 0;
 }
 
 /* Pager lock held: keeps r alive for a plan run after the lock is dropped. */
@@ -766,7 +803,10 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
         int hit = S->prefetched;
         hm__touched(p, S);
         S->ref = 1;
-        int map = p->memfd_mode && !S->mapped;
+        /* A minor fault means some filled page is not mapped: never yet, or
+         * another handler is still mapping it (mapping twice only costs an
+         * EEXIST; waking without mapping would let the thread spin). */
+        int map = p->memfd_mode;
         S->mapped = (uint8_t)(S->mapped | p->memfd_mode);
         uint64_t bits[HM_SDM_BITMAP_WORDS];
         memcpy(bits, S->filled, sizeof bits);
@@ -945,32 +985,48 @@ static void hm__drain_willneed(hm__handler_t *h) {
   }
 }
 
+/* Handles what the ring has ready (waiting up to wait_us for the first). */
+static void hm__poll_once(hm__handler_t *h, int wait_us) {
+  hm_pager_t *p = h->p;
+  uint64_t tag;
+  int res;
+  int rc = _hm_prim_sdmring_next(h->ring, wait_us, &tag, &res);
+  while (rc == 1) {
+    if (tag == HM__TAG_UFFD) {
+      hm__read_faults(h);
+      (void)_hm_prim_sdmring_poll(h->ring, p->uffd, HM__TAG_UFFD);
+    } else if (tag == HM__TAG_EVENT) {
+      if (atomic_load(&p->stop)) return;
+      uint64_t v;
+      if (read(p->evfd, &v, sizeof v) < 0) { /* another handler took it */
+      }
+      hm__drain_willneed(h);
+      (void)_hm_prim_sdmring_poll(h->ring, p->evfd, HM__TAG_EVENT);
+    } else {
+      hm__fill_done(h, (hm__op_t *)(uintptr_t)tag, res);
+    }
+    rc = _hm_prim_sdmring_next(h->ring, 0, &tag, &res);
+  }
+}
+
 static void *hm__handler_main(void *arg) {
   hm__handler_t *h = arg;
   hm_pager_t *p = h->p;
   (void)_hm_prim_sdmring_poll(h->ring, p->uffd, HM__TAG_UFFD);
   (void)_hm_prim_sdmring_poll(h->ring, p->evfd, HM__TAG_EVENT);
   while (!atomic_load(&p->stop)) {
-    uint64_t tag;
-    int res;
-    int rc = _hm_prim_sdmring_next(h->ring, h->ndef ? 500 : -1, &tag, &res);
-    while (rc == 1) {
-      if (tag == HM__TAG_UFFD) {
-        hm__read_faults(h);
-        (void)_hm_prim_sdmring_poll(h->ring, p->uffd, HM__TAG_UFFD);
-      } else if (tag == HM__TAG_EVENT) {
-        if (atomic_load(&p->stop)) break;
-        uint64_t v;
-        if (read(p->evfd, &v, sizeof v) < 0) { /* another handler took it */
-        }
-        hm__drain_willneed(h);
-        (void)_hm_prim_sdmring_poll(h->ring, p->evfd, HM__TAG_EVENT);
-      } else {
-        hm__fill_done(h, (hm__op_t *)(uintptr_t)tag, res);
-      }
-      rc = _hm_prim_sdmring_next(h->ring, 0, &tag, &res);
-    }
+    hm__poll_once(h, (h->ndef || h->nplans) ? (h->nplans ? 0 : 500) : -1);
     if (h->ndef) hm__retry_deferred(h);
+    /* One prefetch read, then look for faults and completions again. */
+    if (h->nplans) {
+      (void)hm__plan_step(h);
+      (void)_hm_prim_sdmring_submit(h->ring);
+      hm__read_faults(h);
+    }
+  }
+  while (h->nplans) {
+    hm__release(p, h->plans[h->nplans - 1].reg);
+    h->nplans--;
   }
   return NULL;
 }
