@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: no TOML reader in the standard library
+    tomllib = None  # type: ignore[assignment]
 
-from hetmem.errors import HetmemError, SchemaError
+from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError
 
 KIND = "hetmem-placement"
 SCHEMA_VERSION = 1
@@ -218,6 +221,8 @@ class _V:
 
 def loads(text: str, name: str = "<placement>") -> Placement:
     v = _V(name)
+    if tomllib is None:
+        raise EnvironmentProblem("reading placement files needs Python 3.11 or later (tomllib)")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
