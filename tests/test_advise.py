@@ -332,6 +332,8 @@ def test_build_id_mismatch_warns_and_drops_sites(tmp_path):
     assert PL.prepare_for_run(src, out, command="/bin/true") == []
     assert len(PL.parse_compact(out.read_text()).sites) == 3
     assert len(PL.prepare_for_run(src, out, command="/bin/ls")) == 1
+    PL.prepare_for_run(src, out, command="/bin/true", fast_capacity=12345)
+    assert PL.parse_compact(out.read_text()).tiers[0].capacity_bytes == 12345
 
 
 # --------------------------------------------------------------------------

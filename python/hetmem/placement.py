@@ -475,11 +475,18 @@ def prepare_for_run(
     compact_path: str | Path,
     command: str | None = None,
     build_id_of: Callable[[str], str | None] | None = None,
+    fast_capacity: int | None = None,
 ) -> list[str]:
     """What `hetmem run --placement FILE` does before launching: validates
     the placement, checks build-ids (command: the program to run, resolved
-    on PATH), writes the compact table, returns the warnings to print."""
+    on PATH), writes the compact table, returns the warnings to print.
+    fast_capacity: bytes per process for the fastest tier, replacing the
+    placement's (`hetmem run --fast-budget` divided by the ranks per node)."""
     p = load(placement_path)
+    if fast_capacity is not None:
+        if fast_capacity < 0:
+            raise SchemaError("fast-tier capacity must not be negative")
+        p.tiers[0].capacity_bytes = fast_capacity
     if build_id_of is None:
         build_id_of = _build_id_here
     binary = None
