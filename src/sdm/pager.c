@@ -35,6 +35,18 @@
  * Memory is really freed: PUNCH_HOLE on the memfd, MADV_DONTNEED on
  * anonymous memory.
  *
+ * Prefetch (prefetch.c detects the streams): a plan is queued by the fault
+ * that produced it and run one read at a time between faults, so a reader
+ * never waits behind prefetch work. Reads along a forward stream cover up to
+ * 1 MiB of contiguous absent units each; they are handed to io_uring's
+ * workers (IOSQE_ASYNC), which also allocate the target pages. Prefetched
+ * units stay unmapped in the memfd's page cache: the first touch is a cheap
+ * MINOR fault, which is how prefetch_used is observed; on such a hit, up to
+ * 8 further units that already arrived along the same stream are mapped at
+ * once. Accuracy (used / resolved) over 64 prefetches halves or doubles the
+ * region's window limit; prefetch never holds more than half the cache
+ * untouched.
+ *
  * Fault path cost: a handler thread reads up to 64 uffd_msg per read(2),
  * takes the pager mutex for O(1) bookkeeping (region lookup by binary
  * search, unit state, CLOCK slot, stream detector: ~0.2-0.5 us), and does
