@@ -22,6 +22,10 @@ int _hm_prim_sdmring_new(unsigned entries, _hm_prim_sdmring_t **out) {
     free(r);
     return rc;
   }
+  /* Few workers: each read allocates its target pages in one memfd, and
+   * many workers mostly contend on that file's locks. Best effort. */
+  unsigned workers[2] = {2, 2};
+  (void)io_uring_register_iowq_max_workers(&r->ring, workers);
   *out = r;
   return 0;
 }
