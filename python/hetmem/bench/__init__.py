@@ -17,7 +17,9 @@ from pathlib import Path
 from hetmem._native import library_dir
 from hetmem.errors import EnvironmentProblem
 
-SUITES = ("reference",)
+# Modules in this package, plus the kernel-matrix suites of hetmem.bench.matrix
+# (imdt, poly, kernels) that share one implementation.
+SUITES = ("sdm", "imdt", "poly", "kernels", "reference", "flow", "lattice")
 
 
 def bench_dir() -> Path:

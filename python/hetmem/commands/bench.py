@@ -10,17 +10,28 @@ from hetmem.errors import UsageError
 
 
 def _suite(name: str) -> Any:
+    from hetmem.bench.matrix import SUITES as MATRIX
+
+    if name in MATRIX:
+        return MATRIX[name]
     return importlib.import_module(f"hetmem.bench.{name}")
 
 
 class Command:
     name = "bench"
-    help = "run benchmark suites (reference: probe against STREAM and fio)"
+    help = "run benchmark suites side by side against the baselines (dram, swap, ...)"
     description = (
         "Benchmark suites that measure hetmem side by side with what a user would\n"
         "otherwise use, in one run, interleaved, and print the ratios.\n\n"
+        "  sdm        cache mode vs dram vs Linux swap, with the pager's targets\n"
+        "  imdt       the IMDT study's kernels in every mode, efficiency vs data size\n"
+        "  poly       polynomial bandwidth vs arithmetic intensity\n"
+        "  kernels    any kernels or cases (hetmem bench kernels stream lu-tiled)\n"
         "  reference  probe STREAM triad vs a McCalpin-style STREAM built with the\n"
-        "             same flags; probe O_DIRECT sequential read vs fio"
+        "             same flags; probe O_DIRECT sequential read vs fio\n"
+        "  flow       workflow channel vs ADIOS2 SST and BP5\n"
+        "  lattice    lattice QCD mini-app benchmarks\n\n"
+        "Kernel-matrix suites write a result folder with report.html (see hetmem report)."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -41,5 +52,5 @@ class Command:
     def run(self, args: argparse.Namespace) -> int:
         mod = getattr(args, "_suite", None)
         if mod is None:
-            raise UsageError("name a suite: hetmem bench reference (see hetmem bench --help)")
+            raise UsageError("name a suite, e.g. hetmem bench sdm (see hetmem bench --help)")
         return int(mod.run(args))

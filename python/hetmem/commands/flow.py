@@ -59,12 +59,7 @@ class Command:
         p.add_argument("--max-ranks", type=int, default=2)
         p.add_argument("--json", action="store_true", help="print JSON")
         p = sub.add_parser("bench", help="the channel against ADIOS2 SST and BP5")
-        p.add_argument("--tier", type=_tier, default="dram")
-        p.add_argument("--small-objects", type=int, default=10000)
-        p.add_argument("--large-bytes", default="64MiB")
-        p.add_argument("--steps", type=int, default=4)
-        p.add_argument("--adios-python", help="interpreter that has the adios2 package")
-        p.add_argument("--json", action="store_true", help="print JSON")
+        add_bench_arguments(p)
 
     def run(self, args: argparse.Namespace) -> int:
         return int(getattr(self, f"_{args.action}")(args))
@@ -241,6 +236,18 @@ class Command:
             return 0
         print_bench(res)
         return 0
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of the channel-vs-ADIOS2 bench (also `hetmem bench flow`)."""
+    p.add_argument("--tier", type=_tier, default="dram", help="channel tier (dram)")
+    p.add_argument(
+        "--small-objects", type=int, default=10000, help="4.5 KB objects per step (10000)"
+    )
+    p.add_argument("--large-bytes", default="64MiB", help="size of each large object (64MiB)")
+    p.add_argument("--steps", type=int, default=4, help="steps per measurement (4)")
+    p.add_argument("--adios-python", help="interpreter that has the adios2 package")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def print_bench(res: dict[str, Any]) -> None:

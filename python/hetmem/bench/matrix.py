@@ -1,0 +1,234 @@
+"""Kernel-matrix suites of `hetmem bench` (imdt, poly, kernels, ...).
+
+Every such suite runs the harness (hetmem.harness): kernels x data sizes (as
+multiples of the fast budget) x modes x repetitions, interleaved, resumable,
+and then writes the report (hetmem.report) into the result folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hetmem import harness, output
+from hetmem.errors import UsageError
+from hetmem.sizes import format_size
+
+DEFAULT_BUDGET = "256MiB"
+DEFAULT_SIZES = "0.5x,2x,4x"
+
+
+def add_matrix_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    budget: str = DEFAULT_BUDGET,
+    sizes: str = DEFAULT_SIZES,
+    repeat: int = 2,
+    targets: bool = True,
+) -> None:
+    if targets:
+        parser.add_argument(
+            "targets",
+            nargs="*",
+            metavar="SUITE|KERNEL|CASE",
+            help="more suites, kernels or cases to run with this one",
+        )
+    parser.add_argument(
+        "--fast-budget", default=budget, metavar="SIZE", help=f"fast-tier budget ({budget})"
+    )
+    parser.add_argument(
+        "--sizes",
+        default=sizes,
+        metavar="LIST",
+        help=f"data sizes as multiples of the budget ({sizes})",
+    )
+    parser.add_argument(
+        "--modes",
+        default=None,
+        metavar="LIST",
+        help="modes to compare (default: every mode available here; dram always)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=repeat, help=f"repetitions per run ({repeat})"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="kernel threads (all CPUs)")
+    parser.add_argument("--storage", metavar="DIR", help="storage tier for cache and swap modes")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="result folder (default: hetmem-bench-<suite>-<time>); reuse it to resume",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report data as JSON")
+    parser.add_argument("--no-report", action="store_true", help="do not write report.html")
+    parser.add_argument(
+        "--kernel-reps", type=int, default=3, help="repetitions inside each kernel run (3)"
+    )
+
+
+def choose_modes(text: str | None) -> tuple[list[str], list[str]]:
+    """Modes to run and notes on the ones left out."""
+    avail = harness.available_modes()
+    if text is None:
+        modes = [m for m in ("dram", "cache", "swap") if not avail.get(m)]
+        skipped = [f"{m}: {avail[m]}" for m in ("cache", "swap") if avail.get(m)]
+        return modes, skipped
+    modes = harness.parse_modes(text)
+    for m in modes:
+        if avail.get(m):
+            raise UsageError(f"mode {m} cannot run here: {avail[m]}")
+    return modes, []
+
+
+def make_plan(args: argparse.Namespace, suite: str) -> harness.Plan:
+    targets = [suite, *getattr(args, "targets", [])] if suite != "kernels" else args.targets
+    if not targets:
+        raise UsageError("name kernels or cases, e.g. hetmem bench kernels stream poly-ro-d1024")
+    cases = harness.resolve_cases(targets)
+    budget = harness.parse_budget(args.fast_budget)
+    multiples = harness.parse_multiples(args.sizes)
+    modes, skipped = choose_modes(args.modes)
+    for s in skipped:
+        output.err_console().print(f"note: mode {s}")
+    if args.repeat < 1 or args.repeat > 100:
+        raise UsageError("--repeat must be 1..100")
+    if args.kernel_reps < 1:
+        raise UsageError("--kernel-reps must be at least 1")
+    threads = args.threads or len(os.sched_getaffinity(0))
+    if threads < 1:
+        raise UsageError("--threads must be at least 1")
+    if args.storage and not Path(args.storage).is_dir():
+        raise UsageError(f"storage directory '{args.storage}' does not exist")
+    outdir = args.output or Path(f"hetmem-bench-{suite}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if outdir.exists() and not outdir.is_dir():
+        raise UsageError(f"{outdir} exists and is not a folder")
+    return harness.Plan(
+        cases=cases,
+        multiples=multiples,
+        modes=modes,
+        repeat=args.repeat,
+        budget=budget,
+        threads=threads,
+        storage=os.path.realpath(args.storage) if args.storage else None,
+        outdir=outdir,
+        kernel_reps=args.kernel_reps,
+    )
+
+
+def execute_with_progress(plan: harness.Plan, argv: list[str], show: bool) -> list[dict[str, Any]]:
+    with output.progress(enabled=show) as prog:
+        task = prog.add_task("benchmarks", total=None)
+
+        def on_progress(i: int, total: int, label: str) -> None:
+            prog.update(task, total=total, completed=i, description=label)
+
+        return harness.execute(plan, argv, on_progress)
+
+
+def run_matrix(args: argparse.Namespace, suite: str, argv: list[str]) -> dict[str, Any]:
+    """Runs the suite's matrix and writes the report; returns the report data."""
+    from hetmem import report
+
+    plan = make_plan(args, suite)
+    n = len(plan.runs())
+    output.err_console().print(
+        f"hetmem bench {suite}: {len(plan.cases)} case(s) x {len(plan.multiples)} size(s) x "
+        f"{len(plan.modes)} mode(s) x {plan.repeat} rep(s) = {n} runs, "
+        f"budget {format_size(plan.budget)}, results in {plan.outdir}"
+    )
+    execute_with_progress(plan, argv, show=not args.json)
+    page, data = report.build([plan.outdir])
+    data["outdir"] = str(plan.outdir)
+    if not args.no_report:
+        (plan.outdir / "report.html").write_text(page)
+        import json
+
+        (plan.outdir / "report.json").write_text(json.dumps(data, indent=2))
+        data["report"] = str(plan.outdir / "report.html")
+    return data
+
+
+def print_summary(data: dict[str, Any]) -> None:
+    rows = []
+    for r in data["efficiency"]:
+        rows.append(
+            [
+                r["case"],
+                f"{r['multiple']:g}x",
+                r["mode"],
+                None if r["time_s_median"] is None else round(r["time_s_median"], 4),
+                "-" if r["efficiency"] is None else f"{100 * r['efficiency']:.1f}%",
+                "; ".join(r["failures"])[:60],
+            ]
+        )
+    output.table(
+        "efficiency t_dram / t_mode (median over repetitions)",
+        ["case", "size", "mode", "time (s)", "efficiency", "failures"],
+        rows,
+    )
+    for c in data.get("checks", []):
+        verdict = "PASS" if c["pass"] else "FAIL"
+        ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
+        output.console().print(f"{verdict}  {c['check']}: ratio {ratio} ({c['rule']})")
+    if data.get("report"):
+        output.console().print(f"report: {data['report']}")
+
+
+class MatrixSuite:
+    """A harness suite under one name."""
+
+    def __init__(self, suite: str, help_text: str, description: str, **defaults: Any) -> None:
+        self.name = suite
+        self.help = help_text
+        self.description = description
+        self.defaults = defaults
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_matrix_arguments(parser, **self.defaults)
+
+    def run(self, args: argparse.Namespace) -> int:
+        import sys
+
+        data = run_matrix(args, self.name, ["bench", *sys.argv[2:]])
+        if args.json:
+            output.print_json(data)
+        else:
+            print_summary(data)
+        return 1 if data["failed_runs"] else 0
+
+
+_MATRIX_DESC = (
+    "Runs each kernel through `hetmem run` in every mode, at data sizes given as\n"
+    "multiples of the fast budget, interleaving the modes so noise hits them\n"
+    "alike; efficiency = t_dram / t_mode as in the IMDT study. Results go to a\n"
+    "folder (-o DIR; run again with the same DIR to resume after an interruption)\n"
+    "with report.html and report.json.\n\n"
+    "example: hetmem bench {name} --fast-budget 512MiB --sizes 0.5x,2x,4x --repeat 3"
+)
+
+SUITES = {
+    "imdt": MatrixSuite(
+        "imdt",
+        "the IMDT study's kernels (STREAM, polynomial, GEMM, LU, FFT, GUPS) in every mode",
+        "The benchmark set of Mironov et al. (MCHPC'18).\n\n" + _MATRIX_DESC.format(name="imdt"),
+    ),
+    "poly": MatrixSuite(
+        "poly",
+        "polynomial kernel over degrees 16..4096: bandwidth vs arithmetic intensity",
+        "Read-only and read-write Horner polynomials of growing degree (IMDT Figure 7).\n\n"
+        + _MATRIX_DESC.format(name="poly"),
+        sizes="0.5x,4x",
+    ),
+    "kernels": MatrixSuite(
+        "kernels",
+        "any kernels or cases: hetmem bench kernels stream lu-tiled ...",
+        "Kernels (stream, poly, scan, gemm, lu, fft, chase, gups), case names\n"
+        "(stream-triad, poly-ro-d1024, lu-tiled, ...) or suites.\n\n"
+        + _MATRIX_DESC.format(name="kernels stream"),
+    ),
+}
