@@ -514,6 +514,10 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
   int32_t vict[HM__MAXVICT];
   unsigned nv = 0;
   uint64_t freed = 0;
+  /* Evict in batches of up to 2 MiB (1/16 of the cache at most): the
+   * write-backs of a batch run in parallel, and the bookkeeping is shared. */
+  uint64_t batch = p->cap / 16 < (2u << 20) ? p->cap / 16 : (2u << 20);
+  if (need < batch) need = batch;
   pthread_mutex_lock(&p->lk);
   for (uint32_t steps = 0; steps < 3 * p->nact + 3 && nv < HM__MAXVICT && (nv == 0 || freed < need);
        steps++) {
