@@ -24,6 +24,12 @@ typedef enum _hm_opt_kind_e {
   X(ALLOC_THRESHOLD, alloc_threshold, SIZE, "1MiB",                                          \
     "smallest allocation the interposer serves from a tier")                                  \
   X(STATS, stats, STR, "", "file the interposer writes its statistics to at exit")          \
+  X(PROFILE, profile, STR, "", "allocation-site profile path template (%h %r %p); on if set") \
+  X(PROFILE_DEPTH, profile_depth, COUNT, "8", "frames recorded per allocation site (1..64)")   \
+  X(SAMPLER, sampler, STR, "auto", "access sampler while profiling: auto, portable, none")    \
+  X(SAMPLE_PERIOD, sample_period, COUNT, "10000", "access sampler period, microseconds")      \
+  X(PLACEMENT, placement, STR, "", "compact placement table (flat/hybrid modes); on if set") \
+  X(PLACE_MODE, place_mode, STR, "flat", "flat (pager gets a minimal cache) or hybrid")       \
   X(VERBOSE, verbose, BOOL, "0", "print diagnostics to stderr")
 
 typedef enum _hm_opt_id_e {

@@ -295,8 +295,10 @@ def test_profile_cli_errors(tmp_path, hetmem):
     bad.write_text(text([site([[0, 1]])])[:-10])
     proc = hetmem("profile", "show", str(bad))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "truncated" in proc.stderr
-    proc = hetmem("profile", "--", "true")
-    assert proc.returncode == 2 and "interposer" in proc.stderr
+    proc = hetmem("profile", "--depth", "0", "--", "true")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--depth" in proc.stderr
+    proc = hetmem("profile", "--", str(tmp_path / "no-such-program"))
+    assert proc.returncode == 2 and "not found" in proc.stderr
     proc = hetmem("profile")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 

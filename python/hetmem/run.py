@@ -4,7 +4,15 @@
 - cache: libhetmem_preload.so serves every allocation of at least the
   threshold from pager regions whose DRAM cache is the fast budget;
 - swap: the baseline a user gets without hetmem: a memory cgroup limited to
-  the budget plus a swap file of sufficient size on the same storage tier.
+  the budget plus a swap file of sufficient size on the same storage tier;
+- flat / hybrid: profile-guided placement. A placement (`hetmem advise`) is
+  turned into the compact table (hetmem.placement.prepare_for_run, with its
+  build-id checks) and handed to the interposer, which matches every
+  allocation of at least the threshold to a site and serves it from the
+  site's tier: the fastest tier from glibc (DRAM, counted against the fast
+  budget), a slower NUMA node with mbind, the storage tier through the pager.
+  flat gives the pager a minimal cache; hybrid gives it what the pinned
+  (fast-tier) sites leave of the budget.
 
 Whatever the mode, the command's stdin, stdout and stderr are inherited
 untouched and its exit status becomes hetmem's (a command killed by signal N
@@ -30,11 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import _native
+from hetmem import placement as placement_mod
 from hetmem.errors import EnvironmentProblem, HetmemError, NativeError, UsageError
 from hetmem.sizes import parse_size
 
 SCHEMA_VERSION = 1
-MODES = ("dram", "cache", "swap")
+MODES = ("dram", "cache", "swap", "flat", "hybrid")
+PLACE_MODES = ("flat", "hybrid")
 PRELOAD_NAME = "libhetmem_preload.so"
 SWAP_PREFIX = ".hetmem-swap-"
 CGROUP_PREFIX = "hetmem-run-"
@@ -50,6 +60,7 @@ class RunConfig:
     stats: Path | None = None
     threshold: int | None = None
     swap_size: int | None = None
+    placement: Path | None = None
     fetch_unit: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -156,6 +167,11 @@ def validate(cfg: RunConfig) -> None:
         parent = cfg.stats.resolve().parent
         if not parent.is_dir():
             raise UsageError(f"--stats: directory '{parent}' does not exist")
+    if cfg.mode in PLACE_MODES:
+        validate_place(cfg)
+        return
+    if cfg.placement is not None:
+        raise UsageError("--placement is for --mode flat or hybrid")
     if cfg.mode == "cache":
         if cfg.threshold is not None and cfg.threshold < os.sysconf("SC_PAGE_SIZE"):
             raise UsageError("--threshold must be at least one page")
@@ -187,6 +203,28 @@ def validate(cfg: RunConfig) -> None:
                 f"storage directory '{cfg.storage}' is full: {free} bytes free, "
                 f"swap file needs {cfg.swap_size}"
             )
+
+
+def validate_place(cfg: RunConfig) -> None:
+    if cfg.placement is None:
+        raise UsageError(f"--mode {cfg.mode} needs --placement FILE (from `hetmem advise`)")
+    if not cfg.placement.is_file():
+        raise UsageError(f"placement file '{cfg.placement}' does not exist")
+    if cfg.threshold is not None and cfg.threshold < os.sysconf("SC_PAGE_SIZE"):
+        raise UsageError("--threshold must be at least one page")
+    if not preload_path().exists():
+        raise EnvironmentProblem(f"{preload_path()} is missing: reinstall hetmem")
+    p = placement_mod.load(cfg.placement)  # SchemaError: one line, exit 2
+    if any(t.kind == "storage" for t in p.tiers):
+        assert cfg.storage is not None
+        check_storage(cfg.storage, 1 << 20)
+        check_pager(cfg)
+
+
+def pinned_bytes(p: placement_mod.Placement, budget: int) -> int:
+    """Fast-tier bytes the placement pins: the sum of its fast sites' peak
+    live bytes (an upper bound of their concurrent use), at most the budget."""
+    return min(budget, sum(s.peak_live_bytes for s in p.sites if s.tier == 0))
 
 
 def _free_bytes(path: Path) -> int:
@@ -327,6 +365,8 @@ def run(cfg: RunConfig) -> int:
                 rc, wall = _spawn(cfg.command, dict(os.environ), state)
             elif cfg.mode == "cache":
                 rc, wall = _run_cache(cfg, state, stats)
+            elif cfg.mode in PLACE_MODES:
+                rc, wall = _run_place(cfg, state, stats)
             else:
                 rc, wall = _run_swap(cfg, state, stats)
     except _Interrupted as exc:
@@ -368,6 +408,87 @@ def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         if procs
         else None
     )
+    if procs and stats["threshold"] is None:
+        stats["threshold"] = procs[0].get("threshold")
+    stats["processes"] = procs
+    return rc, wall
+
+
+def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per-site outcomes summed over the processes of the command."""
+    pls = [p["placement"] for p in procs if isinstance(p.get("placement"), dict)]
+    if not pls:
+        return None
+    out: dict[str, Any] = {
+        "place_mode": pls[0].get("place_mode"),
+        "pager_budget": pls[0].get("pager_budget"),
+        "processes": len(pls),
+    }
+    tiers: list[dict[str, Any]] = [dict(t) for t in pls[0].get("tiers", [])]
+    for pl in pls[1:]:
+        for t, o in zip(tiers, pl.get("tiers", []), strict=False):
+            t["allocations"] += o.get("allocations", 0)
+            t["live_bytes"] += o.get("live_bytes", 0)
+            t["peak_bytes"] = max(t["peak_bytes"], o.get("peak_bytes", 0))
+    out["tiers"] = tiers
+
+    def add(a: dict[str, Any], b: dict[str, Any]) -> None:
+        a["allocations"] = a.get("allocations", 0) + b.get("allocations", 0)
+        a["overflows"] = a.get("overflows", 0) + b.get("overflows", 0)
+        old = a.get("bytes", [])
+        new = b.get("bytes", [])
+        a["bytes"] = [x + y for x, y in zip(old + [0] * (len(new) - len(old)), new, strict=False)]
+        if len(old) > len(new):
+            a["bytes"] += old[len(new) :]
+
+    unmatched: dict[str, Any] = {}
+    sites: dict[int, dict[str, Any]] = {}
+    for pl in pls:
+        add(unmatched, pl.get("unmatched", {}))
+        for s in pl.get("sites", []):
+            cur = sites.setdefault(int(s["id"]), {"id": s["id"], "tier": s["tier"]})
+            add(cur, s)
+    out["unmatched"] = unmatched
+    out["sites"] = [sites[k] for k in sorted(sites)]
+    out["overflows"] = sum(s["overflows"] for s in out["sites"]) + unmatched.get("overflows", 0)
+    cache = [pl.get("match_cache", {}) for pl in pls]
+    out["match_cache"] = {
+        "hits": sum(c.get("hits", 0) for c in cache),
+        "misses": sum(c.get("misses", 0) for c in cache),
+    }
+    return out
+
+
+def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
+    assert cfg.placement is not None
+    p = placement_mod.load(cfg.placement)
+    fast = cfg.budget if cfg.mode == "flat" else pinned_bytes(p, cfg.budget)
+    stats["placement_file"] = str(cfg.placement)
+    stats["threshold"] = cfg.threshold
+    stats["fast_capacity"] = fast
+    with tempfile.TemporaryDirectory(prefix="hetmem-run-") as tmp:
+        compact = Path(tmp) / "placement.compact"
+        warnings = placement_mod.prepare_for_run(
+            cfg.placement, compact, cfg.command[0], fast_capacity=fast
+        )
+        for w in warnings:
+            os.write(2, f"hetmem run: warning: {w}\n".encode())
+        stats["warnings"] = warnings
+        lines_file = Path(tmp) / "interposer.jsonl" if cfg.stats is not None else None
+        env = _cache_env(cfg, lines_file)
+        env["HETMEM_PLACEMENT"] = str(compact)
+        env["HETMEM_PLACE_MODE"] = cfg.mode
+        env.pop("HETMEM_PROFILE", None)
+        rc, wall = _spawn(cfg.command, env, state)
+        procs = _read_interposer_stats(lines_file) if lines_file else []
+    pagers = [q["pager"] for q in procs if isinstance(q.get("pager"), dict)]
+    stats["pager"] = _merge_pagers(pagers) if pagers else None
+    stats["interposer"] = (
+        _sum_numbers([q["interposer"] for q in procs if isinstance(q.get("interposer"), dict)])
+        if procs
+        else None
+    )
+    stats["placement"] = _merge_placement(procs)
     if procs and stats["threshold"] is None:
         stats["threshold"] = procs[0].get("threshold")
     stats["processes"] = procs

@@ -46,6 +46,7 @@
 #include "hetmem.h"
 #include "internal.h"
 #include "preload.h"
+#include "prim/prim.h"
 
 /* glibc exports its allocator under these names precisely so that
  * interposers can reach it without dlsym (which may itself allocate). */
@@ -81,9 +82,28 @@ HM_PL_HOOKS(HM__DECLARE)
  * ------------------------------------------------------------------------ */
 enum { HM__NONE = 0, HM__OPENING = 1, HM__READY = 2, HM__FORKED = 3 };
 
+/* What the interposer does with large requests, fixed at start-up. */
+enum { HM__M_CACHE = 0, HM__M_PROFILE = 1, HM__M_PLACE = 2 };
+static const char *const hm__mode_names[] = {"cache", "profile", "placement"};
+
+/* Placement counters, per site (index 0: allocations that matched no site)
+ * and per tier; relaxed atomics, read at exit. */
+typedef struct hm__pstat_s {
+  _Atomic uint64_t allocs, overflows;
+  _Atomic uint64_t bytes[HM_PL_MAX_TIERS];
+} hm__pstat_t;
+
 typedef struct hm__pl_s {
   /* start-up (hm__prepare, once) */
   pthread_once_t once;
+  int mode;                  /* HM__M_* */
+  int depth;                 /* frames captured per large allocation */
+  int hybrid;                /* placement: hybrid (else flat) */
+  uint64_t pager_budget;     /* the pager's DRAM cache (cache: budget) */
+  hm__pstat_t *pstat;        /* placement: 1 + sites */
+  _Atomic uint64_t tier_live[HM_PL_MAX_TIERS], tier_peak[HM_PL_MAX_TIERS];
+  _Atomic uint64_t tier_allocs[HM_PL_MAX_TIERS];
+  int glibc_tier;            /* placement tier that glibc serves (-1: none) */
   int prep_rc;               /* 0 or a negative errno */
   char prep_msg[HM_ERRMSG_MAX];
   hm_ctx_t *ctx;             /* options; never freed (blocks outlive main) */
@@ -110,6 +130,9 @@ static hm__pl_t hm__pl = {.once = PTHREAD_ONCE_INIT, .page = 4096};
 /* Read on every allocation; 1 MiB (the option's default) until start-up
  * has read the option. */
 static _Atomic size_t hm__threshold = (size_t)1 << 20;
+
+/* Set once profiling runs: small allocations are then counted per caller. */
+static _Atomic int hm__profiling;
 
 /* Per thread: the recursion guard (non-zero while this thread runs inside
  * hetmem, so the runtime's own allocations go straight to glibc) and the
@@ -142,7 +165,7 @@ static void hm__say(const char *msg) {
 
 static _Noreturn void hm__die_inside_malloc(const char *why) {
   char msg[HM_ERRMSG_MAX + 40];
-  snprintf(msg, sizeof msg, "cannot start cache mode: %s", why);
+  snprintf(msg, sizeof msg, "cannot start %s mode: %s", hm__mode_names[hm__pl.mode], why);
   hm__say(msg);
   /* Inside malloc any lock (stdio's included) may be held: exit() could
    * deadlock flushing streams. Only reached when the pager fails after a
@@ -155,6 +178,7 @@ static _Noreturn void hm__die_inside_malloc(const char *why) {
  * ------------------------------------------------------------------------ */
 static void hm__thread_exit(void *unused) {
   (void)unused;
+  if (atomic_load_explicit(&hm__profiling, memory_order_relaxed)) _hm_pl_prof_thread(-1);
   atomic_fetch_add_explicit(&hm__pl.small_exited, hm__tls.small, memory_order_relaxed);
   hm__tls.small = 0;
   hm__tls.registered = 0;
@@ -173,6 +197,11 @@ static void hm__atfork_child(void) {
   atomic_store(&hm__pl.live_bytes, 0);
   atomic_store(&hm__pl.small_exited, 0);
   hm__tls.small = 0;
+}
+
+/* Usable size of a glibc block; before dlsym has run, the request. */
+static size_t hm__libc_usable_early(void *p, size_t req) {
+  return hm__pl.libc_usable ? hm__pl.libc_usable(p) : req;
 }
 
 static int hm__fail(int rc, const char *fmt, ...) HM_PRINTF(2, 3);
@@ -202,6 +231,83 @@ static void hm__resolve_libc_usable(void) {
   if (sym) memcpy(&hm__pl.libc_usable, &sym, sizeof sym); /* object -> function pointer */
 }
 
+static int hm__prepare_common(uint64_t thr) {
+  int rc;
+  if ((rc = _hm_pl_table_init(&hm__pl.table))) return hm__fail(rc, "cannot reserve the block table");
+  hm__pl.have_key = pthread_key_create(&hm__pl.thread_key, hm__thread_exit) == 0;
+  pthread_atfork(NULL, NULL, hm__atfork_child);
+  /* dlsym is safe here: we run from our constructor or from a large
+   * allocation, both after libc and the loader are up. */
+  hm__resolve_libc_usable();
+  atomic_store(&hm__threshold, (size_t)thr);
+  return 0;
+}
+
+/* Profiling and placement: both capture the call site of every large
+ * request. */
+static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) {
+  int rc;
+  uint64_t depth = 8;
+  if (hm_option_get_u64(hm__pl.ctx, "profile_depth", &depth) || depth < 1 ||
+      depth > HM_PL_MAX_DEPTH)
+    return hm__fail(-EINVAL, "profile_depth must be 1..%d", HM_PL_MAX_DEPTH);
+  hm__pl.depth = (int)depth;
+  if ((rc = _hm_pl_sites_init())) return hm__fail(rc, "cannot list the loaded modules");
+  if ((rc = hm__prepare_common(thr))) return rc;
+  char why[HM_ERRMSG_MAX];
+  why[0] = 0;
+  if (prof[0]) {
+    hm__pl.mode = HM__M_PROFILE;
+    char sampler[64];
+    uint64_t period = 10000;
+    if (hm_option_get(hm__pl.ctx, "sampler", sampler, sizeof sampler)) snprintf(sampler, sizeof sampler, "auto");
+    if (hm_option_get_u64(hm__pl.ctx, "sample_period", &period)) period = 10000;
+    _hm_pl_prof_cfg_t pc = {prof, (int)depth, (size_t)thr, sampler, period, &hm__pl.table};
+    if ((rc = _hm_pl_prof_start(&pc, why, sizeof why))) return hm__fail(rc, "%s", why);
+    atomic_store(&hm__profiling, 1);
+    _hm_pl_prof_thread(+1); /* the main thread */
+    return 0;
+  }
+  hm__pl.mode = HM__M_PLACE;
+  if ((rc = _hm_pl_place_load(place, why, sizeof why))) return hm__fail(rc, "%s", why);
+  char pm[16];
+  if (hm_option_get(hm__pl.ctx, "place_mode", pm, sizeof pm)) snprintf(pm, sizeof pm, "flat");
+  if (strcmp(pm, "flat") && strcmp(pm, "hybrid"))
+    return hm__fail(-EINVAL, "place_mode must be flat or hybrid, not '%s'", pm);
+  hm__pl.hybrid = strcmp(pm, "hybrid") == 0;
+  if (hm_option_get_u64(hm__pl.ctx, "fast_budget", &hm__pl.budget)) hm__pl.budget = 0;
+  hm__pl.pstat = calloc(_hm_pl_place_sites() + 1, sizeof *hm__pl.pstat);
+  if (!hm__pl.pstat) return hm__fail(-ENOMEM, "out of memory");
+  hm__pl.glibc_tier = -1;
+  size_t nt = _hm_pl_place_tiers();
+  int has_storage = 0;
+  for (size_t i = 0; i < nt; i++) {
+    const _hm_pl_tier_t *t = _hm_pl_place_tier(i);
+    if (i == 0 && (t->numa < 0 || strcmp(t->kind, "dram") == 0) && strcmp(t->kind, "storage"))
+      hm__pl.glibc_tier = 0; /* the fastest tier is plain DRAM: glibc serves it */
+    if (t->numa < 0 && strcmp(t->kind, "storage") == 0) has_storage = 1;
+    if (i + 1 < nt && t->capacity == 0 && i == 0 && hm__pl.budget)
+      return hm__fail(-EINVAL, "the fastest tier has no capacity; give a fast budget");
+  }
+  if (has_storage) {
+    if (!hm_pager_open || !hm_pager_map || !hm_pager_unmap || !hm_pager_config_default)
+      return hm__fail(-ENOSYS, "this build of hetmem has no pager (src/sdm)");
+    hm_pager_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    hm_pager_config_default(hm__pl.ctx, &cfg);
+    hm__pl.fetch_unit = cfg.fetch_unit ? cfg.fetch_unit : 256 << 10;
+    if (cfg.backing_dir && (rc = hm__check_dir(cfg.backing_dir))) return rc;
+    /* flat: a cache of a few fetch units (plus room for the pager's own
+     * tables); hybrid: what the pinned fast-tier sites leave of the budget */
+    uint64_t minimal = 16 * hm__pl.fetch_unit + (4u << 20);
+    uint64_t pinned = _hm_pl_place_tier(0)->capacity;
+    hm__pl.pager_budget = minimal;
+    if (hm__pl.hybrid && hm__pl.budget > pinned && hm__pl.budget - pinned > minimal)
+      hm__pl.pager_budget = hm__pl.budget - pinned;
+  }
+  return 0;
+}
+
 static int hm__prepare_inner(void) {
   long pg = sysconf(_SC_PAGESIZE);
   if (pg > 0) hm__pl.page = (size_t)pg;
@@ -211,6 +317,12 @@ static int hm__prepare_inner(void) {
   if (hm_option_get_u64(hm__pl.ctx, "alloc_threshold", &thr) || thr < hm__pl.page)
     return hm__fail(-EINVAL, "alloc_threshold must be at least one page (%zu bytes)",
                     hm__pl.page);
+  char prof[HM_PATH_MAX], place[HM_PATH_MAX];
+  if (hm_option_get(hm__pl.ctx, "profile", prof, sizeof prof)) prof[0] = 0;
+  if (hm_option_get(hm__pl.ctx, "placement", place, sizeof place)) place[0] = 0;
+  if (hm_option_get(hm__pl.ctx, "stats", hm__pl.stats_path, sizeof hm__pl.stats_path))
+    hm__pl.stats_path[0] = 0;
+  if (prof[0] || place[0]) return hm__prepare_sites(thr, prof, place);
   if (hm_option_get_u64(hm__pl.ctx, "fast_budget", &hm__pl.budget) || hm__pl.budget == 0)
     return hm__fail(-EINVAL, "no fast-tier budget: set HETMEM_FAST_BUDGET (e.g. 4G)");
   if (hm_option_get_u64(hm__pl.ctx, "fetch_unit", &hm__pl.fetch_unit) || !hm__pl.fetch_unit)
@@ -225,16 +337,8 @@ static int hm__prepare_inner(void) {
   hm_pager_config_default(hm__pl.ctx, &cfg);
   if (cfg.fetch_unit) hm__pl.fetch_unit = cfg.fetch_unit;
   if (cfg.backing_dir && (rc = hm__check_dir(cfg.backing_dir))) return rc;
-  if (hm_option_get(hm__pl.ctx, "stats", hm__pl.stats_path, sizeof hm__pl.stats_path))
-    hm__pl.stats_path[0] = 0;
-  if ((rc = _hm_pl_table_init(&hm__pl.table))) return hm__fail(rc, "cannot reserve the block table");
-  hm__pl.have_key = pthread_key_create(&hm__pl.thread_key, hm__thread_exit) == 0;
-  pthread_atfork(NULL, NULL, hm__atfork_child);
-  /* dlsym is safe here: we run from our constructor or from a large
-   * allocation, both after libc and the loader are up. */
-  hm__resolve_libc_usable();
-  atomic_store(&hm__threshold, (size_t)thr);
-  return 0;
+  hm__pl.pager_budget = hm__pl.budget;
+  return hm__prepare_common(thr);
 }
 
 static void hm__prepare(void) {
@@ -247,7 +351,8 @@ __attribute__((constructor)) static void hm__ctor(void) {
   pthread_once(&hm__pl.once, hm__prepare);
   if (hm__pl.prep_rc) {
     /* Before main: exit() is safe here and flushes nothing of the app's. */
-    fprintf(stderr, "hetmem: cannot start cache mode: %s\n", hm__pl.prep_msg);
+    fprintf(stderr, "hetmem: cannot start %s mode: %s\n", hm__mode_names[hm__pl.mode],
+            hm__pl.prep_msg);
     exit(2);
   }
 }
@@ -265,7 +370,7 @@ static int hm__ensure_pager(void) {
       hm_pager_config_t cfg;
       memset(&cfg, 0, sizeof cfg);
       hm_pager_config_default(hm__pl.ctx, &cfg);
-      cfg.dram_budget = hm__pl.budget;
+      cfg.dram_budget = hm__pl.pager_budget;
       int rc = hm_pager_open(hm__pl.ctx, &cfg, &hm__pl.pager);
       if (rc) {
         const char *m = hm_ctx_last_error(hm__pl.ctx);
@@ -315,53 +420,221 @@ static void hm__note_fallback(int rc) {
             "beyond the fast budget");
 }
 
-/* Serves a large request from its backend and records the block; NULL when
- * it cannot (the caller then falls back to glibc). Runs under the guard. */
-static void *hm__large_alloc(const hm__req_t *req) {
-  if (hm__tls.guard) return NULL;
-  hm__tls.guard++;
-  void *user = NULL;
-  if (hm__ensure_pager() != 0 || hm__route(req) != HM_PL_PAGER) {
-    hm__note_fallback(0);
-    goto out;
+static void hm__tier_account(int t, size_t req, int sign) {
+  if (sign > 0) {
+    uint64_t live =
+        atomic_fetch_add_explicit(&hm__pl.tier_live[t], req, memory_order_relaxed) + req;
+    uint64_t peak = atomic_load_explicit(&hm__pl.tier_peak[t], memory_order_relaxed);
+    while (live > peak && !atomic_compare_exchange_weak_explicit(
+                              &hm__pl.tier_peak[t], &peak, live, memory_order_relaxed,
+                              memory_order_relaxed)) {
+    }
+  } else {
+    atomic_fetch_sub_explicit(&hm__pl.tier_live[t], req, memory_order_relaxed);
   }
+}
+
+/* Claims req bytes of tier t's capacity (0 = unlimited); 0 when full. */
+static int hm__tier_reserve(int t, size_t req) {
+  uint64_t cap = _hm_pl_place_tier((size_t)t)->capacity;
+  if (t == 0 && hm__pl.budget && (cap == 0 || cap > hm__pl.budget)) cap = hm__pl.budget;
+  if (cap == 0 || (size_t)t + 1 == _hm_pl_place_tiers()) {
+    hm__tier_account(t, req, +1);
+    return 1;
+  }
+  uint64_t live = atomic_load_explicit(&hm__pl.tier_live[t], memory_order_relaxed);
+  for (;;) {
+    if (live + req > cap) return 0;
+    if (atomic_compare_exchange_weak_explicit(&hm__pl.tier_live[t], &live, live + req,
+                                              memory_order_relaxed, memory_order_relaxed))
+      break;
+  }
+  hm__tier_account(t, 0, +1); /* peak */
+  return 1;
+}
+
+/* The pager's mapping for a large request, or NULL. */
+static void *hm__pager_block(const hm__req_t *req, size_t *maplen_out, uint32_t *off_out) {
+  if (hm__ensure_pager() != 0) return NULL;
   size_t unit = (size_t)hm__pl.fetch_unit;
   size_t pad = req->align > hm__pl.page ? req->align : 0;
-  if (req->size > SIZE_MAX - pad - unit) goto out;
+  if (req->size > SIZE_MAX - pad - unit) return NULL;
   size_t maplen = (req->size + pad + unit - 1) / unit * unit;
   void *base = NULL;
   int rc = hm_pager_map(hm__pl.pager, maplen, &base);
   if (rc) {
     hm__note_fallback(rc);
-    goto out;
+    return NULL;
   }
   uintptr_t key = (uintptr_t)base;
   if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
-  _hm_pl_block_t *b =
-      _hm_pl_table_insert(&hm__pl.table, key, (uint32_t)(key - (uintptr_t)base), maplen,
-                          req->size, HM_PL_PAGER, req->flags);
+  *maplen_out = maplen;
+  *off_out = (uint32_t)(key - (uintptr_t)base);
+  return (void *)key;
+}
+
+/* Anonymous memory bound to a NUMA node. */
+static void *hm__numa_block(const hm__req_t *req, int node, size_t *maplen_out,
+                            uint32_t *off_out) {
+  size_t pg = hm__pl.page;
+  size_t pad = req->align > pg ? req->align : 0;
+  if (req->size > SIZE_MAX - pad - pg) return NULL;
+  size_t maplen = (req->size + pad + pg - 1) / pg * pg;
+  void *base = hm__sys_mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                            -1, 0);
+  if (base == MAP_FAILED) return NULL;
+  if (_hm_prim_bind_node(base, maplen, node) != 0) {
+    hm__sys_munmap(base, maplen);
+    return NULL;
+  }
+  uintptr_t key = (uintptr_t)base;
+  if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
+  *maplen_out = maplen;
+  *off_out = (uint32_t)(key - (uintptr_t)base);
+  return (void *)key;
+}
+
+/* glibc memory, tracked (the fast tier, or any block while profiling). */
+static void *hm__glibc_block(const hm__req_t *req, int zero, size_t *maplen_out) {
+  void *p = req->align ? __libc_memalign(req->align, req->size)
+            : zero     ? __libc_calloc(1, req->size)
+                       : __libc_malloc(req->size);
+  if (p && req->align && zero) memset(p, 0, req->size);
+  if (p) *maplen_out = hm__libc_usable_early(p, req->size);
+  return p;
+}
+
+static void hm__release_memory(uint16_t backend, void *base, uintptr_t key, size_t maplen) {
+  switch (backend) {
+  case HM_PL_PAGER:
+    if (hm__pl.pager) hm_pager_unmap(hm__pl.pager, base, maplen);
+    break;
+  case HM_PL_NUMA: hm__sys_munmap(base, maplen); break;
+  case HM_PL_FAST: __libc_free((void *)key); break;
+  default: break;
+  }
+}
+
+/* Placement: serves req from tier want or, when it is full, the next
+ * slower tier with room (the slowest never refuses). site: placement site
+ * index or -1. */
+static void *hm__place_serve(const hm__req_t *req, int zero, int site, int want) {
+  int nt = (int)_hm_pl_place_tiers();
+  hm__pstat_t *ps = &hm__pl.pstat[site + 1];
+  for (int t = want; t < nt; t++) {
+    if (!hm__tier_reserve(t, req->size)) continue;
+    const _hm_pl_tier_t *ti = _hm_pl_place_tier((size_t)t);
+    size_t maplen = 0;
+    uint32_t off = 0;
+    uint16_t backend;
+    void *p;
+    if (t == hm__pl.glibc_tier) {
+      backend = HM_PL_FAST;
+      p = hm__glibc_block(req, zero, &maplen);
+    } else if (ti->numa >= 0) {
+      backend = HM_PL_NUMA;
+      p = hm__numa_block(req, ti->numa, &maplen, &off);
+    } else {
+      backend = HM_PL_PAGER;
+      p = hm__pager_block(req, &maplen, &off);
+    }
+    if (p) {
+      _hm_pl_block_t *b = _hm_pl_table_insert_ex(&hm__pl.table, (uintptr_t)p, off, maplen,
+                                                 req->size, backend, req->flags,
+                                                 (uint32_t)(site + 1), (uint16_t)t, 0);
+      if (b) {
+        atomic_fetch_add_explicit(&ps->allocs, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ps->bytes[t], req->size, memory_order_relaxed);
+        atomic_fetch_add_explicit(&hm__pl.tier_allocs[t], 1, memory_order_relaxed);
+        if (t != want) atomic_fetch_add_explicit(&ps->overflows, 1, memory_order_relaxed);
+        hm__account_alloc(req->size, req->flags);
+        return p;
+      }
+      hm__release_memory(backend, (void *)((uintptr_t)p - off), (uintptr_t)p, maplen);
+    }
+    hm__tier_account(t, req->size, -1);
+  }
+  return NULL;
+}
+
+static int hm__place_want(int site) {
+  if (site < 0) return (int)_hm_pl_place_tiers() - 1; /* no site: the slowest tier */
+  uint32_t id, tier;
+  _hm_pl_place_site((size_t)site, &id, &tier);
+  return (int)tier;
+}
+
+/* Serves a large request from its backend and records the block; NULL when
+ * it cannot (the caller then falls back to glibc). Runs under the guard.
+ * zero: the memory must read as zeros (calloc). */
+static void *hm__large_alloc_z(const hm__req_t *req, int zero) {
+  if (hm__tls.guard) return NULL;
+  hm__tls.guard++;
+  void *user = NULL;
+  if (hm__pl.mode == HM__M_PROFILE) {
+    _hm_pl_stack_t st;
+    _hm_pl_capture(&st, hm__pl.depth);
+    uint32_t site = _hm_pl_prof_site(&st);
+    size_t maplen = 0;
+    user = hm__glibc_block(req, zero, &maplen);
+    if (user) {
+      if (_hm_pl_table_insert_ex(&hm__pl.table, (uintptr_t)user, 0, maplen, req->size,
+                                 HM_PL_FAST, req->flags, site, 0, _hm_pl_prof_now())) {
+        _hm_pl_prof_alloc(site, req->size);
+        hm__account_alloc(req->size, req->flags);
+      } else {
+        hm__note_fallback(-ENOMEM); /* table full: an untracked glibc block */
+      }
+    }
+    goto out;
+  }
+  if (hm__pl.mode == HM__M_PLACE) {
+    _hm_pl_stack_t st;
+    _hm_pl_capture(&st, hm__pl.depth);
+    int site = _hm_pl_place_match(&st);
+    user = hm__place_serve(req, zero, site, hm__place_want(site));
+    if (!user) hm__note_fallback(0);
+    goto out;
+  }
+  if (hm__ensure_pager() != 0 || hm__route(req) != HM_PL_PAGER) {
+    hm__note_fallback(0);
+    goto out;
+  }
+  size_t maplen = 0;
+  uint32_t off = 0;
+  void *key = hm__pager_block(req, &maplen, &off);
+  if (!key) goto out;
+  _hm_pl_block_t *b = _hm_pl_table_insert(&hm__pl.table, (uintptr_t)key, off, maplen,
+                                          req->size, HM_PL_PAGER, req->flags);
   if (!b) {
-    hm_pager_unmap(hm__pl.pager, base, maplen);
+    hm_pager_unmap(hm__pl.pager, (void *)((uintptr_t)key - off), maplen);
     hm__note_fallback(-ENOMEM);
     goto out;
   }
   hm__account_alloc(req->size, req->flags);
-  user = (void *)key;
+  user = key;
 out:
   hm__tls.guard--;
   return user;
 }
+
+static void *hm__large_alloc(const hm__req_t *req) { return hm__large_alloc_z(req, 0); }
 
 static void hm__large_free(_hm_pl_block_t *b) {
   uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
   void *base = (void *)(key - b->off);
   size_t maplen = b->maplen;
   size_t req = b->req;
+  uint16_t backend = b->backend, tier = b->tier;
+  uint32_t site = b->site;
+  uint64_t t_alloc = b->t_alloc;
   _hm_pl_table_remove(&hm__pl.table, b);
   atomic_fetch_add_explicit(&hm__pl.large_frees, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&hm__pl.live_bytes, req, memory_order_relaxed);
   hm__tls.guard++;
-  if (hm__pl.pager) hm_pager_unmap(hm__pl.pager, base, maplen);
+  if (hm__pl.mode == HM__M_PROFILE) _hm_pl_prof_release(b, site, t_alloc, key, req);
+  if (hm__pl.mode == HM__M_PLACE) hm__tier_account(tier, req, -1);
+  hm__release_memory(backend, base, key, maplen);
   hm__tls.guard--;
 }
 
@@ -388,11 +661,18 @@ __attribute__((noinline, cold)) static void hm__register_thread(void) {
   if (hm__pl.have_key && !hm__tls.registered) {
     hm__tls.registered = 1;
     pthread_setspecific(hm__pl.thread_key, (void *)1);
+    /* the main thread is counted at start-up */
+    if (atomic_load_explicit(&hm__profiling, memory_order_relaxed) && getpid() != gettid())
+      _hm_pl_prof_thread(+1);
   }
 }
 
-static inline void hm__count_small(void) {
+/* Cost: a TLS increment, one relaxed load and a branch; while profiling,
+ * also a probe of this thread's caller table (prof.c). */
+static inline void hm__count_small(void *ra, size_t size) {
   if (hm_unlikely(hm__tls.small++ == 0)) hm__register_thread();
+  if (hm_unlikely(atomic_load_explicit(&hm__profiling, memory_order_relaxed)) && !hm__tls.guard)
+    _hm_pl_prof_small((uintptr_t)ra, size);
 }
 
 /* Kept out of line so that the small path of malloc needs no stack frame. */
@@ -404,7 +684,7 @@ __attribute__((noinline)) static void *hm__malloc_large(size_t size) {
 
 void *malloc(size_t size) {
   if (hm_likely(size < hm__thr())) {
-    hm__count_small();
+    hm__count_small(__builtin_return_address(0), size);
     return __libc_malloc(size);
   }
   return hm__malloc_large(size);
@@ -427,11 +707,11 @@ void *calloc(size_t nmemb, size_t size) {
     return NULL;
   }
   if (hm_likely(total < hm__thr())) {
-    hm__count_small();
+    hm__count_small(__builtin_return_address(0), total);
     return __libc_calloc(nmemb, size);
   }
   hm__req_t r = {total, 0, 0};
-  void *p = hm__large_alloc(&r); /* pager regions start zero-filled */
+  void *p = hm__large_alloc_z(&r, 1); /* pager and NUMA regions start zero-filled */
   return p ? p : __libc_calloc(nmemb, size);
 }
 
@@ -441,7 +721,24 @@ static void *hm__realloc_large(_hm_pl_block_t *b, void *ptr, size_t size) {
     hm__large_free(b);
     return NULL;
   }
-  if (size >= hm__thr() && size <= usable) {
+  int stay = 1;
+  if (hm__pl.mode == HM__M_PROFILE) {
+    stay = 0; /* recorded as a release and an allocation at the caller's site */
+  } else if (hm__pl.mode == HM__M_PLACE && size >= hm__thr()) {
+    /* the caller's site decides the tier: a block whose site now lives
+     * elsewhere moves */
+    hm__tls.guard++;
+    _hm_pl_stack_t st;
+    _hm_pl_capture(&st, hm__pl.depth);
+    int want = hm__place_want(_hm_pl_place_match(&st));
+    hm__tls.guard--;
+    stay = want == (int)b->tier;
+  }
+  if (stay && size >= hm__thr() && size <= usable) {
+    if (hm__pl.mode == HM__M_PLACE) {
+      if (size > b->req) hm__tier_account(b->tier, size - b->req, +1);
+      else hm__tier_account(b->tier, b->req - size, -1);
+    }
     atomic_fetch_add_explicit(&hm__pl.live_bytes, size - b->req, memory_order_relaxed);
     b->req = size;
     return ptr;
@@ -488,9 +785,9 @@ void *reallocarray(void *ptr, size_t nmemb, size_t size) {
 
 static inline int hm__pow2(size_t a) { return a && !(a & (a - 1)); }
 
-static void *hm__aligned(size_t alignment, size_t size) {
+static void *hm__aligned(size_t alignment, size_t size, void *ra) {
   if (hm_likely(size < hm__thr()) || !hm__pow2(alignment) || alignment > (1u << 30)) {
-    hm__count_small();
+    hm__count_small(ra, size);
     return __libc_memalign(alignment, size);
   }
   hm__req_t r = {size, alignment, 0};
@@ -498,26 +795,30 @@ static void *hm__aligned(size_t alignment, size_t size) {
   return p ? p : __libc_memalign(alignment, size);
 }
 
-void *memalign(size_t alignment, size_t size) { return hm__aligned(alignment, size); }
+void *memalign(size_t alignment, size_t size) {
+  return hm__aligned(alignment, size, __builtin_return_address(0));
+}
 
 int posix_memalign(void **memptr, size_t alignment, size_t size) {
   if (!hm__pow2(alignment) || alignment % sizeof(void *)) return EINVAL;
   int saved = errno;
-  void *p = hm__aligned(alignment, size);
+  void *p = hm__aligned(alignment, size, __builtin_return_address(0));
   errno = saved; /* posix_memalign reports through its result only */
   if (!p) return ENOMEM;
   *memptr = p;
   return 0;
 }
 
-void *aligned_alloc(size_t alignment, size_t size) { return hm__aligned(alignment, size); }
+void *aligned_alloc(size_t alignment, size_t size) {
+  return hm__aligned(alignment, size, __builtin_return_address(0));
+}
 
 void *valloc(size_t size) {
   if (hm_likely(size < hm__thr())) {
-    hm__count_small();
+    hm__count_small(__builtin_return_address(0), size);
     return __libc_valloc(size);
   }
-  return hm__aligned(hm__pl.page, size);
+  return hm__aligned(hm__pl.page, size, __builtin_return_address(0));
 }
 
 void *pvalloc(size_t size) {
@@ -528,10 +829,10 @@ void *pvalloc(size_t size) {
   }
   size_t rounded = size ? (size + pg - 1) / pg * pg : pg;
   if (hm_likely(rounded < hm__thr())) {
-    hm__count_small();
+    hm__count_small(__builtin_return_address(0), size);
     return __libc_pvalloc(size);
   }
-  return hm__aligned(pg, rounded);
+  return hm__aligned(pg, rounded, __builtin_return_address(0));
 }
 
 size_t malloc_usable_size(void *ptr) {
@@ -553,7 +854,9 @@ static int hm__mmap_is_ours(void *addr, size_t length, int prot, int flags) {
                      | MAP_FIXED_NOREPLACE
 #endif
       ;
-  return addr == NULL && length >= hm__thr() && (flags & MAP_TYPE) == MAP_PRIVATE &&
+  /* profiling and placement leave mmap to the kernel (sites are malloc's) */
+  return hm__pl.mode == HM__M_CACHE && addr == NULL && length >= hm__thr() &&
+         (flags & MAP_TYPE) == MAP_PRIVATE &&
          (flags & MAP_ANONYMOUS) && !(flags & refuse) &&
          prot == (PROT_READ | PROT_WRITE) && !hm__tls.guard;
 }
@@ -710,6 +1013,61 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)
 /* ------------------------------------------------------------------------
  * Statistics at exit
  * ------------------------------------------------------------------------ */
+static void hm__bytes_json(_hm_sb_t *sb, const hm__pstat_t *ps, size_t nt) {
+  _hm_sb_puts(sb, "[");
+  for (size_t t = 0; t < nt; t++)
+    _hm_sb_printf(sb, "%s%llu", t ? "," : "", (unsigned long long)atomic_load(&ps->bytes[t]));
+  _hm_sb_puts(sb, "]");
+}
+
+/* Per-site placement outcomes (docs/formats.md, "Interposer statistics"). */
+static void hm__placement_json(_hm_sb_t *sb) {
+  size_t nt = _hm_pl_place_tiers(), ns = _hm_pl_place_sites();
+  uint64_t hits = 0, misses = 0;
+  uint32_t matched = 0, loaded = 0;
+  _hm_pl_place_cache_counts(&hits, &misses);
+  _hm_pl_place_module_counts(&matched, &loaded);
+  _hm_sb_printf(sb,
+                ",\"placement\":{\"place_mode\":\"%s\",\"pager_budget\":%llu,"
+                "\"match_cache\":{\"hits\":%llu,\"misses\":%llu},"
+                "\"modules\":{\"loaded\":%u,\"matched\":%u},\"tiers\":[",
+                hm__pl.hybrid ? "hybrid" : "flat", (unsigned long long)hm__pl.pager_budget,
+                (unsigned long long)hits, (unsigned long long)misses, loaded, matched);
+  for (size_t t = 0; t < nt; t++) {
+    const _hm_pl_tier_t *ti = _hm_pl_place_tier(t);
+    _hm_sb_printf(sb,
+                  "%s{\"index\":%zu,\"kind\":\"%s\",\"numa_node\":%d,\"capacity\":%llu,"
+                  "\"served_by\":\"%s\",\"allocations\":%llu,\"live_bytes\":%llu,"
+                  "\"peak_bytes\":%llu}",
+                  t ? "," : "", t, ti->kind, ti->numa, (unsigned long long)ti->capacity,
+                  (int)t == hm__pl.glibc_tier ? "glibc" : ti->numa >= 0 ? "mbind" : "pager",
+                  (unsigned long long)atomic_load(&hm__pl.tier_allocs[t]),
+                  (unsigned long long)atomic_load(&hm__pl.tier_live[t]),
+                  (unsigned long long)atomic_load(&hm__pl.tier_peak[t]));
+  }
+  _hm_sb_puts(sb, "],\"unmatched\":{\"allocations\":");
+  _hm_sb_printf(sb, "%llu,\"overflows\":%llu,\"bytes\":",
+                (unsigned long long)atomic_load(&hm__pl.pstat[0].allocs),
+                (unsigned long long)atomic_load(&hm__pl.pstat[0].overflows));
+  hm__bytes_json(sb, &hm__pl.pstat[0], nt);
+  _hm_sb_puts(sb, "},\"sites\":[");
+  const char *sep = "";
+  for (size_t i = 0; i < ns; i++) {
+    const hm__pstat_t *ps = &hm__pl.pstat[i + 1];
+    if (!atomic_load(&ps->allocs)) continue;
+    uint32_t id, tier;
+    _hm_pl_place_site(i, &id, &tier);
+    _hm_sb_printf(sb, "%s{\"id\":%u,\"tier\":%u,\"allocations\":%llu,\"overflows\":%llu,"
+                      "\"bytes\":",
+                  sep, id, tier, (unsigned long long)atomic_load(&ps->allocs),
+                  (unsigned long long)atomic_load(&ps->overflows));
+    hm__bytes_json(sb, ps, nt);
+    _hm_sb_puts(sb, "}");
+    sep = ",";
+  }
+  _hm_sb_puts(sb, "]}");
+}
+
 static void hm__stats_json(_hm_sb_t *sb) {
   char exe[HM_PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -738,7 +1096,10 @@ static void hm__stats_json(_hm_sb_t *sb) {
 #define HM__NAME(ret, name, params) _hm_sb_printf(sb, "%s\"" #name "\"", sep), sep = ",";
   HM_PL_HOOKS(HM__NAME)
 #undef HM__NAME
-  _hm_sb_puts(sb, "]},\"pager\":");
+  _hm_sb_puts(sb, "]}");
+  _hm_sb_printf(sb, ",\"mode\":\"%s\"", hm__mode_names[hm__pl.mode]);
+  if (hm__pl.mode == HM__M_PLACE) hm__placement_json(sb);
+  _hm_sb_puts(sb, ",\"pager\":");
   char *pj = NULL;
   if (atomic_load(&hm__pl.state) == HM__READY && hm__pl.pager && hm_pager_stats_json &&
       hm_pager_stats_json(hm__pl.pager, &pj) == 0 && pj) {
@@ -756,8 +1117,15 @@ static void hm__stats_json(_hm_sb_t *sb) {
  * not closed: other destructors may still touch large blocks, and the
  * kernel reclaims everything (backing files were unlinked at creation). */
 __attribute__((destructor)) static void hm__dtor(void) {
-  if (hm__pl.prep_rc || !hm__pl.ctx || !hm__pl.stats_path[0]) return;
+  if (hm__pl.prep_rc || !hm__pl.ctx) return;
   int saved = errno;
+  if (hm__pl.mode == HM__M_PROFILE) {
+    hm__tls.guard++;
+    _hm_pl_prof_finish();
+    hm__tls.guard--;
+  }
+  errno = saved;
+  if (!hm__pl.stats_path[0]) return;
   hm__tls.guard++;
   _hm_sb_t sb;
   _hm_sb_init(&sb);

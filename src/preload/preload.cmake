@@ -6,7 +6,10 @@ set(HM_PRELOAD_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_library(hetmem_preload SHARED
   $<TARGET_OBJECTS:hetmem_core>
   ${HM_PRELOAD_DIR}/preload.c
-  ${HM_PRELOAD_DIR}/table.c)
+  ${HM_PRELOAD_DIR}/table.c
+  ${HM_PRELOAD_DIR}/site.c
+  ${HM_PRELOAD_DIR}/place.c
+  ${HM_PRELOAD_DIR}/prof.c)
 target_include_directories(hetmem_preload PRIVATE ${PROJECT_SOURCE_DIR}/include
                            ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(hetmem_preload PRIVATE ${HM_WARNINGS} -fno-plt -fno-builtin-malloc

@@ -47,8 +47,10 @@
 /* Backends that can own a large block. Index 0 is glibc (never in the
  * table). Placement adds tiers here (a NUMA node bound with mbind, ...). */
 typedef enum _hm_pl_backend_e {
-  HM_PL_LIBC = 0,
-  HM_PL_PAGER = 1,
+  HM_PL_LIBC = 0,  /* untracked glibc memory */
+  HM_PL_PAGER = 1, /* a pager region (cache mode; the storage tier of flat/hybrid) */
+  HM_PL_FAST = 2,  /* glibc memory that is tracked: fast tier, or any block while profiling */
+  HM_PL_NUMA = 3,  /* an anonymous mapping bound to a NUMA node with mbind */
   HM_PL__BACKENDS
 } _hm_pl_backend_t;
 
@@ -67,6 +69,12 @@ typedef struct _hm_pl_block_s {
   _Atomic uint32_t off;    /* key - mapping start (alignment padding) */
   uint16_t backend;        /* _hm_pl_backend_t */
   uint16_t flags;
+  /* placement and profiling (written before key is published, like the rest) */
+  uint32_t site;           /* profile site slot, or placement site index + 1 (0: none) */
+  uint16_t tier;           /* placement tier that serves the block */
+  uint16_t sampled;        /* the access sampler has armed pages in it */
+  uint64_t t_alloc;        /* ns since start (profiling: lifetimes) */
+  _Atomic uint32_t pin;    /* sampler arming it right now (free waits) */
 } _hm_pl_block_t;
 
 #define HM_PL_KEY_EMPTY ((uintptr_t)0)
@@ -106,6 +114,11 @@ static inline int _hm_pl_table_maybe(const _hm_pl_table_t *t, const void *p) {
  * table is full (the caller then serves the request from glibc). */
 _hm_pl_block_t *_hm_pl_table_insert(_hm_pl_table_t *t, uintptr_t key, uint32_t off,
                                     size_t maplen, size_t req, uint16_t backend, uint16_t flags);
+/* The same, with the placement/profiling fields of the block. */
+_hm_pl_block_t *_hm_pl_table_insert_ex(_hm_pl_table_t *t, uintptr_t key, uint32_t off,
+                                       size_t maplen, size_t req, uint16_t backend,
+                                       uint16_t flags, uint32_t site, uint16_t tier,
+                                       uint64_t t_alloc);
 /* The block whose key is exactly p, or NULL (call after _hm_pl_table_maybe). */
 _hm_pl_block_t *_hm_pl_table_find(_hm_pl_table_t *t, const void *p);
 /* The block whose mapping contains p (a linear scan: munmap only). */
@@ -117,5 +130,106 @@ void _hm_pl_table_remove(_hm_pl_table_t *t, _hm_pl_block_t *b);
 void _hm_pl_table_clear(_hm_pl_table_t *t);
 /* Slots in the table. */
 size_t _hm_pl_table_capacity(void);
+/* Slot i (0 <= i < capacity), for scans (the sampler); NULL before init. */
+_hm_pl_block_t *_hm_pl_table_slot(_hm_pl_table_t *t, size_t i);
+
+/* ------------------------------------------------------------------------
+ * Call sites (site.c): loaded modules and stack capture.
+ *
+ * A frame is a return address; it names (module, address - load bias),
+ * the same in every run of the same build. Modules are found with
+ * dl_iterate_phdr at start-up and again when an address falls in none of
+ * them (a dlopen since); their build-ids come from PT_NOTE in memory.
+ * ------------------------------------------------------------------------ */
+#define HM_PL_MAX_DEPTH 64
+#define HM_PL_MAX_MODULES 512
+
+typedef struct _hm_pl_stack_s {
+  int n;                              /* frames captured, innermost first */
+  uint64_t hash;                      /* of the raw addresses (never 0 or 1) */
+  uintptr_t a[HM_PL_MAX_DEPTH];
+} _hm_pl_stack_t;
+
+typedef struct _hm_pl_module_s {
+  uintptr_t bias, lo, hi; /* dlpi_addr; lowest and highest address of its PT_LOADs */
+  char path[512];
+  char build_id[129];     /* lower-case hex, "" when none */
+  int is_main;
+} _hm_pl_module_t;
+
+/* Scans the loaded modules and primes glibc's backtrace (which loads
+ * libgcc_s on first use): call once at start-up, outside malloc. */
+int _hm_pl_sites_init(void);
+/* Captures up to depth return addresses of the caller of the hook, the
+ * interposer's own frames skipped. Cost: one glibc backtrace() (the
+ * DWARF unwinder, about 0.2 us per frame) plus a hash. */
+void _hm_pl_capture(_hm_pl_stack_t *st, int depth);
+/* Module index of addr and its offset; -1 when no loaded module holds it
+ * (after one rescan, skipped while another thread rescans). */
+int _hm_pl_frame(uintptr_t addr, uint64_t *off);
+size_t _hm_pl_module_count(void);
+const _hm_pl_module_t *_hm_pl_module(size_t i);
+/* Bumped whenever a rescan finds modules that came or went. */
+unsigned _hm_pl_modules_gen(void);
+
+/* ------------------------------------------------------------------------
+ * Placement (place.c): the compact table (docs/formats.md) and matching.
+ * ------------------------------------------------------------------------ */
+#define HM_PL_MAX_TIERS 8
+typedef struct _hm_pl_tier_s {
+  char kind[16];
+  int numa;            /* -1: not a NUMA node */
+  uint64_t capacity;   /* bytes per process, 0 = unlimited */
+  char name[256];
+} _hm_pl_tier_t;
+
+/* Reads the compact table; 0 or a negative errno with a one-line reason. */
+int _hm_pl_place_load(const char *path, char *why, size_t len);
+size_t _hm_pl_place_tiers(void);
+const _hm_pl_tier_t *_hm_pl_place_tier(size_t i);
+size_t _hm_pl_place_sites(void);
+/* Site i's id and tier (i in 0.._hm_pl_place_sites()-1, sorted by id). */
+void _hm_pl_place_site(size_t i, uint32_t *id, uint32_t *tier);
+/* The placement site a captured stack belongs to (index, or -1), by the
+ * rule of hetmem.placement.match. Cost: a hit in this thread's cache of
+ * raw return-address chains (a hash, a compare) or, on a miss, module
+ * lookups plus a scan of the sites. Lock-free. */
+int _hm_pl_place_match(const _hm_pl_stack_t *st);
+/* Cache hits and misses, over all threads (statistics). */
+void _hm_pl_place_cache_counts(uint64_t *hits, uint64_t *misses);
+/* Loaded modules the placement recognised / placement modules with a
+ * build-id that no loaded module had (statistics; call at exit). */
+void _hm_pl_place_module_counts(uint32_t *matched, uint32_t *loaded);
+
+/* ------------------------------------------------------------------------
+ * Profiling (prof.c): the allocation-site profile and the access sampler.
+ * ------------------------------------------------------------------------ */
+typedef struct _hm_pl_prof_cfg_s {
+  const char *path_template; /* %h %r %p */
+  int depth;
+  size_t threshold;
+  const char *sampler;       /* auto, portable, none, pebs, ibs, spe, damon */
+  uint64_t period_us;        /* sampler period */
+  _hm_pl_table_t *table;     /* the interposer's block table (sampler scans it) */
+} _hm_pl_prof_cfg_t;
+
+/* 0, or a negative errno with a one-line reason. */
+int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len);
+uint64_t _hm_pl_prof_now(void); /* ns since start */
+/* The site of a captured stack (a slot of a lock-free table), 0 when full. */
+uint32_t _hm_pl_prof_site(const _hm_pl_stack_t *st);
+void _hm_pl_prof_alloc(uint32_t site, size_t size);
+/* A block is being released: its lifetime and a live-bytes event are
+ * recorded and any page the sampler armed in it is restored. Call after
+ * removing b (its slot) from the table, with the fields read before, and
+ * before giving its memory back. */
+void _hm_pl_prof_release(_hm_pl_block_t *b, uint32_t site, uint64_t t_alloc, uintptr_t key,
+                         size_t req);
+/* A small allocation of size bytes called from return address ra. Cost: a
+ * probe of this thread's table (no atomics, no lock). */
+void _hm_pl_prof_small(uintptr_t ra, size_t size);
+void _hm_pl_prof_thread(int delta); /* a thread starts (+1) or ends (-1) */
+/* Writes the profile (at exit); stops the sampler first. */
+void _hm_pl_prof_finish(void);
 
 #endif

@@ -62,6 +62,13 @@ static void hm__granules_add(_hm_pl_table_t *t, uintptr_t start, size_t len, int
 
 _hm_pl_block_t *_hm_pl_table_insert(_hm_pl_table_t *t, uintptr_t key, uint32_t off,
                                     size_t maplen, size_t req, uint16_t backend, uint16_t flags) {
+  return _hm_pl_table_insert_ex(t, key, off, maplen, req, backend, flags, 0, 0, 0);
+}
+
+_hm_pl_block_t *_hm_pl_table_insert_ex(_hm_pl_table_t *t, uintptr_t key, uint32_t off,
+                                       size_t maplen, size_t req, uint16_t backend,
+                                       uint16_t flags, uint32_t site, uint16_t tier,
+                                       uint64_t t_alloc) {
   _hm_pl_block_t *slots = atomic_load_explicit(&t->slots, memory_order_acquire);
   if (!slots || key <= HM_PL_KEY_BUSY) return NULL;
   size_t h = hm__hash(key);
@@ -76,6 +83,10 @@ _hm_pl_block_t *_hm_pl_table_insert(_hm_pl_table_t *t, uintptr_t key, uint32_t o
         atomic_store_explicit(&b->req, req, memory_order_relaxed);
         b->backend = backend;
         b->flags = flags;
+        b->site = site;
+        b->tier = tier;
+        b->sampled = 0;
+        b->t_alloc = t_alloc;
         /* Granules are counted before key is published, so a free() of key
          * can never miss its block. */
         hm__granules_add(t, key - off, maplen, +1);
@@ -135,4 +146,9 @@ void _hm_pl_table_clear(_hm_pl_table_t *t) {
   for (size_t i = 0; i < HM__SLOTS; i++)
     if (atomic_load_explicit(&slots[i].key, memory_order_relaxed) > HM_PL_KEY_BUSY)
       _hm_pl_table_remove(t, &slots[i]);
+}
+
+_hm_pl_block_t *_hm_pl_table_slot(_hm_pl_table_t *t, size_t i) {
+  _hm_pl_block_t *slots = atomic_load_explicit(&t->slots, memory_order_acquire);
+  return slots && i < HM__SLOTS ? &slots[i] : NULL;
 }

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import glob
+import os
+import re
+import socket
+import time
+from pathlib import Path
 from typing import Any
 
 from hetmem import output
 from hetmem import profile as prof
+from hetmem import run as hrun
 from hetmem.errors import EnvironmentProblem, UsageError
-from hetmem.sizes import format_size
+from hetmem.sizes import format_size, parse_size
 from hetmem.symbolize import Symbolizer
 
 
@@ -91,9 +98,36 @@ class Command:
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-o", "--output", metavar="FILE", help="profile file to write")
         parser.add_argument(
-            "--sampler", default="auto", help="access sampler: auto (default) or a sampler name"
+            "-o",
+            "--output",
+            metavar="FILE",
+            default="hetmem.prof",
+            help="profile file name template: %%h host, %%r MPI rank ('norank' outside MPI), "
+            "%%p pid; '.%%r.%%p' is appended when it has no %%p (default hetmem.prof)",
+        )
+        parser.add_argument(
+            "--sampler",
+            default="auto",
+            help="access sampler: auto (default: the best this machine offers), portable "
+            "(page-protection sampling), none",
+        )
+        parser.add_argument(
+            "--depth", type=int, default=8, metavar="N", help="frames per site, 1..64 (8)"
+        )
+        parser.add_argument(
+            "--threshold",
+            metavar="SIZE",
+            default="1MiB",
+            help="allocations of at least SIZE are recorded one by one; smaller ones are "
+            "counted per caller (default 1MiB, as hetmem run)",
+        )
+        parser.add_argument(
+            "--period",
+            type=float,
+            default=10.0,
+            metavar="MS",
+            help="access sampler period in milliseconds (default 10)",
         )
         parser.add_argument("--json", action="store_true", help="print JSON (show)")
         parser.add_argument(
@@ -120,9 +154,13 @@ class Command:
             raise UsageError(
                 "give a command to profile (hetmem profile -- CMD ARGS) or `show FILE`"
             )
-        raise EnvironmentProblem(
-            "recording needs the interposer (not built yet); `hetmem profile show FILE` reads "
-            "existing profiles"
+        return record(
+            argv,
+            args.output,
+            args.depth,
+            parse_size(args.threshold, "--threshold"),
+            args.sampler,
+            args.period,
         )
 
     def show(self, path: str, as_json: bool, top: int) -> int:
@@ -180,3 +218,80 @@ class Command:
             ],
         )
         return 0
+
+
+def output_template(output: str) -> str:
+    """The file-name template handed to the interposer (docs/formats.md)."""
+    return output if "%p" in output else output + ".%r.%p"
+
+
+def written_files(template: str, since: float) -> list[str]:
+    """Profiles the run wrote: the template with %h, %r and %p expanded as
+    wildcards, modified since the run began."""
+    pat = template.replace("%%", "\0")
+    pat = pat.replace("%h", glob.escape(socket.gethostname()))
+    pat = pat.replace("%r", "*").replace("%p", "[0-9]*").replace("\0", "%")
+    out = []
+    for f in glob.glob(pat):
+        if re.search(r"\.tmp\d+$", f):
+            continue
+        try:
+            if os.stat(f).st_mtime >= since - 1:
+                out.append(f)
+        except OSError:
+            pass
+    return sorted(out)
+
+
+def record(
+    argv: list[str], output: str, depth: int, threshold: int, sampler: str, period_ms: float
+) -> int:
+    """Runs argv under the interposer in profiling mode; returns its exit status."""
+    if not 1 <= depth <= 64:
+        raise UsageError("--depth must be 1..64")
+    if threshold < os.sysconf("SC_PAGE_SIZE"):
+        raise UsageError("--threshold must be at least one page")
+    if sampler not in ("auto", "portable", "none"):
+        raise UsageError(
+            f"--sampler {sampler!r}: choose auto, portable or none (precise PMU samplers and "
+            "DAMON are probed by auto and recorded in the profile)"
+        )
+    if period_ms <= 0:
+        raise UsageError("--period must be positive")
+    hrun.resolve_command(argv)
+    so = hrun.preload_path()
+    if not so.exists():
+        raise EnvironmentProblem(f"{so} is missing: reinstall hetmem")
+    template = output_template(output)
+    parent = Path(template).parent
+    if not parent.is_dir():
+        raise UsageError(f"-o: directory '{parent}' does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"-o: directory '{parent}' is not writable")
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = str(so) + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env["HETMEM_PROFILE"] = str(Path(template).absolute())
+    env["HETMEM_PROFILE_DEPTH"] = str(depth)
+    env["HETMEM_ALLOC_THRESHOLD"] = str(threshold)
+    env["HETMEM_SAMPLER"] = sampler
+    env["HETMEM_SAMPLE_PERIOD"] = str(max(100, int(period_ms * 1000)))
+    for k in ("HETMEM_PLACEMENT", "HETMEM_STATS"):
+        env.pop(k, None)
+    since = time.time()
+    state: dict[str, Any] = {}
+    try:
+        with hrun._signals(state):
+            rc, _ = hrun._spawn(argv, env, state)
+    except hrun._Interrupted as exc:
+        os.write(2, f"hetmem profile: interrupted by signal {exc.signum}\n".encode())
+        return 128 + exc.signum
+    files = written_files(str(Path(template).absolute()), since)
+    for f in files:
+        os.write(2, f"hetmem profile: wrote {f}\n".encode())
+    if not files:
+        os.write(
+            2,
+            b"hetmem profile: note: no profile was written (the command made no "
+            b"process that exited normally under the interposer)\n",
+        )
+    return rc

@@ -26,6 +26,14 @@ class Command:
         "  swap   the baseline without hetmem: a memory cgroup limited to\n"
         "         --fast-budget plus a swap file in --storage (needs root; both\n"
         "         are removed afterwards, also when the command fails)\n"
+        "  flat   profile-guided placement (--placement from `hetmem advise`): each\n"
+        "         allocation of at least --threshold is matched to its site and\n"
+        "         served by the site's tier: the fastest from DRAM within\n"
+        "         --fast-budget, a slower NUMA node with mbind, or the storage tier\n"
+        "         through the pager with a minimal cache; when a tier is full the\n"
+        "         next slower one serves (counted in --stats)\n"
+        "  hybrid flat, but the pager's cache gets what the fast-tier sites leave\n"
+        "         of --fast-budget\n"
         "\n"
         "Sizes accept 4096, 64K, 512MiB, 4G, 1.5GB. Example:\n"
         "  hetmem run --mode cache --fast-budget 4G --storage /mnt/nvme --stats s.json -- ./app"
@@ -51,13 +59,19 @@ class Command:
         parser.add_argument(
             "--threshold",
             metavar="SIZE",
-            help="cache mode: smallest allocation served by the pager (default 1MiB)",
+            help="cache, flat, hybrid: smallest allocation served from a tier (default 1MiB)",
         )
         parser.add_argument(
             "--swap-size",
             metavar="SIZE",
             help="swap mode: swap file size (default 4x the budget, at least 8G, "
             "at most 90%% of the free space)",
+        )
+        parser.add_argument(
+            "--placement",
+            metavar="FILE",
+            type=Path,
+            help="flat and hybrid modes: placement TOML written by `hetmem advise`",
         )
         parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
@@ -74,5 +88,6 @@ class Command:
             stats=args.stats,
             threshold=parse_size(args.threshold, "--threshold") if args.threshold else None,
             swap_size=parse_size(args.swap_size, "--swap-size") if args.swap_size else None,
+            placement=args.placement,
         )
         return run(cfg)

@@ -1,0 +1,184 @@
+/* hm-placement: the built-in workloads of `hetmem bench placement`.
+ *
+ * Several arrays, each allocated by its own non-inlined function (so each
+ * is its own allocation site), accessed with skewed frequency:
+ *   hot_a, hot_b   20% of the footprint, updated --hot-passes times per
+ *                  iteration (the data a fast tier should hold);
+ *   cold_x/y/z     80% of the footprint, per iteration either swept once
+ *                  (--variant sweep: more bytes than a 25% budget) or
+ *                  touched sparsely (--variant sparse: one cache line in
+ *                  every --stride pages).
+ * --variant alloc: the allocation-heavy benchmark: --threads threads make
+ * --pairs malloc/free pairs in all of mixed sizes (16 B .. 64 KiB, skewed
+ * small, a window of live blocks per thread).
+ *
+ * Prints one JSON line: variant, seconds (the timed iterations or the
+ * allocation loop), bytes, cold bytes touched per iteration, a checksum.
+ * Exit status 0, or 3 with --exit3 (tests check that it passes through). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double *fill(double *p, size_t n, double v) {
+  if (!p) {
+    fprintf(stderr, "hm-placement: out of memory\n");
+    exit(1);
+  }
+  for (size_t i = 0; i < n; i++) p[i] = v + (double)(i & 7);
+  return p;
+}
+
+/* One site per array: distinct functions the compiler must not merge. */
+__attribute__((noinline)) static double *alloc_hot_a(size_t n) {
+  return fill(malloc(n * sizeof(double)), n, 1.0);
+}
+__attribute__((noinline)) static double *alloc_hot_b(size_t n) {
+  return fill(malloc(n * sizeof(double)), n, 2.0);
+}
+__attribute__((noinline)) static double *alloc_cold_x(size_t n) {
+  return fill(malloc(n * sizeof(double)), n, 3.0);
+}
+__attribute__((noinline)) static double *alloc_cold_y(size_t n) {
+  return fill(calloc(n, sizeof(double)), n, 4.0);
+}
+__attribute__((noinline)) static double *alloc_cold_z(size_t n) {
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, n * sizeof(double))) p = NULL;
+  return fill(p, n, 5.0);
+}
+
+static double sweep(const double *a, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += a[i];
+  return s;
+}
+
+static double sparse(const double *a, size_t n, size_t stride_elems, size_t phase) {
+  double s = 0;
+  for (size_t i = phase % stride_elems; i < n; i += stride_elems) s += a[i];
+  return s;
+}
+
+typedef struct {
+  uint64_t pairs, seed, sum;
+} alloc_arg_t;
+
+static void *alloc_worker(void *p) {
+  alloc_arg_t *a = p;
+  enum { WINDOW = 64 };
+  void *live[WINDOW] = {0};
+  uint64_t x = a->seed | 1, sum = 0;
+  for (uint64_t i = 0; i < a->pairs; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    /* sizes: 16 B .. 64 KiB, log-uniform (skewed small) */
+    size_t sz = (size_t)16 << (x % 13);
+    sz += (x >> 8) % sz;
+    unsigned k = (unsigned)((x >> 32) % WINDOW);
+    free(live[k]);
+    char *q = malloc(sz);
+    if (!q) return NULL;
+    q[0] = (char)i;
+    sum += (uint64_t)(unsigned char)q[0];
+    live[k] = q;
+  }
+  for (unsigned k = 0; k < WINDOW; k++) free(live[k]);
+  a->sum = sum;
+  return NULL;
+}
+
+static int run_alloc(uint64_t pairs, int threads) {
+  pthread_t th[64];
+  alloc_arg_t args[64];
+  if (threads < 1) threads = 1;
+  if (threads > 64) threads = 64;
+  double t0 = now_s();
+  for (int i = 0; i < threads; i++) {
+    args[i] = (alloc_arg_t){pairs / (uint64_t)threads, 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1), 0};
+    pthread_create(&th[i], NULL, alloc_worker, &args[i]);
+  }
+  uint64_t sum = 0;
+  for (int i = 0; i < threads; i++) {
+    pthread_join(th[i], NULL);
+    sum += args[i].sum;
+  }
+  double t = now_s() - t0;
+  printf("{\"variant\":\"alloc\",\"seconds\":%.6f,\"pairs\":%llu,\"threads\":%d,"
+         "\"checksum\":%llu}\n",
+         t, (unsigned long long)pairs, threads, (unsigned long long)sum);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *variant = "sparse";
+  size_t footprint = (size_t)256 << 20;
+  int iters = 4, hot_passes = 8, threads = 2, exit3 = 0;
+  size_t stride_pages = 64;
+  uint64_t pairs = 10000000;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--variant") && v) variant = argv[++i];
+    else if (!strcmp(a, "--footprint") && v) footprint = (size_t)strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(a, "--iters") && v) iters = atoi(argv[++i]);
+    else if (!strcmp(a, "--hot-passes") && v) hot_passes = atoi(argv[++i]);
+    else if (!strcmp(a, "--stride") && v) stride_pages = (size_t)strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(a, "--pairs") && v) pairs = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
+    else if (!strcmp(a, "--exit3")) exit3 = 1;
+    else {
+      fprintf(stderr,
+              "usage: hm-placement [--variant sweep|sparse|alloc] [--footprint BYTES] "
+              "[--iters N] [--hot-passes N] [--stride PAGES] [--pairs N] [--threads N] "
+              "[--exit3]\n");
+      return 2;
+    }
+  }
+  if (!strcmp(variant, "alloc")) {
+    int rc = run_alloc(pairs, threads);
+    return rc ? rc : exit3 ? 3 : 0;
+  }
+  if (strcmp(variant, "sweep") && strcmp(variant, "sparse")) {
+    fprintf(stderr, "hm-placement: unknown variant '%s'\n", variant);
+    return 2;
+  }
+  size_t n = footprint / sizeof(double);
+  size_t nh = n / 10, nc = (n - 2 * nh) / 3; /* hot 2 x 10%, cold 3 x ~26.7% */
+  double *ha = alloc_hot_a(nh), *hb = alloc_hot_b(nh);
+  double *cx = alloc_cold_x(nc), *cy = alloc_cold_y(nc), *cz = alloc_cold_z(nc);
+  int sw = !strcmp(variant, "sweep");
+  size_t stride = stride_pages * 4096 / sizeof(double);
+  double check = 0, t0 = now_s();
+  for (int it = 0; it < iters; it++) {
+    for (int p = 0; p < hot_passes; p++)
+      for (size_t i = 0; i < nh; i++) ha[i] = 0.5 * ha[i] + 0.25 * hb[i] + 1.0;
+    if (sw) check += sweep(cx, nc) + sweep(cy, nc) + sweep(cz, nc);
+    else
+      check += sparse(cx, nc, stride, (size_t)it * 97) + sparse(cy, nc, stride, (size_t)it * 89) +
+               sparse(cz, nc, stride, (size_t)it * 83);
+  }
+  double t = now_s() - t0;
+  check += sweep(ha, nh);
+  size_t cold_touched = sw ? 3 * nc * sizeof(double) : 3 * (nc / stride + 1) * 4096;
+  printf("{\"variant\":\"%s\",\"seconds\":%.6f,\"footprint\":%zu,\"hot_bytes\":%zu,"
+         "\"cold_bytes\":%zu,\"cold_touched_per_iter\":%zu,\"iters\":%d,\"checksum\":%.6e}\n",
+         variant, t, footprint, 2 * nh * sizeof(double), 3 * nc * sizeof(double), cold_touched,
+         iters, check);
+  free(ha);
+  free(hb);
+  free(cx);
+  free(cy);
+  free(cz);
+  return exit3 ? 3 : 0;
+}

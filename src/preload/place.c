@@ -1,0 +1,328 @@
+/* Placement in the interposer: the compact table that `hetmem run
+ * --placement` writes (docs/formats.md, "Compact placement") and the
+ * matching of a captured stack to a site.
+ *
+ * The table is read once at start-up (plain stdio: we run from the
+ * constructor, before main) into arrays that never change afterwards, so
+ * matching reads them without synchronisation.
+ *
+ * Matching is hetmem.placement.match: frames become (placement module,
+ * offset) pairs, innermost first; among the sites that agree with the stack
+ * on their common length L >= 1, the longest L wins, ties to the lowest id.
+ * Each thread keeps a direct-mapped cache from raw return-address chains to
+ * the result (raw addresses are stable within a process), so a site that
+ * allocates repeatedly pays the scan once per thread. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+#define HM__PMOD_MAX 1024
+#define HM__CACHE 512 /* entries per thread */
+#define HM__CACHE_FRAMES 16
+
+typedef struct hm__pmod_s {
+  char build_id[129];
+  char path[512];
+} hm__pmod_t;
+
+typedef struct hm__psite_s {
+  uint32_t id, tier, n, first; /* frames at frames[first .. first+n) */
+} hm__psite_t;
+
+typedef struct hm__pframe_s {
+  int32_t mod;
+  uint64_t off;
+} hm__pframe_t;
+
+static struct {
+  _hm_pl_tier_t tiers[HM_PL_MAX_TIERS];
+  size_t ntiers;
+  hm__pmod_t *mods;
+  size_t nmods;
+  hm__psite_t *sites;
+  size_t nsites;
+  hm__pframe_t *frames;
+  size_t nframes;
+  /* loaded module index -> placement module (-2: not yet decided, -1: none) */
+  _Atomic int lm2pm[HM_PL_MAX_MODULES];
+  _Atomic uint64_t hits, misses;
+} hm__pt;
+
+typedef struct hm__centry_s {
+  uint64_t hash;
+  unsigned gen;
+  int32_t site;
+  int32_t n;
+  uintptr_t a[HM__CACHE_FRAMES];
+} hm__centry_t;
+
+static __thread hm__centry_t *hm__cache __attribute__((tls_model("initial-exec")));
+
+static void *hm__raw(size_t len) {
+  long r = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r < 0 && r > -4096) return NULL;
+  return (void *)r;
+}
+
+static int hm__bad(char *why, size_t len, int line, const char *what) {
+  snprintf(why, len, "placement table, line %d: %s", line, what);
+  return -EINVAL;
+}
+
+/* The rest of a line after n space-separated fields. */
+static const char *hm__rest(const char *s, int n) {
+  for (int i = 0; i < n; i++) {
+    s = strchr(s, ' ');
+    if (!s) return NULL;
+    s++;
+  }
+  return s;
+}
+
+int _hm_pl_place_load(const char *path, char *why, size_t len) {
+  FILE *f = fopen(path, "re");
+  if (!f) {
+    snprintf(why, len, "cannot read placement table '%s': %s", path, strerror(errno));
+    return -errno;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  int ln = 0, rc = 0, stage = 0;
+  size_t want = 0, got = 0;
+  size_t fcap = 0;
+  ssize_t k;
+  while ((k = getline(&line, &cap, f)) >= 0) {
+    ln++;
+    if (k == 0 || line[k - 1] != '\n') {
+      rc = hm__bad(why, len, ln, "truncated (no newline)");
+      break;
+    }
+    line[k - 1] = 0;
+    if (stage == 0) {
+      if (strcmp(line, "hetmem-placement-compact 1") != 0) {
+        rc = hm__bad(why, len, ln, "not a version-1 compact placement");
+        break;
+      }
+      stage = 1;
+    } else if (stage == 1 || stage == 3 || stage == 5) {
+      const char *kw = stage == 1 ? "tiers %zu%n" : stage == 3 ? "modules %zu%n" : "sites %zu%n";
+      int used = -1;
+      if (sscanf(line, kw, &want, &used) != 1 || used != (int)strlen(line)) {
+        rc = hm__bad(why, len, ln, "bad count line");
+        break;
+      }
+      got = 0;
+      if (stage == 1 && (want == 0 || want > HM_PL_MAX_TIERS)) {
+        rc = hm__bad(why, len, ln, "between 1 and 8 tiers");
+        break;
+      }
+      if (stage == 3) {
+        if (want > HM__PMOD_MAX) {
+          rc = hm__bad(why, len, ln, "too many modules");
+          break;
+        }
+        hm__pt.mods = calloc(want ? want : 1, sizeof *hm__pt.mods);
+      }
+      if (stage == 5) {
+        if (want > (1u << 24)) {
+          rc = hm__bad(why, len, ln, "too many sites");
+          break;
+        }
+        hm__pt.sites = calloc(want ? want : 1, sizeof *hm__pt.sites);
+      }
+      if ((stage == 3 && !hm__pt.mods) || (stage == 5 && !hm__pt.sites)) {
+        rc = -ENOMEM;
+        snprintf(why, len, "out of memory reading the placement table");
+        break;
+      }
+      stage++; /* 2, 4 or 6: the records */
+      if (want == 0) stage++; /* none: straight to the next count (or 'end') */
+    } else if (stage == 2) {
+      size_t idx;
+      int numa, used = -1;
+      unsigned long long capb;
+      _hm_pl_tier_t *t = &hm__pt.tiers[got];
+      if (sscanf(line, "tier %zu %15s %d %llu %n", &idx, t->kind, &numa, &capb, &used) != 4 ||
+          used < 0 || idx != got || numa < -1) {
+        rc = hm__bad(why, len, ln, "bad tier line");
+        break;
+      }
+      t->numa = numa;
+      t->capacity = capb;
+      snprintf(t->name, sizeof t->name, "%s", line + used);
+      if (++got == want) {
+        hm__pt.ntiers = want;
+        stage = 3;
+      }
+    } else if (stage == 4) {
+      size_t idx;
+      char bid[130];
+      const char *p = hm__rest(line, 3);
+      if (sscanf(line, "module %zu %129s", &idx, bid) != 2 || idx != got || !p || !*p ||
+          strlen(bid) > 128) {
+        rc = hm__bad(why, len, ln, "bad module line");
+        break;
+      }
+      hm__pmod_t *m = &hm__pt.mods[got];
+      snprintf(m->build_id, sizeof m->build_id, "%s", strcmp(bid, "-") ? bid : "");
+      snprintf(m->path, sizeof m->path, "%s", p);
+      if (++got == want) {
+        hm__pt.nmods = want;
+        stage = 5;
+      }
+    } else if (stage == 6) {
+      unsigned id, tier, n;
+      int used = -1;
+      if (sscanf(line, "site %u %u %u%n", &id, &tier, &n, &used) != 3 || used < 0 || n < 1 ||
+          n > HM_PL_MAX_DEPTH || tier >= hm__pt.ntiers ||
+          (got && id <= hm__pt.sites[got - 1].id)) {
+        rc = hm__bad(why, len, ln, "bad site line (ids must increase, tier must exist)");
+        break;
+      }
+      if (hm__pt.nframes + n > fcap) {
+        fcap = (fcap + n) * 2;
+        hm__pframe_t *nf = realloc(hm__pt.frames, fcap * sizeof *nf);
+        if (!nf) {
+          rc = -ENOMEM;
+          snprintf(why, len, "out of memory reading the placement table");
+          break;
+        }
+        hm__pt.frames = nf;
+      }
+      const char *p = line + used;
+      unsigned i;
+      for (i = 0; i < n; i++) {
+        unsigned mod;
+        unsigned long long off;
+        int u = -1;
+        if (sscanf(p, " %u:%llx%n", &mod, &off, &u) != 2 || u < 0 || mod >= hm__pt.nmods) break;
+        hm__pt.frames[hm__pt.nframes + i].mod = (int32_t)mod;
+        hm__pt.frames[hm__pt.nframes + i].off = off;
+        p += u;
+      }
+      if (i != n || *p) {
+        rc = hm__bad(why, len, ln, "bad frame in site line");
+        break;
+      }
+      hm__pt.sites[got] = (hm__psite_t){id, tier, n, (uint32_t)hm__pt.nframes};
+      hm__pt.nframes += n;
+      if (++got == want) {
+        hm__pt.nsites = want;
+        stage = 7;
+      }
+    } else if (stage == 7) {
+      if (strcmp(line, "end") != 0) {
+        rc = hm__bad(why, len, ln, "expected 'end'");
+        break;
+      }
+      stage = 8;
+    } else {
+      rc = hm__bad(why, len, ln, "data after 'end'");
+      break;
+    }
+  }
+  free(line);
+  fclose(f);
+  if (!rc && stage != 8) {
+    snprintf(why, len, "placement table '%s' is truncated (no 'end' line)", path);
+    rc = -EINVAL;
+  }
+  for (size_t i = 0; i < HM_PL_MAX_MODULES; i++) atomic_store(&hm__pt.lm2pm[i], -2);
+  return rc;
+}
+
+size_t _hm_pl_place_tiers(void) { return hm__pt.ntiers; }
+const _hm_pl_tier_t *_hm_pl_place_tier(size_t i) { return &hm__pt.tiers[i]; }
+size_t _hm_pl_place_sites(void) { return hm__pt.nsites; }
+void _hm_pl_place_site(size_t i, uint32_t *id, uint32_t *tier) {
+  *id = hm__pt.sites[i].id;
+  *tier = hm__pt.sites[i].tier;
+}
+
+/* The placement module a loaded module is: same build-id, or the same path
+ * when the placement has no build-id for it. Decided once per module. */
+static int hm__pmod_of(int lm) {
+  int v = atomic_load_explicit(&hm__pt.lm2pm[lm], memory_order_relaxed);
+  if (v != -2) return v;
+  const _hm_pl_module_t *m = _hm_pl_module((size_t)lm);
+  v = -1;
+  for (size_t i = 0; i < hm__pt.nmods && v < 0; i++) {
+    const hm__pmod_t *p = &hm__pt.mods[i];
+    if (p->build_id[0] ? strcmp(p->build_id, m->build_id) == 0 : strcmp(p->path, m->path) == 0)
+      v = (int)i;
+  }
+  atomic_store_explicit(&hm__pt.lm2pm[lm], v, memory_order_relaxed);
+  return v;
+}
+
+static int hm__match_slow(const _hm_pl_stack_t *st) {
+  hm__pframe_t fr[HM_PL_MAX_DEPTH];
+  int n = st->n;
+  for (int i = 0; i < n; i++) {
+    uint64_t off = 0;
+    int lm = _hm_pl_frame(st->a[i], &off);
+    fr[i].mod = lm < 0 ? -1 : hm__pmod_of(lm);
+    fr[i].off = off;
+  }
+  int best = -1;
+  uint32_t best_len = 0;
+  for (size_t s = 0; s < hm__pt.nsites; s++) {
+    const hm__psite_t *ps = &hm__pt.sites[s];
+    uint32_t l = ps->n < (uint32_t)n ? ps->n : (uint32_t)n;
+    if (l == 0 || l <= best_len) continue; /* sorted by id: an equal length never wins */
+    const hm__pframe_t *sf = &hm__pt.frames[ps->first];
+    uint32_t k = 0;
+    while (k < l && fr[k].mod >= 0 && fr[k].mod == sf[k].mod && fr[k].off == sf[k].off) k++;
+    if (k == l) {
+      best = (int)s;
+      best_len = l;
+    }
+  }
+  return best;
+}
+
+int _hm_pl_place_match(const _hm_pl_stack_t *st) {
+  if (!hm__pt.nsites || st->n == 0) return -1;
+  if (__builtin_expect(!hm__cache, 0)) {
+    hm__cache = hm__raw(HM__CACHE * sizeof(hm__centry_t));
+    if (!hm__cache) return hm__match_slow(st);
+  }
+  unsigned gen = _hm_pl_modules_gen();
+  hm__centry_t *e = &hm__cache[st->hash % HM__CACHE];
+  int cn = st->n < HM__CACHE_FRAMES ? st->n : HM__CACHE_FRAMES;
+  if (e->hash == st->hash && e->gen == gen && e->n == st->n &&
+      memcmp(e->a, st->a, (size_t)cn * sizeof(uintptr_t)) == 0) {
+    atomic_fetch_add_explicit(&hm__pt.hits, 1, memory_order_relaxed);
+    return e->site;
+  }
+  atomic_fetch_add_explicit(&hm__pt.misses, 1, memory_order_relaxed);
+  int site = hm__match_slow(st);
+  e->hash = st->hash;
+  e->gen = _hm_pl_modules_gen(); /* a rescan during the match invalidates it */
+  e->n = st->n;
+  e->site = site;
+  memcpy(e->a, st->a, (size_t)cn * sizeof(uintptr_t));
+  return site;
+}
+
+void _hm_pl_place_cache_counts(uint64_t *hits, uint64_t *misses) {
+  *hits = atomic_load(&hm__pt.hits);
+  *misses = atomic_load(&hm__pt.misses);
+}
+
+void _hm_pl_place_module_counts(uint32_t *matched, uint32_t *loaded) {
+  uint32_t m = 0;
+  size_t n = _hm_pl_module_count();
+  for (size_t i = 0; i < n && i < HM_PL_MAX_MODULES; i++)
+    if (hm__pmod_of((int)i) >= 0) m++;
+  *matched = m;
+  *loaded = (uint32_t)n;
+}
