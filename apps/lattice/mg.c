@@ -486,6 +486,8 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
     }
     orthonormalise(M);
     assemble(M);
+    if (getenv("HM_LATTICE_VERBOSE") && g->rank == 0)
+        fprintf(stderr, "setup: initial phase done, %.2f s\n", wtime() - t0);
     /* bootstrap: v <- v + C (v - D v) */
     for (int it = 0; it < p->setup_iter; it++) {
         for (int j = 0; j < M->N; j++) {
@@ -504,6 +506,9 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
         }
         orthonormalise(M);
         assemble(M);
+        if (getenv("HM_LATTICE_VERBOSE") && g->rank == 0)
+            fprintf(stderr, "setup: bootstrap %d done, %.2f s, %ld coarse iterations\n", it + 1,
+                    wtime() - t0, M->coarse_iters);
     }
     M->t_coarse = 0;
     M->coarse_iters = 0;
@@ -543,7 +548,7 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
     long ci0 = M->coarse_iters;
     memset(si, 0, sizeof *si);
     double bn = sqrt(vnorm2(g, b, n)), res = 0;
-    int it = 0;
+    int it = 0, verbose = getenv("HM_LATTICE_VERBOSE") != NULL;
     while (it < maxit) {
         dirac_apply(M->D, V, x);
         for (long i = 0; i < n; i++)
@@ -591,6 +596,9 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
             gv[j] = cs[j] * gv[j];
             res = cabs(gv[j + 1]);
             it++;
+            if (verbose && g->rank == 0)
+                fprintf(stderr, "fgmres %d: relres %.3e, coarse iterations so far %ld, %.2f s\n", it,
+                        res / bn, M->coarse_iters - ci0, wtime() - t0);
             if (res <= tol * bn) {
                 j++;
                 break;

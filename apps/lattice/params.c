@@ -33,8 +33,8 @@ void params_default(params_t *p)
     p->post_smooth = 2;
     p->block_mr = 4;
     p->coarse_tol = 5e-2;
-    p->coarse_maxit = 200;
-    p->coarse_restart = 30;
+    p->coarse_maxit = 60;
+    p->coarse_restart = 60;
     snprintf(p->rhs, sizeof p->rhs, "random");
     p->nrhs = 1;
     p->dirac_reps = 20;
