@@ -1,0 +1,273 @@
+/* hbwmalloc.h (memkind's high-bandwidth API) served by hetmem's fastest
+ * memory tier.
+ *
+ * At the first call the tier inventory is discovered once (no storage
+ * tiers) and the fastest memory tier chosen. Two ways to serve it:
+ *  - glibc: the fastest tier is the memory the program gets anyway (one
+ *    node, or the local DRAM node is the fastest): hbw_* are malloc & co.;
+ *  - bound: the fastest tier is another node (HBM, a GPU node): each block
+ *    is its own anonymous mapping with a 64-byte header in front, bound with
+ *    mbind according to the policy before first touch.
+ * The choice is made once, so hbw_free always knows which one made a block.
+ * Nothing here is on a hot path of the runtime; the only lock is the
+ * pthread_once of the start-up. */
+#include <errno.h>
+#include <malloc.h>
+#include <numaif.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "hbwmalloc.h"
+#include "hetmem.h"
+
+#define HM__HBW_MAGIC 0x68626d77686d6b31ull /* "1kmhwmbh" */
+#define HM__HDR 64u
+
+typedef struct hm__hbw_hdr_s {
+  uint64_t magic;
+  uint64_t base;   /* mapping start */
+  uint64_t maplen;
+  uint64_t size;   /* requested */
+} hm__hbw_hdr_t;
+
+static struct {
+  pthread_once_t once;
+  int available;       /* 0 or ENODEV */
+  int bound;           /* serve by mapping + mbind (else glibc) */
+  int node;            /* the fastest tier's node */
+  size_t page;
+  _Atomic int policy;  /* hbw_policy_t */
+  _Atomic int policy_set;
+  _Atomic int allocated;
+} hm__hbw = {.once = PTHREAD_ONCE_INIT, .policy = HBW_POLICY_PREFERRED, .node = -1};
+
+static void hm__hbw_init(void) {
+  long pg = sysconf(_SC_PAGESIZE);
+  hm__hbw.page = pg > 0 ? (size_t)pg : 4096;
+  hm__hbw.available = ENODEV;
+  hm_ctx_t *ctx = NULL;
+  if (hm_ctx_new(&ctx, NULL) != 0) {
+    hm_ctx_free(ctx);
+    return;
+  }
+  static const char *const none[1] = {NULL};
+  if (hm_tiers_discover(ctx, none, 0) == 0) {
+    size_t n = hm_tier_count(ctx);
+    int memory_tiers = 0;
+    for (size_t i = 0; i < n; i++) {
+      hm_tier_t t;
+      memset(&t, 0, sizeof t);
+      t.size = sizeof t;
+      if (hm_tier_get(ctx, i, &t) != 0 || t.kind == HM_TIER_STORAGE || t.numa_node < 0) continue;
+      if (memory_tiers++ == 0) hm__hbw.node = t.numa_node;
+    }
+    if (hm__hbw.node >= 0) {
+      hm__hbw.available = 0;
+      /* Bound only when the fastest node is not where this thread's memory
+       * comes from by default (one node: never). */
+      int cpu = sched_getcpu();
+      int local = -1;
+      if (cpu >= 0) {
+        unsigned c = 0, node = 0;
+        if (getcpu(&c, &node) == 0) local = (int)node;
+      }
+      hm__hbw.bound = memory_tiers > 1 && local != hm__hbw.node;
+    }
+  }
+  hm_ctx_free(ctx);
+}
+
+static void hm__hbw_ready(void) { pthread_once(&hm__hbw.once, hm__hbw_init); }
+
+int hbw_check_available(void) {
+  hm__hbw_ready();
+  return hm__hbw.available;
+}
+
+int hbw_set_policy(hbw_policy_t mode) {
+  if (mode < HBW_POLICY_BIND || mode > HBW_POLICY_BIND_ALL) return EINVAL;
+  if (atomic_load(&hm__hbw.allocated)) return EPERM;
+  int z = 0;
+  if (!atomic_compare_exchange_strong(&hm__hbw.policy_set, &z, 1)) return EPERM;
+  atomic_store(&hm__hbw.policy, (int)mode);
+  return 0;
+}
+
+hbw_policy_t hbw_get_policy(void) { return (hbw_policy_t)atomic_load(&hm__hbw.policy); }
+
+/* mbind of a fresh mapping to the fastest node under the policy. libnuma's
+ * mbind wrapper: the NUMA calls of the runtime's prim layer only bind. */
+static int hm__hbw_bind(void *base, size_t len) {
+  unsigned long mask[16];
+  memset(mask, 0, sizeof mask);
+  int node = hm__hbw.node;
+  if (node < 0 || node >= (int)(8 * sizeof mask)) return -EINVAL;
+  mask[node / (8 * (int)sizeof(unsigned long))] |= 1ul << (node % (8 * (int)sizeof(unsigned long)));
+  int mode;
+  switch (hbw_get_policy()) {
+  case HBW_POLICY_BIND:
+  case HBW_POLICY_BIND_ALL: mode = MPOL_BIND; break;
+  case HBW_POLICY_INTERLEAVE: mode = MPOL_INTERLEAVE; break;
+  default: mode = MPOL_PREFERRED; break;
+  }
+  return mbind(base, len, mode, mask, 8 * sizeof mask, 0) == 0 ? 0 : -errno;
+}
+
+static void *hm__hbw_map(size_t alignment, size_t size) {
+  size_t pg = hm__hbw.page;
+  if (alignment < HM__HDR) alignment = HM__HDR;
+  if (size > SIZE_MAX - alignment - HM__HDR - pg) return NULL;
+  size_t maplen = (size + alignment + HM__HDR + pg - 1) / pg * pg;
+  void *base = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return NULL;
+  if (hm__hbw_bind(base, maplen) != 0 && hbw_get_policy() != HBW_POLICY_PREFERRED) {
+    munmap(base, maplen);
+    return NULL;
+  }
+  uintptr_t user = ((uintptr_t)base + HM__HDR + alignment - 1) & ~(uintptr_t)(alignment - 1);
+  hm__hbw_hdr_t *h = (hm__hbw_hdr_t *)(user - sizeof *h);
+  h->magic = HM__HBW_MAGIC;
+  h->base = (uintptr_t)base;
+  h->maplen = maplen;
+  h->size = size;
+  return (void *)user;
+}
+
+static hm__hbw_hdr_t *hm__hbw_hdr(void *p) {
+  hm__hbw_hdr_t *h = (hm__hbw_hdr_t *)((uintptr_t)p - sizeof *h);
+  return h->magic == HM__HBW_MAGIC ? h : NULL;
+}
+
+static void *hm__hbw_alloc(size_t alignment, size_t size, int zero) {
+  hm__hbw_ready();
+  atomic_store(&hm__hbw.allocated, 1);
+  if (hm__hbw.available) {
+    errno = ENODEV;
+    return NULL;
+  }
+  if (!hm__hbw.bound) {
+    void *p = NULL;
+    if (alignment) {
+      if (posix_memalign(&p, alignment, size ? size : 1) != 0) p = NULL;
+      if (p && zero) memset(p, 0, size);
+    } else {
+      p = zero ? calloc(1, size ? size : 1) : malloc(size ? size : 1);
+    }
+    return p;
+  }
+  void *p = hm__hbw_map(alignment, size ? size : 1); /* mappings read as zeros */
+  if (!p) errno = ENOMEM;
+  return p;
+}
+
+void *hbw_malloc(size_t size) { return hm__hbw_alloc(0, size, 0); }
+
+void *hbw_calloc(size_t nmemb, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(nmemb, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return hm__hbw_alloc(0, total, 1);
+}
+
+void hbw_free(void *ptr) {
+  if (!ptr) return;
+  hm__hbw_ready();
+  if (!hm__hbw.bound) {
+    free(ptr);
+    return;
+  }
+  hm__hbw_hdr_t *h = hm__hbw_hdr(ptr);
+  if (h) {
+    h->magic = 0;
+    munmap((void *)(uintptr_t)h->base, h->maplen);
+  }
+}
+
+size_t hbw_malloc_usable_size(void *ptr) {
+  if (!ptr) return 0;
+  hm__hbw_ready();
+  if (!hm__hbw.bound) return malloc_usable_size(ptr);
+  hm__hbw_hdr_t *h = hm__hbw_hdr(ptr);
+  return h ? (size_t)(h->base + h->maplen - (uintptr_t)ptr) : 0;
+}
+
+void *hbw_realloc(void *ptr, size_t size) {
+  if (!ptr) return hbw_malloc(size);
+  if (size == 0) {
+    hbw_free(ptr);
+    return NULL;
+  }
+  hm__hbw_ready();
+  if (!hm__hbw.bound) return realloc(ptr, size);
+  hm__hbw_hdr_t *h = hm__hbw_hdr(ptr);
+  if (!h) {
+    errno = EINVAL;
+    return NULL;
+  }
+  size_t usable = (size_t)(h->base + h->maplen - (uintptr_t)ptr);
+  if (size <= usable) {
+    h->size = size;
+    return ptr;
+  }
+  void *n = hm__hbw_alloc(0, size, 0);
+  if (!n) return NULL;
+  memcpy(n, ptr, h->size < size ? h->size : size);
+  hbw_free(ptr);
+  return n;
+}
+
+int hbw_posix_memalign(void **memptr, size_t alignment, size_t size) {
+  if (!memptr || alignment == 0 || (alignment & (alignment - 1)) || alignment % sizeof(void *))
+    return EINVAL;
+  int saved = errno;
+  void *p = hm__hbw_alloc(alignment, size, 0);
+  int rc = p ? 0 : (hm__hbw.available ? ENODEV : ENOMEM);
+  errno = saved;
+  if (p) *memptr = p;
+  return rc;
+}
+
+int hbw_posix_memalign_psize(void **memptr, size_t alignment, size_t size,
+                             hbw_pagesize_t pagesize) {
+  if (pagesize < HBW_PAGESIZE_4KB || pagesize > HBW_PAGESIZE_1GB_STRICT) return EINVAL;
+  int rc = hbw_posix_memalign(memptr, alignment, size);
+  /* Huge pages are a hint: transparent huge pages where the kernel has them. */
+  if (rc == 0 && pagesize != HBW_PAGESIZE_4KB && size >= (2u << 20))
+    (void)madvise((void *)((uintptr_t)*memptr & ~(uintptr_t)(hm__hbw.page - 1)), size,
+                  MADV_HUGEPAGE);
+  return rc;
+}
+
+int hbw_verify_memory_region(void *addr, size_t size, int flags) {
+  if (!addr || size == 0) return EINVAL;
+  hm__hbw_ready();
+  if (hm__hbw.available) return -1;
+  size_t pg = hm__hbw.page;
+  uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
+  uintptr_t end = (uintptr_t)addr + size;
+  enum { BATCH = 256 };
+  void *pages[BATCH];
+  int status[BATCH];
+  while (a < end) {
+    unsigned long n = 0;
+    for (; n < BATCH && a < end; n++, a += pg) {
+      if (flags & HBW_TOUCH_PAGES) {
+        volatile char *c = (volatile char *)a;
+        *c = *c;
+      }
+      pages[n] = (void *)a;
+    }
+    if (move_pages(0, n, pages, NULL, status, 0) != 0) return -1;
+    for (unsigned long i = 0; i < n; i++)
+      if (status[i] != hm__hbw.node) return -1;
+  }
+  return 0;
+}
