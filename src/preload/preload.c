@@ -286,8 +286,6 @@ static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) 
     if (i == 0 && (t->numa < 0 || strcmp(t->kind, "dram") == 0) && strcmp(t->kind, "storage"))
       hm__pl.glibc_tier = 0; /* the fastest tier is plain DRAM: glibc serves it */
     if (t->numa < 0 && strcmp(t->kind, "storage") == 0) has_storage = 1;
-    if (i + 1 < nt && t->capacity == 0 && i == 0 && hm__pl.budget)
-      return hm__fail(-EINVAL, "the fastest tier has no capacity; give a fast budget");
   }
   if (has_storage) {
     if (!hm_pager_open || !hm_pager_map || !hm_pager_unmap || !hm_pager_config_default)

@@ -1,0 +1,293 @@
+"""Profile-guided placement end to end: `hetmem profile` records a real
+program (bench/placement/placement.c, built as hm-placement), `hetmem advise`
+places its sites, `hetmem run --mode flat|hybrid` routes them.
+
+The workload allocates two hot arrays (alloc_hot_a, alloc_hot_b: 10% of the
+footprint each, updated many times per iteration) and three cold ones
+(alloc_cold_x/y/z via malloc, calloc and posix_memalign) at distinct,
+non-inlined functions."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import CBUILD, run_hetmem
+from hetmem import _native
+from hetmem import placement as placement_mod
+from hetmem import profile as prof
+
+WORKLOAD = CBUILD / "bench" / "hm-placement"
+PRELOAD = _native.library_dir() / "libhetmem_preload.so"
+MIB = 1 << 20
+FOOTPRINT = 96 * MIB
+HOT = FOOTPRINT // 8 // 10 * 8  # bytes of each hot array (n/10 doubles)
+
+pytestmark = pytest.mark.skipif(
+    not WORKLOAD.exists() or not PRELOAD.exists(), reason="hm-placement or the interposer not built"
+)
+
+
+def _has_pager() -> bool:
+    try:
+        return _native.has_pager()
+    except Exception:
+        return False
+
+
+needs_pager = pytest.mark.skipif(not _has_pager(), reason="this build has no pager (src/sdm)")
+
+
+def _workload(*extra: str) -> list[str]:
+    return [str(WORKLOAD), "--variant", "sweep", "--footprint", str(FOOTPRINT), "--iters", "3",
+            *extra]  # fmt: skip
+
+
+def _profile(out: Path, *opts: str, extra: tuple[str, ...] = ()) -> tuple[Path, Any]:
+    proc = run_hetmem("profile", "-o", str(out), *opts, "--", *_workload(*extra), timeout=300)
+    written = sorted(out.parent.glob(out.name + ".norank.*"))
+    assert len(written) == 1, proc.stderr
+    assert f"wrote {written[0]}" in proc.stderr
+    return written[0], proc
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    d = tmp_path_factory.mktemp("placement")
+    path, proc = _profile(d / "w.prof", extra=("--exit3",))
+    assert proc.returncode == 3  # the command's exit status passes through
+    assert '"variant":"sweep"' in proc.stdout  # and its output
+    show = run_hetmem("profile", "show", "--json", str(path), check=True)
+    placement = d / "w.toml"
+    run_hetmem("advise", str(path), "--fast-budget", str(3 * HOT), "-o", str(placement), check=True)
+    storage = d / "tier"
+    storage.mkdir()
+    yield {
+        "dir": d,
+        "profile": path,
+        "show": json.loads(show.stdout),
+        "placement": placement,
+        "storage": storage,
+    }
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _by_function(show: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["function"]: r for r in show["sites"]}
+
+
+def test_profile_has_the_sites_with_sizes_and_symbols(profiled: dict[str, Any]) -> None:
+    p = prof.load(profiled["profile"])
+    assert p.header["sampler"]["name"] == "portable"
+    assert p.binary.path == str(WORKLOAD.resolve())
+    assert len(p.binary.build_id) >= 16
+    sites = _by_function(profiled["show"])
+    for name in ("alloc_hot_a", "alloc_hot_b", "alloc_cold_x", "alloc_cold_y", "alloc_cold_z"):
+        assert name in sites, sorted(sites)
+        assert sites[name]["file"].endswith("placement.c")
+        assert sites[name]["allocs"] == 1
+        assert sites[name]["never_freed"] == 0
+        assert sites[name]["lifetime_ns"]["min"] > 0
+    assert sites["alloc_hot_a"]["bytes"] == HOT
+    assert sites["alloc_hot_a"]["peak_live_bytes"] == HOT
+    n = FOOTPRINT // 8
+    cold = (n - 2 * (n // 10)) // 3 * 8
+    assert sites["alloc_cold_y"]["bytes"] == cold  # calloc
+    assert sites["alloc_cold_z"]["bytes"] == cold  # posix_memalign
+    # the hot arrays are touched in every sampler period, the cold ones once
+    # per iteration: more accesses per byte
+    hot = min(sites[f]["accesses_per_byte"] for f in ("alloc_hot_a", "alloc_hot_b"))
+    coldest = max(sites[f]["accesses_per_byte"] for f in ("alloc_cold_x", "alloc_cold_y"))
+    assert hot > coldest
+
+
+def test_profile_live_series_within_the_run(profiled: dict[str, Any]) -> None:
+    p = prof.load(profiled["profile"])
+    for s in p.sites:
+        assert s.live[0][1] > 0
+        assert s.live[-1][1] == 0  # every array is freed before exit
+        assert max(b for _, b in s.live) == s.peak_live_bytes
+
+
+def _placed(placement: Path) -> dict[str, int]:
+    p = placement_mod.load(placement)
+    return {s.symbols[0].split(" ")[0]: s.tier for s in p.sites}
+
+
+def _run_place(profiled: dict[str, Any], mode: str, stats: Path, placement: Path | None = None,
+               *extra: str) -> Any:  # fmt: skip
+    return run_hetmem(
+        "run", "--mode", mode, "--placement", str(placement or profiled["placement"]),
+        "--fast-budget", str(3 * HOT), "--storage", str(profiled["storage"]),
+        "--stats", str(stats), "--", *_workload(*extra), timeout=300,
+    )  # fmt: skip
+
+
+@needs_pager
+@pytest.mark.parametrize("mode", ["flat", "hybrid"])
+def test_hot_sites_are_served_by_the_fast_tier(
+    profiled: dict[str, Any], mode: str, tmp_path: Path
+) -> None:
+    placed = _placed(profiled["placement"])
+    assert placed["alloc_hot_a"] == 0 and placed["alloc_hot_b"] == 0
+    assert placed["alloc_cold_x"] == 1
+    stats = tmp_path / "s.json"
+    proc = _run_place(profiled, mode, stats, None, "--exit3")
+    assert proc.returncode == 3, proc.stderr
+    assert '"variant":"sweep"' in proc.stdout
+    data = json.loads(stats.read_text())
+    pl = data["placement"]
+    assert pl["place_mode"] == mode
+    p = placement_mod.load(profiled["placement"])
+    names = {s.id: s.symbols[0].split(" ")[0] for s in p.sites}
+    got = {names[s["id"]]: s for s in pl["sites"]}
+    assert set(got) == set(names.values())  # every allocation matched its site
+    for name, s in got.items():
+        tier = placed[name]
+        assert s["allocations"] == 1 and s["overflows"] == 0
+        assert s["bytes"][tier] > 0 and sum(s["bytes"]) == s["bytes"][tier]
+    assert pl["unmatched"]["allocations"] == 0
+    assert pl["tiers"][0]["served_by"] == "glibc" and pl["tiers"][1]["served_by"] == "pager"
+    assert data["pager"]["counters"]["faults"] > 0  # cold data went through the pager
+
+
+@needs_pager
+def test_full_fast_tier_overflows_to_the_next_tier(
+    profiled: dict[str, Any], tmp_path: Path
+) -> None:
+    # A budget for one hot array only: the second overflows, counted.
+    stats = tmp_path / "s.json"
+    proc = run_hetmem(
+        "run", "--mode", "flat", "--placement", str(profiled["placement"]),
+        "--fast-budget", str(HOT + MIB), "--storage", str(profiled["storage"]),
+        "--stats", str(stats), "--", *_workload(), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    pl = json.loads(stats.read_text())["placement"]
+    hot = [s for s in pl["sites"] if s["tier"] == 0]
+    assert len(hot) == 2
+    assert sum(s["overflows"] for s in hot) == 1
+    assert pl["overflows"] == 1
+
+
+@needs_pager
+def test_other_depth_and_aslr_still_match(profiled: dict[str, Any], tmp_path: Path) -> None:
+    # A profile of 3 frames against a run that captures 8 (the option's
+    # default), run twice: the PIE binary loads at another address each time.
+    path, proc = _profile(tmp_path / "d3.prof", "--depth", "3")
+    assert proc.returncode == 0
+    assert prof.load(path).header["depth"] == 3
+    placement = tmp_path / "d3.toml"
+    run_hetmem("advise", str(path), "--fast-budget", str(3 * HOT), "-o", str(placement), check=True)
+    for i in range(2):
+        stats = tmp_path / f"s{i}.json"
+        proc = _run_place(profiled, "flat", stats, placement)
+        assert proc.returncode == 0, proc.stderr
+        pl = json.loads(stats.read_text())["placement"]
+        assert pl["unmatched"]["allocations"] == 0
+        assert sum(s["allocations"] for s in pl["sites"]) == 5
+        assert sum(1 for s in pl["sites"] if s["tier"] == 0 and s["bytes"][0] == HOT) == 2
+
+
+@needs_pager
+def test_placement_for_another_binary_warns_and_ignores(
+    profiled: dict[str, Any], tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    # the same program with another build-id: a copy whose note is changed
+    data = bytearray(WORKLOAD.read_bytes())
+    bid = bytes.fromhex(prof.load(profiled["profile"]).binary.build_id)
+    at = data.find(bid)
+    assert at > 0
+    data[at] ^= 0xFF
+    other.write_bytes(bytes(data))
+    other.chmod(0o755)
+    stats = tmp_path / "s.json"
+    proc = run_hetmem(
+        "run", "--mode", "flat", "--placement", str(profiled["placement"]),
+        "--fast-budget", str(3 * HOT), "--storage", str(profiled["storage"]),
+        "--stats", str(stats), "--", str(other), "--variant", "sparse",
+        "--footprint", str(FOOTPRINT), "--iters", "1", "--exit3", timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    assert "build-id differs" in proc.stderr and "ignoring" in proc.stderr
+    pl = json.loads(stats.read_text())["placement"]
+    assert pl["sites"] == [] and pl["unmatched"]["allocations"] == 5
+
+
+def test_bad_placement_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('kind = "hetmem-placement"\nschema_version = 7\n')
+    proc = run_hetmem(
+        "run", "--mode", "flat", "--placement", str(bad), "--fast-budget", "64M", "--", "true"
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = run_hetmem("run", "--mode", "flat", "--fast-budget", "64M", "--", "true")
+    assert proc.returncode == 2 and "--placement" in proc.stderr
+    proc = run_hetmem(
+        "run", "--mode", "hybrid", "--placement", str(tmp_path / "missing.toml"),
+        "--fast-budget", "64M", "--", "true",
+    )  # fmt: skip
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_interposer_rejects_a_truncated_compact_table(tmp_path: Path) -> None:
+    table = tmp_path / "t.compact"
+    table.write_text("hetmem-placement-compact 1\ntiers 1\ntier 0 dram 0 0 node0\nmodules 0\n")
+    env = {
+        "LD_PRELOAD": str(PRELOAD),
+        "HETMEM_PLACEMENT": str(table),
+        "HETMEM_FAST_BUDGET": "64M",
+    }
+    proc = subprocess.run(
+        ["true"], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "truncated" in proc.stderr
+
+
+def test_interposer_matches_longest_prefix_like_the_reference(tmp_path: Path) -> None:
+    # Hand-made tables: the site with the longer common prefix wins, ties go
+    # to the lowest id (hetmem.placement.match), checked through the stats.
+    p = prof.load(_profile(tmp_path / "m.prof", "--depth", "2")[0])
+    hot = next(s for s in p.sites if s.bytes == HOT)
+    f0, f1 = hot.frames[0][1], hot.frames[1][1]
+    bid = p.binary.build_id
+    table = tmp_path / "t.compact"
+    table.write_text(
+        "hetmem-placement-compact 1\ntiers 2\ntier 0 dram 0 0 node0\ntier 1 dram 0 0 node0\n"
+        f"modules 1\nmodule 0 {bid} {WORKLOAD}\nsites 3\n"
+        f"site 1 1 1 0:{f0:x}\nsite 4 0 2 0:{f0:x} 0:{f1:x}\nsite 7 1 2 0:{f0:x} 0:{f1:x}\nend\n"
+    )
+    stats = tmp_path / "s.jsonl"
+    env = {
+        **os.environ,
+        "LD_PRELOAD": str(PRELOAD),
+        "HETMEM_PLACEMENT": str(table),
+        "HETMEM_FAST_BUDGET": "1G",
+        "HETMEM_STATS": str(stats),
+    }
+    proc = subprocess.run(_workload(), env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    pl = json.loads(stats.read_text().splitlines()[0])["placement"]
+    sites = {s["id"]: s for s in pl["sites"]}
+    assert set(sites) == {4}  # longest common prefix (2 frames), lowest id of the tie
+    assert sites[4]["bytes"][0] == HOT
+    assert pl["unmatched"]["allocations"] == 4
+    ref = placement_mod.match(
+        [
+            placement_mod.PSite(1, 1, [(0, f0)]),
+            placement_mod.PSite(4, 0, [(0, f0), (0, f1)]),
+            placement_mod.PSite(7, 1, [(0, f0), (0, f1)]),
+        ],
+        [(0, f0), (0, f1), (0, 12345)],
+    )
+    assert ref is not None and ref.id == 4
