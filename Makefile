@@ -13,7 +13,7 @@ TSAN_BUILD := build/tsan
 # Debian packages the build, the tests and the reference measurements need.
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config libhwloc-dev hwloc \
   libnuma-dev numactl liburing-dev fio libdw-dev libelf-dev libopenblas-dev \
-  liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin util-linux
+  liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin util-linux chromium
 
 .PHONY: all deps venv install cbuild test test-c test-sanitize demo lint clean
 

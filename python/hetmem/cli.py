@@ -17,7 +17,7 @@ from hetmem import __version__
 from hetmem.errors import HetmemError
 
 # Verb modules, in the order `hetmem --help` lists them.
-VERBS = ("tiers", "report", "probe", "bench", "run", "flow", "profile", "advise", "config")
+VERBS = ("demo", "tiers", "report", "probe", "bench", "run", "flow", "profile", "advise", "config")
 
 
 class Command(Protocol):
