@@ -1,0 +1,438 @@
+"""`hetmem bench placement`: profile-guided placement (flat, hybrid) against
+dram, cache and swap, side by side in one run, with the issue's targets.
+
+Workloads (bench/placement/placement.c, hm-placement): two hot arrays (20%
+of the footprint, updated --hot-passes times per iteration) and three cold
+ones (80%) allocated at distinct sites; the fast budget is 25% of the
+footprint, so the hot arrays' peak fits and the cold data does not.
+  sparse  cold data touched sparsely (one cache line every 1024 pages);
+  sweep   cold data swept once per iteration (more bytes than the budget);
+  alloc   >= 10^7 malloc/free pairs of mixed sizes in 2 threads (the
+          interposer's cost in flat mode against no preload).
+
+For each of sparse and sweep, one run measures: dram (no hetmem), the same
+under `hetmem profile` (profiling overhead), `hetmem advise` of that profile
+at the budget, then cache, swap, flat and hybrid at the budget. Times are
+the program's own (the timed iterations, not start-up); each configuration
+runs --repeat times and the best is kept. The storage tier is probed in the
+same run (O_DIRECT sequential read) for the sweep bound: the larger of the
+time the cold bytes moved (per iteration x iterations) take at the probed
+bandwidth and the all-DRAM time of the same run (no placement can beat
+either; the I/O-only figure is shown beside it).
+
+Targets: sparse: flat or hybrid >= 90% of dram speed; sweep: flat or
+hybrid within 1.25x of the bound; both: flat or hybrid >= 2x faster than
+swap, hybrid no more than 5% slower than the better of flat and cache;
+profiling overhead <= 10%; alloc: flat mode <= 3% slower than no preload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hetmem import output
+from hetmem.bench import find_program
+from hetmem.errors import EnvironmentProblem, HetmemError
+from hetmem.sizes import format_size, parse_size
+
+name = "placement"
+help = "flat and hybrid placement vs dram, cache and swap on skewed workloads, with targets"
+description = __doc__.split("\n\n", 1)[1] if __doc__ else ""
+
+ALL_MODES = ("dram", "cache", "swap", "flat", "hybrid")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--footprint", default="512MiB", metavar="SIZE", help="workload footprint (512MiB)"
+    )
+    parser.add_argument("--iters", type=int, default=4, help="timed iterations (4)")
+    parser.add_argument("--hot-passes", type=int, default=8, help="hot passes per iteration (8)")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per configuration (2)")
+    parser.add_argument(
+        "--pairs", type=int, default=10_000_000, help="alloc: malloc/free pairs (10^7)"
+    )
+    parser.add_argument(
+        "--modes", default=None, metavar="LIST", help="modes (default: all available here)"
+    )
+    parser.add_argument(
+        "--variants", default="sparse,sweep,alloc", metavar="LIST", help="sparse,sweep,alloc"
+    )
+    parser.add_argument("--storage", metavar="DIR", help="storage tier (default as hetmem run)")
+    parser.add_argument(
+        "--no-device-probe",
+        action="store_true",
+        help="use the cached probe for the storage bandwidth instead of measuring it",
+    )
+    parser.add_argument("-o", "--output", type=Path, metavar="DIR", help="keep files in DIR")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def _hetmem(*args: str, capture: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hetmem", *args],
+        capture_output=capture,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _program_result(proc: subprocess.CompletedProcess[str], what: str) -> dict[str, Any]:
+    if proc.returncode != 0:
+        tail = (proc.stderr or "").strip().splitlines()[-1:] or ["(no output)"]
+        raise HetmemError(f"{what} failed ({proc.returncode}): {tail[0]}")
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise HetmemError(f"{what}: the workload printed no result")
+
+
+def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return min(runs, key=lambda r: r["seconds"])
+
+
+def _device_bandwidth(args: argparse.Namespace, storage: str) -> dict[str, Any]:
+    from hetmem import cache as cache_mod
+    from hetmem.bench import sdm
+
+    if args.no_device_probe:
+        probe = cache_mod.load("probe") or {}
+        return next((t for t in probe.get("tiers", []) if t.get("kind") == "storage"), {})
+    output.err_console().print("measuring the storage tier (probe) ...")
+    return sdm.probe_storage(storage)
+
+
+def _say(text: str) -> None:
+    output.err_console().print(text, markup=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hetmem import run as hrun
+
+    footprint = parse_size(args.footprint, "--footprint")
+    budget = footprint // 4
+    modes = [m for m in (args.modes.split(",") if args.modes else ALL_MODES) if m]
+    for m in modes:
+        if m not in ALL_MODES:
+            raise HetmemError(f"--modes: unknown mode '{m}'")
+    if "swap" in modes and os.geteuid() != 0:
+        modes.remove("swap")
+        _say("note: swap mode needs root: skipped")
+    variants = [v for v in args.variants.split(",") if v]
+    storage = str(Path(args.storage or hrun.default_storage()).resolve())
+    prog = str(find_program("hm-placement"))
+    device = _device_bandwidth(args, storage)
+    tmp_ctx = None
+    if args.output:
+        args.output.mkdir(parents=True, exist_ok=True)
+        work = args.output
+    else:
+        tmp_ctx = tempfile.TemporaryDirectory(prefix="hetmem-bench-placement-")
+        work = Path(tmp_ctx.name)
+    try:
+        results = _measure(args, prog, modes, variants, work, storage, budget, footprint)
+    finally:
+        if tmp_ctx is not None:
+            tmp_ctx.cleanup()
+    targets = evaluate(results, device, args.iters)
+    data = {
+        "schema_version": 1,
+        "kind": "bench-placement",
+        "footprint": footprint,
+        "budget": budget,
+        "storage": storage,
+        "device": device,
+        "results": results,
+        "targets": targets,
+    }
+    if args.json:
+        output.print_json(data)
+    else:
+        _print(data)
+    return 1 if any(t["pass"] is False for t in targets) else 0
+
+
+def _measure(
+    args: argparse.Namespace,
+    prog: str,
+    modes: list[str],
+    variants: list[str],
+    work: Path,
+    storage: str,
+    budget: int,
+    footprint: int,
+) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    common = ["--footprint", str(footprint), "--iters", str(args.iters)]
+    common += ["--hot-passes", str(args.hot_passes)]
+    placement_any: Path | None = None
+    for v in variants:
+        if v == "alloc":
+            continue
+        argv = [prog, "--variant", v, *common]
+        res: dict[str, Any] = {"modes": {}}
+        runs: dict[str, list[dict[str, Any]]] = {"dram": [], "profile": []}
+        prof_file = work / f"{v}.prof"
+        for r in range(args.repeat):
+            # dram and profiled runs alternate, so drift hits both alike
+            _say(f"{v}: dram (run {r + 1})")
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            runs["dram"].append(_program_result(proc, f"{v} dram"))
+            _say(f"{v}: profile (run {r + 1})")
+            for old in work.glob(f"{v}.prof.norank.*"):
+                old.unlink()
+            proc = _hetmem("profile", "-o", str(prof_file), "--", *argv)
+            runs["profile"].append(_program_result(proc, f"{v} profile"))
+        written = sorted(work.glob(f"{v}.prof.norank.*"))
+        if not written:
+            raise EnvironmentProblem(f"{v}: hetmem profile wrote no profile")
+        placement = work / f"{v}.toml"
+        proc = _hetmem(
+            "advise", str(written[-1]), "--fast-budget", str(budget), "-o", str(placement)
+        )
+        if proc.returncode != 0:
+            raise HetmemError(f"{v}: hetmem advise failed: {proc.stderr.strip()}")
+        placement_any = placement
+        with open(written[-1]) as f:
+            header = json.loads(f.readline())
+        res["sampler"] = header.get("sampler")
+        for mode in modes:
+            if mode == "dram":
+                continue
+            runs[mode] = []
+            for r in range(args.repeat):
+                _say(f"{v}: {mode} (run {r + 1})")
+                opts = ["--mode", mode, "--fast-budget", str(budget), "--storage", storage]
+                if mode in ("flat", "hybrid"):
+                    opts += ["--placement", str(placement)]
+                if mode == "swap":
+                    opts += ["--swap-size", str(2 * footprint)]
+                stats = work / f"{v}-{mode}-{r}.json"
+                proc = _hetmem("run", *opts, "--stats", str(stats), "--", *argv)
+                one = _program_result(proc, f"{v} {mode}")
+                if mode in ("flat", "hybrid"):
+                    st = json.loads(stats.read_text())
+                    pl = st.get("placement") or {}
+                    one["overflows"] = pl.get("overflows")
+                    one["fast_sites"] = sum(1 for s in pl.get("sites", []) if s["tier"] == 0)
+                    one["pager_budget"] = pl.get("pager_budget")
+                runs[mode].append(one)
+        for mode, rs in runs.items():
+            if rs:
+                best = _best(rs)
+                res["modes"][mode] = {
+                    "seconds": best["seconds"],
+                    "all_seconds": [x["seconds"] for x in rs],
+                    **{
+                        k: best[k] for k in ("overflows", "fast_sites", "pager_budget") if k in best
+                    },
+                }
+                res["cold_touched_per_iter"] = best.get("cold_touched_per_iter")
+                res["cold_bytes"] = best.get("cold_bytes")
+                res["hot_bytes"] = best.get("hot_bytes")
+        results[v] = res
+    if "alloc" in variants:
+        results["alloc"] = _measure_alloc(args, prog, work, storage, budget, placement_any)
+    return results
+
+
+def _measure_alloc(
+    args: argparse.Namespace,
+    prog: str,
+    work: Path,
+    storage: str,
+    budget: int,
+    placement: Path | None,
+) -> dict[str, Any]:
+    argv = [prog, "--variant", "alloc", "--pairs", str(args.pairs), "--threads", "2"]
+    if placement is None:
+        # no profiled variant ran: profile the allocation loop itself
+        prof_file = work / "alloc.prof"
+        _hetmem("profile", "-o", str(prof_file), "--", *argv)
+        written = sorted(work.glob("alloc.prof.norank.*"))
+        if not written:
+            raise EnvironmentProblem("alloc: hetmem profile wrote no profile")
+        placement = work / "alloc.toml"
+        proc = _hetmem(
+            "advise", str(written[-1]), "--fast-budget", str(budget), "-o", str(placement)
+        )
+        if proc.returncode != 0:
+            raise HetmemError(f"alloc: hetmem advise failed: {proc.stderr.strip()}")
+    none: list[float] = []
+    flat: list[float] = []
+    for r in range(max(3, args.repeat)):
+        _say(f"alloc: no preload / flat (run {r + 1})")
+        none.append(
+            _program_result(subprocess.run(argv, capture_output=True, text=True), "alloc")[
+                "seconds"
+            ]
+        )
+        proc = _hetmem(
+            "run", "--mode", "flat", "--placement", str(placement), "--fast-budget",
+            str(budget), "--storage", storage, "--", *argv,
+        )  # fmt: skip
+        flat.append(_program_result(proc, "alloc flat")["seconds"])
+    return {
+        "pairs": args.pairs,
+        "threads": 2,
+        "none_seconds": min(none),
+        "flat_seconds": min(flat),
+        "all_none": none,
+        "all_flat": flat,
+    }
+
+
+def _t(res: dict[str, Any], mode: str) -> float | None:
+    m = res.get("modes", {}).get(mode)
+    return m["seconds"] if m else None
+
+
+def _target(
+    target: str, measured: float | None, goal: str, ok: bool | None, detail: str
+) -> dict[str, Any]:
+    return {"target": target, "measured": measured, "goal": goal, "pass": ok, "detail": detail}
+
+
+def evaluate(results: dict[str, Any], device: dict[str, Any], iters: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    sp = results.get("sparse")
+    if sp:
+        dram = _t(sp, "dram")
+        best = min((t for t in (_t(sp, "flat"), _t(sp, "hybrid")) if t), default=None)
+        m = dram / best if dram and best else None
+        out.append(
+            _target(
+                "sparse: speed of best(flat, hybrid) / dram",
+                m,
+                ">= 0.90",
+                None if m is None else m >= 0.90,
+                f"dram {dram} s, flat {_t(sp, 'flat')} s, hybrid {_t(sp, 'hybrid')} s",
+            )
+        )
+    sw = results.get("sweep")
+    if sw:
+        gbs = device.get("seq_read_gbs")
+        moved = (sw.get("cold_touched_per_iter") or 0) * iters
+        io_bound = moved / (gbs * 1e9) if gbs else None
+        dram_t = _t(sw, "dram")
+        bound = max(io_bound, dram_t or 0.0) if io_bound else None
+        best = min((t for t in (_t(sw, "flat"), _t(sw, "hybrid")) if t), default=None)
+        m = best / bound if bound and best else None
+        out.append(
+            _target(
+                "sweep: best(flat, hybrid) time / max(cold bytes moved / probed bandwidth, "
+                "dram time)",
+                m,
+                "<= 1.25",
+                None if m is None else m <= 1.25,
+                f"{format_size(moved)} moved at {gbs} GB/s: {io_bound and round(io_bound, 3)} s; "
+                f"dram {dram_t} s; "
+                f"flat {_t(sw, 'flat')} s, hybrid {_t(sw, 'hybrid')} s",
+            )
+        )
+    for v in ("sparse", "sweep"):
+        res = results.get(v)
+        if not res:
+            continue
+        swap = _t(res, "swap")
+        best = min((t for t in (_t(res, "flat"), _t(res, "hybrid")) if t), default=None)
+        m = swap / best if swap and best else None
+        out.append(
+            _target(
+                f"{v}: speed-up of best(flat, hybrid) over swap",
+                m,
+                ">= 2",
+                None if m is None else m >= 2,
+                f"swap {swap} s",
+            )
+        )
+        hyb = _t(res, "hybrid")
+        ref = min((t for t in (_t(res, "flat"), _t(res, "cache")) if t), default=None)
+        m = hyb / ref if hyb and ref else None
+        out.append(
+            _target(
+                f"{v}: hybrid / best(flat, cache)",
+                m,
+                "<= 1.05",
+                None if m is None else m <= 1.05,
+                f"flat {_t(res, 'flat')} s, cache {_t(res, 'cache')} s",
+            )
+        )
+        dram, prof = _t(res, "dram"), _t(res, "profile")
+        m = prof / dram - 1 if dram and prof else None
+        samp = res.get("sampler") or {}
+        out.append(
+            _target(
+                f"{v}: profiling overhead (profile / dram - 1)",
+                m,
+                "<= 0.10",
+                None if m is None else m <= 0.10,
+                f"sampler {samp.get('name')} every {samp.get('interval_us')} us, "
+                f"self-reported overhead {samp.get('overhead')}",
+            )
+        )
+    al = results.get("alloc")
+    if al:
+        m = al["flat_seconds"] / al["none_seconds"] - 1
+        out.append(
+            _target(
+                "alloc: flat-mode interposer cost (flat / no preload - 1)",
+                m,
+                "<= 0.03",
+                m <= 0.03,
+                f"{al['pairs']} pairs, 2 threads: {al['none_seconds']} s vs {al['flat_seconds']} s",
+            )
+        )
+    return out
+
+
+def _print(data: dict[str, Any]) -> None:
+    console = output.console()
+    console.print(
+        f"footprint {format_size(data['footprint'])}, fast budget "
+        f"{format_size(data['budget'])} (25%), storage {data['storage']} "
+        f"(sequential read {data['device'].get('seq_read_gbs')} GB/s)",
+        markup=False,
+    )
+    rows = []
+    for v, res in data["results"].items():
+        if v == "alloc":
+            continue
+        dram = _t(res, "dram")
+        for mode, m in res["modes"].items():
+            rows.append(
+                [
+                    v,
+                    mode,
+                    round(m["seconds"], 4),
+                    round(dram / m["seconds"], 3) if dram else "-",
+                    m.get("fast_sites", ""),
+                    m.get("overflows", ""),
+                ]
+            )
+    output.table(
+        "placement workloads (best of runs)",
+        ["variant", "mode", "seconds", "speed vs dram", "fast sites", "overflows"],
+        rows,
+    )
+    output.table(
+        "placement targets",
+        ["target", "measured", "goal", "", "detail"],
+        [
+            [
+                t["target"],
+                "-" if t["measured"] is None else round(t["measured"], 3),
+                t["goal"],
+                {True: "met", False: "MISSED", None: "not measured"}[t["pass"]],
+                t["detail"],
+            ]
+            for t in data["targets"]
+        ],
+    )
