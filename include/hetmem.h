@@ -558,6 +558,25 @@ HM_API HM_NODISCARD int hm_chan_get(hm_chan_t *ch, const char *key, uint64_t ste
 HM_API HM_NODISCARD int hm_chan_get_copy(hm_chan_t *ch, const char *key, uint64_t step,
                                          void *buf, size_t cap, size_t *len);
 
+/** Writer: count puts in one call (what a binding pays per call is paid
+ *  once). keys: count NUL-terminated keys packed one after another; object
+ *  i is lens[i] bytes at base + offs[i]. Stops at the first error, with
+ *  hm_chan_put's codes; *done (may be NULL) gets how many went in. */
+HM_API HM_NODISCARD int hm_chan_put_many(hm_chan_t *ch, uint64_t step, const char *keys,
+                                         size_t count, const void *base, const uint64_t *offs,
+                                         const uint64_t *lens, size_t *done);
+
+/** Reader: count gets in one call (keys packed as in hm_chan_put_many):
+ *  read-only views ptrs[i] of lens[i] bytes, valid until release. */
+HM_API HM_NODISCARD int hm_chan_get_many(hm_chan_t *ch, uint64_t step, const char *keys,
+                                         size_t count, const void **ptrs, uint64_t *lens);
+
+/** Reader: gathers count objects into buf one after another (object i at
+ *  the sum of lens[0..i-1]); -ENOBUFS when they exceed cap bytes. */
+HM_API HM_NODISCARD int hm_chan_get_many_copy(hm_chan_t *ch, uint64_t step, const char *keys,
+                                              size_t count, void *buf, size_t cap,
+                                              uint64_t *lens);
+
 /** Reader: this rank is done with step; its views become invalid. */
 HM_API HM_NODISCARD int hm_chan_release(hm_chan_t *ch, uint64_t step);
 

@@ -62,6 +62,45 @@ def test_roundtrip_views_and_copies(name):
             r.wait(1, timeout=5)
 
 
+def test_batch_put_and_get(name):
+    ch.create(name, slots=2, max_objects=64, slot_bytes=1 << 20)
+    sizes = [5, 64, 0, 300, 4608]
+    data = np.random.default_rng(3).integers(0, 255, sum(sizes) + 7, dtype=np.uint8)
+    offs = np.cumsum([7, *sizes[:-1]])  # objects need not start at 0 nor be aligned
+    keys = ch.Keys([f"k{i}" for i in range(len(sizes))])
+    with ch.Channel.open(name, "writer") as w, ch.Channel.open(name, "reader") as r:
+        w.put_many(keys, 0, data, offs, sizes)
+        w.put("single", 0, b"x")
+        w.commit(0)
+        r.wait(0, timeout=5)
+        views = r.views(keys, 0)
+        for v, o, n in zip(views, offs, sizes, strict=True):
+            assert np.array_equal(v, data[o : o + n])
+            assert n == 0 or not v.flags.writeable
+        out = np.zeros(sum(sizes), dtype=np.uint8)
+        lens = r.get_many_into(keys, 0, out)
+        assert list(lens) == sizes
+        assert np.array_equal(
+            out, np.concatenate([data[o : o + n] for o, n in zip(offs, sizes, strict=True)])
+        )
+        with pytest.raises(ch.ChannelError, match="buffer"):
+            r.get_many_into(keys, 0, np.zeros(sum(sizes) - 1, dtype=np.uint8))
+        with pytest.raises(ch.ChannelError, match="not in step"):
+            r.get_many(ch.Keys(["k0", "missing"]), 0)
+        r.release(0)
+        # a duplicate key stops the batch at that object; the ones before stay
+        dup = ch.Keys(["d0", "d1", "d0"])
+        with pytest.raises(ch.ChannelError, match="already in step"):
+            w.put_many(dup, 1, data, [0, 0, 0], [1, 1, 1])
+        with pytest.raises(ch.ChannelError, match="past the end"):
+            w.put_many(ch.Keys(["e"]), 1, data, [data.size], [1])
+        w.commit(1)
+        r.wait(1, timeout=5)
+        ptrs, lens = r.get_many(ch.Keys(["d0", "d1"]), 1)
+        assert list(lens) == [1, 1] and ptrs[0] != ptrs[1]
+        r.release(1)
+
+
 def test_bad_input_is_one_line_error(name):
     with pytest.raises(NativeError, match="tier 'tape'"):
         ch.create(name, tier="tape")

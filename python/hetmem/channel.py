@@ -109,6 +109,15 @@ def _so() -> ctypes.CDLL:
             [c_p, ctypes.c_char_p, u64, c_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)],
             i32,
         ),
+        "hm_chan_put_many": (
+            [c_p, u64, c_p, ctypes.c_size_t, c_p, c_p, c_p, ctypes.POINTER(ctypes.c_size_t)],
+            i32,
+        ),
+        "hm_chan_get_many": ([c_p, u64, c_p, ctypes.c_size_t, c_p, c_p], i32),
+        "hm_chan_get_many_copy": (
+            [c_p, u64, c_p, ctypes.c_size_t, c_p, ctypes.c_size_t, c_p],
+            i32,
+        ),
         "hm_chan_release": ([c_p, u64], i32),
         "hm_chan_info_json": ([c_p, ctypes.POINTER(c_p)], i32),
         "hm_chan_bench_json": (
@@ -141,6 +150,28 @@ def _raise(ctx: Context, rc: int) -> None:
 
 def _ms(timeout: float | None) -> int:
     return -1 if timeout is None else max(0, int(timeout * 1000))
+
+
+class Keys:
+    """Keys packed for the batch calls (encode once, reuse every step)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        for k in keys:
+            if not k or "\0" in k:
+                raise ChannelError(f"channel key {k!r}: 1-63 bytes, no NUL")
+        self.keys = list(keys)
+        self._buf = ctypes.create_string_buffer(b"".join(k.encode() + b"\0" for k in keys))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self._buf)
+
+
+def _addr(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
 
 
 def path(name: str, tier: str = "dram") -> str:
@@ -267,6 +298,29 @@ class Channel:
         )
         return _view(self._ptr.value, nbytes, dt, shape, writable=True)
 
+    def put_many(self, keys: Keys, step: int, data: np.ndarray, offsets: Any, lengths: Any) -> None:
+        """Puts object i = data's bytes [offsets[i], offsets[i] + lengths[i])
+        under keys[i], all in one call into the library."""
+        buf = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        offs = np.ascontiguousarray(offsets, dtype=np.uint64)
+        lens = np.ascontiguousarray(lengths, dtype=np.uint64)
+        if not len(keys) == offs.size == lens.size:
+            raise ChannelError("put_many: keys, offsets and lengths differ in length")
+        if lens.size and int((offs + lens).max()) > buf.nbytes:
+            raise ChannelError("put_many: an object runs past the end of data")
+        done = ctypes.c_size_t()
+        rc = self._so.hm_chan_put_many(
+            self._h,
+            step,
+            keys.address,
+            len(keys),
+            _addr(buf) if buf.nbytes else None,
+            _addr(offs),
+            _addr(lens),
+            ctypes.byref(done),
+        )
+        self._check(rc)
+
     def commit(self, step: int) -> None:
         self._check(self._so.hm_chan_commit(self._h, step))
 
@@ -292,6 +346,40 @@ class Channel:
             raise ChannelError(f"key '{key}' holds {n} bytes, not a whole number of {dt}")
         arr = _view(self._ptr.value, n, dt, n // dt.itemsize, writable=False)
         return arr.copy() if copy else arr
+
+    def get_many(self, keys: Keys, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Addresses and lengths (uint64 arrays) of keys in a held step, in
+        one call: zero copy, valid until release (see views())."""
+        ptrs = np.empty(len(keys), dtype=np.uint64)
+        lens = np.empty(len(keys), dtype=np.uint64)
+        self._check(
+            self._so.hm_chan_get_many(
+                self._h, step, keys.address, len(keys), _addr(ptrs), _addr(lens)
+            )
+        )
+        return ptrs, lens
+
+    def views(self, keys: Keys, step: int, dtype: Any = np.uint8) -> list[np.ndarray]:
+        """Read-only views of keys in a held step (one library call)."""
+        ptrs, lens = self.get_many(keys, step)
+        dt = np.dtype(dtype)
+        return [
+            _view(int(p), int(n), dt, int(n) // dt.itemsize, writable=False)
+            for p, n in zip(ptrs, lens, strict=True)
+        ]
+
+    def get_many_into(self, keys: Keys, step: int, out: np.ndarray) -> np.ndarray:
+        """Copies keys' objects one after another into out (a contiguous
+        array) in one call; returns their lengths."""
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ChannelError("get_many_into: out must be a writable contiguous array")
+        lens = np.empty(len(keys), dtype=np.uint64)
+        self._check(
+            self._so.hm_chan_get_many_copy(
+                self._h, step, keys.address, len(keys), _addr(out), out.nbytes, _addr(lens)
+            )
+        )
+        return lens
 
     def release(self, step: int) -> None:
         self._check(self._so.hm_chan_release(self._h, step))

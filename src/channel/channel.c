@@ -850,6 +850,64 @@ int hm_chan_get_copy(hm_chan_t *ch, const char *key, uint64_t step, void *buf, s
   return 0;
 }
 
+/* ---- batches: one call for many objects ----
+ * What a call from Python costs per object (ctypes argument conversion,
+ * key encoding, a numpy view) is ~10x the channel's own work on a 4.5 KB
+ * object; these move that cost to once per step. keys are count
+ * NUL-terminated strings packed one after another. */
+
+int hm_chan_put_many(hm_chan_t *ch, uint64_t step, const char *keys, size_t count,
+                     const void *base, const uint64_t *offs, const uint64_t *lens,
+                     size_t *done) {
+  if (done) *done = 0;
+  if (!ch || (count && (!keys || !base || !offs || !lens))) return -EINVAL;
+  const char *k = keys;
+  for (size_t i = 0; i < count; i++) {
+    void *dst = NULL;
+    int rc = hm_chan_put_alloc(ch, k, step, (size_t)lens[i], &dst);
+    if (rc) return rc;
+    if (lens[i]) memcpy(dst, (const unsigned char *)base + offs[i], (size_t)lens[i]);
+    k += strlen(k) + 1;
+    if (done) *done = i + 1;
+  }
+  return 0;
+}
+
+int hm_chan_get_many(hm_chan_t *ch, uint64_t step, const char *keys, size_t count,
+                     const void **ptrs, uint64_t *lens) {
+  if (!ch || (count && (!keys || !ptrs || !lens))) return -EINVAL;
+  const char *k = keys;
+  for (size_t i = 0; i < count; i++) {
+    size_t n = 0;
+    int rc = hm_chan_get(ch, k, step, &ptrs[i], &n);
+    if (rc) return rc;
+    lens[i] = n;
+    k += strlen(k) + 1;
+  }
+  return 0;
+}
+
+int hm_chan_get_many_copy(hm_chan_t *ch, uint64_t step, const char *keys, size_t count,
+                          void *buf, size_t cap, uint64_t *lens) {
+  if (!ch || (count && (!keys || !buf || !lens))) return -EINVAL;
+  const char *k = keys;
+  size_t at = 0;
+  for (size_t i = 0; i < count; i++) {
+    const void *p = NULL;
+    size_t n = 0;
+    int rc = hm_chan_get(ch, k, step, &p, &n);
+    if (rc) return rc;
+    lens[i] = n;
+    if (n > cap - at)
+      return _hm_error(ch->ctx, -ENOBUFS, "key '%.80s': the %zu objects need more than the "
+                       "buffer's %zu bytes", k, count, cap);
+    if (n) memcpy((unsigned char *)buf + at, p, n);
+    at += n;
+    k += strlen(k) + 1;
+  }
+  return 0;
+}
+
 int hm_chan_release(hm_chan_t *ch, uint64_t step) {
   if (!ch) return -EINVAL;
   hm__hdr_t *h = ch->h;

@@ -2,8 +2,9 @@
 (`python -m hetmem.flow.component ARGS`, directly or under mpirun).
 
 Writer rank: per iteration, compute (the kernel), then put its share of the
-objects and commit the step. Reader rank: wait for the step, read its share
-of the objects (every byte, and a stamp that proves the step is whole),
+objects (one batch call) and commit the step. Reader rank: wait for the
+step, read its share of the objects (one batch call; every byte, and a
+stamp that proves the step is whole),
 release it, then run the analytics kernel. Serial mode adds an
 acknowledgement channel (readers -> writers): a writer computes step s only
 after every reader finished step s-1, so the phases interleave.
@@ -42,6 +43,61 @@ def _bind(cpus: list[int], rank: int) -> None:
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
 
 
+GATHER_MAX = 256 << 10  # objects up to this size are read by one gather copy
+
+
+class Reading:
+    """A reader rank's read of its share of one step, the same code for the
+    runner and for `hetmem flow calibrate`: one library call for all keys,
+    then every byte summed, and each object's first word checked against
+    the step (the writer stamps it)."""
+
+    def __init__(self, keys: list[str], size: int) -> None:
+        self.keys = chan.Keys(keys)
+        self.size = size
+        self.words = size % 8 == 0
+        self.gather = size <= GATHER_MAX
+        self.out = np.empty(len(keys) * size if self.gather else 0, dtype=np.uint8)
+
+    def read(self, ch: chan.Channel, step: int) -> tuple[int, int]:
+        """(checksum, objects whose stamp is not step)."""
+        if not self.keys.keys:
+            return 0, 0
+        if self.gather:
+            ch.get_many_into(self.keys, step, self.out)
+            if self.words:
+                w = self.out.view(np.int64)
+                return int(w.sum()), int(np.count_nonzero(w[:: self.size // 8] != step))
+            return int(self.out.sum(dtype=np.int64)), 0
+        dt = np.int64 if self.words else np.uint8
+        total = bad = 0
+        for v in ch.views(self.keys, step, dt):
+            if self.words and v[0] != step:
+                bad += 1
+            total += int(v.sum())
+        return total, bad
+
+
+class Writing:
+    """A writer rank's objects: n objects of size bytes in one buffer, put
+    with one library call per step, each stamped with the step first."""
+
+    def __init__(self, keys: list[str], size: int, seed: int) -> None:
+        n = len(keys)
+        self.keys = chan.Keys(keys)
+        self.buf = np.random.default_rng(seed).integers(0, 255, n * size, dtype=np.uint8)
+        self.offs = np.arange(n, dtype=np.uint64) * size
+        self.lens = np.full(n, size, dtype=np.uint64)
+        self.stamps = self.buf.view(np.int64)[:: size // 8] if size % 8 == 0 else None
+
+    def write(self, ch: chan.Channel, step: int) -> None:
+        if self.stamps is not None:
+            self.stamps[:] = step
+        if len(self.keys):
+            ch.put_many(self.keys, step, self.buf, self.offs, self.lens)
+        ch.commit(step)
+
+
 def writer(cfg: dict, rank: int, sync: Path) -> dict:
     w = cfg["writer"]
     pw = w["ranks"]
@@ -49,10 +105,7 @@ def writer(cfg: dict, rank: int, sync: Path) -> dict:
     size = w["object_bytes"]
     _bind(w["cpus"], rank)
     k = kernels.make(w["kernel"], w["size"], w["repeat"], pw)
-    buf = np.random.default_rng(rank).integers(0, 255, n * size, dtype=np.uint8)
-    objs = [buf[j * size : (j + 1) * size] for j in range(n)]
-    stamps = buf.view(np.int64)[:: size // 8] if size % 8 == 0 else None
-    keys = [f"w{rank}.o{j}" for j in range(n)]
+    out = Writing([f"w{rank}.o{j}" for j in range(n)], size, rank)
     ch = chan.Channel.open(cfg["channel"], "writer", cfg["tier"], rank)
     ch.set_timeout(TIMEOUT)
     ack = chan.Channel.open(cfg["ack"], "reader", "dram", rank) if cfg["ack"] else None
@@ -67,11 +120,7 @@ def writer(cfg: dict, rank: int, sync: Path) -> dict:
         if k is not None:
             k.run()
         t2 = time.monotonic()
-        if stamps is not None:
-            stamps[:n] = s
-        for key, obj in zip(keys, objs, strict=True):
-            ch.put(key, s, obj)
-        ch.commit(s)
+        out.write(ch, s)
         t3 = time.monotonic()
         iters.append({"wait": t1 - t0, "compute": t2 - t1, "io": t3 - t2})
     t_end = time.monotonic()
@@ -89,7 +138,7 @@ def reader(cfg: dict, rank: int, sync: Path) -> dict:
     _bind(r["cpus"], rank)
     k = kernels.make(r["kernel"], r["size"], r["repeat"], pr)
     keys = [f"w{wr}.o{j}" for wr in range(pw) for j in range(n) if (wr * n + j) % pr == rank]
-    dt = np.int64 if size % 8 == 0 else np.uint8
+    rd = Reading(keys, size)
     ch = chan.Channel.open(cfg["channel"], "reader", cfg["tier"], rank)
     ack = chan.Channel.open(cfg["ack"], "writer", "dram", rank) if cfg["ack"] else None
     iters = []
@@ -100,11 +149,9 @@ def reader(cfg: dict, rank: int, sync: Path) -> dict:
         t0 = time.monotonic()
         ch.wait(s, timeout=TIMEOUT)
         t1 = time.monotonic()
-        for key in keys:
-            v = ch.get(key, s, dt)
-            if dt is np.int64 and v[0] != s:
-                bad += 1
-            total += int(v.sum())
+        got, wrong = rd.read(ch, s)
+        total += got
+        bad += wrong
         ch.release(s)
         t2 = time.monotonic()
         if k is not None:
