@@ -7,7 +7,7 @@
  *   cold_x/y/z     80% of the footprint, per iteration either swept once
  *                  (--variant sweep: more bytes than a 25% budget) or
  *                  touched sparsely (--variant sparse: one cache line in
- *                  every --stride pages, default 1024: 4 MiB, so that most
+ *                  every --stride pages, default 2048: 8 MiB, so that most
  *                  fetch units of a pager are not touched either).
  * --variant alloc: the allocation-heavy benchmark: --threads threads make
  * --pairs malloc/free pairs in all of mixed sizes (16 B .. 64 KiB, skewed
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
   const char *variant = "sparse";
   size_t footprint = (size_t)256 << 20;
   int iters = 4, hot_passes = 8, threads = 2, exit3 = 0;
-  size_t stride_pages = 1024;
+  size_t stride_pages = 2048;
   uint64_t pairs = 10000000;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];

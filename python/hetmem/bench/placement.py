@@ -5,7 +5,7 @@ Workloads (bench/placement/placement.c, hm-placement): two hot arrays (20%
 of the footprint, updated --hot-passes times per iteration) and three cold
 ones (80%) allocated at distinct sites; the fast budget is 25% of the
 footprint, so the hot arrays' peak fits and the cold data does not.
-  sparse  cold data touched sparsely (one cache line every 1024 pages);
+  sparse  cold data touched sparsely (one cache line every 2048 pages);
   sweep   cold data swept once per iteration (more bytes than the budget);
   alloc   >= 10^7 malloc/free pairs of mixed sizes in 2 threads (the
           interposer's cost in flat mode against no preload).
