@@ -99,7 +99,7 @@ def _calib(kappa: float = 0.5) -> dict:
         "kappa": kappa,
     }
     slow = dict(tier, put_byte_s=1 / 1e9, get_byte_s=1 / 1e9)
-    return {"schema_version": 1, "cores": 2, "tiers": {"dram": tier, "file:/x": slow}}
+    return {"schema_version": 2, "cores": 2, "tiers": {"dram": tier, "file:/x": slow}}
 
 
 def test_model_prefers_parallel_when_analytics_can_hide():
@@ -115,6 +115,34 @@ def test_model_prefers_parallel_when_analytics_can_hide():
     par2 = model.predict(s, cal, kt, model.Config("parallel", "dram", 2))
     ser2 = model.predict(s, cal, kt, model.Config("serial", "dram", 2))
     assert par2["iteration_s"] == pytest.approx(ser2["iteration_s"], rel=0.35)
+
+
+def test_model_composes_phases_like_the_runner():
+    s = specmod.parse(TINY)  # 3 iterations, 40 objects of 4608 B
+    cal = _calib()
+    tc = cal["tiers"]["dram"]
+    put = 40 * tc["put_object_s"] + 40 * 4608 * tc["put_byte_s"]
+    get = 40 * tc["get_object_s"] + 40 * 4608 * tc["get_byte_s"]
+    # no contention at all: two busy ranks on two cores run at full speed
+    cal["concurrency"] = {k: {"1": 1.0, "2": 1.0} for k in ("stencil", "poly", "io:dram")}
+    for cw, a in ((0.5, 0.1), (0.1, 0.5)):
+        kt = {"writer": {1: cw}, "reader": {1: a}}
+        ser = model.predict(s, cal, kt, model.Config("serial", "dram", 1))
+        assert ser["iteration_s"] == pytest.approx(cw + put + get + a)
+        par = model.predict(s, cal, kt, model.Config("parallel", "dram", 1))
+        w, r = cw + put, get + a  # a two-stage pipeline: fill, 3 periods, drain
+        want = 3 * w + r if w >= r else w + 3 * r
+        assert par["iteration_s"] == pytest.approx(want / 3)
+    # the same two ranks sharing one core's worth of CPU: parallel gains nothing
+    cal["concurrency"] = {k: {"1": 1.0, "2": 2.0} for k in ("stencil", "poly", "io:dram")}
+    kt = {"writer": {1: 0.3}, "reader": {1: 0.3}}
+    ser = model.predict(s, cal, kt, model.Config("serial", "dram", 1))
+    par = model.predict(s, cal, kt, model.Config("parallel", "dram", 1))
+    assert par["iteration_s"] == pytest.approx(ser["iteration_s"], rel=1e-6)
+    # a slot's first use costs the writer its page faults, once per slot
+    cal["tiers"]["dram"]["first_touch_byte_s"] = 1e-6
+    ser_t = model.predict(s, cal, kt, model.Config("serial", "dram", 1))
+    assert ser_t["iteration_s"] == pytest.approx(ser["iteration_s"] + 40 * 4608 * 1e-6 / 3)
 
 
 def test_cli_advise_and_errors(hetmem, tmp_path):

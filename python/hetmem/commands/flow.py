@@ -57,6 +57,12 @@ class Command:
         p = sub.add_parser("sweep", help="run every configuration: predicted against measured")
         p.add_argument("spec", nargs="+")
         p.add_argument("--max-ranks", type=int, default=2)
+        p.add_argument(
+            "--repeat", type=int, default=3, help="runs per configuration, interleaved (median)"
+        )
+        p.add_argument(
+            "--calibrate", action="store_true", help="calibrate first (the machine as it is now)"
+        )
         p.add_argument("--json", action="store_true", help="print JSON")
         p = sub.add_parser("bench", help="the channel against ADIOS2 SST and BP5")
         add_bench_arguments(p)
@@ -181,12 +187,19 @@ class Command:
     def _sweep(self, args: argparse.Namespace) -> int:
         from hetmem.flow import sweep
 
-        calib = self._calibration()
+        if args.repeat < 1:
+            raise UsageError("--repeat: must be >= 1")
+        if args.calibrate:
+            from hetmem.flow import calibrate
+
+            calib = calibrate.run()
+        else:
+            calib = self._calibration()
         results = []
         with output.progress(not args.json) as prog:
             for name in args.spec:
                 spec = specmod.load(name)
-                results.append(sweep.sweep(spec, calib, args.max_ranks, prog))
+                results.append(sweep.sweep(spec, calib, args.max_ranks, prog, args.repeat))
         summary = sweep.summarize(results)
         if args.json:
             output.print_json({"schema_version": 1, "specs": results, "summary": summary})

@@ -1,17 +1,25 @@
-"""`hetmem flow calibrate`: what the advisor's model needs from this machine,
-per channel tier (cached as the "flow-calibration" result):
+"""`hetmem flow calibrate`: what the advisor's model needs from this machine
+(cached as the "flow-calibration" result):
 
-- the cost of one put and of one get-and-read through the path the workflow
-  components use (Python ranks), as a constant per object plus a cost per
-  byte (a two-point fit: 4.5 KB and 4 MiB objects);
+- per channel tier, the cost of one rank's put of a step and of its read
+  (one batch call each, every byte summed), through the very code the
+  workflow components run (component.Writing / component.Reading), as a
+  cost per object plus a cost per byte (least squares over 4.5 KB to
+  16 MiB objects), and the extra cost of a step's first use of fresh pages
+  (a new channel slot for the writer, the gather buffer for the reader);
+- concurrency slowdowns: the time of one unit of each kind of work (the
+  stencil and polynomial kernels, the tier's put+read) while k processes
+  run at once, k = 1..2 x cores, over its time alone: CPU oversubscription
+  and memory contention together, as a writer and a reader computing at
+  the same time on shared cores see them;
 - the channel's large-object bandwidth against the number of concurrent
-  streams (1..max_streams), measured in C by hm_chan_bench_json;
-- the slowdown when a writer and a reader hit the tier at the same time
-  (kappa = mixed time / max(put time, get time) - 1).
+  streams and its per-object cost, measured in C (hm_chan_bench_json),
+  reported beside the Python-level costs.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import time
 import uuid
@@ -23,10 +31,13 @@ import numpy as np
 from hetmem import cache
 from hetmem import channel as chan
 from hetmem.errors import SchemaError
+from hetmem.flow import component, kernels
 
 KIND = "flow-calibration"
-SCHEMA = 1
+SCHEMA = 2
 SMALL, LARGE = 4608, 4 << 20
+# (objects, bytes) per step of the put/read fit: the shipped specs' range
+POINTS = [(3000, 4608), (600, 4608), (200, 64 << 10), (48, 256 << 10), (12, 4 << 20), (4, 16 << 20)]
 
 
 def default_tiers() -> list[str]:
@@ -46,53 +57,177 @@ def default_tiers() -> list[str]:
     return tiers
 
 
-def _python_path(tier: str, size: int, count: int, steps: int = 4) -> tuple[float, float]:
-    """Best seconds per object of the components' put loop and get+read loop."""
+def _steps(tier: str, count: int, size: int, steps: int = 5) -> dict[str, Any]:
+    """Seconds per step of the components' put and read of count objects of
+    size bytes (slots=2, as in parallel mode): first uses and steady state."""
     name = f"cal-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     chan.create(
         name, tier, slots=2, slot_bytes=count * ((size + 63) // 64 * 64) + 4096, max_objects=count
     )
     try:
-        buf = np.random.default_rng(1).integers(0, 255, size * count, dtype=np.uint8)
-        objs = [buf[j * size : (j + 1) * size] for j in range(count)]
-        keys = [f"o{j}" for j in range(count)]
-        dt = np.int64 if size % 8 == 0 else np.uint8
-        best_put = best_get = float("inf")
+        keys = [f"w0.o{j}" for j in range(count)]
+        wr = component.Writing(keys, size, 1)
+        rd = component.Reading(keys, size)
+        puts, gets = [], []
         with chan.Channel(name, "writer", tier) as w, chan.Channel(name, "reader", tier) as r:
             for s in range(steps):
                 t0 = time.perf_counter()
-                for k, o in zip(keys, objs, strict=True):
-                    w.put(k, s, o)
-                w.commit(s)
+                wr.write(w, s)
                 t1 = time.perf_counter()
                 r.wait(s, timeout=60)
                 t2 = time.perf_counter()
-                acc = 0
-                for k in keys:
-                    acc += int(r.get(k, s, dt).sum())
+                _, bad = rd.read(r, s)
                 r.release(s)
                 t3 = time.perf_counter()
-                if s >= 1:  # the first step of each slot pays first-touch faults
-                    best_put = min(best_put, (t1 - t0) / count)
-                    best_get = min(best_get, (t3 - t2) / count)
-        return best_put, best_get
+                if bad:
+                    raise RuntimeError("calibration read a torn step")
+                puts.append(t1 - t0)
+                gets.append(t3 - t2)
+        steady_p = float(np.median(puts[2:]))
+        steady_g = float(np.median(gets[1:]))
+        return {
+            "n": count,
+            "v": count * size,
+            "put": steady_p,
+            "get": steady_g,
+            "put_first": (puts[0] + puts[1]) / 2,
+            "get_first": gets[0],
+        }
     finally:
         chan.unlink(name, tier)
 
 
-def calibrate_tier(tier: str, max_streams: int = 2) -> dict[str, Any]:
-    sp, sg = _python_path(tier, SMALL, 3000)
-    lp, lg = _python_path(tier, LARGE, 12)
-    # t(size) = o + size * beta through the two points
-    beta_put = max(0.0, (lp - sp) / (LARGE - SMALL))
-    beta_get = max(0.0, (lg - sg) / (LARGE - SMALL))
-    out: dict[str, Any] = {
-        "put_object_s": max(0.0, sp - SMALL * beta_put),
-        "get_object_s": max(0.0, sg - SMALL * beta_get),
-        "put_byte_s": beta_put,
-        "get_byte_s": beta_get,
-        "streams": {},
+def _fit(rows: list[dict[str, Any]], key: str) -> tuple[float, float]:
+    """Least squares t = n o + v b, relative errors weighted alike."""
+    a = np.array([[r["n"] / r[key], r["v"] / r[key]] for r in rows])
+    y = np.ones(len(rows))
+    (o, b), *_ = np.linalg.lstsq(a, y, rcond=None)
+    if o < 0 or b < 0:  # fall back to the two ends
+        small, large = rows[0], rows[-1]
+        b = max(
+            0.0,
+            (large[key] / large["n"] - small[key] / small["n"])
+            / (large["v"] / large["n"] - small["v"] / small["n"]),
+        )
+        o = max(0.0, small[key] / small["n"] - b * small["v"] / small["n"])
+    return float(o), float(b)
+
+
+def python_costs(tier: str) -> dict[str, Any]:
+    rows = [_steps(tier, n, size) for n, size in POINTS]
+    gmax = component.GATHER_MAX
+    gathered = [r for r in rows if r["v"] / r["n"] <= gmax]
+    viewed = [r for r in rows if r["v"] / r["n"] > gmax]
+    po, pb = _fit(rows, "put")
+    go, gb = _fit(gathered, "get")
+    vo, vb = _fit(viewed, "get") if len(viewed) >= 2 else (go, gb)
+    big = [r for r in rows if r["v"] >= 32 << 20] or rows[-1:]
+    touch = float(np.median([max(0.0, r["put_first"] - r["put"]) / r["v"] for r in big]))
+    bigg = [r for r in gathered if r["v"] >= 8 << 20] or gathered[-1:]
+    rtouch = float(np.median([max(0.0, r["get_first"] - r["get"]) / r["v"] for r in bigg]))
+    return {
+        "put_object_s": po,
+        "put_byte_s": pb,
+        "get_object_s": go,
+        "get_byte_s": gb,
+        "get_view_object_s": vo,
+        "get_view_byte_s": vb,
+        "gather_max": gmax,
+        "first_touch_byte_s": touch,
+        "first_read_byte_s": rtouch,
+        "points": rows,
     }
+
+
+# ---- concurrency: k processes running the same kind of work ----
+
+
+def _unit(kind: str) -> Callable[[], object]:
+    """One unit of work of a kind, built in the process that runs it."""
+    if kind == "stencil":
+        k = kernels.Kernel("stencil", 500, 4)
+        return k.run
+    if kind == "poly":
+        k = kernels.Kernel("poly", 400000, 16)
+        return k.run
+    tier = kind.split(":", 1)[1]
+    name = f"calk-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    count, size = 256, 16 << 10
+    chan.create(name, tier, slots=2, slot_bytes=count * size + 4096, max_objects=count)
+    keys = [f"w0.o{j}" for j in range(count)]
+    wr, rd = component.Writing(keys, size, 1), component.Reading(keys, size)
+    w = chan.Channel(name, "writer", tier)
+    r = chan.Channel(name, "reader", tier)
+    chan.unlink(name, tier)  # the open handles keep it mapped
+    step = [0]
+
+    def io() -> None:
+        s = step[0]
+        wr.write(w, s)
+        r.wait(s, timeout=60)
+        rd.read(r, s)
+        r.release(s)
+        step[0] = s + 1
+
+    return io
+
+
+def _worker(kind: str, seconds: float, barrier: Any, q: Any) -> None:
+    try:
+        fn = _unit(kind)
+        fn()
+        fn()
+        barrier.wait(timeout=60)
+        t_end = time.perf_counter() + seconds
+        times = []
+        while True:
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+            if t + times[-1] >= t_end:
+                break
+        q.put(float(np.mean(times)))
+    except Exception as exc:
+        q.put(f"{type(exc).__name__}: {exc}")
+
+
+def unit_time(kind: str, k: int, seconds: float = 0.6) -> float:
+    """Mean time of one unit of kind over k processes running it at once."""
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(k)
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(kind, seconds, barrier, q)) for _ in range(k)]
+    for p in procs:
+        p.start()
+    try:
+        got = [q.get(timeout=120) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    errs = [g for g in got if isinstance(g, str)]
+    if errs:
+        raise RuntimeError(f"calibration worker failed: {errs[0]}")
+    return float(np.mean(got))
+
+
+def concurrency(kinds: list[str], max_k: int, reps: int = 2) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for kind in kinds:
+        # interleave the k's, best of reps: other load on a shared machine
+        # only ever adds time
+        best = {k: float("inf") for k in range(1, max_k + 1)}
+        for _ in range(reps):
+            for k in range(1, max_k + 1):
+                best[k] = min(best[k], unit_time(kind, k))
+        out[kind] = {str(k): best[k] / best[1] for k in best}
+    return out
+
+
+def calibrate_tier(tier: str, max_streams: int = 2) -> dict[str, Any]:
+    out = python_costs(tier)
+    out["streams"] = {}
     for k in range(1, max_streams + 1):
         b = chan.bench(tier, objects=16, object_bytes=LARGE, steps=4, streams=k)
         out["streams"][str(k)] = {
@@ -103,11 +238,7 @@ def calibrate_tier(tier: str, max_streams: int = 2) -> dict[str, Any]:
     mixed = chan.bench(tier, objects=16, object_bytes=LARGE, steps=6, streams=1, mix=True)
     t_put = alone["put_mean_ns_per_object"]
     t_get = alone["get_copy_mean_ns_per_object"]
-    # In the mixed run both sides stream at once and the writer is paced by
-    # the pipeline: its time per step against the slower side alone is the
-    # contention factor.
-    period = mixed["put_mean_ns_per_object"]
-    out["kappa"] = max(0.0, period / max(t_put, t_get) - 1.0)
+    out["kappa"] = max(0.0, mixed["put_mean_ns_per_object"] / max(t_put, t_get) - 1.0)
     small = chan.bench(tier, objects=2000, object_bytes=SMALL, steps=4, streams=1)
     out["c_put_ns_per_object"] = small["put_ns_per_object"]
     out["c_get_view_ns_per_object"] = small["get_view_ns_per_object"]
@@ -127,10 +258,15 @@ def run(
         "cores": len(os.sched_getaffinity(0)),
         "tiers": {},
     }
-    for t in tiers or default_tiers():
+    tiers = tiers or default_tiers()
+    for t in tiers:
         if progress:
             progress(t)
         data["tiers"][t] = calibrate_tier(t, max_streams)
+    if progress:
+        progress("concurrency")
+    max_k = 2 * data["cores"]
+    data["concurrency"] = concurrency(["stencil", "poly", *(f"io:{t}" for t in tiers)], max_k)
     cache.save(KIND, data)
     return data
 

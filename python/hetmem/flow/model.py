@@ -1,18 +1,34 @@
 """The analytical model behind `hetmem flow advise` (see
-../shared/notes/anchors-workflow.md section 5, adapted to ranks that share
-CPUs). Per iteration, for one configuration (mode, tier, ranks p):
+../shared/notes/anchors-workflow.md section 5), made to follow what the
+runner does rather than a closed form, because on a machine with few cores
+the closed form's max() of pipelined stages misses most of the cost.
 
-  writer rank:  Cw(p) compute + Ww = (n/p) o_put + (V/p) b_put s(p)
-  reader rank:  Rr = (n/p) o_get + (V/p) b_get s(p)  +  A(p) analytics
-  s(p) = p B(1) / B(p): per-stream slowdown when p streams share the tier.
-  f(k) = max(1, k / cores): CPU oversubscription with k busy ranks.
+Per configuration (mode, tier, ranks p), each rank is a list of phases per
+iteration, with the work of each phase in seconds as if it ran alone:
 
-  serial:   T = (Cw + Ww) f(p) + (Rr + A) f(p)          (phases interleave)
-  parallel: P = max(Cw + Ww (1 + kappa w_w), Rr (1 + kappa w_r) + A,
-                    p (Cw + Ww + Rr + A) / cores)        (pipelined)
-            with w the chance the other side streams at the same time
-            (its I/O time over the period), solved by fixed point;
-            T = ((iters - 1) P + Pw + Pr) / iters     (fill and drain)
+  writer rank:  [serial: wait until every reader finished step s-1]
+                compute Cw(p)  (the spec's kernel on 1/p of the domain,
+                                measured here: the light profile)
+                [parallel: wait for a free slot: step s-slots released]
+                put   (n/p) o_put + (V/p) b_put   (+ first touch of a slot)
+                commit s
+  reader rank:  wait until every writer committed s
+                read  (n/p) o_get + (V/p) b_get
+                release s
+                analytics A(p)
+                [serial: acknowledge s]
+
+o and b come from `hetmem flow calibrate`, measured through the same batch
+calls the components make. A fluid simulation then plays the ranks
+forward: while k ranks are busy (waiting ranks sleep on a condition
+variable and use no CPU), a rank in a phase of kind X advances at
+1 / slow_X(k), where slow_X(k) is the calibrated time of one unit of X
+while k processes run at once, over its time alone: it carries both CPU
+oversubscription (k > cores) and the memory-bandwidth contention of
+co-running ranks. Serial mode comes out as the sum of phases, parallel mode
+as the pipelined max() with its fill and drain over the iteration count,
+contention included; the iteration time is the simulated makespan over the
+iterations, as the runner measures it.
 """
 
 from __future__ import annotations
@@ -45,7 +61,7 @@ def configurations(tiers: list[str], max_ranks: int = 2) -> list[Config]:
 
 
 def kernel_times(spec: Spec, ranks: list[int]) -> dict[str, dict[int, float]]:
-    """A light profile: one rank's kernel time for each rank count."""
+    """A light profile: one rank's kernel time alone for each rank count."""
     out: dict[str, dict[int, float]] = {"writer": {}, "reader": {}}
     for role in ("writer", "reader"):
         c = getattr(spec, role)
@@ -57,13 +73,138 @@ def kernel_times(spec: Spec, ranks: list[int]) -> dict[str, dict[int, float]]:
     return out
 
 
-def _stream_slowdown(tc: dict[str, Any], p: int, key: str) -> float:
-    st = tc.get("streams", {})
-    one = st.get("1", {}).get(key)
-    many = st.get(str(p), {}).get(key)
-    if not one or not many or p <= 1:
+def slowdown(calib: dict[str, Any], kind: str, k: int) -> float:
+    """Time of one unit of `kind` while k ranks are busy, over its time alone.
+    Without a measurement: CPU sharing only."""
+    cores = max(1, int(calib.get("cores", 1)))
+    table = calib.get("concurrency", {}).get(kind)
+    if not table:
+        return max(1.0, k / cores)
+    ks = sorted(int(x) for x in table)
+    if k <= 1 or not ks:
         return 1.0
-    return max(1.0, p * one / many)
+    if str(k) in table:
+        return max(1.0, float(table[str(k)]))
+    top = ks[-1]
+    if k > top:  # past what was measured: time-sharing of the busiest measured state
+        return max(1.0, float(table[str(top)]) * k / top)
+    lo = max(x for x in ks if x < k)
+    hi = min(x for x in ks if x > k)
+    a, b = float(table[str(lo)]), float(table[str(hi)])
+    return max(1.0, a + (b - a) * (k - lo) / (hi - lo))
+
+
+def io_costs(spec: Spec, tc: dict[str, Any], p: int) -> tuple[float, float, float]:
+    """(put, get, first-touch) seconds of one rank per step, alone."""
+    n, size = spec.writer.objects, spec.writer.object_bytes
+    v = n * size
+    gather = size <= tc.get("gather_max", 1 << 62)
+    o_get = tc["get_object_s"] if gather else tc.get("get_view_object_s", tc["get_object_s"])
+    b_get = tc["get_byte_s"] if gather else tc.get("get_view_byte_s", tc["get_byte_s"])
+    put = n / p * tc["put_object_s"] + v / p * tc["put_byte_s"]
+    get = n / p * o_get + v / p * b_get
+    touch = v / p * float(tc.get("first_touch_byte_s", 0.0))
+    return put, get, touch
+
+
+def first_read(spec: Spec, tc: dict[str, Any], p: int) -> float:
+    """Extra seconds of a reader rank's first step (its gather buffer's pages)."""
+    size = spec.writer.object_bytes
+    if size > tc.get("gather_max", 1 << 62):
+        return 0.0
+    return spec.step_bytes / p * float(tc.get("first_read_byte_s", 0.0))
+
+
+@dataclass
+class _Phase:
+    kind: str  # slowdown table to use; "" for a signal or wait
+    work: float = 0.0
+    wait: tuple[str, int] | None = None  # ("step"|"slot"|"ack", step)
+    signal: tuple[str, int] | None = None  # ("commit"|"release"|"done", step)
+
+
+def _program(
+    role: str,
+    iters: int,
+    serial: bool,
+    slots: int,
+    compute: float,
+    ckind: str,
+    io: float,
+    touch: float,
+    iokind: str,
+    analytics: float,
+    akind: str,
+) -> list[_Phase]:
+    out: list[_Phase] = []
+    for s in range(iters):
+        if role == "writer":
+            if serial and s > 0:
+                out.append(_Phase("", wait=("done", s - 1)))
+            if compute > 0:
+                out.append(_Phase(ckind, compute))
+            if s >= slots:
+                out.append(_Phase("", wait=("release", s - slots)))
+            out.append(_Phase(iokind, io + (touch if s < slots else 0.0)))
+            out.append(_Phase("", signal=("commit", s)))
+        else:
+            out.append(_Phase("", wait=("commit", s)))
+            out.append(_Phase(iokind, io + (touch if s == 0 else 0.0)))
+            out.append(_Phase("", signal=("release", s)))
+            if analytics > 0:
+                out.append(_Phase(akind, analytics))
+            out.append(_Phase("", signal=("done", s)))
+    return out
+
+
+def simulate(
+    programs: list[list[_Phase]], counts: dict[str, int], calib: dict[str, Any]
+) -> tuple[float, dict[str, float]]:
+    """Plays the ranks' programs forward; returns the makespan and the busy
+    seconds per phase kind summed over ranks."""
+    # signals: how many ranks have raised (name, step)
+    raised: dict[tuple[str, int], int] = {}
+    need = {"commit": counts["writer"], "release": counts["reader"], "done": counts["reader"]}
+    pc = [0] * len(programs)
+    left = [0.0] * len(programs)  # work left in the current phase
+    busy: dict[str, float] = {}
+    t = 0.0
+    for _ in range(10_000_000):
+        # advance every rank through signals and satisfied waits, until a
+        # pass changes nothing (a signal may release a rank seen earlier)
+        moved = True
+        while moved:
+            moved = False
+            for i, prog in enumerate(programs):
+                while pc[i] < len(prog) and left[i] <= 0.0:
+                    ph = prog[pc[i]]
+                    if ph.signal is not None:
+                        raised[ph.signal] = raised.get(ph.signal, 0) + 1
+                    elif ph.wait is not None:
+                        if raised.get(ph.wait, 0) < need[ph.wait[0]]:
+                            break
+                    elif ph.work > 0:
+                        left[i] = ph.work
+                        break
+                    pc[i] += 1
+                    moved = True
+        active = [i for i in range(len(programs)) if left[i] > 0.0]
+        if not active:
+            if all(pc[i] >= len(p) for i, p in enumerate(programs)):
+                return t, busy
+            raise RuntimeError("flow model: the ranks' programs deadlock")
+        k = len(active)
+        rates = {i: 1.0 / slowdown(calib, programs[i][pc[i]].kind, k) for i in active}
+        dt = min(left[i] / rates[i] for i in active)
+        t += dt
+        for i in active:
+            kind = programs[i][pc[i]].kind
+            busy[kind] = busy.get(kind, 0.0) + dt
+            left[i] -= dt * rates[i]
+            if left[i] <= 1e-12:  # done: the advance loop moves past it
+                pc[i] += 1
+                left[i] = 0.0
+    raise RuntimeError("flow model: simulation did not finish")
 
 
 def predict(
@@ -74,54 +215,54 @@ def predict(
         raise KeyError(cfg.tier)
     cores = max(1, int(calib.get("cores", 1)))
     p = cfg.ranks
-    n, size = spec.writer.objects, spec.writer.object_bytes
-    v = n * size
-    cw = ktimes["writer"][p]
-    a = ktimes["reader"][p]
-    ww_obj = n / p * tc["put_object_s"]
-    ww_byte = v / p * tc["put_byte_s"] * _stream_slowdown(tc, p, "put_gbs")
-    rr_obj = n / p * tc["get_object_s"]
-    rr_byte = v / p * tc["get_byte_s"] * _stream_slowdown(tc, p, "get_gbs")
-    ww, rr = ww_obj + ww_byte, rr_obj + rr_byte
-    f = max(1.0, p / cores)
-    pw, pr = (cw + ww) * f, (rr + a) * f
-    if cfg.mode == "serial":
-        period = pw + pr
-        total = spec.iterations * period
-        reason = "interleaved: no contention"
+    serial = cfg.mode == "serial"
+    slots = 1 if serial else spec.slots
+    cw, a = ktimes["writer"][p], ktimes["reader"][p]
+    put, get, touch = io_costs(spec, tc, p)
+    rtouch = first_read(spec, tc, p)
+    iokind = f"io:{cfg.tier}"
+    wk, rk = spec.writer.kernel, spec.reader.kernel
+    iters = spec.iterations
+    progs = [
+        _program("writer", iters, serial, slots, cw, wk, put, touch, iokind, 0.0, "")
+        for _ in range(p)
+    ] + [
+        _program("reader", iters, serial, slots, 0.0, "", get, rtouch, iokind, a, rk)
+        for _ in range(p)
+    ]
+    makespan, _busy = simulate(progs, {"writer": p, "reader": p}, calib)
+    per_it = makespan / iters
+    w_side, r_side = cw + put, get + a
+    if serial:
+        reason = "interleaved: the phases add up"
+    elif 2 * p > cores and (w_side + r_side) * slowdown(calib, wk or "io", 2 * p) / 2 >= max(
+        w_side, r_side
+    ):
+        reason = f"CPU-bound ({2 * p} ranks on {cores} cores)"
+    elif w_side >= r_side:
+        reason = "writer binds, reader hidden"
     else:
-        kappa = float(tc.get("kappa", 0.0))
-        cpu_bound = p * (cw + ww + rr + a) / cores
-        period = max(pw, pr)
-        for _ in range(4):
-            w_w = min(1.0, rr_byte / period) if period > 0 else 0.0
-            w_r = min(1.0, ww_byte / period) if period > 0 else 0.0
-            side_w = cw + ww_obj + ww_byte * (1 + kappa * w_w)
-            side_r = rr_obj + rr_byte * (1 + kappa * w_r) + a
-            period = max(side_w * f, side_r * f, cpu_bound)
-        total = (spec.iterations - 1) * period + pw + pr
-        if cpu_bound >= max(side_w, side_r) * f:
-            reason = f"CPU-bound ({2 * p} ranks, {cores} cores)"
-        elif side_w >= side_r:
-            reason = "writer binds, reader hidden"
-        else:
-            reason = "reader binds, writer hidden"
+        reason = "reader binds, writer hidden"
     return {
         "config": cfg.label,
         "mode": cfg.mode,
         "tier": cfg.tier,
         "ranks": p,
-        "iteration_s": total / spec.iterations,
+        "iteration_s": per_it,
         "writer_compute_s": cw,
-        "writer_io_s": ww,
-        "reader_io_s": rr,
+        "writer_io_s": put,
+        "reader_io_s": get,
         "reader_compute_s": a,
         "reason": reason,
     }
 
 
 def advise(
-    spec: Spec, calib: dict[str, Any], tiers: list[str] | None = None, max_ranks: int = 2
+    spec: Spec,
+    calib: dict[str, Any],
+    tiers: list[str] | None = None,
+    max_ranks: int = 2,
+    ktimes: dict[str, dict[int, float]] | None = None,
 ) -> list[dict[str, Any]]:
     """Every configuration's predicted iteration time, best first."""
     tiers = tiers or list(calib["tiers"])
@@ -133,7 +274,7 @@ def advise(
             f"tier {missing[0]} is not calibrated; run `hetmem flow calibrate --tier {missing[0]}`"
         )
     ranks = list(range(1, max_ranks + 1))
-    kt = kernel_times(spec, ranks)
+    kt = ktimes or kernel_times(spec, ranks)
     rows = [predict(spec, calib, kt, c) for c in configurations(tiers, max_ranks)]
     rows.sort(key=lambda r: r["iteration_s"])
     best = rows[0]["iteration_s"]

@@ -12,16 +12,33 @@ from hetmem.flow.spec import Spec
 
 
 def sweep(
-    spec: Spec, calib: dict[str, Any], max_ranks: int = 2, prog: Any = None
+    spec: Spec,
+    calib: dict[str, Any],
+    max_ranks: int = 2,
+    prog: Any = None,
+    repeat: int = 3,
 ) -> dict[str, Any]:
-    predicted = model.advise(spec, calib, max_ranks=max_ranks)
-    task = prog.add_task(spec.name, total=len(predicted)) if prog is not None else None
+    """Runs every configuration `repeat` times, the configurations
+    interleaved (a burst of other load on a shared machine then hits one
+    run of several, not every run of one configuration), and takes each
+    one's median."""
+    predicted = [
+        p
+        for p in model.advise(spec, calib, max_ranks=max_ranks)
+        if spec.writer.objects % p["ranks"] == 0
+    ]
+    runs = max(1, repeat)
+    task = prog.add_task(spec.name, total=len(predicted) * runs) if prog is not None else None
+    measured: dict[str, list[float]] = {p["config"]: [] for p in predicted}
+    for _ in range(runs):
+        for p in predicted:
+            s = spec.with_config(mode=p["mode"], tier=p["tier"], ranks=p["ranks"])
+            measured[p["config"]].append(runner.run(s)["iteration_s"])
+            if prog is not None:
+                prog.advance(task)
     rows = []
     for p in predicted:
-        s = spec.with_config(mode=p["mode"], tier=p["tier"], ranks=p["ranks"])
-        if s.writer.objects % s.writer.ranks:
-            continue
-        res = runner.run(s)
+        m = statistics.median(measured[p["config"]])
         rows.append(
             {
                 "config": p["config"],
@@ -29,13 +46,12 @@ def sweep(
                 "tier": p["tier"],
                 "ranks": p["ranks"],
                 "predicted_s": p["iteration_s"],
-                "measured_s": res["iteration_s"],
-                "error": p["iteration_s"] / res["iteration_s"] - 1.0,
+                "measured_s": m,
+                "measured_runs_s": measured[p["config"]],
+                "error": p["iteration_s"] / m - 1.0,
                 "reason": p["reason"],
             }
         )
-        if prog is not None:
-            prog.advance(task)
     best = min(rows, key=lambda r: r["measured_s"])
     for r in rows:
         r["slowdown"] = r["measured_s"] / best["measured_s"]
