@@ -172,7 +172,10 @@ int _hm_pl_place_load(const char *path, char *why, size_t len) {
         break;
       }
       hm__pmod_t *m = &hm__pt.mods[got];
-      snprintf(m->build_id, sizeof m->build_id, "%s", strcmp(bid, "-") ? bid : "");
+      /* strlen(bid) <= 128 was checked above, so this always fits. */
+      size_t blen = strcmp(bid, "-") ? strlen(bid) : 0;
+      memcpy(m->build_id, bid, blen);
+      m->build_id[blen] = 0;
       snprintf(m->path, sizeof m->path, "%s", p);
       if (++got == want) {
         hm__pt.nmods = want;
