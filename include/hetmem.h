@@ -337,6 +337,8 @@ typedef struct hm_pager_config_s {
 #define HM_PAGER_NO_MINOR 1u    /* anonymous memory + UFFDIO_COPY, not memfd + CONTINUE */
 #define HM_PAGER_NO_WP_ASYNC 2u /* synchronous write-protect faults for dirty tracking */
 #define HM_PAGER_NO_WP 4u       /* no write-protect: write back every resident unit */
+#define HM_PAGER_MEMFD 8u /* memfd + MINOR + UFFDIO_CONTINUE (zero-copy) fills instead of the
+                             default anonymous + UFFDIO_COPY (faster here: see pager.c) */
 
 /** Fills cfg from ctx's options (fast_budget, storage, fetch_unit, prefetch,
  *  io_depth). Callers then change what they need. */

@@ -68,6 +68,13 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   s->stamp = pf->clock;
   int64_t delta = unit - s->last;
   if (delta == 0) return;
+  /* A fault inside the range already requested along the trend confirms
+   * it: units that arrived in between were mapped without faulting (mapped
+   * ahead, or installed at once in anonymous mode), so the gap is the
+   * stream's progress, not a jump. */
+  if (s->trend != 0 && delta % s->trend == 0 && delta / s->trend > 0 &&
+      delta / s->trend <= (s->next_pf - s->last) / s->trend)
+    delta = s->trend;
   s->last = unit;
   s->hist[s->pos] = delta;
   s->pos = (uint8_t)((s->pos + 1u) % 8u);
@@ -76,6 +83,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   for (unsigned w = 2; w <= s->n && trend == 0; w *= 2) trend = hm__majority(s, w);
   if (trend == 0 && s->n == 1 && (delta == 1 || hit)) trend = delta;
   if (trend == 0 && seq_hint) trend = 1;
+  s->trend = trend;
   if (trend == 0) {
     s->window = s->window > 1 ? s->window / 2 : 1;
     if (s->n >= 4) {

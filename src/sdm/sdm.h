@@ -71,6 +71,7 @@ typedef struct _hm_sdm_stream_s {
   uint8_t n, pos;
   uint32_t window; /* units ahead to prefetch, adaptive */
   int64_t next_pf; /* first unit not yet requested along the stream */
+  int64_t trend;   /* the stride last found, 0 if none */
   uint64_t stamp;
 } _hm_sdm_stream_t;
 

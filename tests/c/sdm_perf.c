@@ -135,6 +135,10 @@ int main(int argc, char **argv) {
     cfg.dram_budget = budget;
     cfg.backing_dir = dir;
     cfg.fetch_unit = unit;
+    /* Knobs for comparing fill modes side by side (see hetmem.h). */
+    if (getenv("SDM_PERF_FLAGS")) cfg.flags = (uint32_t)strtoul(getenv("SDM_PERF_FLAGS"), NULL, 0);
+    if (getenv("SDM_PERF_HANDLERS"))
+      cfg.handler_threads = (uint32_t)strtoul(getenv("SDM_PERF_HANDLERS"), NULL, 0);
     hm_pager_t *p = NULL;
     if (hm_pager_open(ctx, &cfg, &p)) {
       fprintf(stderr, "%s\n", hm_ctx_last_error(ctx));

@@ -159,7 +159,8 @@ int main(void) {
   const char *dir = hm_sdm_scratch();
   hm_ctx_t *ctx = NULL;
   CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
-  uint32_t modes[] = {0, HM_PAGER_NO_WP_ASYNC, HM_PAGER_NO_WP, HM_PAGER_NO_MINOR};
+  uint32_t modes[] = {0, HM_PAGER_MEMFD, HM_PAGER_MEMFD | HM_PAGER_NO_WP_ASYNC,
+                      HM_PAGER_MEMFD | HM_PAGER_NO_WP, HM_PAGER_NO_MINOR};
   for (unsigned m = 0; m < sizeof modes / sizeof modes[0]; m++) run_mode(ctx, dir, modes[m]);
   CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
   hm_ctx_free(ctx);

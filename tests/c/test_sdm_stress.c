@@ -131,9 +131,9 @@ int main(void) {
   CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
   run(ctx, dir, 0, ops);
   /* The fallbacks, with fewer ops each. */
-  run(ctx, dir, HM_PAGER_NO_WP_ASYNC, ops / 4);
-  run(ctx, dir, HM_PAGER_NO_MINOR, ops / 4);
-  run(ctx, dir, HM_PAGER_NO_WP, ops / 4);
+  run(ctx, dir, HM_PAGER_MEMFD, ops / 4);
+  run(ctx, dir, HM_PAGER_MEMFD | HM_PAGER_NO_WP_ASYNC, ops / 4);
+  run(ctx, dir, HM_PAGER_MEMFD | HM_PAGER_NO_WP, ops / 4);
   CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
   hm_ctx_free(ctx);
   return hm_test_done("test_sdm_stress");
