@@ -47,8 +47,9 @@ def test_amg_result_format_and_tags():
     # 4x4x4x8 sites, double + single copies of 4 links (36 complex) per site
     assert tags["gauge"]["bytes"] >= 512 * 36 * (16 + 8)
     assert tags["testvec"]["fast"] and tags["coarse"]["fast"] and not tags["gauge"]["fast"]
-    # 6 test vectors x 12 complex singles per site
-    assert tags["testvec"]["bytes"] == 512 * 6 * 12 * 8
+    # 6 test vectors x 12 complex singles per site, twice: raw vectors and P
+    assert tags["testvec"]["bytes"] == 2 * 512 * 6 * 12 * 8
+    assert d["memory"]["tiers"]["fast"] == tags["testvec"]["bytes"] + tags["coarse"]["bytes"]
 
 
 def test_unknown_parameter_is_one_line_exit_2():
