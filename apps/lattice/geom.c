@@ -118,7 +118,15 @@ int geom_map(const params_t *p, int size, int (*coords)[4], char *err, size_t n)
         }
     }
     /* every grid position exactly once */
-    char *used = calloc((size_t)size, 1);
+    if (size < 1) {
+        snprintf(err, n, "no ranks to map");
+        return -1;
+    }
+    char *used = calloc((size_t)(unsigned)size, 1);
+    if (!used) {
+        snprintf(err, n, "out of memory mapping %d ranks", size);
+        return -1;
+    }
     for (int r = 0; r < size; r++) {
         int i = hm__lex(coords[r], grid);
         if (used[i]) {
