@@ -59,7 +59,10 @@ test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DHETMEM_BUILD_TESTS=ON \
 	  -DHETMEM_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build $(ASAN_BUILD)
-	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure
+	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -LE lattice
+	@# Open MPI dlcloses its components at exit, so LeakSanitizer cannot see
+	@# through their frames: the MPI programs run with ASan+UBSan, leaks unchecked.
+	ASAN_OPTIONS=detect_leaks=0 ctest --test-dir $(ASAN_BUILD) --output-on-failure -L lattice
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DHETMEM_BUILD_TESTS=ON \
 	  -DHETMEM_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build $(TSAN_BUILD)
