@@ -124,7 +124,7 @@ def test_model_composes_phases_like_the_runner():
     put = 40 * tc["put_object_s"] + 40 * 4608 * tc["put_byte_s"]
     get = 40 * tc["get_object_s"] + 40 * 4608 * tc["get_byte_s"]
     # no contention at all: two busy ranks on two cores run at full speed
-    cal["concurrency"] = {k: {"1": 1.0, "2": 1.0} for k in ("stencil", "poly", "io:dram")}
+    cal["contention"] = {k: {"1": 1.0, "2": 1.0} for k in ("stencil", "poly", "io:dram")}
     for cw, a in ((0.5, 0.1), (0.1, 0.5)):
         kt = {"writer": {1: cw}, "reader": {1: a}}
         ser = model.predict(s, cal, kt, model.Config("serial", "dram", 1))
@@ -133,15 +133,21 @@ def test_model_composes_phases_like_the_runner():
         w, r = cw + put, get + a  # a two-stage pipeline: fill, 3 periods, drain
         want = 3 * w + r if w >= r else w + 3 * r
         assert par["iteration_s"] == pytest.approx(want / 3)
-    # the same two ranks sharing one core's worth of CPU: parallel gains nothing
-    cal["concurrency"] = {k: {"1": 1.0, "2": 2.0} for k in ("stencil", "poly", "io:dram")}
+    # the same two ranks beside another core's worth of load: serial runs one
+    # rank at a time at full speed; parallel gets 2/3 of a core per rank, so
+    # at best 4/3 of serial's CPU
     kt = {"writer": {1: 0.3}, "reader": {1: 0.3}}
-    ser = model.predict(s, cal, kt, model.Config("serial", "dram", 1))
-    par = model.predict(s, cal, kt, model.Config("parallel", "dram", 1))
-    assert par["iteration_s"] == pytest.approx(ser["iteration_s"], rel=1e-6)
+    ser = model.predict(s, cal, kt, model.Config("serial", "dram", 1), load=1.0)
+    par = model.predict(s, cal, kt, model.Config("parallel", "dram", 1), load=1.0)
+    assert ser["iteration_s"] == pytest.approx(0.6 + put + get)
+    assert 0.75 * ser["iteration_s"] < par["iteration_s"] < ser["iteration_s"]
+    # on one core parallel gains nothing at all
+    one = dict(cal, cores=1)
+    par1 = model.predict(s, one, kt, model.Config("parallel", "dram", 1))
+    assert par1["iteration_s"] == pytest.approx(ser["iteration_s"], rel=1e-6)
     # a slot's first use costs the writer its page faults, once per slot
     cal["tiers"]["dram"]["first_touch_byte_s"] = 1e-6
-    ser_t = model.predict(s, cal, kt, model.Config("serial", "dram", 1))
+    ser_t = model.predict(s, cal, kt, model.Config("serial", "dram", 1), load=1.0)
     assert ser_t["iteration_s"] == pytest.approx(ser["iteration_s"] + 40 * 4608 * 1e-6 / 3)
 
 

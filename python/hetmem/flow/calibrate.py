@@ -7,11 +7,14 @@
   cost per object plus a cost per byte (least squares over 4.5 KB to
   16 MiB objects), and the extra cost of a step's first use of fresh pages
   (a new channel slot for the writer, the gather buffer for the reader);
-- concurrency slowdowns: the time of one unit of each kind of work (the
-  stencil and polynomial kernels, the tier's put+read) while k processes
-  run at once, k = 1..2 x cores, over its time alone: CPU oversubscription
-  and memory contention together, as a writer and a reader computing at
-  the same time on shared cores see them;
+- contention: the time of one unit of each kind of work (the stencil and
+  polynomial kernels, the tier's put+read) while k = 1..cores processes
+  run it at once, over its time alone ("concurrency"), and the same with
+  the CPU sharing with other load on the machine (measured from
+  /proc/stat meanwhile) factored out ("contention"): what is left is the
+  memory side, which the model multiplies with its own CPU-sharing factor
+  (ranks + other load over cores) to get how a writer and a reader
+  computing at once on shared cores slow each other;
 - the channel's large-object bandwidth against the number of concurrent
   streams and its per-object cost, measured in C (hm_chan_bench_json),
   reported beside the Python-level costs.
@@ -57,7 +60,7 @@ def default_tiers() -> list[str]:
     return tiers
 
 
-def _steps(tier: str, count: int, size: int, steps: int = 5) -> dict[str, Any]:
+def measure_steps(tier: str, count: int, size: int, steps: int = 5) -> dict[str, Any]:
     """Seconds per step of the components' put and read of count objects of
     size bytes (slots=2, as in parallel mode): first uses and steady state."""
     name = f"cal-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -114,7 +117,7 @@ def _fit(rows: list[dict[str, Any]], key: str) -> tuple[float, float]:
 
 
 def python_costs(tier: str) -> dict[str, Any]:
-    rows = [_steps(tier, n, size) for n, size in POINTS]
+    rows = [measure_steps(tier, n, size) for n, size in POINTS]
     gmax = component.GATHER_MAX
     gathered = [r for r in rows if r["v"] / r["n"] <= gmax]
     viewed = [r for r in rows if r["v"] / r["n"] > gmax]
@@ -212,17 +215,33 @@ def unit_time(kind: str, k: int, seconds: float = 0.6) -> float:
     return float(np.mean(got))
 
 
-def concurrency(kinds: list[str], max_k: int, reps: int = 2) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
+def concurrency(
+    kinds: list[str], max_k: int, reps: int = 2
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], float]:
+    """Per kind: the measured slowdown with k = 1..max_k processes at once,
+    and the memory-side contention left once the CPU sharing with the
+    other load measured meanwhile is factored out; and that load."""
+    from hetmem.flow import model
+
+    raw: dict[str, dict[str, float]] = {}
+    mem: dict[str, dict[str, float]] = {}
+    loads = []
     for kind in kinds:
         # interleave the k's, best of reps: other load on a shared machine
         # only ever adds time
         best = {k: float("inf") for k in range(1, max_k + 1)}
+        ratio = {k: float("inf") for k in range(1, max_k + 1)}
         for _ in range(reps):
-            for k in range(1, max_k + 1):
-                best[k] = min(best[k], unit_time(kind, k))
-        out[kind] = {str(k): best[k] / best[1] for k in best}
-    return out
+            load = model.external_load(0.3)
+            loads.append(load)
+            t = {k: unit_time(kind, k) for k in range(1, max_k + 1)}
+            for k in best:
+                best[k] = min(best[k], t[k])
+                f = model.cpu_factor(k, load, max_k) / model.cpu_factor(1, load, max_k)
+                ratio[k] = min(ratio[k], t[k] / t[1] / f)
+        raw[kind] = {str(k): best[k] / best[1] for k in best}
+        mem[kind] = {str(k): max(1.0, ratio[k]) for k in best}
+    return raw, mem, float(np.median(loads)) if loads else 0.0
 
 
 def calibrate_tier(tier: str, max_streams: int = 2) -> dict[str, Any]:
@@ -265,8 +284,10 @@ def run(
         data["tiers"][t] = calibrate_tier(t, max_streams)
     if progress:
         progress("concurrency")
-    max_k = 2 * data["cores"]
-    data["concurrency"] = concurrency(["stencil", "poly", *(f"io:{t}" for t in tiers)], max_k)
+    raw, mem, load = concurrency(
+        ["stencil", "poly", *(f"io:{t}" for t in tiers)], int(data["cores"])
+    )
+    data["concurrency"], data["contention"], data["external_load"] = raw, mem, load
     cache.save(KIND, data)
     return data
 

@@ -89,7 +89,7 @@ def repeat_for_seconds(kind: str, size: int, seconds: float) -> int:
 
 
 def seconds_per_run(
-    kind: str, size: int, repeat: int, ranks: int = 1, evict_bytes: int = 0, reps: int = 3
+    kind: str, size: int, repeat: int, ranks: int = 1, evict_bytes: int = 0, reps: int = 5
 ) -> float:
     """Measured time of one rank's run (the model's compute term): the
     median of reps runs, each after streaming evict_bytes through the cache

@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hetmem.errors import HetmemError
 from hetmem.flow import kernels
 from hetmem.flow.spec import Spec
 
@@ -73,25 +74,53 @@ def kernel_times(spec: Spec, ranks: list[int]) -> dict[str, dict[int, float]]:
     return out
 
 
-def slowdown(calib: dict[str, Any], kind: str, k: int) -> float:
-    """Time of one unit of `kind` while k ranks are busy, over its time alone.
-    Without a measurement: CPU sharing only."""
+def external_load(seconds: float = 0.5) -> float:
+    """Busy CPUs outside this process tree over a short idle interval
+    (/proc/stat): the other work sharing the cores, which the model takes
+    as an input (0 where /proc/stat cannot be read)."""
+    import os
+    import time
+
+    def busy() -> float:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return float(sum(v[:3]) + sum(v[5:8]))  # user nice system irq softirq steal
+
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        b0, t0 = busy(), time.monotonic()
+        time.sleep(seconds)
+        b1, t1 = busy(), time.monotonic()
+    except (OSError, ValueError):
+        return 0.0
+    return max(0.0, (b1 - b0) / hz / (t1 - t0))
+
+
+def cpu_factor(k: float, load: float, cores: int) -> float:
+    """Time stretch of each of k busy ranks when `load` other CPUs' worth of
+    work shares `cores` cores fairly."""
+    return max(1.0, (k + load) / max(1, cores))
+
+
+def contention(calib: dict[str, Any], kind: str, k: int) -> float:
+    """Memory-side slowdown of a unit of `kind` with k ranks on their own
+    cores (CPU sharing factored out); past the core count only `cores` run."""
     cores = max(1, int(calib.get("cores", 1)))
-    table = calib.get("concurrency", {}).get(kind)
-    if not table:
-        return max(1.0, k / cores)
-    ks = sorted(int(x) for x in table)
-    if k <= 1 or not ks:
+    table = calib.get("contention", {}).get(kind)
+    k = min(k, cores)
+    if not table or k <= 1:
         return 1.0
     if str(k) in table:
         return max(1.0, float(table[str(k)]))
-    top = ks[-1]
-    if k > top:  # past what was measured: time-sharing of the busiest measured state
-        return max(1.0, float(table[str(top)]) * k / top)
-    lo = max(x for x in ks if x < k)
-    hi = min(x for x in ks if x > k)
-    a, b = float(table[str(lo)]), float(table[str(hi)])
-    return max(1.0, a + (b - a) * (k - lo) / (hi - lo))
+    top = max(int(x) for x in table)
+    return max(1.0, float(table[str(min(k, top))]))
+
+
+def slowdown(calib: dict[str, Any], kind: str, k: int, load: float = 0.0) -> float:
+    """Time of one unit of `kind` while k ranks are busy (and `load` other
+    CPUs' worth of work runs), over its time alone on an idle machine."""
+    cores = max(1, int(calib.get("cores", 1)))
+    return contention(calib, kind, k) * cpu_factor(k, load, cores)
 
 
 def io_costs(spec: Spec, tc: dict[str, Any], p: int) -> tuple[float, float, float]:
@@ -113,6 +142,32 @@ def first_read(spec: Spec, tc: dict[str, Any], p: int) -> float:
     if size > tc.get("gather_max", 1 << 62):
         return 0.0
     return spec.step_bytes / p * float(tc.get("first_read_byte_s", 0.0))
+
+
+def io_profile(spec: Spec, tiers: list[str], ranks: list[int]) -> dict[str, dict[str, float]]:
+    """The light profile of the I/O: one writer rank's put of its share of a
+    step and one reader rank's read of its share, each alone, through the
+    components' own code on the spec's own objects, per tier and rank
+    count; steady state and the extra of the first steps (fresh pages)."""
+    from hetmem.flow import calibrate
+
+    n, size = spec.writer.objects, spec.writer.object_bytes
+    out: dict[str, dict[str, float]] = {}
+    for tier in tiers:
+        for p in ranks:
+            if n % p:
+                continue
+            try:
+                r = calibrate.measure_steps(tier, n // p, size)
+            except HetmemError:  # cannot be profiled here: the calibration's figures
+                continue
+            out[f"{tier}/p{p}"] = {
+                "put": r["put"],
+                "get": r["get"],
+                "put_touch": max(0.0, r["put_first"] - r["put"]),
+                "get_touch": max(0.0, r["get_first"] - r["get"]),
+            }
+    return out
 
 
 @dataclass
@@ -158,7 +213,10 @@ def _program(
 
 
 def simulate(
-    programs: list[list[_Phase]], counts: dict[str, int], calib: dict[str, Any]
+    programs: list[list[_Phase]],
+    counts: dict[str, int],
+    calib: dict[str, Any],
+    load: float = 0.0,
 ) -> tuple[float, dict[str, float]]:
     """Plays the ranks' programs forward; returns the makespan and the busy
     seconds per phase kind summed over ranks."""
@@ -194,7 +252,7 @@ def simulate(
                 return t, busy
             raise RuntimeError("flow model: the ranks' programs deadlock")
         k = len(active)
-        rates = {i: 1.0 / slowdown(calib, programs[i][pc[i]].kind, k) for i in active}
+        rates = {i: 1.0 / slowdown(calib, programs[i][pc[i]].kind, k, load) for i in active}
         dt = min(left[i] / rates[i] for i in active)
         t += dt
         for i in active:
@@ -208,8 +266,16 @@ def simulate(
 
 
 def predict(
-    spec: Spec, calib: dict[str, Any], ktimes: dict[str, dict[int, float]], cfg: Config
+    spec: Spec,
+    calib: dict[str, Any],
+    ktimes: dict[str, dict[int, float]],
+    cfg: Config,
+    io: dict[str, dict[str, float]] | None = None,
+    load: float = 0.0,
 ) -> dict[str, Any]:
+    """One configuration's iteration time. ktimes and io are times alone on
+    an idle machine (see advise); load: other CPUs' worth of work sharing
+    the cores meanwhile."""
     tc = calib["tiers"].get(cfg.tier)
     if tc is None:
         raise KeyError(cfg.tier)
@@ -218,8 +284,12 @@ def predict(
     serial = cfg.mode == "serial"
     slots = 1 if serial else spec.slots
     cw, a = ktimes["writer"][p], ktimes["reader"][p]
-    put, get, touch = io_costs(spec, tc, p)
-    rtouch = first_read(spec, tc, p)
+    prof = (io or {}).get(f"{cfg.tier}/p{p}")
+    if prof is not None:
+        put, get, touch, rtouch = prof["put"], prof["get"], prof["put_touch"], prof["get_touch"]
+    else:
+        put, get, touch = io_costs(spec, tc, p)
+        rtouch = first_read(spec, tc, p)
     iokind = f"io:{cfg.tier}"
     wk, rk = spec.writer.kernel, spec.reader.kernel
     iters = spec.iterations
@@ -230,14 +300,14 @@ def predict(
         _program("reader", iters, serial, slots, 0.0, "", get, rtouch, iokind, a, rk)
         for _ in range(p)
     ]
-    makespan, _busy = simulate(progs, {"writer": p, "reader": p}, calib)
+    makespan, _busy = simulate(progs, {"writer": p, "reader": p}, calib, load)
     per_it = makespan / iters
     w_side, r_side = cw + put, get + a
     if serial:
         reason = "interleaved: the phases add up"
-    elif 2 * p > cores and (w_side + r_side) * slowdown(calib, wk or "io", 2 * p) / 2 >= max(
-        w_side, r_side
-    ):
+    elif cpu_factor(2 * p, load, cores) > 1 and (w_side + r_side) * cpu_factor(
+        2 * p, load, cores
+    ) / 2 >= max(w_side, r_side):
         reason = f"CPU-bound ({2 * p} ranks on {cores} cores)"
     elif w_side >= r_side:
         reason = "writer binds, reader hidden"
@@ -254,6 +324,7 @@ def predict(
         "reader_io_s": get,
         "reader_compute_s": a,
         "reason": reason,
+        "external_load": load,
     }
 
 
@@ -263,8 +334,11 @@ def advise(
     tiers: list[str] | None = None,
     max_ranks: int = 2,
     ktimes: dict[str, dict[int, float]] | None = None,
+    load: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Every configuration's predicted iteration time, best first."""
+    """Every configuration's predicted iteration time, best first. Profiles
+    the spec's kernels and I/O here (a second or two), with the other load
+    on the machine measured just before and factored out of the profile."""
     tiers = tiers or list(calib["tiers"])
     missing = [t for t in tiers if t not in calib["tiers"]]
     if missing:
@@ -273,9 +347,21 @@ def advise(
         raise UsageError(
             f"tier {missing[0]} is not calibrated; run `hetmem flow calibrate --tier {missing[0]}`"
         )
+    cores = max(1, int(calib.get("cores", 1)))
     ranks = list(range(1, max_ranks + 1))
-    kt = ktimes or kernel_times(spec, ranks)
-    rows = [predict(spec, calib, kt, c) for c in configurations(tiers, max_ranks)]
+    io = None
+    if load is None:
+        before = external_load(0.3)
+        kt = ktimes or kernel_times(spec, ranks)
+        io = io_profile(spec, tiers, ranks)
+        load = (before + external_load(0.3)) / 2
+        # the profile ran as one busy rank beside that load: its time alone
+        f = cpu_factor(1, load, cores)
+        kt = {role: {p: t / f for p, t in v.items()} for role, v in kt.items()}
+        io = {k: {kk: vv / f for kk, vv in v.items()} for k, v in io.items()}
+    else:
+        kt = ktimes or kernel_times(spec, ranks)
+    rows = [predict(spec, calib, kt, c, io, load) for c in configurations(tiers, max_ranks)]
     rows.sort(key=lambda r: r["iteration_s"])
     best = rows[0]["iteration_s"]
     for r in rows:

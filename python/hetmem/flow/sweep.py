@@ -4,7 +4,9 @@ configuration's slowdown against the best)."""
 
 from __future__ import annotations
 
+import os
 import statistics
+import time
 from typing import Any
 
 from hetmem.flow import model, runner
@@ -30,10 +32,15 @@ def sweep(
     runs = max(1, repeat)
     task = prog.add_task(spec.name, total=len(predicted) * runs) if prog is not None else None
     measured: dict[str, list[float]] = {p["config"]: [] for p in predicted}
+    loads: list[float] = []
     for _ in range(runs):
         for p in predicted:
             s = spec.with_config(mode=p["mode"], tier=p["tier"], ranks=p["ranks"])
+            b0, c0, t0 = _busy(), _children(), time.monotonic()
             measured[p["config"]].append(runner.run(s)["iteration_s"])
+            b1, c1, t1 = _busy(), _children(), time.monotonic()
+            if b0 is not None and b1 is not None:
+                loads.append(max(0.0, (b1 - b0) - (c1 - c0)) / (t1 - t0))
             if prog is not None:
                 prog.advance(task)
     rows = []
@@ -59,6 +66,8 @@ def sweep(
     advised = min(rows, key=lambda r: r["predicted_s"])
     return {
         "spec": spec.name,
+        "external_load_predicted": predicted[0].get("external_load", 0.0),
+        "external_load_runs": statistics.median(loads) if loads else None,
         "rows": rows,
         "best": best["config"],
         "advised": advised["config"],
@@ -76,3 +85,18 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         "predictions_within_20pct": sum(1 for e in errs if e <= 0.20),
         "median_abs_error": statistics.median(errs) if errs else 0.0,
     }
+
+
+def _busy() -> float | None:
+    """Busy CPU seconds of the whole machine so far (/proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (sum(v[:3]) + sum(v[5:8])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+
+
+def _children() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
