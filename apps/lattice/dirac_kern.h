@@ -1,55 +1,156 @@
 /* Wilson-clover kernels, included twice by dirac.c (double and single).
- * Needs REAL, CPLX, SFX(name), FIELD_U, FIELD_A, HALO. */
+ * Needs REAL, CPLX, V4 (vector of 4 REAL), SHUF(v, a, b, c, d), SFX(name),
+ * FIELD_U, FIELD_A, HALO.
+ *
+ * A V4 holds two complex numbers: spins (0,1) or (2,3) of one colour, so the
+ * spin projection, the SU(3) multiply of both half-spinor components and the
+ * reconstruction are straight-line vector code with compile-time phases
+ * (every gamma phase is +-1 or +-i: a shuffle and a sign, no multiply). The
+ * clover blocks are stored in row pairs (see CLOVER_IDX in lattice.h) so the
+ * 6x6 multiply is also one vector FMA per entry. */
 
-/* h = (1 + s*gamma_mu) psi, upper two spins (the lower ones follow) */
-static inline void SFX(proj)(CPLX *restrict h, const CPLX *restrict psi, int mu, int s)
+#define VONE(a, b, c, d) ((V4){(REAL)(a), (REAL)(b), (REAL)(c), (REAL)(d)})
+
+/* i * v for both complex numbers */
+static inline HM_AI V4 SFX(vi)(V4 v) { return SHUF(v, 1, 0, 3, 2) * VONE(-1, 1, -1, 1); }
+/* swap the two complex numbers */
+static inline HM_AI V4 SFX(vsw)(V4 v) { return SHUF(v, 2, 3, 0, 1); }
+
+static inline HM_AI V4 SFX(ld2)(const CPLX *a, const CPLX *b)
 {
-    for (int a = 0; a < 2; a++) {
-        CPLX ph = (CPLX)(s * hm__pha[mu][a]);
-        const CPLX *p = psi + 3 * (2 + hm__cola[mu][a]);
-        for (int c = 0; c < 3; c++)
-            h[3 * a + c] = psi[3 * a + c] + ph * p[c];
-    }
+    const REAL *pa = (const REAL *)a, *pb = (const REAL *)b;
+    return (V4){pa[0], pa[1], pb[0], pb[1]};
 }
 
-static inline void SFX(umul)(CPLX *restrict o, const CPLX *restrict U, const CPLX *restrict h)
+static inline HM_AI void SFX(st2)(CPLX *a, CPLX *b, V4 v)
 {
-    for (int a = 0; a < 2; a++)
-        for (int i = 0; i < 3; i++)
-            o[3 * a + i] = U[3 * i] * h[3 * a] + U[3 * i + 1] * h[3 * a + 1] + U[3 * i + 2] * h[3 * a + 2];
+    REAL *pa = (REAL *)a, *pb = (REAL *)b;
+    pa[0] = v[0];
+    pa[1] = v[1];
+    pb[0] = v[2];
+    pb[1] = v[3];
 }
 
-static inline void SFX(udmul)(CPLX *restrict o, const CPLX *restrict U, const CPLX *restrict h)
+/* lower-spin part of (1 + s gamma_mu) psi as 3 colour pairs (spins 0,1) */
+static inline HM_AI void SFX(vproj)(V4 *restrict h, const CPLX *restrict psi, int mu, int s)
 {
-    for (int a = 0; a < 2; a++)
-        for (int i = 0; i < 3; i++)
-            o[3 * a + i] = conj(U[i]) * h[3 * a] + conj(U[3 + i]) * h[3 * a + 1] +
-                           conj(U[6 + i]) * h[3 * a + 2];
-}
-
-/* acc += (1 + s*gamma_mu) reconstructed from its upper half g */
-static inline void SFX(lift)(CPLX *restrict acc, const CPLX *restrict g, int mu, int s)
-{
-    for (int a = 0; a < 6; a++)
-        acc[a] += g[a];
-    for (int a = 0; a < 2; a++) {
-        CPLX ph = (CPLX)(s * hm__phb[mu][a]);
-        const CPLX *q = g + 3 * hm__colb[mu][a];
-        for (int c = 0; c < 3; c++)
-            acc[6 + 3 * a + c] += ph * q[c];
-    }
-}
-
-static inline void SFX(diag)(CPLX *restrict out, const CPLX *restrict A, const CPLX *restrict in,
-                             const CPLX *restrict acc)
-{
-    for (int b = 0; b < 2; b++)
-        for (int i = 0; i < 6; i++) {
-            CPLX s = 0;
-            for (int j = 0; j < 6; j++)
-                s += A[36 * b + 6 * i + j] * in[6 * b + j];
-            out[6 * b + i] = s - (REAL)0.5 * acc[6 * b + i];
+    for (int c = 0; c < 3; c++) {
+        V4 p01 = SFX(ld2)(psi + c, psi + 3 + c), p23 = SFX(ld2)(psi + 6 + c, psi + 9 + c), t;
+        switch (mu) {
+        case 0: t = -SFX(vi)(SFX(vsw)(p23)); break;          /* -i, colour-swapped */
+        case 1: t = SFX(vsw)(p23) * VONE(-1, -1, 1, 1); break; /* (-1, +1), swapped */
+        case 2: t = SFX(vi)(p23) * VONE(-1, -1, 1, 1); break;  /* (-i, +i) */
+        default: t = p23; break;                                /* (1, 1) */
         }
+        h[c] = s > 0 ? p01 + t : p01 - t;
+    }
+}
+
+/* o = U h (dag = 0) or U^H h (dag = 1), both spin components at once */
+static inline HM_AI void SFX(vmul)(V4 *restrict o, const CPLX *restrict U, const V4 *restrict h, int dag)
+{
+    const REAL *u = (const REAL *)U;
+    for (int i = 0; i < 3; i++) {
+        V4 re = {0}, im = {0};
+        for (int j = 0; j < 3; j++) {
+            int e = dag ? 3 * j + i : 3 * i + j;
+            re += u[2 * e] * h[j];
+            im += u[2 * e + 1] * h[j];
+        }
+        o[i] = dag ? re - SFX(vi)(im) : re + SFX(vi)(im);
+    }
+}
+
+/* a01 += g, a23 += the upper spins of (1 + s gamma_mu) reconstructed from g */
+static inline HM_AI void SFX(vlift)(V4 *restrict a01, V4 *restrict a23, const V4 *restrict gv, int mu,
+                                    int s)
+{
+    for (int c = 0; c < 3; c++) {
+        V4 t;
+        switch (mu) {
+        case 0: t = SFX(vi)(SFX(vsw)(gv[c])); break;          /* (i, i), swapped */
+        case 1: t = SFX(vsw)(gv[c]) * VONE(1, 1, -1, -1); break; /* (1, -1), swapped */
+        case 2: t = SFX(vi)(gv[c]) * VONE(1, 1, -1, -1); break;  /* (i, -i) */
+        default: t = gv[c]; break;
+        }
+        a01[c] += gv[c];
+        a23[c] = s > 0 ? a23[c] + t : a23[c] - t;
+    }
+}
+
+/* half-spinor (6 complex, [spin][colour]) to / from 3 colour pairs */
+static inline HM_AI void SFX(hld)(V4 *h, const CPLX *p)
+{
+    for (int c = 0; c < 3; c++)
+        h[c] = SFX(ld2)(p + c, p + 3 + c);
+}
+
+static inline HM_AI void SFX(hst)(CPLX *p, const V4 *h)
+{
+    for (int c = 0; c < 3; c++)
+        SFX(st2)(p + c, p + 3 + c, h[c]);
+}
+
+/* out(x) = A(x) in(x) - 1/2 sum of the hops whose neighbour passes the
+ * filter: local (nb >= 0) and, when blk is given, in block b */
+static inline HM_AI void SFX(site)(CPLX *restrict out, const CPLX *restrict in, const CPLX *restrict U,
+                                   const CPLX *restrict A, const int *restrict nb, const int *blk, int b,
+                                   int x)
+{
+    V4 a01[3] = {{0}}, a23[3] = {{0}}, h[3], o[3];
+#define HM_HOP(mu)                                                                                      \
+    do {                                                                                               \
+        int f_ = nb[8 * (size_t)x + 2 * (mu)], b_ = nb[8 * (size_t)x + 2 * (mu) + 1];                  \
+        if (f_ >= 0 && (!blk || blk[f_] == b)) {                                                        \
+            SFX(vproj)(h, in + 12 * (size_t)f_, mu, -1);                                               \
+            SFX(vmul)(o, U + 36 * (size_t)x + 9 * (mu), h, 0);                                         \
+            SFX(vlift)(a01, a23, o, mu, -1);                                                           \
+        }                                                                                              \
+        if (b_ >= 0 && (!blk || blk[b_] == b)) {                                                        \
+            SFX(vproj)(h, in + 12 * (size_t)b_, mu, +1);                                               \
+            SFX(vmul)(o, U + 36 * (size_t)b_ + 9 * (mu), h, 1);                                        \
+            SFX(vlift)(a01, a23, o, mu, +1);                                                           \
+        }                                                                                              \
+    } while (0)
+    HM_HOP(0);
+    HM_HOP(1);
+    HM_HOP(2);
+    HM_HOP(3);
+#undef HM_HOP
+    const CPLX *ps = in + 12 * (size_t)x;
+    const REAL *xs = (const REAL *)ps;
+    const V4 *Ax = (const V4 *)(const void *)(A + 72 * (size_t)x);
+    CPLX *po = out + 12 * (size_t)x;
+    for (int bb = 0; bb < 2; bb++) {
+        const V4 *acc = bb ? a23 : a01;
+        for (int c = 0; c < 3; c++) {
+            V4 re = {0}, im = {0};
+            for (int j = 0; j < 6; j++) {
+                V4 a = Ax[18 * bb + 6 * c + j];
+                re += xs[2 * (6 * bb + j)] * a;
+                im += xs[2 * (6 * bb + j) + 1] * a;
+            }
+            V4 r = re + SFX(vi)(im) - (REAL)0.5 * acc[c];
+            SFX(st2)(po + 6 * bb + c, po + 6 * bb + 3 + c, r);
+        }
+    }
+}
+
+/* sites x0 .. x1-1 of the full operator, neighbours off-rank skipped */
+static HM_FAST void SFX(sites)(CPLX *restrict out, const CPLX *restrict in, const CPLX *restrict U,
+                               const CPLX *restrict A, const int *restrict nb, int x0, int x1)
+{
+    for (int x = x0; x < x1; x++)
+        SFX(site)(out, in, U, A, nb, NULL, 0, x);
+}
+
+/* the sites of one block, Dirichlet at the block boundary (single only) */
+static HM_FAST __attribute__((unused)) void SFX(bsites)(CPLX *restrict out, const CPLX *restrict in, const CPLX *restrict U,
+                                const CPLX *restrict A, const int *restrict nb, const int *sites, int ns,
+                                const int *blk, int b)
+{
+    for (int k = 0; k < ns; k++)
+        SFX(site)(out, in, U, A, nb, blk, b, sites[k]);
 }
 
 static void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *restrict in)
@@ -65,31 +166,36 @@ static void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *restrict
         const int *fl = g->face[mu][0], *fh = g->face[mu][1];
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < nf; i++) {
-            CPLX t[6];
-            SFX(proj)(lo + 6 * i, in + 12 * (size_t)fl[i], mu, -1);
-            SFX(proj)(t, in + 12 * (size_t)fh[i], mu, +1);
-            SFX(udmul)(hi + 6 * i, U + 36 * (size_t)fh[i] + 9 * mu, t);
+            V4 t[3], u[3];
+            switch (mu) {
+            case 0: SFX(vproj)(t, in + 12 * (size_t)fl[i], 0, -1); break;
+            case 1: SFX(vproj)(t, in + 12 * (size_t)fl[i], 1, -1); break;
+            case 2: SFX(vproj)(t, in + 12 * (size_t)fl[i], 2, -1); break;
+            default: SFX(vproj)(t, in + 12 * (size_t)fl[i], 3, -1); break;
+            }
+            SFX(hst)(lo + 6 * i, t);
+            switch (mu) {
+            case 0: SFX(vproj)(t, in + 12 * (size_t)fh[i], 0, +1); break;
+            case 1: SFX(vproj)(t, in + 12 * (size_t)fh[i], 1, +1); break;
+            case 2: SFX(vproj)(t, in + 12 * (size_t)fh[i], 2, +1); break;
+            default: SFX(vproj)(t, in + 12 * (size_t)fh[i], 3, +1); break;
+            }
+            SFX(vmul)(u, U + 36 * (size_t)fh[i] + 9 * mu, t, 1);
+            SFX(hst)(hi + 6 * i, u);
         }
     }
     halo_start(g, h);
     const int *nb = g->nb;
-#pragma omp parallel for schedule(static)
-    for (int x = 0; x < g->V; x++) {
-        CPLX acc[12] = {0}, t[6], u[6];
-        for (int mu = 0; mu < 4; mu++) {
-            int f = nb[8 * x + 2 * mu], b = nb[8 * x + 2 * mu + 1];
-            if (f >= 0) {
-                SFX(proj)(t, in + 12 * (size_t)f, mu, -1);
-                SFX(umul)(u, U + 36 * (size_t)x + 9 * mu, t);
-                SFX(lift)(acc, u, mu, -1);
-            }
-            if (b >= 0) {
-                SFX(proj)(t, in + 12 * (size_t)b, mu, +1);
-                SFX(udmul)(u, U + 36 * (size_t)b + 9 * mu, t);
-                SFX(lift)(acc, u, mu, +1);
-            }
-        }
-        SFX(diag)(out + 12 * (size_t)x, A + 72 * (size_t)x, in + 12 * (size_t)x, acc);
+    int V = g->V;
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+        int nt = 1, id = 0;
+#endif
+        int x0 = (int)((long)V * id / nt), x1 = (int)((long)V * (id + 1) / nt);
+        SFX(sites)(out, in, U, A, nb, x0, x1);
     }
     halo_wait(h);
     for (int mu = 0; mu < 4; mu++) {
@@ -100,17 +206,37 @@ static void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *restrict
         const int *fl = g->face[mu][0], *fh = g->face[mu][1];
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < nf; i++) {
-            CPLX acc[12] = {0}, u[6];
+            V4 t[3], u[3], a01[3] = {{0}}, a23[3] = {{0}};
             int x = fh[i];
-            SFX(umul)(u, U + 36 * (size_t)x + 9 * mu, rf + 6 * i);
-            SFX(lift)(acc, u, mu, -1);
-            for (int a = 0; a < 12; a++)
-                out[12 * (size_t)x + a] -= (REAL)0.5 * acc[a];
+            SFX(hld)(t, rf + 6 * i);
+            SFX(vmul)(u, U + 36 * (size_t)x + 9 * mu, t, 0);
+            switch (mu) {
+            case 0: SFX(vlift)(a01, a23, u, 0, -1); break;
+            case 1: SFX(vlift)(a01, a23, u, 1, -1); break;
+            case 2: SFX(vlift)(a01, a23, u, 2, -1); break;
+            default: SFX(vlift)(a01, a23, u, 3, -1); break;
+            }
+            CPLX *o = out + 12 * (size_t)x;
+            for (int c = 0; c < 3; c++) {
+                SFX(st2)(o + c, o + 3 + c, SFX(ld2)(o + c, o + 3 + c) - (REAL)0.5 * a01[c]);
+                SFX(st2)(o + 6 + c, o + 9 + c, SFX(ld2)(o + 6 + c, o + 9 + c) - (REAL)0.5 * a23[c]);
+                a01[c] = a23[c] = (V4){0};
+            }
             x = fl[i];
-            CPLX acc2[12] = {0};
-            SFX(lift)(acc2, rb + 6 * i, mu, +1);
-            for (int a = 0; a < 12; a++)
-                out[12 * (size_t)x + a] -= (REAL)0.5 * acc2[a];
+            SFX(hld)(t, rb + 6 * i);
+            switch (mu) {
+            case 0: SFX(vlift)(a01, a23, t, 0, +1); break;
+            case 1: SFX(vlift)(a01, a23, t, 1, +1); break;
+            case 2: SFX(vlift)(a01, a23, t, 2, +1); break;
+            default: SFX(vlift)(a01, a23, t, 3, +1); break;
+            }
+            o = out + 12 * (size_t)x;
+            for (int c = 0; c < 3; c++) {
+                SFX(st2)(o + c, o + 3 + c, SFX(ld2)(o + c, o + 3 + c) - (REAL)0.5 * a01[c]);
+                SFX(st2)(o + 6 + c, o + 9 + c, SFX(ld2)(o + 6 + c, o + 9 + c) - (REAL)0.5 * a23[c]);
+            }
         }
     }
 }
+
+#undef VONE

@@ -134,12 +134,16 @@ typedef struct {
     double m0, csw;
     cplx *U;    /* [V][4][9], boundary sign folded in, eo order */
     cplxf *Uf;
-    cplx *A;    /* [V][2][36] clover + diagonal, two 6x6 chiral blocks */
+    cplx *A;    /* [V][72] clover + diagonal, two 6x6 chiral blocks, CLOVER_IDX order */
     cplxf *Af;
     halo_t hd, hf; /* half-spinor halos, double and single */
     long napply, napplyf;
     double tapply, tapplyf;
 } dirac_t;
+/* entry (i, j) of chiral block b (rows/columns 3*spin + colour within the
+ * block) in a site's 72 stored complex: row pairs (c, c+3) adjacent, so the
+ * kernel multiplies both spins of a colour with one vector operation */
+#define CLOVER_IDX(b, i, j) (36 * (b) + 12 * ((i) % 3) + 2 * (j) + (i) / 3)
 int dirac_init(dirac_t *D, const geom_t *g, const gauge_t *G, double m0, double csw);
 void dirac_free(dirac_t *D);
 void dirac_apply(dirac_t *D, cplx *out, const cplx *in);

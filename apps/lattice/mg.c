@@ -234,7 +234,7 @@ static void assemble(mg_t *M)
                     for (int a = 0; a < 6; a++) {
                         cplx sacc = 0;
                         for (int b = 0; b < 6; b++)
-                            sacc += (cplx)A[36 * h + 6 * a + b] * wj[b];
+                            sacc += (cplx)A[CLOVER_IDX(h, a, b)] * wj[b];
                         aw[a] = sacc;
                     }
                     for (int i = 0; i < N; i++) {
