@@ -207,4 +207,11 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
 
 double wtime(void);
 
+/* hot loops get an AVX2+FMA clone beside the baseline one on x86-64 (ifunc) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define LAT_FAST __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define LAT_FAST
+#endif
+
 #endif

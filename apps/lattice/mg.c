@@ -10,6 +10,10 @@
  *    post-smoothing) preconditioning an outer FGMRES in double. */
 #include "lattice.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +36,7 @@ static void coarse_geom(mg_t *M, const params_t *p)
 }
 
 /* ---- fine-level SAP ---- */
-static void block_mr(mg_t *M, int c, cplxf *e, cplxf *r, cplxf *q)
+static LAT_FAST void block_mr(mg_t *M, int c, cplxf *e, cplxf *r, cplxf *q)
 {
     const int *s = M->bsite + (size_t)c * M->bsites;
     int ns = M->bsites;
@@ -41,23 +45,35 @@ static void block_mr(mg_t *M, int c, cplxf *e, cplxf *r, cplxf *q)
     for (int it = 0; it < M->prm.block_mr; it++) {
         dirac_block_f(M->D, s, ns, M->blk, c, q, r);
         double qq = 0, qr_re = 0, qr_im = 0;
-        for (int k = 0; k < ns; k++)
+        for (int k = 0; k < ns; k++) {
+            const float *qa = (const float *)(q + 12 * (size_t)s[k]), *ra = (const float *)(r + 12 * (size_t)s[k]);
+            float sq = 0, sre = 0, sim = 0;
+#pragma omp simd reduction(+ : sq, sre, sim)
             for (int a = 0; a < 12; a++) {
-                cplxf qa = q[12 * (size_t)s[k] + a], ra = r[12 * (size_t)s[k] + a];
-                qq += crealf(qa) * crealf(qa) + cimagf(qa) * cimagf(qa);
-                cplxf t = conjf(qa) * ra;
-                qr_re += crealf(t);
-                qr_im += cimagf(t);
+                float qr = qa[2 * a], qi = qa[2 * a + 1], rr = ra[2 * a], ri = ra[2 * a + 1];
+                sq += qr * qr + qi * qi;
+                sre += qr * rr + qi * ri;
+                sim += qr * ri - qi * rr;
             }
+            qq += sq;
+            qr_re += sre;
+            qr_im += sim;
+        }
         if (qq == 0)
             break;
-        cplxf alpha = (cplxf)((qr_re + I * qr_im) / qq);
-        for (int k = 0; k < ns; k++)
+        float ar = (float)(qr_re / qq), ai = (float)(qr_im / qq);
+        for (int k = 0; k < ns; k++) {
+            float *ea = (float *)(e + 12 * (size_t)s[k]), *ra = (float *)(r + 12 * (size_t)s[k]);
+            const float *qa = (const float *)(q + 12 * (size_t)s[k]);
+#pragma omp simd
             for (int a = 0; a < 12; a++) {
-                size_t i = 12 * (size_t)s[k] + a;
-                e[i] += alpha * r[i];
-                r[i] -= alpha * q[i];
+                float rr = ra[2 * a], ri = ra[2 * a + 1], qr = qa[2 * a], qi = qa[2 * a + 1];
+                ea[2 * a] += ar * rr - ai * ri;
+                ea[2 * a + 1] += ar * ri + ai * rr;
+                ra[2 * a] = rr - (ar * qr - ai * qi);
+                ra[2 * a + 1] = ri - (ar * qi + ai * qr);
             }
+        }
     }
 }
 
@@ -129,42 +145,80 @@ static void orthonormalise(mg_t *M)
     }
 }
 
-void mg_restrict(mg_t *M, cplxf *vc, const cplxf *v)
+static LAT_FAST void restrict_blocks(const mg_t *M, cplxf *vc, const cplxf *v, int c0, int c1)
 {
     int N = M->N, k = M->k;
     size_t V12 = 12 * (size_t)M->g->V;
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < M->nblk; c++) {
+    for (int c = c0; c < c1; c++) {
         const int *s = M->bsite + (size_t)c * M->bsites;
         for (int h = 0; h < 2; h++)
             for (int j = 0; j < N; j++) {
                 const cplxf *wj = M->W + (size_t)j * V12;
-                cplx d = 0;
-                for (int q = 0; q < M->bsites; q++)
-                    for (int a = 6 * h; a < 6 * h + 6; a++)
-                        d += conjf(wj[12 * (size_t)s[q] + a]) * v[12 * (size_t)s[q] + a];
-                vc[(size_t)c * k + h * N + j] = (cplxf)d;
+                double dr = 0, di = 0;
+                for (int q = 0; q < M->bsites; q++) {
+                    const float *w = (const float *)(wj + 12 * (size_t)s[q] + 6 * h);
+                    const float *x = (const float *)(v + 12 * (size_t)s[q] + 6 * h);
+                    float sr = 0, si = 0;
+#pragma omp simd reduction(+ : sr, si)
+                    for (int a = 0; a < 6; a++) {
+                        sr += w[2 * a] * x[2 * a] + w[2 * a + 1] * x[2 * a + 1];
+                        si += w[2 * a] * x[2 * a + 1] - w[2 * a + 1] * x[2 * a];
+                    }
+                    dr += sr;
+                    di += si;
+                }
+                vc[(size_t)c * k + h * N + j] = (float)dr + I * (float)di;
             }
+    }
+}
+
+static LAT_FAST void prolong_blocks(const mg_t *M, cplxf *v, const cplxf *vc, int c0, int c1)
+{
+    int N = M->N, k = M->k;
+    size_t V12 = 12 * (size_t)M->g->V;
+    for (int c = c0; c < c1; c++) {
+        const int *s = M->bsite + (size_t)c * M->bsites;
+        const float *cv = (const float *)(vc + (size_t)c * k);
+        for (int q = 0; q < M->bsites; q++) {
+            float acc[24] = {0};
+            for (int j = 0; j < N; j++) {
+                const float *w = (const float *)(M->W + (size_t)j * V12 + 12 * (size_t)s[q]);
+                float c0r = cv[2 * j], c0i = cv[2 * j + 1], c1r = cv[2 * (N + j)], c1i = cv[2 * (N + j) + 1];
+#pragma omp simd
+                for (int a = 0; a < 12; a++) {
+                    float cr = a < 6 ? c0r : c1r, ci = a < 6 ? c0i : c1i;
+                    acc[2 * a] += w[2 * a] * cr - w[2 * a + 1] * ci;
+                    acc[2 * a + 1] += w[2 * a] * ci + w[2 * a + 1] * cr;
+                }
+            }
+            memcpy(v + 12 * (size_t)s[q], acc, sizeof acc);
+        }
+    }
+}
+
+void mg_restrict(mg_t *M, cplxf *vc, const cplxf *v)
+{
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+        int nt = 1, id = 0;
+#endif
+        restrict_blocks(M, vc, v, (int)((long)M->nblk * id / nt), (int)((long)M->nblk * (id + 1) / nt));
     }
 }
 
 void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc)
 {
-    int N = M->N, k = M->k;
-    size_t V12 = 12 * (size_t)M->g->V;
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < M->nblk; c++) {
-        const int *s = M->bsite + (size_t)c * M->bsites;
-        for (int q = 0; q < M->bsites; q++) {
-            cplxf *o = v + 12 * (size_t)s[q];
-            for (int a = 0; a < 12; a++) {
-                int h = a / 6;
-                cplxf acc = 0;
-                for (int j = 0; j < N; j++)
-                    acc += M->W[(size_t)j * V12 + 12 * (size_t)s[q] + a] * vc[(size_t)c * k + h * N + j];
-                o[a] = acc;
-            }
-        }
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+        int nt = 1, id = 0;
+#endif
+        prolong_blocks(M, v, vc, (int)((long)M->nblk * id / nt), (int)((long)M->nblk * (id + 1) / nt));
     }
 }
 
@@ -284,11 +338,44 @@ static void assemble(mg_t *M)
     }
 }
 
-void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in)
+/* out = D_c in on coarse sites c0 .. c1-1 (halo already received): the 9
+ * k x k blocks as real arithmetic, SIMD reductions along the rows */
+static LAT_FAST void coarse_sites(const mg_t *M, cplxf *out, const cplxf *in, int c0, int c1)
 {
     const geom_t *cg = &M->cg;
     int k = M->k;
     size_t kk = (size_t)k * k;
+    for (int c = c0; c < c1; c++) {
+        const float *v[9];
+        v[0] = (const float *)(in + (size_t)c * k);
+        for (int d = 0; d < 8; d++) {
+            int y = cg->nb[8 * c + d];
+            v[1 + d] = (const float *)(y >= 0 ? in + (size_t)y * k
+                                               : (const cplxf *)M->hc.recv[d] + (size_t)(-y - 1) * k);
+        }
+        const float *Dc = (const float *)(M->Dc + (size_t)c * 9 * kk);
+        float *o = (float *)(out + (size_t)c * k);
+        for (int i = 0; i < k; i++) {
+            float sr = 0, si = 0;
+            for (int d = 0; d < 9; d++) {
+                const float *row = Dc + 2 * ((size_t)d * kk + (size_t)i * k), *x = v[d];
+#pragma omp simd reduction(+ : sr, si)
+                for (int j = 0; j < k; j++) {
+                    float ar = row[2 * j], ai = row[2 * j + 1], xr = x[2 * j], xi = x[2 * j + 1];
+                    sr += ar * xr - ai * xi;
+                    si += ar * xi + ai * xr;
+                }
+            }
+            o[2 * i] = sr;
+            o[2 * i + 1] = si;
+        }
+    }
+}
+
+void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in)
+{
+    const geom_t *cg = &M->cg;
+    int k = M->k;
     for (int mu = 0; mu < 4; mu++) {
         if (!cg->nface[mu])
             continue;
@@ -301,27 +388,14 @@ void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in)
     }
     halo_start(cg, &M->hc);
     halo_wait(&M->hc);
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < cg->V; c++) {
-        cplxf *o = out + (size_t)c * k;
-        const cplxf *Dc = M->Dc + (size_t)c * 9 * kk;
-        for (int i = 0; i < k; i++) {
-            cplxf s = 0;
-            for (int j = 0; j < k; j++)
-                s += Dc[(size_t)i * k + j] * in[(size_t)c * k + j];
-            o[i] = s;
-        }
-        for (int d = 0; d < 8; d++) {
-            int y = cg->nb[8 * c + d];
-            const cplxf *v = y >= 0 ? in + (size_t)y * k : (const cplxf *)M->hc.recv[d] + (size_t)(-y - 1) * k;
-            const cplxf *B = Dc + (size_t)(1 + d) * kk;
-            for (int i = 0; i < k; i++) {
-                cplxf s = 0;
-                for (int j = 0; j < k; j++)
-                    s += B[(size_t)i * k + j] * v[j];
-                o[i] += s;
-            }
-        }
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+        int nt = 1, id = 0;
+#endif
+        coarse_sites(M, out, in, (int)((long)cg->V * id / nt), (int)((long)cg->V * (id + 1) / nt));
     }
 }
 

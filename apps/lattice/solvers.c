@@ -24,11 +24,11 @@ double vnorm2(const geom_t *g, const cplx *a, long n) { return creal(vdot(g, a, 
 cplx vdot_f(const geom_t *g, const cplxf *a, const cplxf *b, long n)
 {
     double re = 0, im = 0;
-#pragma omp parallel for reduction(+ : re, im) schedule(static)
+    const float *pa = (const float *)a, *pb = (const float *)b;
+#pragma omp parallel for simd reduction(+ : re, im) schedule(static)
     for (long i = 0; i < n; i++) {
-        cplxf t = conjf(a[i]) * b[i];
-        re += crealf(t);
-        im += cimagf(t);
+        re += (double)(pa[2 * i] * pb[2 * i] + pa[2 * i + 1] * pb[2 * i + 1]);
+        im += (double)(pa[2 * i] * pb[2 * i + 1] - pa[2 * i + 1] * pb[2 * i]);
     }
     double s[2] = {re, im}, r[2];
     MPI_Allreduce(s, r, 2, MPI_DOUBLE, MPI_SUM, g->comm);
