@@ -244,6 +244,111 @@ static void hop12(cplx *t, const cplxf *U, const cplxf *w, int mu, int bwd)
         }
 }
 
+/* acc[target] += W(x)^H T: rows (h, i) of the coarse block against the
+ * columns T (12 components x k, split re/im) of one site's couplings */
+static inline void assemble_acc(int k, int N, double *accr, double *acci, const float *Wr, const float *Wi,
+                                const float *Tr, const float *Ti, float *sr, float *si)
+{
+    for (int r = 0; r < k; r++) {
+        int h = r / N;
+        for (int col = 0; col < k; col++)
+            sr[col] = si[col] = 0;
+        for (int a = 0; a < 6; a++) {
+            float wr = Wr[6 * r + a], wi = Wi[6 * r + a];
+            const float *tr = Tr + (size_t)(6 * h + a) * k, *ti = Ti + (size_t)(6 * h + a) * k;
+#pragma omp simd
+            for (int col = 0; col < k; col++) {
+                sr[col] += wr * tr[col] + wi * ti[col];
+                si[col] += wr * ti[col] - wi * tr[col];
+            }
+        }
+        double *ar = accr + (size_t)r * k, *ai = acci + (size_t)r * k;
+#pragma omp simd
+        for (int col = 0; col < k; col++) {
+            ar[col] += sr[col];
+            ai[col] += si[col];
+        }
+    }
+}
+
+/* the 9 k x k blocks of coarse site c: acc is 2 x 9 k^2 doubles (re, im),
+ * buf holds T (2 x 12 k), W at one site (2 x 6 k) and a row (2 k) */
+static LAT_FAST void assemble_block(mg_t *M, int c, double *acc, float *buf)
+{
+    const geom_t *g = M->g;
+    const dirac_t *D = M->D;
+    int N = M->N, k = M->k;
+    size_t V12 = 12 * (size_t)g->V, kk = (size_t)k * k;
+    static const cplxf one[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+    float *Tr = buf, *Ti = Tr + 12 * (size_t)k, *Wr = Ti + 12 * (size_t)k, *Wi = Wr + 6 * (size_t)k;
+    float *sr = Wi + 6 * (size_t)k, *si = sr + k;
+    double *accr = acc, *acci = acc + 9 * kk;
+    memset(acc, 0, sizeof(double) * 2 * 9 * kk);
+    const int *bs = M->bsite + (size_t)c * M->bsites;
+    cplx t[12];
+    for (int q = 0; q < M->bsites; q++) {
+        int x = bs[q];
+        for (int r = 0; r < k; r++) {
+            int h = r / N, i = r % N;
+            const cplxf *wi = M->W + i * V12 + 12 * (size_t)x + 6 * h;
+            for (int a = 0; a < 6; a++) {
+                Wr[6 * r + a] = crealf(wi[a]);
+                Wi[6 * r + a] = cimagf(wi[a]);
+            }
+        }
+        const cplxf *A = D->Af + 72 * (size_t)x;
+        /* self: clover/diagonal, block diagonal in the spin halves */
+        for (int h2 = 0; h2 < 2; h2++)
+            for (int j = 0; j < N; j++) {
+                int col = h2 * N + j;
+                const cplxf *wj = M->W + j * V12 + 12 * (size_t)x + 6 * h2;
+                for (int a = 0; a < 12; a++) {
+                    cplx sacc = 0;
+                    if (a / 6 == h2)
+                        for (int b = 0; b < 6; b++)
+                            sacc += (cplx)A[CLOVER_IDX(h2, a % 6, b)] * wj[b];
+                    Tr[(size_t)a * k + col] = (float)creal(sacc);
+                    Ti[(size_t)a * k + col] = (float)cimag(sacc);
+                }
+            }
+        assemble_acc(k, N, accr, acci, Wr, Wi, Tr, Ti, sr, si);
+        for (int d = 0; d < 8; d++) {
+            int mu = d / 2, bwd = d & 1, y = g->nb[8 * x + d];
+            int target = (y >= 0 && M->blk[y] == c) ? 0 : 1 + d;
+            for (int h2 = 0; h2 < 2; h2++)
+                for (int j = 0; j < N; j++) {
+                    cplxf w[12] = {0};
+                    const cplxf *src;
+                    const cplxf *U;
+                    if (y >= 0) {
+                        src = M->W + j * V12 + 12 * (size_t)y;
+                        U = bwd ? D->Uf + 36 * (size_t)y + 9 * mu : D->Uf + 36 * (size_t)x + 9 * mu;
+                    } else {
+                        src = (const cplxf *)M->hw.recv[d] + ((size_t)(-y - 1) * N + j) * 12;
+                        U = bwd ? one : D->Uf + 36 * (size_t)x + 9 * mu;
+                    }
+                    memcpy(w + 6 * h2, src + 6 * h2, 6 * sizeof(cplxf));
+                    if (y < 0 && bwd) {
+                        /* already U^H w: apply only the spin part */
+                        hop12(t, one, w, mu, 1);
+                    } else {
+                        hop12(t, U, w, mu, bwd);
+                    }
+                    int col = h2 * N + j;
+                    for (int a = 0; a < 12; a++) {
+                        Tr[(size_t)a * k + col] = (float)creal(t[a]);
+                        Ti[(size_t)a * k + col] = (float)cimag(t[a]);
+                    }
+                }
+            assemble_acc(k, N, accr + (size_t)target * kk, acci + (size_t)target * kk, Wr, Wi, Tr, Ti, sr,
+                         si);
+        }
+    }
+    cplxf *out = M->Dc + (size_t)c * 9 * kk;
+    for (size_t i = 0; i < 9 * kk; i++)
+        out[i] = (float)accr[i] + I * (float)acci[i];
+}
+
 static void assemble(mg_t *M)
 {
     const geom_t *g = M->g;
@@ -270,71 +375,16 @@ static void assemble(mg_t *M)
     }
     halo_start(g, &M->hw);
     halo_wait(&M->hw);
-    static const cplxf one[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
     memset(M->Dc, 0, sizeof(cplxf) * 9 * kk * (size_t)M->nblk);
-#pragma omp parallel for schedule(dynamic)
-    for (int c = 0; c < M->nblk; c++) {
-        cplx *acc = calloc(9 * kk, sizeof(cplx));
-        const int *bs = M->bsite + (size_t)c * M->bsites;
-        cplx t[12];
-        for (int q = 0; q < M->bsites; q++) {
-            int x = bs[q];
-            const cplxf *A = D->Af + 72 * (size_t)x;
-            /* self: clover/diagonal, block diagonal in the spin halves */
-            for (int h = 0; h < 2; h++)
-                for (int j = 0; j < N; j++) {
-                    const cplxf *wj = M->W + j * V12 + 12 * (size_t)x + 6 * h;
-                    cplx aw[6];
-                    for (int a = 0; a < 6; a++) {
-                        cplx sacc = 0;
-                        for (int b = 0; b < 6; b++)
-                            sacc += (cplx)A[CLOVER_IDX(h, a, b)] * wj[b];
-                        aw[a] = sacc;
-                    }
-                    for (int i = 0; i < N; i++) {
-                        const cplxf *wi = M->W + i * V12 + 12 * (size_t)x + 6 * h;
-                        cplx d = 0;
-                        for (int a = 0; a < 6; a++)
-                            d += conj((cplx)wi[a]) * aw[a];
-                        acc[(size_t)(h * N + i) * k + h * N + j] += d;
-                    }
-                }
-            for (int d = 0; d < 8; d++) {
-                int mu = d / 2, bwd = d & 1, y = g->nb[8 * x + d];
-                int target = (y >= 0 && M->blk[y] == c) ? 0 : 1 + d;
-                for (int h2 = 0; h2 < 2; h2++)
-                    for (int j = 0; j < N; j++) {
-                        cplxf w[12] = {0};
-                        const cplxf *src;
-                        const cplxf *U;
-                        if (y >= 0) {
-                            src = M->W + j * V12 + 12 * (size_t)y;
-                            U = bwd ? D->Uf + 36 * (size_t)y + 9 * mu : D->Uf + 36 * (size_t)x + 9 * mu;
-                        } else {
-                            src = (const cplxf *)M->hw.recv[d] + ((size_t)(-y - 1) * N + j) * 12;
-                            U = bwd ? one : D->Uf + 36 * (size_t)x + 9 * mu;
-                        }
-                        memcpy(w + 6 * h2, src + 6 * h2, 6 * sizeof(cplxf));
-                        if (y < 0 && bwd) {
-                            /* already U^H w: apply only the spin part */
-                            hop12(t, one, w, mu, 1);
-                        } else {
-                            hop12(t, U, w, mu, bwd);
-                        }
-                        for (int h = 0; h < 2; h++)
-                            for (int i = 0; i < N; i++) {
-                                const cplxf *wi = M->W + i * V12 + 12 * (size_t)x + 6 * h;
-                                cplx s = 0;
-                                for (int a = 0; a < 6; a++)
-                                    s += conj((cplx)wi[a]) * t[6 * h + a];
-                                acc[(size_t)target * kk + (size_t)(h * N + i) * k + h2 * N + j] += s;
-                            }
-                    }
-            }
-        }
-        for (size_t i = 0; i < 9 * kk; i++)
-            M->Dc[(size_t)c * 9 * kk + i] = (cplxf)acc[i];
+#pragma omp parallel
+    {
+        double *acc = calloc(2 * 9 * kk, sizeof(double));
+        float *buf = malloc(sizeof(float) * (2 * 12 * (size_t)k + 2 * 6 * (size_t)k + 2 * (size_t)k));
+#pragma omp for schedule(dynamic)
+        for (int c = 0; c < M->nblk; c++)
+            assemble_block(M, c, acc, buf);
         free(acc);
+        free(buf);
     }
 }
 
