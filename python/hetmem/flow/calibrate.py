@@ -244,6 +244,16 @@ def concurrency(
     return raw, mem, float(np.median(loads)) if loads else 0.0
 
 
+def concurrency_now(kinds: list[str], max_k: int, seconds: float = 0.25) -> dict[str, Any]:
+    """Per kind, {k: time of a unit with k processes at once over k = 1},
+    k = 1..max_k, measured now (k interleaved, one pass)."""
+    out: dict[str, Any] = {}
+    for kind in kinds:
+        t = {k: unit_time(kind, k, seconds) for k in range(1, max_k + 1)}
+        out[kind] = {str(k): t[k] / t[1] for k in t}
+    return out
+
+
 def calibrate_tier(tier: str, max_streams: int = 2) -> dict[str, Any]:
     out = python_costs(tier)
     out["streams"] = {}

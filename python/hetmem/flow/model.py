@@ -116,11 +116,33 @@ def contention(calib: dict[str, Any], kind: str, k: int) -> float:
     return max(1.0, float(table[str(min(k, top))]))
 
 
+def _table(table: dict[str, float], k: int) -> float:
+    ks = sorted(int(x) for x in table)
+    if k <= 1 or not ks:
+        return 1.0
+    if str(k) in table:
+        return max(1.0, float(table[str(k)]))
+    top = ks[-1]
+    if k > top:  # past what was measured: time-sharing of the busiest state
+        return max(1.0, float(table[str(top)]) * k / top)
+    lo = max(x for x in ks if x < k)
+    hi = min(x for x in ks if x > k)
+    a, b = float(table[str(lo)]), float(table[str(hi)])
+    return max(1.0, a + (b - a) * (k - lo) / (hi - lo))
+
+
 def slowdown(calib: dict[str, Any], kind: str, k: int, load: float = 0.0) -> float:
-    """Time of one unit of `kind` while k ranks are busy (and `load` other
-    CPUs' worth of work runs), over its time alone on an idle machine."""
+    """Time of one unit of `kind` while k ranks are busy over its time with
+    one rank busy. With a probe taken just now ("concurrency_now": k
+    processes of this session running the kind at once) that is measured
+    directly, whatever the scheduler does with the other load (autogroups
+    share CPU per session, not per process). Otherwise: the calibrated
+    memory-side contention times CPU sharing with `load` other busy CPUs."""
+    now = calib.get("concurrency_now", {}).get(kind)
+    if now:
+        return _table(now, k)
     cores = max(1, int(calib.get("cores", 1)))
-    return contention(calib, kind, k) * cpu_factor(k, load, cores)
+    return contention(calib, kind, k) * cpu_factor(k, load, cores) / cpu_factor(1, load, cores)
 
 
 def io_costs(spec: Spec, tc: dict[str, Any], p: int) -> tuple[float, float, float]:
@@ -336,9 +358,10 @@ def advise(
     ktimes: dict[str, dict[int, float]] | None = None,
     load: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Every configuration's predicted iteration time, best first. Profiles
-    the spec's kernels and I/O here (a second or two), with the other load
-    on the machine measured just before and factored out of the profile."""
+    """Every configuration's predicted iteration time, best first. Unless
+    given a load, profiles the spec's kernels and I/O here and probes how k
+    busy ranks share the cores right now (a few seconds): the machine as
+    the runs that follow will find it."""
     tiers = tiers or list(calib["tiers"])
     missing = [t for t in tiers if t not in calib["tiers"]]
     if missing:
@@ -347,18 +370,20 @@ def advise(
         raise UsageError(
             f"tier {missing[0]} is not calibrated; run `hetmem flow calibrate --tier {missing[0]}`"
         )
-    cores = max(1, int(calib.get("cores", 1)))
     ranks = list(range(1, max_ranks + 1))
     io = None
     if load is None:
-        before = external_load(0.3)
+        from hetmem.flow import calibrate
+
+        load = external_load(0.3)
         kt = ktimes or kernel_times(spec, ranks)
         io = io_profile(spec, tiers, ranks)
-        load = (before + external_load(0.3)) / 2
-        # the profile ran as one busy rank beside that load: its time alone
-        f = cpu_factor(1, load, cores)
-        kt = {role: {p: t / f for p, t in v.items()} for role, v in kt.items()}
-        io = {k: {kk: vv / f for kk, vv in v.items()} for k, v in io.items()}
+        # how k ranks of this session share the cores right now, for the
+        # kinds of work this spec has (the profile above is the k = 1 case)
+        kinds = sorted({c.kernel for c in (spec.writer, spec.reader)} - {"none"})
+        kinds += [f"io:{t}" for t in tiers if any(k.startswith(f"{t}/") for k in io)]
+        calib = dict(calib)
+        calib["concurrency_now"] = calibrate.concurrency_now(kinds, 2 * max_ranks)
     else:
         kt = ktimes or kernel_times(spec, ranks)
     rows = [predict(spec, calib, kt, c, io, load) for c in configurations(tiers, max_ranks)]
