@@ -39,7 +39,7 @@ class Command:
             metavar="DIR",
             help="result folder (hetmem-demo); rerun with it to resume",
         )
-        parser.add_argument("--fast-budget", default="32MiB", metavar="SIZE", help="(32MiB)")
+        parser.add_argument("--fast-budget", default="64MiB", metavar="SIZE", help="(64MiB)")
         parser.add_argument("--sizes", default="0.5x,2x,4x", metavar="LIST", help="(0.5x,2x,4x)")
         parser.add_argument("--storage", metavar="DIR", help="storage tier directory")
         parser.add_argument("--repeat", type=int, default=1, help="repetitions (1)")
@@ -72,7 +72,7 @@ class Command:
             "--repeat",
             str(args.repeat),
             "--kernel-reps",
-            "3",
+            "2",
             "-o",
             str(args.output),
             *storage,
