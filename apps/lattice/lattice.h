@@ -49,7 +49,7 @@ typedef struct {
     int maxit, restart;
     int ntv, setup_iter, post_smooth, block_mr;
     double coarse_tol;
-    int coarse_maxit, coarse_restart;
+    int coarse_maxit, coarse_restart, coarse_oddeven;
     char rhs[32];
     int nrhs;
     int dirac_reps;
@@ -192,6 +192,9 @@ typedef struct {
     cplxf *r, *e, *q, *t; /* fine work vectors */
     cplxf *rc, *ec, *cb;  /* coarse work vectors, coarse GMRES basis */
     cplx *cH;             /* coarse GMRES Hessenberg */
+    int coe;              /* odd-even reduced coarse solve in use */
+    cplxf *Dinv;          /* [Vh][k*k] inverse self blocks of the even coarse sites */
+    cplxf *oe1, *oe2, *oe3; /* coarse work vectors of the odd-even solve */
     double t_setup, t_coarse;
     long coarse_iters, ncycles;
 } mg_t;

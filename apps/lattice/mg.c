@@ -388,9 +388,10 @@ static void assemble(mg_t *M)
     }
 }
 
-/* out = D_c in on coarse sites c0 .. c1-1 (halo already received): the 9
- * k x k blocks as real arithmetic, SIMD reductions along the rows */
-static LAT_FAST void coarse_sites(const mg_t *M, cplxf *out, const cplxf *in, int c0, int c1)
+/* out = D_c in on coarse sites c0 .. c1-1 (halo already received), blocks
+ * d0 .. d1-1 (0 self, 1..8 neighbours): the k x k blocks as real arithmetic,
+ * SIMD reductions along the rows */
+static LAT_FAST void coarse_sites(const mg_t *M, cplxf *out, const cplxf *in, int c0, int c1, int d0, int d1)
 {
     const geom_t *cg = &M->cg;
     int k = M->k;
@@ -407,7 +408,7 @@ static LAT_FAST void coarse_sites(const mg_t *M, cplxf *out, const cplxf *in, in
         float *o = (float *)(out + (size_t)c * k);
         for (int i = 0; i < k; i++) {
             float sr = 0, si = 0;
-            for (int d = 0; d < 9; d++) {
+            for (int d = d0; d < d1; d++) {
                 const float *row = Dc + 2 * ((size_t)d * kk + (size_t)i * k), *x = v[d];
 #pragma omp simd reduction(+ : sr, si)
                 for (int j = 0; j < k; j++) {
@@ -422,22 +423,26 @@ static LAT_FAST void coarse_sites(const mg_t *M, cplxf *out, const cplxf *in, in
     }
 }
 
-void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in)
+/* out = blocks d0..d1-1 of D_c applied to in, on the coarse sites c0..c1-1;
+ * exchanges in's halo first when neighbour blocks are involved */
+static void coarse_part(mg_t *M, cplxf *out, const cplxf *in, int c0, int c1, int d0, int d1)
 {
     const geom_t *cg = &M->cg;
     int k = M->k;
-    for (int mu = 0; mu < 4; mu++) {
-        if (!cg->nface[mu])
-            continue;
-        for (int i = 0; i < cg->nface[mu]; i++) {
-            memcpy((cplxf *)M->hc.send[2 * mu] + (size_t)i * k, in + (size_t)cg->face[mu][0][i] * k,
-                   sizeof(cplxf) * k);
-            memcpy((cplxf *)M->hc.send[2 * mu + 1] + (size_t)i * k, in + (size_t)cg->face[mu][1][i] * k,
-                   sizeof(cplxf) * k);
+    if (d1 > 1) {
+        for (int mu = 0; mu < 4; mu++) {
+            if (!cg->nface[mu])
+                continue;
+            for (int i = 0; i < cg->nface[mu]; i++) {
+                memcpy((cplxf *)M->hc.send[2 * mu] + (size_t)i * k, in + (size_t)cg->face[mu][0][i] * k,
+                       sizeof(cplxf) * k);
+                memcpy((cplxf *)M->hc.send[2 * mu + 1] + (size_t)i * k, in + (size_t)cg->face[mu][1][i] * k,
+                       sizeof(cplxf) * k);
+            }
         }
+        halo_start(cg, &M->hc);
+        halo_wait(&M->hc);
     }
-    halo_start(cg, &M->hc);
-    halo_wait(&M->hc);
 #pragma omp parallel
     {
 #ifdef _OPENMP
@@ -445,15 +450,126 @@ void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in)
 #else
         int nt = 1, id = 0;
 #endif
-        coarse_sites(M, out, in, (int)((long)cg->V * id / nt), (int)((long)cg->V * (id + 1) / nt));
+        int n = c1 - c0;
+        coarse_sites(M, out, in, c0 + (int)((long)n * id / nt), c0 + (int)((long)n * (id + 1) / nt), d0, d1);
     }
 }
 
+void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in) { coarse_part(M, out, in, 0, M->cg.V, 0, 9); }
+
+/* ---- odd-even (Schur complement) coarse solve ----
+ * Coarse sites are stored even first; every neighbour of an even site is odd
+ * when all local coarse dimensions are even. S = D_oo - D_oe D_ee^-1 D_eo. */
+static int coarse_oe_possible(const mg_t *M)
+{
+    for (int m = 0; m < 4; m++)
+        if (M->cg.l[m] % 2)
+            return 0;
+    return M->cg.Vh > 0 && 2 * M->cg.Vh == M->cg.V;
+}
+
+/* inverts the self blocks of the even coarse sites (Gauss-Jordan, partial
+ * pivoting, in double) into M->Dinv */
+static void coarse_invert_even(mg_t *M)
+{
+    int k = M->k;
+    size_t kk = (size_t)k * k;
+#pragma omp parallel
+    {
+        cplx *a = malloc(sizeof(cplx) * 2 * kk);
+#pragma omp for schedule(static)
+        for (int c = 0; c < M->cg.Vh; c++) {
+            cplx *b = a + kk;
+            const cplxf *S = M->Dc + (size_t)c * 9 * kk;
+            for (size_t i = 0; i < kk; i++) {
+                a[i] = S[i];
+                b[i] = 0;
+            }
+            for (int i = 0; i < k; i++)
+                b[(size_t)i * k + i] = 1;
+            for (int col = 0; col < k; col++) {
+                int piv = col;
+                for (int r = col + 1; r < k; r++)
+                    if (cabs(a[(size_t)r * k + col]) > cabs(a[(size_t)piv * k + col]))
+                        piv = r;
+                if (piv != col)
+                    for (int j = 0; j < k; j++) {
+                        cplx t = a[(size_t)piv * k + j];
+                        a[(size_t)piv * k + j] = a[(size_t)col * k + j];
+                        a[(size_t)col * k + j] = t;
+                        t = b[(size_t)piv * k + j];
+                        b[(size_t)piv * k + j] = b[(size_t)col * k + j];
+                        b[(size_t)col * k + j] = t;
+                    }
+                cplx d = a[(size_t)col * k + col];
+                cplx inv = d != 0 ? 1 / d : 0;
+                for (int j = 0; j < k; j++) {
+                    a[(size_t)col * k + j] *= inv;
+                    b[(size_t)col * k + j] *= inv;
+                }
+                for (int r = 0; r < k; r++) {
+                    if (r == col)
+                        continue;
+                    cplx f = a[(size_t)r * k + col];
+                    if (f == 0)
+                        continue;
+                    for (int j = 0; j < k; j++) {
+                        a[(size_t)r * k + j] -= f * a[(size_t)col * k + j];
+                        b[(size_t)r * k + j] -= f * b[(size_t)col * k + j];
+                    }
+                }
+            }
+            for (size_t i = 0; i < kk; i++)
+                M->Dinv[(size_t)c * kk + i] = (cplxf)b[i];
+        }
+        free(a);
+    }
+}
+
+/* out_e = D_ee^-1 in_e */
+static void coarse_ee_inv(mg_t *M, cplxf *out, const cplxf *in)
+{
+    int k = M->k;
+    size_t kk = (size_t)k * k;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < M->cg.Vh; c++) {
+        const float *Di = (const float *)(M->Dinv + (size_t)c * kk), *x = (const float *)(in + (size_t)c * k);
+        float *o = (float *)(out + (size_t)c * k);
+        for (int i = 0; i < k; i++) {
+            float sr = 0, si = 0;
+            const float *row = Di + 2 * (size_t)i * k;
+#pragma omp simd reduction(+ : sr, si)
+            for (int j = 0; j < k; j++) {
+                sr += row[2 * j] * x[2 * j] - row[2 * j + 1] * x[2 * j + 1];
+                si += row[2 * j] * x[2 * j + 1] + row[2 * j + 1] * x[2 * j];
+            }
+            o[2 * i] = sr;
+            o[2 * i + 1] = si;
+        }
+    }
+}
+
+/* out = S in on the odd part (vectors of k (V - Vh)); uses oe1, oe2 */
+static void coarse_schur(mg_t *M, cplxf *out, const cplxf *in)
+{
+    int k = M->k, Vh = M->cg.Vh, V = M->cg.V;
+    size_t off = (size_t)Vh * k, no = (size_t)(V - Vh) * k;
+    cplxf *a = M->oe1, *b = M->oe2;
+    memcpy(a + off, in, sizeof(cplxf) * no);
+    coarse_part(M, b, a, 0, Vh, 1, 9); /* b_e = D_eo in */
+    coarse_ee_inv(M, a, b);            /* a_e = D_ee^-1 D_eo in (a_o = in kept) */
+    coarse_part(M, b, a, Vh, V, 1, 9); /* b_o = D_oe a_e */
+    memcpy(a, b + off, sizeof(cplxf) * no);
+    coarse_part(M, b, M->oe1, Vh, V, 0, 1); /* b_o = D_oo in: oe1's odd part still holds in */
+    for (size_t i = 0; i < no; i++)
+        out[i] = b[off + i] - a[i];
+}
+
 /* restarted GMRES on the coarse level, single precision, zero initial guess */
-static int coarse_gmres(mg_t *M, cplxf *x, const cplxf *b, double tol, int maxit)
+static int coarse_gmres(mg_t *M, cplxf *x, const cplxf *b, long n, double tol, int maxit,
+                        void (*op)(mg_t *, cplxf *, const cplxf *))
 {
     const geom_t *cg = &M->cg;
-    long n = (long)M->k * cg->V;
     int m = M->prm.coarse_restart, it = 0;
     cplxf *V = M->cb, *w = M->cb + (size_t)(m + 1) * n;
     cplx *H = M->cH, *gv = H + (size_t)(m + 1) * m, *cs = gv + m + 1, *sn = cs + m, *y = sn + m;
@@ -469,7 +585,7 @@ static int coarse_gmres(mg_t *M, cplxf *x, const cplxf *b, double tol, int maxit
             beta = bn;
             first = 0;
         } else {
-            mg_coarse_apply(M, V, x);
+            op(M, V, x);
             for (long i = 0; i < n; i++)
                 V[i] = b[i] - V[i];
             beta = sqrt(vnorm2_f(cg, V, n));
@@ -483,7 +599,7 @@ static int coarse_gmres(mg_t *M, cplxf *x, const cplxf *b, double tol, int maxit
         int j;
         double res = beta;
         for (j = 0; j < m && it < maxit; j++, it++) {
-            mg_coarse_apply(M, w, V + (size_t)j * n);
+            op(M, w, V + (size_t)j * n);
             for (int i = 0; i <= j; i++) {
                 cplx h = vdot_f(cg, V + (size_t)i * n, w, n);
                 H[(size_t)i * m + j] = h;
@@ -534,11 +650,31 @@ static int coarse_gmres(mg_t *M, cplxf *x, const cplxf *b, double tol, int maxit
     return it;
 }
 
+/* x = D_c^-1 b to the coarse tolerance; odd-even reduced when possible */
+static int coarse_solve(mg_t *M, cplxf *x, const cplxf *b)
+{
+    int k = M->k, Vh = M->cg.Vh, V = M->cg.V;
+    if (!M->coe)
+        return coarse_gmres(M, x, b, (long)k * V, M->prm.coarse_tol, M->prm.coarse_maxit, mg_coarse_apply);
+    size_t off = (size_t)Vh * k, no = (size_t)(V - Vh) * k;
+    cplxf *a = M->oe1, *t = M->oe2, *bo = M->oe3;
+    coarse_ee_inv(M, a, b);            /* a_e = D_ee^-1 b_e */
+    coarse_part(M, t, a, Vh, V, 1, 9); /* t_o = D_oe a_e */
+    for (size_t i = 0; i < no; i++)
+        bo[i] = b[off + i] - t[off + i];
+    int it = coarse_gmres(M, x + off, bo, (long)no, M->prm.coarse_tol, M->prm.coarse_maxit, coarse_schur);
+    coarse_part(M, t, x, 0, Vh, 1, 9); /* t_e = D_eo x_o */
+    for (size_t i = 0; i < off; i++)
+        a[i] = b[i] - t[i];
+    coarse_ee_inv(M, x, a);
+    return it;
+}
+
 void mg_vcycle(mg_t *M, cplxf *x, const cplxf *r)
 {
     double t = wtime();
     mg_restrict(M, M->rc, r);
-    M->coarse_iters += coarse_gmres(M, M->ec, M->rc, M->prm.coarse_tol, M->prm.coarse_maxit);
+    M->coarse_iters += coarse_solve(M, M->ec, M->rc);
     mg_prolong(M, x, M->ec);
     M->t_coarse += wtime() - t;
     sap(M, x, r, M->prm.post_smooth, 0);
@@ -589,6 +725,13 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
     int m = p->coarse_restart;
     M->cb = lat_alloc_krylov(sizeof(cplxf) * (size_t)nc * (size_t)(m + 2));
     M->cH = lat_alloc_krylov(sizeof(cplx) * (size_t)((m + 1) * m + 4 * m + 4));
+    M->coe = p->coarse_oddeven && coarse_oe_possible(M);
+    if (M->coe) {
+        M->Dinv = lat_alloc_coarse(sizeof(cplxf) * (size_t)M->k * M->k * (size_t)M->cg.Vh);
+        M->oe1 = lat_alloc_vectors(sizeof(cplxf) * (size_t)nc);
+        M->oe2 = lat_alloc_vectors(sizeof(cplxf) * (size_t)nc);
+        M->oe3 = lat_alloc_vectors(sizeof(cplxf) * (size_t)nc);
+    }
     halo_alloc(&M->cg, &M->hc, sizeof(cplxf) * (size_t)M->k);
     halo_alloc(g, &M->hw, sizeof(cplxf) * 12 * (size_t)M->N);
 
@@ -610,6 +753,8 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
     }
     orthonormalise(M);
     assemble(M);
+    if (M->coe)
+        coarse_invert_even(M);
     if (getenv("HM_LATTICE_VERBOSE") && g->rank == 0)
         fprintf(stderr, "setup: initial phase done, %.2f s\n", wtime() - t0);
     /* bootstrap: v <- v + C (v - D v) */
@@ -630,6 +775,8 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
         }
         orthonormalise(M);
         assemble(M);
+        if (M->coe)
+            coarse_invert_even(M);
         if (getenv("HM_LATTICE_VERBOSE") && g->rank == 0)
             fprintf(stderr, "setup: bootstrap %d done, %.2f s, %ld coarse iterations\n", it + 1,
                     wtime() - t0, M->coarse_iters);
@@ -650,6 +797,8 @@ void mg_free(mg_t *M)
     lat_free(M->Dc);
     lat_free(M->r), lat_free(M->e), lat_free(M->q), lat_free(M->t);
     lat_free(M->rc), lat_free(M->ec), lat_free(M->cb), lat_free(M->cH);
+    if (M->coe)
+        lat_free(M->Dinv), lat_free(M->oe1), lat_free(M->oe2), lat_free(M->oe3);
     halo_free(&M->hc);
     halo_free(&M->hw);
     geom_free(&M->cg);

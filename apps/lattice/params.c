@@ -35,6 +35,7 @@ void params_default(params_t *p)
     p->coarse_tol = 5e-2;
     p->coarse_maxit = 60;
     p->coarse_restart = 60;
+    p->coarse_oddeven = 1;
     snprintf(p->rhs, sizeof p->rhs, "random");
     p->nrhs = 1;
     p->dirac_reps = 20;
@@ -154,6 +155,8 @@ int params_set(params_t *p, const char *key, const char *val, char *err, size_t 
         rc = int1(val, &p->coarse_maxit, 1);
     else if (!strcmp(key, "coarse restart"))
         rc = int1(val, &p->coarse_restart, 1);
+    else if (!strcmp(key, "coarse oddeven"))
+        rc = int1(val, &p->coarse_oddeven, 0);
     else if (!strcmp(key, "rhs"))
         rc = str(val, p->rhs, sizeof p->rhs, rhss);
     else if (!strcmp(key, "nrhs"))
