@@ -108,7 +108,6 @@ SUITES: dict[str, tuple[str, ...]] = {
         "poly-ro-d16",
         "poly-ro-d256",
         "poly-ro-d1024",
-        "poly-ro-d4096",
     ),
     # Bandwidth against arithmetic intensity (the paper's Figure 7).
     "poly": tuple(n for n in CASES if n.startswith("poly-")),
