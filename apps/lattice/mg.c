@@ -149,27 +149,32 @@ static LAT_FAST void restrict_blocks(const mg_t *M, cplxf *vc, const cplxf *v, i
 {
     int N = M->N, k = M->k;
     size_t V12 = 12 * (size_t)M->g->V;
+    double *acc = malloc(sizeof(double) * 2 * (size_t)k);
     for (int c = c0; c < c1; c++) {
         const int *s = M->bsite + (size_t)c * M->bsites;
-        for (int h = 0; h < 2; h++)
+        memset(acc, 0, sizeof(double) * 2 * (size_t)k);
+        for (int q = 0; q < M->bsites; q++) {
+            const float *x = (const float *)(v + 12 * (size_t)s[q]);
             for (int j = 0; j < N; j++) {
-                const cplxf *wj = M->W + (size_t)j * V12;
-                double dr = 0, di = 0;
-                for (int q = 0; q < M->bsites; q++) {
-                    const float *w = (const float *)(wj + 12 * (size_t)s[q] + 6 * h);
-                    const float *x = (const float *)(v + 12 * (size_t)s[q] + 6 * h);
-                    float sr = 0, si = 0;
-#pragma omp simd reduction(+ : sr, si)
-                    for (int a = 0; a < 6; a++) {
-                        sr += w[2 * a] * x[2 * a] + w[2 * a + 1] * x[2 * a + 1];
-                        si += w[2 * a] * x[2 * a + 1] - w[2 * a + 1] * x[2 * a];
-                    }
-                    dr += sr;
-                    di += si;
+                const float *w = (const float *)(M->W + (size_t)j * V12 + 12 * (size_t)s[q]);
+                float r0 = 0, i0 = 0, r1 = 0, i1 = 0;
+#pragma omp simd reduction(+ : r0, i0, r1, i1)
+                for (int a = 0; a < 6; a++) {
+                    r0 += w[2 * a] * x[2 * a] + w[2 * a + 1] * x[2 * a + 1];
+                    i0 += w[2 * a] * x[2 * a + 1] - w[2 * a + 1] * x[2 * a];
+                    r1 += w[12 + 2 * a] * x[12 + 2 * a] + w[13 + 2 * a] * x[13 + 2 * a];
+                    i1 += w[12 + 2 * a] * x[13 + 2 * a] - w[13 + 2 * a] * x[12 + 2 * a];
                 }
-                vc[(size_t)c * k + h * N + j] = (float)dr + I * (float)di;
+                acc[2 * j] += r0;
+                acc[2 * j + 1] += i0;
+                acc[2 * (N + j)] += r1;
+                acc[2 * (N + j) + 1] += i1;
             }
+        }
+        for (int i = 0; i < k; i++)
+            vc[(size_t)c * k + i] = (float)acc[2 * i] + I * (float)acc[2 * i + 1];
     }
+    free(acc);
 }
 
 static LAT_FAST void prolong_blocks(const mg_t *M, cplxf *v, const cplxf *vc, int c0, int c1)
