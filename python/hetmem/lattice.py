@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -272,6 +273,210 @@ def bench_halo(ranks_list: list[int]) -> list[dict[str, Any]]:
     return out
 
 
+MODES_FRACTIONS = (0.25, 0.5, 1.0)
+MODES_ALL = ("dram", "cache", "swap", "flat", "hybrid")
+MODES_FIELD = {**QUICK_FIELD, "sweeps": "10", "restart": "50", "dirac reps": "1", "solver": "amg"}
+
+
+def _hetmem(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "hetmem", *args]
+
+
+def _lattice_cmd(settings: dict[str, str], json_path: Path) -> list[str]:
+    # one rank: the MPI singleton start, so `hetmem run` wraps the solver itself
+    return [str(lattice_binary()), *settings_args(settings), "--json", str(json_path)]
+
+
+def _run_checked(cmd: list[str], what: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(1), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise HetmemError(f"{what} timed out after {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise HetmemError(f"{what} failed: {last}")
+    return proc
+
+
+def bench_modes(
+    outdir: Path,
+    settings: dict[str, str] | None = None,
+    fractions: tuple[float, ...] = MODES_FRACTIONS,
+    modes: tuple[str, ...] = MODES_ALL,
+    repeat: int = 1,
+    timeout: float = 600.0,
+) -> list[dict[str, Any]]:
+    """hm-lattice (AMG setup + solve) under each `hetmem run` mode with the fast
+    budget at `fractions` of the solver's footprint, written as a benchmark
+    results folder (docs/formats.md) that `hetmem report DIR` renders: one
+    case per budget fraction, multiple = footprint / budget, the time being
+    the solver's own setup + solve seconds. flat and hybrid use a placement
+    from `hetmem profile` + `hetmem advise` at that budget."""
+    from hetmem import __version__, harness
+    from hetmem.harness import available_modes
+
+    settings = {**MODES_FIELD, **(settings or {})}
+    outdir.mkdir(parents=True, exist_ok=True)
+    avail = available_modes()
+    use = [m for m in modes if not avail.get(m, "unknown mode")]
+    skipped = {m: avail.get(m, "unknown mode") for m in modes if m not in use}
+    # footprint: the peak bytes of every tagged structure, from a plain run
+    ref = run_lattice(1, settings, timeout=timeout)
+    footprint = sum(int(t["bytes"]) for t in ref["memory"]["tags"].values())
+    prof_dir = outdir / "profile"
+    if any(m in ("flat", "hybrid") for m in use):
+        prof_dir.mkdir(exist_ok=True)
+        _run_checked(
+            _hetmem(["profile", "-o", str(prof_dir / "lattice.prof"), "--"])
+            + _lattice_cmd(settings, prof_dir / "result.json"),
+            "hetmem profile",
+            timeout,
+        )
+    profiles = sorted(str(p) for p in prof_dir.glob("lattice.prof*")) if prof_dir.exists() else []
+    cases = []
+    for f in fractions:
+        budget = max(int(footprint * f), 16 << 20)
+        name = f"lattice-amg-{round(100 * f)}pct"
+        placement = outdir / f"placement-{round(100 * f)}pct.toml"
+        if profiles and any(m in ("flat", "hybrid") for m in use):
+            _run_checked(
+                _hetmem(["advise", "--fast-budget", str(budget), "-o", str(placement), *profiles]),
+                "hetmem advise",
+                timeout,
+            )
+        cases.append((f, budget, name, placement))
+    manifest = {
+        "schema_version": harness.SCHEMA_VERSION,
+        "hetmem_version": __version__,
+        "machine": cache.machine_key(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": ["hetmem", "bench", "lattice", "--parts", "modes", "-o", str(outdir)],
+        "cases": [
+            {
+                "name": name,
+                "kernel": "lattice",
+                "args": settings_args(settings),
+                "group": "lattice-amg",
+                "max_bytes": None,
+                "note": f"fast budget {round(100 * f)}% of the {footprint} B footprint",
+            }
+            for f, _, name, _ in cases
+        ],
+        "multiples": [footprint / b for _, b, _, _ in cases],
+        "modes": use,
+        "skipped_modes": skipped,
+        "repeat": repeat,
+        "budget_bytes": footprint,
+        "footprint_bytes": footprint,
+        "threads": 1,
+        "storage": None,
+        "kernel_reps": 1,
+        "probe": cache.load("probe"),
+    }
+    (outdir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    records = []
+    with open(outdir / "runs.jsonl", "w") as log:
+        for rep in range(repeat):
+            for i, (_f, budget, name, placement) in enumerate(cases):
+                k = (rep + i) % len(use)
+                for mode in use[k:] + use[:k]:
+                    rec = _modes_one(settings, name, footprint, budget, mode, rep, placement)
+                    records.append(rec)
+                    log.write(json.dumps(rec) + "\n")
+                    log.flush()
+    return records
+
+
+def _modes_one(
+    settings: dict[str, str],
+    name: str,
+    footprint: int,
+    budget: int,
+    mode: str,
+    rep: int,
+    placement: Path,
+) -> dict[str, Any]:
+    import time
+
+    with tempfile.TemporaryDirectory(prefix="hm-lattice-mode-") as tmp:
+        res_path, stats_path = Path(tmp) / "result.json", Path(tmp) / "stats.json"
+        cmd = ["run", "--mode", mode, "--fast-budget", str(budget), "--stats", str(stats_path)]
+        if mode in ("flat", "hybrid"):
+            cmd += ["--placement", str(placement)]
+        kcmd = _lattice_cmd(settings, res_path)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                _hetmem([*cmd, "--", *kcmd]), capture_output=True, text=True, env=mpi_env(1)
+            )
+            rc, err = proc.returncode, proc.stderr
+        except OSError as e:
+            rc, err = -1, str(e)
+        wall = time.perf_counter() - t0
+        result = stats = None
+        try:
+            result = json.loads(res_path.read_text())
+        except (OSError, ValueError):
+            pass
+        try:
+            stats = json.loads(stats_path.read_text())
+        except (OSError, ValueError):
+            pass
+    error = ""
+    time_s = None
+    if rc != 0:
+        error = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
+    elif not result:
+        error = "hm-lattice wrote no JSON result"
+    else:
+        solves = result.get("solves") or []
+        ok = bool(solves) and all(s.get("converged") for s in solves)
+        time_s = result["phases"]["setup_s"] + sum(s["time_s"] for s in solves)
+        result = {**result, "verified": ok, "time_s": time_s}
+        if not ok:
+            error = "solve did not converge"
+    return {
+        "schema_version": 1,
+        "case": name,
+        "kernel": "lattice",
+        "group": "lattice-amg",
+        "multiple": footprint / budget,
+        "size_bytes": footprint,
+        "mode": mode,
+        "rep": rep,
+        "budget_bytes": budget,
+        "threads": 1,
+        "command": kcmd,
+        "exit_code": rc,
+        "wall_s": wall,
+        "time_s": time_s,
+        "result": result,
+        "run_stats": stats,
+        "error": error,
+        "finished": __import__("time").time(),
+    }
+
+
+def modes_table(records: list[dict[str, Any]]) -> list[list[str]]:
+    """Rows: budget case, mode, solver seconds, efficiency t_dram / t_mode."""
+    dram = {(r["case"], r["rep"]): r["time_s"] for r in records if r["mode"] == "dram"}
+    rows = []
+    for r in records:
+        t, base = r["time_s"], dram.get((r["case"], r["rep"]))
+        eff = f"{base / t:.2f}" if t and base else "-"
+        rows.append(
+            [
+                r["case"],
+                f"{r['budget_bytes'] / 2**20:.0f} MiB",
+                r["mode"],
+                f"{t:.2f}" if t else "-",
+                eff,
+                r["error"] or "ok",
+            ]
+        )
+    return rows
+
+
 def many_nodes_command(nodes: int = 16, per_node: int = 4) -> str:
     ranks = nodes * per_node
     return (
@@ -289,15 +494,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--parts",
         default="dirac,solve,scaling,halo",
-        help="comma list of dirac, solve, scaling, halo (default: all)",
+        help="comma list of dirac, solve, scaling, halo, modes (default: all but modes)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        help="results folder for --parts modes (for `hetmem report DIR`)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    bad = [p for p in parts if p not in ("dirac", "solve", "scaling", "halo")]
+    bad = [p for p in parts if p not in ("dirac", "solve", "scaling", "halo", "modes")]
     if bad:
-        raise UsageError(f"unknown part '{bad[0]}' (parts: dirac, solve, scaling, halo)")
+        raise UsageError(f"unknown part '{bad[0]}' (parts: dirac, solve, scaling, halo, modes)")
+    if "modes" in parts and args.output is None:
+        raise UsageError("--parts modes needs -o DIR (the benchmark results folder)")
     field = QUICK_FIELD if args.quick else SOLVE_FIELD
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -329,6 +543,9 @@ def run(args: argparse.Namespace) -> int:
         result["scaling"] = bench_scaling(QUICK_FIELD, args.threads)
     if "halo" in parts:
         result["halo"] = bench_halo([2] if args.quick else [2, 4])
+    if "modes" in parts:
+        recs = bench_modes(args.output)
+        result["modes"] = {"folder": str(args.output), "runs": recs}
     result["many_nodes_command"] = many_nodes_command()
     result["all_targets_met"] = ok
     if args.json:
@@ -414,5 +631,12 @@ def _print(r: dict[str, Any]) -> None:
                 ["message bytes", "GB/s per rank"],
                 [[str(p["message_bytes"]), f"{p['gbs_per_rank']:.3f}"] for p in h["points"]],
             )
+    if "modes" in r:
+        output.table(
+            f"hm-lattice AMG under hetmem run modes ({r['modes']['folder']}; "
+            "efficiency = t_dram / t_mode)",
+            ["case", "fast budget", "mode", "setup+solve s", "efficiency", "status"],
+            modes_table(r["modes"]["runs"]),
+        )
     con.print(f"many nodes: {r['many_nodes_command']}")
     con.print("all targets met" if r["all_targets_met"] else "a target was missed")
