@@ -8,11 +8,11 @@
 cplx vdot(const geom_t *g, const cplx *a, const cplx *b, long n)
 {
     double re = 0, im = 0;
-#pragma omp parallel for reduction(+ : re, im) schedule(static)
+    const double *pa = (const double *)a, *pb = (const double *)b;
+#pragma omp parallel for simd reduction(+ : re, im) schedule(static)
     for (long i = 0; i < n; i++) {
-        cplx t = conj(a[i]) * b[i];
-        re += creal(t);
-        im += cimag(t);
+        re += pa[2 * i] * pb[2 * i] + pa[2 * i + 1] * pb[2 * i + 1];
+        im += pa[2 * i] * pb[2 * i + 1] - pa[2 * i + 1] * pb[2 * i];
     }
     double s[2] = {re, im}, r[2];
     MPI_Allreduce(s, r, 2, MPI_DOUBLE, MPI_SUM, g->comm);
