@@ -228,10 +228,11 @@ void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc)
 }
 
 /* t = -1/2 (1 -/+ gamma_mu) (U or U^H) w, full 12-vector, in double */
-static void hop12(cplx *t, const cplxf *U, const cplxf *w, int mu, int bwd)
+static void hop12(cplx *t, const cplxf *U, const cplxf *w, int mu, int bwd, int h2)
 {
-    cplx u[12];
-    for (int s = 0; s < 4; s++)
+    /* w is nonzero only on the spins of half h2 */
+    cplx u[12] = {0};
+    for (int s = 2 * h2; s < 2 * h2 + 2; s++)
         for (int i = 0; i < 3; i++) {
             cplx acc = 0;
             for (int j = 0; j < 3; j++)
@@ -242,7 +243,7 @@ static void hop12(cplx *t, const cplxf *U, const cplxf *w, int mu, int bwd)
     for (int s = 0; s < 4; s++)
         for (int c = 0; c < 3; c++) {
             cplx acc = u[3 * s + c];
-            for (int r = 0; r < 4; r++)
+            for (int r = 2 * h2; r < 2 * h2 + 2; r++)
                 if (lat_gamma[mu][s][r] != 0)
                     acc += sg * lat_gamma[mu][s][r] * u[3 * r + c];
             t[3 * s + c] = -0.5 * acc;
@@ -335,9 +336,9 @@ static LAT_FAST void assemble_block(mg_t *M, int c, double *acc, float *buf)
                     memcpy(w + 6 * h2, src + 6 * h2, 6 * sizeof(cplxf));
                     if (y < 0 && bwd) {
                         /* already U^H w: apply only the spin part */
-                        hop12(t, one, w, mu, 1);
+                        hop12(t, one, w, mu, 1, h2);
                     } else {
-                        hop12(t, U, w, mu, bwd);
+                        hop12(t, U, w, mu, bwd, h2);
                     }
                     int col = h2 * N + j;
                     for (int a = 0; a < 12; a++) {
