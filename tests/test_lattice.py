@@ -81,3 +81,49 @@ def test_dirac_bandwidth_below_stream():
 def test_many_nodes_command_names_mapping():
     cmd = lattice.many_nodes_command(nodes=4, per_node=2)
     assert "-n 8" in cmd and "mapping=node-blocked" in cmd and "ranks per node=2" in cmd
+
+
+def test_dram_bound_uses_same_thread_count(monkeypatch):
+    probe = {
+        "tiers": [
+            {
+                "name": "node0",
+                "kind": "memory",
+                "stream": [
+                    {"threads": 1, "triad_gbs": 12.0},
+                    {"threads": 2, "triad_gbs": 16.0},
+                ],
+                "best": {"triad_gbs": 16.0, "threads": 2},
+            },
+            {"name": "storage:/var/tmp", "kind": "storage", "seq_read_gbs": 2.6},
+        ]
+    }
+    monkeypatch.setattr(lattice.cache, "load", lambda name: probe if name == "probe" else None)
+    gbs, src = lattice.dram_bandwidth(1)
+    assert gbs == 12.0 and "1 thread" in src
+    gbs, src = lattice.dram_bandwidth(2)
+    assert gbs == 16.0 and "2 thread" in src
+
+
+def test_bench_modes_writes_results_folder(tmp_path):
+    from hetmem.harness import load_runs
+
+    out = tmp_path / "modes"
+    recs = lattice.bench_modes(
+        out,
+        settings={**TINY, "solver": "amg", "restart": "25"},
+        fractions=(0.5,),
+        modes=("dram", "cache"),
+    )
+    manifest = __import__("json").loads((out / "manifest.json").read_text())
+    assert manifest["schema_version"] == 1 and manifest["cases"][0]["name"] == "lattice-amg-50pct"
+    runs = load_runs(out)
+    assert [r["mode"] for r in runs] == [r["mode"] for r in recs]
+    assert "dram" in {r["mode"] for r in runs}
+    for r in runs:
+        assert r["error"] == "", r["error"]
+        assert r["result"]["verified"] and r["time_s"] > 0
+        assert r["multiple"] == pytest.approx(r["size_bytes"] / r["budget_bytes"])
+        assert r["size_bytes"] == manifest["footprint_bytes"]
+    rows = lattice.modes_table(runs)
+    assert {row[2] for row in rows} == {r["mode"] for r in runs}
