@@ -203,7 +203,7 @@ void dirac_free(dirac_t *D)
 void dirac_apply(dirac_t *D, cplx *out, const cplx *in)
 {
     double t = wtime();
-    apply_impl_d(D, out, in);
+    apply_impl_d(D, out, in, NULL, 0);
     D->tapply += wtime() - t;
     D->napply++;
 }
@@ -211,7 +211,15 @@ void dirac_apply(dirac_t *D, cplx *out, const cplx *in)
 void dirac_apply_f(dirac_t *D, cplxf *out, const cplxf *in)
 {
     double t = wtime();
-    apply_impl_f(D, out, in);
+    apply_impl_f(D, out, in, NULL, 0);
+    D->tapplyf += wtime() - t;
+    D->napplyf++;
+}
+
+void dirac_apply_sites_f(dirac_t *D, cplxf *out, const cplxf *in, const int *sites, int ns)
+{
+    double t = wtime();
+    apply_impl_f(D, out, in, sites, ns);
     D->tapplyf += wtime() - t;
     D->napplyf++;
 }

@@ -144,8 +144,9 @@ static HM_FAST void SFX(sites)(CPLX *restrict out, const CPLX *restrict in, cons
         SFX(site)(out, in, U, A, nb, NULL, 0, x);
 }
 
-/* the sites of one block, Dirichlet at the block boundary (single only) */
-static HM_FAST __attribute__((unused)) void SFX(bsites)(CPLX *restrict out, const CPLX *restrict in, const CPLX *restrict U,
+/* the listed sites; with blk, only hops within block b (Dirichlet at the
+ * block boundary) */
+static HM_FAST void SFX(bsites)(CPLX *restrict out, const CPLX *restrict in, const CPLX *restrict U,
                                 const CPLX *restrict A, const int *restrict nb, const int *sites, int ns,
                                 const int *blk, int b)
 {
@@ -153,7 +154,10 @@ static HM_FAST __attribute__((unused)) void SFX(bsites)(CPLX *restrict out, cons
         SFX(site)(out, in, U, A, nb, blk, b, sites[k]);
 }
 
-static void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *restrict in)
+/* list: when given, only the interior sites list[0..nlist-1] are computed
+ * (the face corrections still touch every face site) */
+static void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *restrict in, const int *list,
+                            int nlist)
 {
     const geom_t *g = D->g;
     const CPLX *U = D->FIELD_U, *A = D->FIELD_A;
@@ -194,8 +198,12 @@ static void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *restrict
 #else
         int nt = 1, id = 0;
 #endif
-        int x0 = (int)((long)V * id / nt), x1 = (int)((long)V * (id + 1) / nt);
-        SFX(sites)(out, in, U, A, nb, x0, x1);
+        int n = list ? nlist : V;
+        int x0 = (int)((long)n * id / nt), x1 = (int)((long)n * (id + 1) / nt);
+        if (list)
+            SFX(bsites)(out, in, U, A, nb, list + x0, x1 - x0, NULL, 0);
+        else
+            SFX(sites)(out, in, U, A, nb, x0, x1);
     }
     halo_wait(h);
     for (int mu = 0; mu < 4; mu++) {

@@ -148,6 +148,8 @@ int dirac_init(dirac_t *D, const geom_t *g, const gauge_t *G, double m0, double 
 void dirac_free(dirac_t *D);
 void dirac_apply(dirac_t *D, cplx *out, const cplx *in);
 void dirac_apply_f(dirac_t *D, cplxf *out, const cplxf *in);
+/* out = D in on the listed sites only (other sites of out: unspecified), single */
+void dirac_apply_sites_f(dirac_t *D, cplxf *out, const cplxf *in, const int *sites, int ns);
 /* block-restricted operator (Dirichlet at the block boundary), single */
 void dirac_block_f(const dirac_t *D, const int *sites, int ns, const int *blk, int b,
                    cplxf *out, const cplxf *in);
@@ -182,6 +184,8 @@ typedef struct {
     int *bsite;           /* [nblk][bsites] eo indices */
     int *blk;             /* [V] block of each site */
     int *bcolor;          /* [nblk] red/black */
+    int *csite[2];        /* sites of the red / black blocks */
+    int ncsite[2];
     geom_t cg;            /* coarse geometry (one site per block) */
     int N, k;             /* test vectors, k = 2N coarse dof */
     cplxf *W;             /* [N][V*12] orthonormalised test vectors (P) */

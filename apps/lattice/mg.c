@@ -88,10 +88,15 @@ void sap(mg_t *M, cplxf *x, const cplxf *b, int sweeps, int zero_guess)
             if (zero_guess && sw == 0 && col == 0) {
                 memcpy(M->r, b, sizeof(cplxf) * (size_t)n);
             } else {
-                dirac_apply_f(M->D, M->r, x);
+                /* the residual is only read on this colour's blocks */
+                const int *cs = M->csite[col];
+                dirac_apply_sites_f(M->D, M->r, x, cs, M->ncsite[col]);
 #pragma omp parallel for schedule(static)
-                for (long i = 0; i < n; i++)
-                    M->r[i] = b[i] - M->r[i];
+                for (int q = 0; q < M->ncsite[col]; q++)
+                    for (int a = 0; a < 12; a++) {
+                        size_t i = 12 * (size_t)cs[q] + a;
+                        M->r[i] = b[i] - M->r[i];
+                    }
             }
 #pragma omp parallel for schedule(dynamic)
             for (int c = 0; c < M->nblk; c++) {
@@ -717,6 +722,14 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
         M->bcolor[c] = par & 1;
     }
     free(fill);
+    for (int col = 0; col < 2; col++) {
+        M->csite[col] = malloc(sizeof(int) * (size_t)g->V);
+        M->ncsite[col] = 0;
+    }
+    for (int x = 0; x < g->V; x++) {
+        int col = M->bcolor[M->blk[x]];
+        M->csite[col][M->ncsite[col]++] = x;
+    }
     size_t V12 = 12 * (size_t)g->V, n = V12 * sizeof(cplxf);
     long nc = (long)M->k * M->cg.V;
     M->W = lat_alloc_testvec(n * (size_t)M->N);
@@ -798,6 +811,8 @@ void mg_free(mg_t *M)
     free(M->bsite);
     free(M->blk);
     free(M->bcolor);
+    free(M->csite[0]);
+    free(M->csite[1]);
     lat_free(M->W);
     lat_free(M->TV);
     lat_free(M->Dc);
