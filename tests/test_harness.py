@@ -159,3 +159,13 @@ def test_report_rejects_non_result_folder(tmp_path):
 def test_report_cli_bad_folder(hetmem, tmp_path):
     proc = hetmem("report", str(tmp_path / "missing"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_swap_oom_is_the_baselines_result_not_a_failure():
+    runs = [
+        _record("lu-tiled", 4.0, "dram", 0, 1.0),
+        {**_record("lu-tiled", 4.0, "swap", 0, None, error="killed"), "error_kind": "baseline-oom"},
+        {**_record("lu-tiled", 4.0, "cache", 0, None, error="bad"), "error_kind": "verify"},
+    ]
+    hard = harness.hard_failures(runs)
+    assert [r["mode"] for r in hard] == ["cache"]

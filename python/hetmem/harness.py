@@ -326,12 +326,18 @@ def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) ->
                 stats = None
     result = _kernel_json(out)
     error = ""
+    error_kind = ""
     if rc != 0:
         error = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
+        # Linux swap under a tight memory cgroup can OOM-kill the program:
+        # that is the baseline's own result (what a user would get), not a
+        # failure of the harness or of hetmem.
+        oom = ((stats or {}).get("swap") or {}).get("oom_kill")
+        error_kind = "baseline-oom" if mode == "swap" and oom else "exit"
     elif result is None:
-        error = "kernel printed no JSON result"
+        error, error_kind = "kernel printed no JSON result", "output"
     elif not result.get("verified", False):
-        error = "kernel result not verified"
+        error, error_kind = "kernel result not verified", "verify"
     return {
         "schema_version": SCHEMA_VERSION,
         "case": case.name,
@@ -350,6 +356,7 @@ def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) ->
         "result": result,
         "run_stats": stats,
         "error": error,
+        "error_kind": error_kind,
         "finished": time.time(),
     }
 
@@ -427,6 +434,13 @@ def execute(
     if on_progress:
         on_progress(total, total, "done")
     return load_runs(plan.outdir)
+
+
+def hard_failures(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Failed runs that count against hetmem (a baseline OOM-killed does not)."""
+    return [
+        r for r in latest_runs(runs) if r.get("error") and r.get("error_kind") != "baseline-oom"
+    ]
 
 
 def latest_runs(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

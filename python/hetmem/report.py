@@ -23,7 +23,13 @@ from typing import Any
 
 from hetmem import __version__
 from hetmem.errors import SchemaError
-from hetmem.harness import SCHEMA_VERSION, efficiency_table, latest_runs, load_runs
+from hetmem.harness import (
+    SCHEMA_VERSION,
+    efficiency_table,
+    hard_failures,
+    latest_runs,
+    load_runs,
+)
 
 REPORT_SCHEMA_VERSION = 1
 MODE_COLORS = {
@@ -386,8 +392,10 @@ def build(dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
         "summary": summ,
         "checks": checks,
         "failed_runs": [
-            {k: r.get(k) for k in ("case", "multiple", "mode", "rep", "error")} for r in failures
+            {k: r.get(k) for k in ("case", "multiple", "mode", "rep", "error", "error_kind")}
+            for r in failures
         ],
+        "hard_failures": len(hard_failures(runs)),
     }
     figs = [
         (
@@ -475,8 +483,11 @@ def build(dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
         parts.append("<h2>Failed runs</h2>")
         parts.append(
             _table(
-                ["case", "x budget", "mode", "rep", "error"],
-                [[f["case"], f["multiple"], f["mode"], f["rep"], f["error"]] for f in failures],
+                ["case", "x budget", "mode", "rep", "kind", "error"],
+                [
+                    [f["case"], f["multiple"], f["mode"], f["rep"], f.get("error_kind"), f["error"]]
+                    for f in failures
+                ],
             )
         )
     parts.append("<h2>Machine and probe</h2>")

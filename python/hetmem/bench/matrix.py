@@ -199,7 +199,7 @@ class MatrixSuite:
             output.print_json(data)
         else:
             print_summary(data)
-        return 1 if data["failed_runs"] else 0
+        return 1 if data["hard_failures"] else 0
 
 
 _MATRIX_DESC = (

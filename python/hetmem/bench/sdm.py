@@ -176,4 +176,4 @@ def run(args: argparse.Namespace) -> int:
             "software-defined memory targets", ["target", "measured", "goal", "", ""], rows
         )
     missed = any(t["pass"] is False for t in targets)
-    return 1 if missed or data["failed_runs"] else 0
+    return 1 if missed or data["hard_failures"] else 0

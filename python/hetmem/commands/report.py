@@ -55,5 +55,9 @@ class Command:
             verdict = "PASS" if c["pass"] else "FAIL"
             output.console().print(f"{verdict}  {c['check']}: ratio {c['ratio']:.2f} ({c['rule']})")
         if data["failed_runs"]:
-            output.console().print(f"{len(data['failed_runs'])} failed run(s): see the report")
+            oom = len(data["failed_runs"]) - data["hard_failures"]
+            output.console().print(
+                f"{len(data['failed_runs'])} failed run(s), {oom} of them the swap baseline "
+                "OOM-killed in its memory cgroup: see the report"
+            )
         return 0
