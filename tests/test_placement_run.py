@@ -186,6 +186,10 @@ def test_other_depth_and_aslr_still_match(profiled: dict[str, Any], tmp_path: Pa
     assert prof.load(path).header["depth"] == 3
     placement = tmp_path / "d3.toml"
     run_hetmem("advise", str(path), "--fast-budget", str(3 * HOT), "-o", str(placement), check=True)
+    # Which sites the advisor pins depends on the sampled accesses of this
+    # short run; what this test checks is that the depth-3 sites are matched
+    # by depth-8 stacks and routed to the tier the placement gave each one.
+    wanted = {s.id: s.tier for s in placement_mod.load(placement).sites}
     for i in range(2):
         stats = tmp_path / f"s{i}.json"
         proc = _run_place(profiled, "flat", stats, placement)
@@ -193,7 +197,10 @@ def test_other_depth_and_aslr_still_match(profiled: dict[str, Any], tmp_path: Pa
         pl = json.loads(stats.read_text())["placement"]
         assert pl["unmatched"]["allocations"] == 0
         assert sum(s["allocations"] for s in pl["sites"]) == 5
-        assert sum(1 for s in pl["sites"] if s["tier"] == 0 and s["bytes"][0] == HOT) == 2
+        for s in pl["sites"]:
+            if s["allocations"]:
+                assert s["tier"] == wanted[s["id"]], s
+                assert s["bytes"][s["tier"]] > 0 or s["overflows"] > 0, s
 
 
 @needs_pager
