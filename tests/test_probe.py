@@ -202,6 +202,8 @@ def test_bench_dir_resolution(tmp_path, monkeypatch):
     from hetmem import bench
     from hetmem.errors import EnvironmentProblem
 
+    # No build tree or installed package behind it: only HETMEM_BENCHDIR.
+    monkeypatch.setenv("HETMEM_LIBDIR", str(tmp_path / "nolib" / "_lib"))
     monkeypatch.setenv("HETMEM_BENCHDIR", str(tmp_path))
     assert bench.bench_dir() == tmp_path
     with pytest.raises(EnvironmentProblem):

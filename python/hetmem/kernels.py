@@ -18,8 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hetmem._native import library_dir
-from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError, UsageError
+from hetmem.errors import HetmemError, SchemaError, UsageError
 
 SCHEMA_VERSION = 1
 KERNELS = ("stream", "poly", "scan", "gemm", "lu", "fft", "chase", "gups")
@@ -56,33 +55,13 @@ class KernelVerificationError(KernelFailed):
     """A kernel computed a wrong result (exit code 3)."""
 
 
-def search_dirs() -> list[Path]:
-    """Folders searched for hm-kernel-* programs, in order."""
-    dirs: list[Path] = []
-    env = os.environ.get("HETMEM_BENCHDIR")
-    if env:
-        # Either the kernels' own folder or the bench folder above it.
-        dirs += [Path(env), Path(env) / "kernels"]
-    lib = library_dir()
-    dirs.append(lib / "bench" / "kernels")  # a development build tree
-    dirs.append(lib.parent / "_bench")  # the installed package
-    return dirs
-
-
 def kernel_path(name: str) -> Path:
     """Path of the hm-kernel-<name> program; EnvironmentProblem if none is built."""
+    from hetmem.bench import find_program
+
     if name not in KERNELS:
         raise UsageError(f"unknown kernel '{name}' (known: {', '.join(KERNELS)})")
-    dirs = search_dirs()
-    for d in dirs:
-        p = d / f"{PREFIX}{name}"
-        if p.is_file() and os.access(p, os.X_OK):
-            return p
-    where = ", ".join(str(d) for d in dirs)
-    raise EnvironmentProblem(
-        f"{PREFIX}{name} not found (looked in {where}); reinstall hetmem "
-        "or set HETMEM_BENCHDIR to a build tree's bench/kernels folder"
-    )
+    return find_program(f"{PREFIX}{name}")
 
 
 def parse_result(stdout: str) -> dict[str, Any]:

@@ -38,12 +38,27 @@ def bench_dir() -> Path:
     return lib.parent / "_bench"
 
 
+def search_dirs() -> list[Path]:
+    """Folders searched for benchmark programs, in order: $HETMEM_BENCHDIR (and
+    its kernels/ subfolder), a development build tree's bench/ and bench/kernels/
+    beside $HETMEM_LIBDIR, then the installed package's _bench folder."""
+    dirs: list[Path] = []
+    env = os.environ.get("HETMEM_BENCHDIR")
+    if env:
+        dirs += [Path(env), Path(env) / "kernels"]
+    lib = library_dir()
+    dirs += [lib / "bench", lib / "bench" / "kernels", lib.parent / "_bench"]
+    return dirs
+
+
 def find_program(name: str) -> Path:
     """Path of a benchmark program, or EnvironmentProblem naming where it looked."""
-    path = bench_dir() / name
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise EnvironmentProblem(
-            f"benchmark program {name} not found in {path.parent} "
-            "(reinstall hetmem, or set HETMEM_BENCHDIR to a build tree's bench folder)"
-        )
-    return path
+    dirs = search_dirs()
+    for d in dirs:
+        path = d / name
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise EnvironmentProblem(
+        f"benchmark program {name} not found (looked in {', '.join(map(str, dirs))}); "
+        "reinstall hetmem, or set HETMEM_BENCHDIR to a build tree's bench folder"
+    )
