@@ -167,3 +167,12 @@ class Context:
 
     def options(self) -> list[dict[str, str]]:
         return self.call_json("hm_options_json")
+
+    def option(self, name: str) -> str:
+        """The effective text value of one option (from the one table)."""
+        return next(o["value"] for o in self.options() if o["name"] == name)
+
+    def default_storage_dir(self) -> str:
+        """The storage tier the runtime uses when none is given: the `storage`
+        option (HETMEM_STORAGE), else $TMPDIR, else /var/tmp."""
+        return self.option("storage") or os.environ.get("TMPDIR") or "/var/tmp"

@@ -71,12 +71,6 @@ def allowed_cpus() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def default_storage_dir(ctx: Context) -> str:
-    """The `storage` option, else $TMPDIR, else /var/tmp."""
-    opt = next((o["value"] for o in ctx.options() if o["name"] == "storage"), "")
-    return opt or os.environ.get("TMPDIR") or "/var/tmp"
-
-
 def storage_tier_name(path: str) -> str:
     return f"storage:{path}"
 
@@ -103,7 +97,7 @@ def make_plan(
             if not 1 <= t <= ncpu:
                 raise UsageError(f"--threads {t}: this process may use 1..{ncpu} CPUs")
     # Resolved like the tier inventory does, so that names match there.
-    dirs = [os.path.realpath(d) for d in (storage or [default_storage_dir(ctx)])]
+    dirs = [os.path.realpath(d) for d in (storage or [ctx.default_storage_dir()])]
     plan = Plan(
         quick=quick,
         nodes=list(dict.fromkeys(nodes)) if nodes else have,

@@ -75,10 +75,8 @@ def note(text: str) -> None:
 # ---------------------------------------------------------------------------
 def default_storage() -> Path:
     """The storage option's default, as the runtime resolves it."""
-    env = os.environ.get("HETMEM_STORAGE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("TMPDIR") or "/var/tmp")
+    with _native.Context() as ctx:
+        return Path(ctx.default_storage_dir())
 
 
 def check_storage(path: Path, need_bytes: int) -> None:

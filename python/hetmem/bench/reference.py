@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
             fio = shutil.which("fio")
             if not fio:
                 raise EnvironmentProblem("fio is not installed (Debian: apt-get install fio)")
-            sdir = os.path.realpath(args.storage or probe_mod.default_storage_dir(ctx))
+            sdir = os.path.realpath(args.storage or ctx.default_storage_dir())
             # Same checks as the probe (missing, read-only, tmpfs, too full).
             probe_mod.request(
                 ctx,
