@@ -169,3 +169,25 @@ def test_swap_oom_is_the_baselines_result_not_a_failure():
     ]
     hard = harness.hard_failures(runs)
     assert [r["mode"] for r in hard] == ["cache"]
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["kernels"], "name kernels"),
+        (["kernels", "nonesuch"], "unknown suite or kernel"),
+        (["kernels", "stream", "--fast-budget", "1M"], "at least 16MiB"),
+        (["kernels", "stream", "--fast-budget", "lots"], "not a size"),
+        (["kernels", "stream", "--sizes", "big"], "--sizes"),
+        (["kernels", "stream", "--modes", "turbo"], "unknown mode"),
+        (["kernels", "stream", "--repeat", "0"], "--repeat"),
+        (["imdt", "--storage", "/nonexistent/dir"], "does not exist"),
+    ],
+)
+def test_bench_bad_input_is_one_line_exit_2(hetmem, tmp_path, args, words):
+    proc = hetmem("bench", *args, "-o", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("note:")]
+    assert len(lines) == 1 and words in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "runs.jsonl").exists()
