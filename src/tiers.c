@@ -682,9 +682,10 @@ static int hm__add_storage(hm_ctx_t *ctx, struct hm_tiers_s *T, size_t *cap, con
   if (rc) return _hm_error(ctx, rc, "storage directory '%s': %s", dir, hm_strerror(rc));
   for (size_t i = 0; i < T->n; i++)
     if (T->v[i].path && !strcmp(T->v[i].path, real)) return 0; /* given twice */
-  uint64_t magic, total, avail;
-  rc = _hm_prim_statfs_dir(real, &magic, &total, &avail);
+  _hm_prim_fsinfo_t fs;
+  rc = _hm_prim_fs_info(real, &fs);
   if (rc) return _hm_error(ctx, rc, "storage directory '%s': %s", dir, hm_strerror(rc));
+  uint64_t magic = fs.fs_magic, total = fs.total_bytes, avail = fs.free_bytes;
   int od = _hm_prim_odirect_supported(real);
   if (od < 0)
     return _hm_error(ctx, od, "storage directory '%s': cannot create a file: %s", dir,

@@ -14,18 +14,6 @@
 
 #include "prim/prim.h"
 
-int _hm_prim_statfs_dir(const char *path, uint64_t *magic, uint64_t *total, uint64_t *avail) {
-  struct statfs fs;
-  struct statvfs vfs;
-  if (statfs(path, &fs) != 0) return -errno;
-  if (statvfs(path, &vfs) != 0) return -errno;
-  *magic = (uint64_t)(unsigned long)fs.f_type;
-  *total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
-  /* f_bavail: what an unprivileged writer may use, the honest "free". */
-  *avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-  return 0;
-}
-
 int _hm_prim_check_writable_dir(const char *path) {
   struct stat st;
   if (stat(path, &st) != 0) return -errno;

@@ -51,7 +51,8 @@ int _hm_prim_allowed_cpus(int *cpus, int max);
 int _hm_prim_set_thread_cpus(const int *cpus, int n);
 uint64_t _hm_prim_now_ns(void); /* CLOCK_MONOTONIC */
 
-/* ---- Storage tier: files and io_uring (prim/uring.c) ---- */
+/* ---- Storage tier: files and io_uring (prim/uring.c); _hm_prim_fs_info is
+ * the one statfs of a storage directory (size, free space, fs type) ---- */
 typedef struct _hm_prim_fsinfo_s {
   uint64_t free_bytes;  /* available to unprivileged users */
   uint64_t total_bytes;
@@ -78,8 +79,6 @@ int _hm_prim_uring_submit(_hm_prim_uring_t *r);
 int _hm_prim_uring_wait(_hm_prim_uring_t *r, uint64_t *tag, int *res);
 
 /* ---- Storage directories (prim/fsinfo.c); real paths, never under a root ---- */
-/* statfs magic, size and space free to unprivileged writers, in bytes. */
-int _hm_prim_statfs_dir(const char *path, uint64_t *magic, uint64_t *total, uint64_t *avail);
 /* 0 if path is a directory this process may create files in; -ENOENT,
  * -ENOTDIR, -EROFS or -EACCES otherwise. */
 int _hm_prim_check_writable_dir(const char *path);

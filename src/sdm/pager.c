@@ -1133,9 +1133,9 @@ static int hm__check_dir(hm_ctx_t *ctx, const char *dir) {
     return _hm_error(ctx, fd, "cannot create a backing file in '%s': %s", dir, hm_strerror(fd));
   }
   close(fd);
-  uint64_t magic = 0, total = 0, avail = 0;
-  if (_hm_prim_statfs_dir(dir, &magic, &total, &avail) == 0 &&
-      (magic == 0x01021994ull || magic == 0x858458f6ull))
+  _hm_prim_fsinfo_t fs;
+  if (_hm_prim_fs_info(dir, &fs) == 0 &&
+      (fs.fs_magic == 0x01021994ull || fs.fs_magic == 0x858458f6ull))
     return _hm_error(ctx, -EINVAL,
                      "backing directory '%s' is on tmpfs/ramfs, which is memory, not a "
                      "storage tier: choose a directory on a disk",
