@@ -479,8 +479,15 @@ def test_cache_mode_target_checks_every_byte(storage: Path, tmp_path: Path) -> N
 
 @needs_pager
 @needs_target
-def test_cache_mode_sigkill_leaves_no_backing_files(storage: Path) -> None:
-    script = f"{TARGET} check 200 & pid=$!; sleep 1; kill -KILL $pid; wait $pid"
+def test_cache_mode_sigkill_leaves_no_backing_files(storage: Path, tmp_path: Path) -> None:
+    # killed only once its 64 MiB (4x the budget) are written through the
+    # pager, so the backing files exist at the moment of the kill on any machine
+    marker = tmp_path / "filled"
+    script = (
+        f"{TARGET} hold 64 {marker} & pid=$!; "
+        f"while [ ! -e {marker} ] && kill -0 $pid 2>/dev/null; do sleep 0.05; done; "
+        "kill -KILL $pid; wait $pid"
+    )
     proc = run_hetmem(
         "run",
         "--mode",

@@ -7,8 +7,13 @@
  * usage: hm_preload_target check TOTAL_MIB   full check (TOTAL: MiB of large data)
  *        hm_preload_target exit N            prints to stdout and stderr, exits N
  *        hm_preload_target child             what the fork+exec child runs
+ *        hm_preload_target hold MIB MARKER   fills MIB of large blocks, creates
+ *                                            MARKER, then keeps touching them
+ *                                            until killed (at most 120 s)
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <time.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -236,6 +241,29 @@ static void fork_exec(const char *self) {
   free(big);
 }
 
+/* For the kill tests: a test must kill the process while its pager regions
+ * are live, whatever the speed of the machine, so the marker says when the
+ * data is in place and the loop keeps faulting until the signal comes. The
+ * time limit keeps a broken test from leaving a process behind for long. */
+static int hold(const char *mib_arg, const char *marker) {
+  size_t mib = (size_t)strtoul(mib_arg, NULL, 10);
+  size_t n = mib / 4 + 1;
+  char **blocks = calloc(n, sizeof *blocks);
+  if (!blocks) return 1;
+  for (size_t i = 0; i < n; i++) {
+    blocks[i] = malloc(4 * MIB);
+    if (!blocks[i]) return 1;
+    fill(blocks[i], 4 * MIB, 300 + i);
+  }
+  int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return 1;
+  close(fd);
+  time_t end = time(NULL) + 120;
+  for (size_t i = 0; time(NULL) < end; i = (i + 1) % n)
+    if (verify(blocks[i], 4 * MIB, 300 + i) != 0) return 1;
+  return 3;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "exit") == 0) {
     printf("to stdout\n");
@@ -248,8 +276,9 @@ int main(int argc, char **argv) {
     if (failures) fprintf(stderr, "child: %d failures\n", failures);
     return failures ? 1 : 0;
   }
+  if (argc >= 4 && strcmp(argv[1], "hold") == 0) return hold(argv[2], argv[3]);
   if (argc < 3 || strcmp(argv[1], "check") != 0) {
-    fprintf(stderr, "usage: %s check TOTAL_MIB | exit N | child\n", argv[0]);
+    fprintf(stderr, "usage: %s check TOTAL_MIB | exit N | child | hold MIB MARKER\n", argv[0]);
     return 2;
   }
   size_t total = (size_t)strtoul(argv[2], NULL, 10);
