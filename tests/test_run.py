@@ -318,31 +318,27 @@ def test_swap_without_root_is_refused(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------
 # swap baseline
 # ---------------------------------------------------------------------------
+def _run_target_check(
+    mode: str, budget: str, storage: Path, stats: Path, mib: int, *extra: str
+) -> dict:
+    """Runs the target's full check of MIB MiB under MODE; returns its stats."""
+    proc = run_hetmem(
+        "run", "--mode", mode, "--fast-budget", budget, *extra,
+        "--storage", str(storage), "--stats", str(stats),
+        "--", str(TARGET), "check", str(mib),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "failures=0" in proc.stdout
+    data = json.loads(stats.read_text())
+    assert data["mode"] == mode and data["exit_code"] == 0
+    return data
+
+
 @needs_root
 @needs_target
 def test_swap_mode_runs_beyond_budget_and_cleans_up(storage: Path, tmp_path: Path) -> None:
     stats = tmp_path / "swap.json"
-    proc = run_hetmem(
-        "run",
-        "--mode",
-        "swap",
-        "--fast-budget",
-        "48M",
-        "--swap-size",
-        "512M",
-        "--storage",
-        str(storage),
-        "--stats",
-        str(stats),
-        "--",
-        str(TARGET),
-        "check",
-        "160",
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "failures=0" in proc.stdout
-    data = json.loads(stats.read_text())
-    assert data["mode"] == "swap" and data["exit_code"] == 0
+    data = _run_target_check("swap", "48M", storage, stats, 160, "--swap-size", "512M")
     sw = data["swap"]
     assert sw["limit_bytes"] == 48 << 20
     assert sw["max_usage_bytes"] <= 48 << 20
@@ -440,25 +436,7 @@ def test_preload_without_budget_fails_at_init_with_one_line() -> None:
 @needs_target
 def test_cache_mode_target_checks_every_byte(storage: Path, tmp_path: Path) -> None:
     stats = tmp_path / "cache.json"
-    proc = run_hetmem(
-        "run",
-        "--mode",
-        "cache",
-        "--fast-budget",
-        "16M",
-        "--storage",
-        str(storage),
-        "--stats",
-        str(stats),
-        "--",
-        str(TARGET),
-        "check",
-        "64",
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "failures=0" in proc.stdout
-    data = json.loads(stats.read_text())
-    assert data["mode"] == "cache" and data["exit_code"] == 0
+    data = _run_target_check("cache", "16M", storage, stats, 64)
     procs = data["processes"]
     assert len(procs) >= 2  # the target and the child it fork+execs
     ip = data["interposer"]
