@@ -151,6 +151,9 @@ BAD_ARGS = [
     ("poly", ["--variant", "inplace"]),
     ("scan", ["--threads", "0"]),
     ("scan", ["--reps", "many"]),
+    ("scan", ["--min-time", "-1"]),
+    ("scan", ["--min-time", "soon"]),
+    ("stream", ["--op", "all", "--reps", "201"]),
     ("scan", ["--bytes"]),
     ("gemm", ["--variant", "strassen"]),
     ("lu", ["--tile", "4"]),
@@ -207,6 +210,52 @@ def test_wrong_result_fails_the_run(name: str, args: list[str]) -> None:
         kernels.run_kernel(name, full)
     # the same run without the injected error passes
     assert kernels.run_kernel(name, with_defaults(args))["verified"] is True
+
+
+# Every kernel repeats past --reps under --min-time (the runs are tiny, so a
+# few milliseconds of minimum time always takes more than one repetition).
+MIN_TIME = [
+    ("stream", ["--op", "triad", "--bytes", "96K"]),
+    ("poly", ["--variant", "ro", "--degree", "4", "--bytes", "64K"]),
+    ("scan", ["--variant", "rmw", "--bytes", "64K"]),
+    ("gemm", ["--variant", "blas", "--bytes", "96K"]),
+    ("lu", ["--variant", "tiled", "--bytes", "256K"]),
+    ("fft", ["--bytes", "64K"]),
+    ("chase", ["--loads", "1000", "--bytes", "64K"]),
+    ("gups", ["--variant", "update", "--bytes", "64K", "--updates", "1000"]),
+    ("gups", ["--variant", "read4k", "--bytes", "256K", "--updates", "8"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "args"), MIN_TIME, ids=[f"{k}-{'-'.join(a)}" for k, a in MIN_TIME]
+)
+def test_min_time_repeats_until_reached_and_stays_verified(name: str, args: list[str]) -> None:
+    res = kernels.run_kernel(name, [*args, "--reps", "1", "--min-time", "0.02", "--threads", "2"])
+    assert res["verified"] is True
+    assert res["min_time_s"] == 0.02
+    assert res["reps"] == len(res["times_s"])
+    # it repeats until the timed repetitions reach the minimum, and stops at
+    # the first one that does (a loaded machine may get there in one)
+    assert sum(res["times_s"][:-1]) < 0.02 <= sum(res["times_s"])
+    assert res["time_best_s"] == min(res["times_s"])
+    # a wrong result still fails however many repetitions ran
+    proc = run_raw(name, *args, "--reps", "1", "--min-time", "0.02", "--inject-error")
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+
+
+def test_min_time_repeats_past_reps() -> None:
+    res = kernels.run_kernel("scan", ["--bytes", "64K", "--reps", "2", "--min-time", "0.05"])
+    assert len(res["times_s"]) > 2
+    assert res["reps"] == len(res["times_s"])
+    assert sum(res["times_s"][:-1]) < 0.05 <= sum(res["times_s"])
+
+
+def test_min_time_stops_at_the_kernels_cap() -> None:
+    # STREAM --op all grows its values 15x per repetition: 200 at most
+    res = kernels.run_kernel("stream", ["--bytes", "24K", "--reps", "1", "--min-time", "3600"])
+    assert res["reps"] == len(res["times_s"]) == 200
+    assert res["verified"] is True
 
 
 def test_help_lists_flags() -> None:

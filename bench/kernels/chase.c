@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
   /* A broken link: thread 0's start skips its successor. */
   if (a.inject_error) nodes[start[0]].next = nodes[nodes[start[0]].next].next;
 
-  for (int rep = 0; rep < a.reps; rep++) {
+  for (int rep = 0; hmk_more(&a, &r); rep++) {
     double st = hmk_now();
 #pragma omp parallel num_threads(T)
     {

@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
     }
   r.init_s = hmk_now() - t0;
 
-  for (int rep = 0; rep < a.reps; rep++) {
+  while (hmk_more(&a, &r)) {
     double s = hmk_now();
     if (blas)
       cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0, A, (int)n, B, (int)n,

@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
 #pragma omp parallel for schedule(static)
     for (uint64_t i = 0; i < size; i++) table[i] = i;
     r.init_s = hmk_now() - t0;
-    for (int rep = 0; rep < a.reps; rep++) {
+    for (int rep = 0; hmk_more(&a, &r); rep++) {
       double s = hmk_now();
       gups_pass(table, mask, (uint64_t)rep * updates, updates);
       r.times[r.n++] = hmk_now() - s;
@@ -173,8 +173,14 @@ int main(int argc, char **argv) {
 #pragma omp parallel for schedule(static)
   for (uint64_t i = 0; i < nw; i++) table[i] = i;
   r.init_s = hmk_now() - t0;
-  uint64_t *sums = hmk_alloc(sizeof(uint64_t) * (size_t)T * (size_t)a.reps);
-  for (int rep = 0; rep < a.reps; rep++) {
+  size_t sums_reps = (size_t)a.reps;
+  uint64_t *sums = hmk_alloc(sizeof(uint64_t) * (size_t)T * sums_reps);
+  for (int rep = 0; hmk_more(&a, &r); rep++) {
+    if ((size_t)rep >= sums_reps) { /* --min-time ran past --reps */
+      sums_reps *= 2;
+      sums = realloc(sums, sizeof(uint64_t) * (size_t)T * sums_reps);
+      if (!sums) hmk_fail(HMK_EXIT_RESOURCE, "out of memory");
+    }
     if (rd && a.inject_error && rep == a.reps - 1) table[pick(rep, 0, 0, 0, nblk) * BLOCK_WORDS] += 1;
     double s = hmk_now();
     if (rd)

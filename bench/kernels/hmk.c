@@ -87,6 +87,9 @@ static void hmk__usage(const hmk_args_t *a, const hmk_opt_t *opts, size_t nopts)
          (unsigned long long)a->bytes);
   printf("  --threads N        OpenMP threads (default: OMP_NUM_THREADS or all CPUs)\n");
   printf("  --reps N           timed repetitions (default %d)\n", a->reps);
+  printf("  --min-time SECONDS repeat past --reps until the timed repetitions sum to this\n"
+         "                     (default 0; at most %d repetitions)\n",
+         a->max_reps > 0 ? a->max_reps : 100000);
   printf("  --stat best|median which repetition time is time_s (default best)\n");
   if (a->variants) printf("  --variant %-8s variant (default %s)\n", a->variants, a->variant);
   for (size_t i = 0; i < nopts; i++) printf("  %-18s %s\n", opts[i].name, opts[i].help);
@@ -108,6 +111,7 @@ void hmk_parse(hmk_args_t *a, int argc, char **argv, const hmk_opt_t *opts, size
   hmk__name = a->kernel;
   a->threads = omp_get_max_threads();
   a->stat = "best";
+  a->min_time = 0.0;
   a->inject_error = 0;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
@@ -136,6 +140,7 @@ void hmk_parse(hmk_args_t *a, int argc, char **argv, const hmk_opt_t *opts, size
       if (strcmp(opts[k].name, flag) == 0) o = &opts[k];
     int is_flag = o && o->kind == HMK_OPT_FLAG;
     int known = o || !strcmp(flag, "--bytes") || !strcmp(flag, "--threads") || !strcmp(flag, "--reps") ||
+                 !strcmp(flag, "--min-time") ||
                 !strcmp(flag, "--stat") || (a->variants && !strcmp(flag, "--variant"));
     if (!known) hmk_fail(HMK_EXIT_USAGE, "unknown option '%s' (see --help)", flag);
     if (is_flag) {
@@ -154,6 +159,13 @@ void hmk_parse(hmk_args_t *a, int argc, char **argv, const hmk_opt_t *opts, size
       a->threads = (int)hmk__count(flag, val, 1, 4096);
     } else if (!strcmp(flag, "--reps")) {
       a->reps = (int)hmk__count(flag, val, 1, 100000);
+    } else if (!strcmp(flag, "--min-time")) {
+      char *end = NULL;
+      errno = 0;
+      double v = strtod(val, &end);
+      if (end == val || *end || errno == ERANGE || !isfinite(v) || v < 0 || v > 3600)
+        hmk_fail(HMK_EXIT_USAGE, "--min-time: '%s' is not a number of seconds in [0, 3600]", val);
+      a->min_time = v;
     } else if (!strcmp(flag, "--stat")) {
       if (!hmk__in_choices("best|median", val))
         hmk_fail(HMK_EXIT_USAGE, "--stat: '%s' is not one of best|median", val);
@@ -176,8 +188,25 @@ void hmk_parse(hmk_args_t *a, int argc, char **argv, const hmk_opt_t *opts, size
   if (a->bytes < a->min_bytes)
     hmk_fail(HMK_EXIT_USAGE, "--bytes %llu is too small (at least %llu for %s)",
              (unsigned long long)a->bytes, (unsigned long long)a->min_bytes, a->kernel);
+  if (a->max_reps > 0 && a->reps > a->max_reps)
+    hmk_fail(HMK_EXIT_USAGE, "--reps must be <= %d for %s", a->max_reps, a->kernel);
   omp_set_dynamic(0);
   omp_set_num_threads(a->threads);
+}
+
+int hmk_more(hmk_args_t *a, hmk_result_t *r) {
+  if (r->n < a->reps) return 1;
+  if (a->min_time <= 0.0) return 0;
+  int cap = a->max_reps > 0 ? a->max_reps : 100000;
+  if (r->n >= cap) return 0;
+  double sum = 0.0;
+  for (int i = 0; i < r->n; i++) sum += r->times[i];
+  if (sum >= a->min_time) return 0;
+  double *t = realloc(r->times, sizeof(double) * (size_t)(r->n + 1));
+  if (!t) hmk_fail(HMK_EXIT_RESOURCE, "out of memory");
+  r->times = t;
+  a->reps = r->n + 1;
+  return 1;
 }
 
 static void hmk__append(hmk_result_t *r, const char *s) {
@@ -268,6 +297,8 @@ void hmk_emit(const hmk_args_t *a, hmk_result_t *r) {
          "\"time_worst_s\":%s,\"bytes_moved\":%s,\"flops\":%s,\"gbs\":%s,\"gflops\":%s,"
          "\"init_s\":%s,",
          b1, a->stat, b2, b3, b4, b5, b6, b7, b8, b9);
+  hmk__fmt_num(b1, sizeof b1, a->min_time);
+  printf("\"min_time_s\":%s,", b1);
   hmk__fmt_num(b1, sizeof b1, r->verify_s);
   printf("\"verify_s\":%s,\"verified\":true%s}\n", b1, r->extra ? r->extra : "");
   fflush(stdout);

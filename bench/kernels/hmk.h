@@ -52,7 +52,9 @@ typedef struct {
   uint64_t bytes;       /* --bytes: total data footprint */
   uint64_t min_bytes;   /* smallest footprint the kernel accepts */
   int threads;          /* --threads */
-  int reps;             /* --reps */
+  int reps;             /* --reps; hmk_more raises it to the count that ran */
+  int max_reps;         /* most repetitions the kernel's check allows (0: no cap) */
+  double min_time;      /* --min-time: repeat until the timed reps sum to this */
   const char *stat;     /* --stat best|median: which time is time_s */
   int inject_error;     /* hidden --inject-error: corrupt the result */
   const char *summary;  /* one line for --help */
@@ -73,6 +75,16 @@ typedef struct {
  * caller fills kernel, summary, variants/variant (default), bytes (default),
  * min_bytes and reps (default) first. */
 void hmk_parse(hmk_args_t *a, int argc, char **argv, const hmk_opt_t *opts, size_t nopts);
+
+/* Loop condition of every kernel's timed loop:
+ *   for (int rep = 0; hmk_more(&a, &r); rep++) { time one repetition into r }
+ * True while fewer than --reps repetitions ran, then while the timed
+ * repetitions sum to less than --min-time (STREAM's convention: short runs
+ * are repeated until the clock and the machine's noise are small against
+ * them, and the best repetition is reported). Past --reps it grows r->times
+ * and sets a->reps to the number of repetitions that will have run, so
+ * checks that depend on the count read a->reps after the loop. */
+int hmk_more(hmk_args_t *a, hmk_result_t *r);
 
 /* Parses "4G", "512MiB", "1.5GB", "4096": K/M/G/T and KiB.. are powers of
  * 1024, kB/MB/GB/TB of 1000 (same rules as hm_parse_size). 0 or -1. */

@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
   fill(&m);
   r.init_s = hmk_now() - t0;
 
-  for (int rep = 0; rep < a.reps; rep++) {
+  for (int rep = 0; hmk_more(&a, &r); rep++) {
     if (rep > 0) fill(&m); /* factorization is in place: start again, untimed */
     double s = hmk_now();
     if (m.tiled) {

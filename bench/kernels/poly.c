@@ -175,7 +175,7 @@ int main(int argc, char **argv) {
   r.init_s = hmk_now() - t0;
 
   double first_total = 0.0, total_spread = 0.0;
-  for (int rep = 0; rep < a.reps; rep++) {
+  for (int rep = 0; hmk_more(&a, &r); rep++) {
     double s = hmk_now();
     if (rw) {
       horner_rw(x, y, nblk, c, d);

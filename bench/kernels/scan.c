@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
   uint64_t expect = (nn % 2 == 0) ? (nn / 2) * (nn - 1) : nn * ((nn - 1) / 2);
   int bad_rep = -1;
   uint64_t bad_sum = 0;
-  for (int rep = 0; rep < a.reps; rep++) {
+  for (int rep = 0; hmk_more(&a, &r); rep++) {
     if (!rmw && a.inject_error && rep == a.reps - 1) x[n / 2] += 1; /* a word changes under us */
     double s = hmk_now();
     if (rmw) {
