@@ -209,3 +209,53 @@ def test_bench_without_adios2_measures_the_channel(hetmem, tmp_path):
         (py["put_s"] + py["get_view_s"] - py["memcpy_s"]) * 1e6
     )
     assert t["py_sw_cost_met"] == (t["py_sw_cost_us_per_small_object"] <= 1.0)
+
+
+def test_sweep_interleaves_shuffled_and_reports_spread(monkeypatch):
+    from hetmem.flow import sweep
+
+    s = specmod.parse(TINY)
+    cfgs = ["serial/dram/p1", "parallel/dram/p1", "serial/dram/p2", "parallel/dram/p2"]
+    pred = {"serial/dram/p1": 1.0, "parallel/dram/p1": 0.5, "serial/dram/p2": 0.9}
+    pred["parallel/dram/p2"] = 0.7
+    rows = []
+    for c in cfgs:
+        m, t, p = c.split("/")
+        rows.append({"config": c, "mode": m, "tier": t, "ranks": int(p[1:])})
+        rows[-1].update(iteration_s=pred[c], reason="r")
+    monkeypatch.setattr(model, "advise", lambda *a, **k: [dict(r) for r in rows])
+    # measured: parallel/dram/p2 is the best; parallel/dram/p1 (advised) is
+    # 4% slower on the median, with one disturbed run
+    base = {
+        "serial/dram/p1": [1.0, 1.0, 1.0],
+        "parallel/dram/p1": [0.52, 0.6, 0.52],
+        "serial/dram/p2": [0.9, 0.95, 0.9],
+        "parallel/dram/p2": [0.5, 0.5, 0.55],
+    }
+    order: list[str] = []
+    calls = {c: 0 for c in cfgs}
+
+    def fake_run(spec):
+        c = f"{spec.mode}/{spec.tier}/p{spec.writer.ranks}"
+        order.append(c)
+        calls[c] += 1
+        return {"iteration_s": base[c][calls[c] - 1]}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    res = sweep.sweep(s, {}, max_ranks=2, repeat=3)
+    # every round runs every configuration once; rounds in different orders
+    rounds = [order[i : i + 4] for i in range(0, 12, 4)]
+    assert all(sorted(r) == sorted(cfgs) for r in rounds)
+    assert len({tuple(r) for r in rounds}) > 1
+    by = {r["config"]: r for r in res["rows"]}
+    assert by["parallel/dram/p1"]["measured_s"] == pytest.approx(0.52)  # the median
+    assert by["parallel/dram/p1"]["spread"] == pytest.approx(0.08 / 0.52)
+    assert res["best"] == "parallel/dram/p2" and res["advised"] == "parallel/dram/p1"
+    assert res["advised_slowdown"] == pytest.approx(1.04)
+    assert res["advised_within_5pct"] and res["advised_tied_with_best"]
+    assert by["serial/dram/p1"]["within_20pct"] and not by["parallel/dram/p2"]["within_20pct"]
+    summ = sweep.summarize([res, dict(res, advised_slowdown=1.2)])
+    assert summ["advised_within_5pct"] == 1 and summ["advised_needed"] == 2
+    assert not summ["advised_met"] and summ["advised_tied"] == 1
+    assert summ["configs"] == 8 and not summ["predictions_met"]  # parallel/dram/p2 is +40%
+    assert summ["predictions_within_20pct"] == 6
