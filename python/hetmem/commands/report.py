@@ -52,8 +52,9 @@ class Command:
         if rows:
             output.table("best mode per kernel", ["case", "size", "best mode", "efficiency"], rows)
         for c in data["checks"]:
-            verdict = "PASS" if c["pass"] else "FAIL"
-            output.console().print(f"{verdict}  {c['check']}: ratio {c['ratio']:.2f} ({c['rule']})")
+            verdict = "PASS" if c["pass"] else "MISS"
+            ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
+            output.console().print(f"{verdict}  {c['check']}: ratio {ratio} ({c['rule']})")
         if data["failed_runs"]:
             oom = len(data["failed_runs"]) - data["hard_failures"]
             output.console().print(
