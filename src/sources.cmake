@@ -5,6 +5,7 @@ target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/options.c
   ${CMAKE_CURRENT_LIST_DIR}/strbuf.c
   ${CMAKE_CURRENT_LIST_DIR}/prim/fs.c
+  ${CMAKE_CURRENT_LIST_DIR}/prim/perf.c
 )
 include(${CMAKE_CURRENT_LIST_DIR}/tiers.cmake OPTIONAL)
 include(${CMAKE_CURRENT_LIST_DIR}/probe/probe.cmake OPTIONAL)

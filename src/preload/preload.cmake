@@ -9,7 +9,10 @@ add_library(hetmem_preload SHARED
   ${HM_PRELOAD_DIR}/table.c
   ${HM_PRELOAD_DIR}/site.c
   ${HM_PRELOAD_DIR}/place.c
-  ${HM_PRELOAD_DIR}/prof.c)
+  ${HM_PRELOAD_DIR}/prof.c
+  ${HM_PRELOAD_DIR}/sampler.c
+  ${HM_PRELOAD_DIR}/sampler_perf.c
+  ${HM_PRELOAD_DIR}/sampler_damon.c)
 target_include_directories(hetmem_preload PRIVATE ${PROJECT_SOURCE_DIR}/include
                            ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(hetmem_preload PRIVATE ${HM_WARNINGS} -fno-plt -fno-builtin-malloc

@@ -211,6 +211,7 @@ typedef struct _hm_pl_prof_cfg_s {
   const char *sampler;       /* auto, portable, none, pebs, ibs, spe, damon */
   uint64_t period_us;        /* sampler period */
   _hm_pl_table_t *table;     /* the interposer's block table (sampler scans it) */
+  const char *fsroot;        /* root of the samplers' /sys accesses */
 } _hm_pl_prof_cfg_t;
 
 /* 0, or a negative errno with a one-line reason. */

@@ -49,6 +49,7 @@
 
 #include "internal.h"
 #include "preload.h"
+#include "sampler.h"
 
 #define HM__SITES 16384u         /* site slots (slot 0 unused) */
 #define HM__CHUNK 65536u         /* events per buffer chunk */
@@ -104,7 +105,9 @@ static struct {
   _hm_pl_prof_cfg_t cfg;
   char path_template[HM_PATH_MAX];
   char sampler_name[32];
-  char probed[256];
+  char probed[4096];
+  char fsroot[HM_PATH_MAX];
+  int precise; /* a sampler of sampler.c runs (pebs, ibs, spe, damon) */
   uint64_t t0;
   double start_unix;
   hm__site_t *sites;
@@ -490,17 +493,12 @@ static void *hm__sampler(void *unused) {
   return NULL;
 }
 
-/* Which precise samplers this machine would offer (recorded in the
- * profile; recording with them is not implemented yet). */
-static void hm__probe_samplers(char *out, size_t len) {
-  struct stat st;
-  int pebs = stat("/sys/bus/event_source/devices/cpu/events/mem-loads", &st) == 0;
-  int ibs = stat("/sys/bus/event_source/devices/ibs_op", &st) == 0;
-  int spe = stat("/sys/bus/event_source/devices/arm_spe_0", &st) == 0;
-  int damon = stat("/sys/kernel/mm/damon/admin/kdamonds", &st) == 0;
-  snprintf(out, len, "{\"pebs\":%s,\"ibs\":%s,\"spe\":%s,\"damon_sysfs\":%s}",
-           pebs ? "true" : "false", ibs ? "true" : "false", spe ? "true" : "false",
-           damon ? "true" : "false");
+/* Credits from a precise sampler (sampler.c's thread). */
+static void hm__credit(void *arg, uint32_t site, uint64_t wfix, int store) {
+  (void)arg;
+  if (!site || site >= HM__SITES) return;
+  hm__site_t *s = &hm__pf.sites[site];
+  atomic_fetch_add_explicit(store ? &s->stores : &s->loads, wfix, memory_order_relaxed);
 }
 
 int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
@@ -522,18 +520,23 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
     snprintf(why, len, "cannot reserve the site table");
     return -ENOMEM;
   }
-  hm__probe_samplers(hm__pf.probed, sizeof hm__pf.probed);
+  snprintf(hm__pf.probed, sizeof hm__pf.probed, "{}");
+  snprintf(hm__pf.fsroot, sizeof hm__pf.fsroot, "%s", cfg->fsroot ? cfg->fsroot : "/");
   const char *s = cfg->sampler && *cfg->sampler ? cfg->sampler : "auto";
   if (strcmp(s, "none") == 0) {
     snprintf(hm__pf.sampler_name, sizeof hm__pf.sampler_name, "none");
     return 0;
   }
-  if (strcmp(s, "auto") != 0 && strcmp(s, "portable") != 0) {
-    snprintf(why, len,
-             "sampler '%s' is not available in this build (choose auto, portable or none; "
-             "machine offers %s)",
-             s, hm__pf.probed);
-    return -ENOTSUP;
+  /* precise samplers first (sampler.c); the portable one below */
+  _hm_smp_cfg_t sc = {hm__pf.fsroot, hm__pf.cfg.period_us, 0, (int)getpid(), NULL};
+  _hm_smp_kind_t kind = HM_SMP_PORTABLE;
+  int src = _hm_smp_select(&sc, s, &kind, hm__pf.probed, sizeof hm__pf.probed, why, len);
+  if (src) return src;
+  if (kind != HM_SMP_PORTABLE) {
+    if ((src = _hm_smp_run(&sc, kind, hm__pf.cfg.table, hm__credit, NULL, why, len))) return src;
+    snprintf(hm__pf.sampler_name, sizeof hm__pf.sampler_name, "%s", _hm_smp_kind_name(kind));
+    hm__pf.precise = 1;
+    return 0;
   }
   snprintf(hm__pf.sampler_name, sizeof hm__pf.sampler_name, "portable");
   if (hm__pf.cfg.period_us < 100) hm__pf.cfg.period_us = 100;
@@ -717,6 +720,14 @@ static void hm__write(void) {
       ((double)cpu + (double)atomic_load(&hm__pf.faults) * (double)hm__pf.fault_cost_ns) /
       (double)wall;
   int threads = atomic_load(&hm__pf.max_threads);
+  double period = strcmp(hm__pf.sampler_name, "none") ? (double)hm__pf.page / 64.0 : 1.0;
+  char extra[1024] = "";
+  if (hm__pf.precise) {
+    period = _hm_smp_period();
+    cpu = _hm_smp_cpu_ns(); /* the PMU's interrupts are not in it */
+    overhead = (double)cpu / (double)wall;
+    _hm_smp_describe(extra, sizeof extra);
+  }
   _hm_sb_printf(&sb,
                 "{\"magic\":\"hetmem-profile\",\"schema_version\":1,\"type\":\"header\","
                 "\"binary\":0,\"pid\":%ld,\"rank\":%s,\"hostname\":",
@@ -728,16 +739,16 @@ static void hm__write(void) {
                 "\"period\":%.1f,\"overhead\":%.6f,\"interval_us\":%llu,"
                 "\"pages_per_block\":%u,\"periods\":%llu,\"armed_pages\":%llu,\"faults\":%llu,"
                 "\"fault_cost_ns\":%llu,\"sampler_cpu_ns\":%llu,\"handler_lost\":%s,"
-                "\"probed\":%s},\"small\":{\"count\":%llu,\"bytes\":%llu}}\n",
+                "\"probed\":%s%s},\"small\":{\"count\":%llu,\"bytes\":%llu}}\n",
                 hm__pf.start_unix, (unsigned long long)wall, hm__pf.cfg.depth,
                 hm__pf.cfg.threshold, threads > 0 ? threads : 1, hm__pf.sampler_name,
-                strcmp(hm__pf.sampler_name, "none") ? (double)hm__pf.page / 64.0 : 1.0,
+                period,
                 overhead, (unsigned long long)hm__pf.cfg.period_us, HM__PAGES_PER_BLOCK,
                 (unsigned long long)atomic_load(&hm__pf.periods),
                 (unsigned long long)atomic_load(&hm__pf.armings),
                 (unsigned long long)atomic_load(&hm__pf.faults),
                 (unsigned long long)hm__pf.fault_cost_ns, (unsigned long long)cpu,
-                atomic_load(&hm__pf.handler_lost) ? "true" : "false", hm__pf.probed,
+                atomic_load(&hm__pf.handler_lost) ? "true" : "false", hm__pf.probed, extra,
                 (unsigned long long)other_count, (unsigned long long)other_bytes);
   for (int m = 0; m < nmods; m++) {
     const _hm_pl_module_t *mod = _hm_pl_module((size_t)order[m]);
@@ -864,6 +875,7 @@ out_free:
 void _hm_pl_prof_finish(void) {
   if (hm__pf.finished || !hm__pf.sites) return;
   hm__pf.finished = 1;
+  if (hm__pf.precise) _hm_smp_halt();
   if (hm__pf.sampling) {
     atomic_store(&hm__pf.stop, 1);
     /* the sampler wakes within one period */

@@ -144,4 +144,15 @@ int _hm_prim_sdmring_submit(_hm_prim_sdmring_t *r);
  * microseconds (< 0: without limit) for one. */
 int _hm_prim_sdmring_next(_hm_prim_sdmring_t *r, int wait_us, uint64_t *tag, int *res);
 
+/* ---- Access samplers (prim/perf.c) ---- */
+/* perf_event_open(2) with PERF_FLAG_FD_CLOEXEC; attr is a struct
+ * perf_event_attr. Returns the descriptor. */
+int _hm_prim_perf_open(void *attr, int pid, int cpu, int group_fd);
+int _hm_prim_perf_ioctl(int fd, unsigned long req, unsigned long arg);
+/* MAP_SHARED of a perf descriptor (ring buffer or AUX area). */
+int _hm_prim_perf_map(int fd, size_t len, size_t off, int writable, void **out);
+/* Writes text to an existing file under root (sysfs attributes); never
+ * creates it: -ENOENT when the kernel lacks the attribute. */
+int _hm_prim_write_text(const char *root, const char *path, const char *text);
+
 #endif

@@ -1,0 +1,227 @@
+/* Choosing the access sampler at run time, and the profiler thread that
+ * drains a precise one (PMU or DAMON) into the site counters. The portable
+ * sampler stays in prof.c. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "prim/prim.h"
+#include "sampler.h"
+
+static const char *const hm__names[] = {"none", "pebs", "ibs", "spe", "damon", "portable"};
+
+const char *_hm_smp_kind_name(_hm_smp_kind_t k) {
+  return (unsigned)k < sizeof hm__names / sizeof hm__names[0] ? hm__names[k] : "?";
+}
+
+_hm_smp_kind_t _hm_smp_kind_parse(const char *name) {
+  for (size_t i = 1; i < sizeof hm__names / sizeof hm__names[0]; i++)
+    if (name && strcmp(name, hm__names[i]) == 0) return (_hm_smp_kind_t)i;
+  return HM_SMP_NONE;
+}
+
+/* ------------------------------------------------------------------------
+ * Live blocks by address
+ * ------------------------------------------------------------------------ */
+static int hm__span_cmp(const void *a, const void *b) {
+  const _hm_smp_span_t *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+void _hm_smp_spans_sort(_hm_smp_spans_t *s) {
+  if (s->n > 1) qsort(s->v, s->n, sizeof *s->v, hm__span_cmp);
+}
+
+int _hm_smp_spans_snapshot(_hm_smp_spans_t *s, _hm_pl_table_t *t) {
+  size_t cap = _hm_pl_table_capacity();
+  if (!s->v) {
+    /* mapped, not malloc'd: the profiler must not profile itself */
+    void *p = NULL;
+    int rc = _hm_prim_map_anon(cap * sizeof *s->v, &p);
+    if (rc) return rc;
+    s->v = p;
+    s->cap = cap;
+  }
+  s->n = 0;
+  for (size_t i = 0; i < cap && s->n < s->cap; i++) {
+    _hm_pl_block_t *b = _hm_pl_table_slot(t, i);
+    if (!b) break;
+    uintptr_t key = atomic_load_explicit(&b->key, memory_order_acquire);
+    if (key <= HM_PL_KEY_BUSY || !b->site) continue;
+    size_t req = atomic_load_explicit(&b->req, memory_order_relaxed);
+    s->v[s->n++] = (_hm_smp_span_t){key, key + req, b->site};
+  }
+  _hm_smp_spans_sort(s);
+  return 0;
+}
+
+const _hm_smp_span_t *_hm_smp_spans_find(const _hm_smp_spans_t *s, uintptr_t addr) {
+  size_t a = 0, b = s->n;
+  while (a < b) { /* first span with lo > addr */
+    size_t m = (a + b) / 2;
+    if (s->v[m].lo <= addr) a = m + 1;
+    else b = m;
+  }
+  if (a == 0) return NULL;
+  const _hm_smp_span_t *sp = &s->v[a - 1];
+  return addr < sp->hi ? sp : NULL;
+}
+
+void _hm_smp_spans_free(_hm_smp_spans_t *s) {
+  if (s->v) _hm_prim_unmap(s->v, s->cap * sizeof *s->v);
+  s->v = NULL;
+  s->n = s->cap = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Selection
+ * ------------------------------------------------------------------------ */
+int _hm_smp_select(const _hm_smp_cfg_t *cfg, const char *want, _hm_smp_kind_t *kind,
+                   char *probed, size_t plen, char *why, size_t wlen) {
+  static const _hm_smp_kind_t order[] = {HM_SMP_PEBS, HM_SMP_IBS, HM_SMP_SPE, HM_SMP_DAMON};
+  int is_auto = !want || !*want || strcmp(want, "auto") == 0;
+  _hm_smp_kind_t named = is_auto ? HM_SMP_NONE : _hm_smp_kind_parse(want);
+  if (!is_auto && named == HM_SMP_NONE) {
+    snprintf(why, wlen, "unknown sampler '%s' (choose auto, pebs, ibs, spe, damon, portable "
+             "or none)", want);
+    return -EINVAL;
+  }
+  size_t k = 0;
+  int chosen = 0;
+  char one[1024], reason[4][256];
+  k += (size_t)snprintf(probed + k, plen - k, "{");
+  for (size_t i = 0; i < 4; i++) {
+    _hm_smp_kind_t t = order[i];
+    reason[i][0] = 0;
+    int rc;
+    /* probe what auto would try, the named one, and describe the rest
+     * without touching them (a DAMON probe writes to sysfs) */
+    int run = !chosen && (is_auto || named == t);
+    if (run) {
+      rc = t == HM_SMP_DAMON
+               ? _hm_smp_damon_probe(cfg, one, sizeof one, reason[i], sizeof reason[i])
+               : _hm_smp_perf_probe(cfg, t, one, sizeof one, reason[i], sizeof reason[i]);
+      if (rc == 0) {
+        chosen = 1;
+        *kind = t;
+      }
+    } else {
+      snprintf(one, sizeof one, "{\"probed\":false}");
+    }
+    if (k < plen)
+      k += (size_t)snprintf(probed + k, plen - k, "%s\"%s\":%s", i ? "," : "",
+                            _hm_smp_kind_name(t), one);
+  }
+  if (k < plen) snprintf(probed + k, plen - k, "}");
+  if (chosen) return 0;
+  if (is_auto || named == HM_SMP_PORTABLE) {
+    *kind = HM_SMP_PORTABLE;
+    return 0;
+  }
+  for (size_t i = 0; i < 4; i++)
+    if (order[i] == named)
+      snprintf(why, wlen, "sampler '%s' is not available here: %s", want, reason[i]);
+  return -ENOTSUP;
+}
+
+/* ------------------------------------------------------------------------
+ * The profiler thread of a precise sampler
+ * ------------------------------------------------------------------------ */
+static struct {
+  _hm_smp_kind_t kind;
+  _hm_smp_perf_t *perf;
+  _hm_smp_damon_t *damon;
+  _hm_pl_table_t *table;
+  _hm_smp_credit_fn fn;
+  void *arg;
+  uint64_t period_us;
+  _hm_smp_spans_t spans;
+  pthread_t thread;
+  _Atomic int stop, running;
+  uint64_t credited, drains;
+  _Atomic uint64_t cpu_ns;
+  double period;
+} hm__run;
+
+static void hm__drain(void) {
+  if (_hm_smp_spans_snapshot(&hm__run.spans, hm__run.table)) return;
+  hm__run.drains++;
+  if (hm__run.perf)
+    hm__run.credited += _hm_smp_perf_drain(hm__run.perf, &hm__run.spans, hm__run.fn, hm__run.arg);
+  else if (hm__run.damon)
+    hm__run.credited +=
+        _hm_smp_damon_drain(hm__run.damon, &hm__run.spans, hm__run.fn, hm__run.arg);
+}
+
+static void *hm__loop(void *unused) {
+  (void)unused;
+  uint64_t ns = hm__run.period_us * 1000ull;
+  while (!atomic_load(&hm__run.stop)) {
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    nanosleep(&ts, NULL);
+    if (atomic_load(&hm__run.stop)) break;
+    hm__drain();
+    struct timespec c;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+    atomic_store(&hm__run.cpu_ns, (uint64_t)c.tv_sec * 1000000000ull + (uint64_t)c.tv_nsec);
+  }
+  return NULL;
+}
+
+int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *table,
+                _hm_smp_credit_fn fn, void *arg, char *why, size_t wlen) {
+  int rc;
+  memset(&hm__run, 0, sizeof hm__run);
+  hm__run.kind = kind;
+  hm__run.table = table;
+  hm__run.fn = fn;
+  hm__run.arg = arg;
+  hm__run.period_us = cfg->period_us ? cfg->period_us : 10000;
+  if (kind == HM_SMP_DAMON) {
+    rc = _hm_smp_damon_start(cfg, &hm__run.damon, why, wlen);
+    long pg = sysconf(_SC_PAGESIZE);
+    hm__run.period = (double)(pg > 0 ? pg : 4096) / 64.0;
+  } else {
+    rc = _hm_smp_perf_start(cfg, kind, &hm__run.perf, why, wlen);
+    if (!rc) hm__run.period = _hm_smp_perf_period(hm__run.perf);
+  }
+  if (rc) return rc;
+  rc = pthread_create(&hm__run.thread, NULL, hm__loop, NULL);
+  if (rc) {
+    snprintf(why, wlen, "cannot start the sampler thread: %s", strerror(rc));
+    _hm_smp_perf_stop(hm__run.perf);
+    _hm_smp_damon_stop(hm__run.damon);
+    free(hm__run.damon);
+    hm__run.perf = NULL;
+    hm__run.damon = NULL;
+    return -rc;
+  }
+  atomic_store(&hm__run.running, 1);
+  return 0;
+}
+
+void _hm_smp_halt(void) {
+  if (!atomic_exchange(&hm__run.running, 0)) return;
+  atomic_store(&hm__run.stop, 1);
+  pthread_join(hm__run.thread, NULL);
+  hm__drain(); /* what arrived since the last period */
+  if (hm__run.damon) _hm_smp_damon_stop(hm__run.damon);
+}
+
+uint64_t _hm_smp_cpu_ns(void) { return atomic_load(&hm__run.cpu_ns); }
+
+double _hm_smp_period(void) { return hm__run.period > 0 ? hm__run.period : 1.0; }
+
+void _hm_smp_describe(char *out, size_t len) {
+  int k = snprintf(out, len, ",\"drains\":%llu,\"credited_samples\":%llu",
+                   (unsigned long long)hm__run.drains,
+                   (unsigned long long)(hm__run.credited));
+  if (k < 0 || (size_t)k >= len) return;
+  if (hm__run.perf) _hm_smp_perf_describe(hm__run.perf, out + k, len - (size_t)k);
+  else if (hm__run.damon) _hm_smp_damon_describe(hm__run.damon, out + k, len - (size_t)k);
+}

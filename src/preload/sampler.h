@@ -1,0 +1,147 @@
+/* Precise access samplers of the profiler (sampler.c, sampler_perf.c,
+ * sampler_damon.c): chosen at run time, each attributing what it observes
+ * to the sites of the live blocks of the interposer's table.
+ *
+ *   pebs  Intel PEBS: cpu/mem-loads,ldlat=3/ and cpu/mem-stores/ with
+ *         precise_ip, sampled addresses in PERF_RECORD_SAMPLE records
+ *   ibs   AMD IBS op (ibs_op PMU): PERF_SAMPLE_ADDR, else the raw IbsDcLinAd
+ *   spe   Arm SPE (arm_spe_N PMU): data virtual address packets of the AUX area
+ *   damon DAMON's sysfs admin interface with vaddr operations: regions'
+ *         nr_accesses, read through a `stat` scheme's tried regions
+ *
+ * One sample of pebs/ibs/spe is one sampled memory operation: it stands for
+ * `period` operations (the event's sample period). One damon sample is "one
+ * page of the site was seen accessed in one sampling interval", like the
+ * portable sampler's, so its period is page size / 64. */
+#ifndef HM_SAMPLER_H
+#define HM_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "preload.h"
+
+#define HM_SMP_FIX 16u /* fixed-point scale of credited weights (as prof.c) */
+
+typedef enum _hm_smp_kind_e {
+  HM_SMP_NONE = 0,
+  HM_SMP_PEBS,
+  HM_SMP_IBS,
+  HM_SMP_SPE,
+  HM_SMP_DAMON,
+  HM_SMP_PORTABLE,
+} _hm_smp_kind_t;
+
+const char *_hm_smp_kind_name(_hm_smp_kind_t k);
+/* HM_SMP_NONE for an unknown name ("auto" included). */
+_hm_smp_kind_t _hm_smp_kind_parse(const char *name);
+
+/* Where credits go: site, weight x HM_SMP_FIX, store (1) or load (0). */
+typedef void (*_hm_smp_credit_fn)(void *arg, uint32_t site, uint64_t weight_fix, int store);
+
+/* Live blocks, sorted by address, for attribution (a snapshot of the block
+ * table taken by the sampler's thread before it attributes a batch). */
+typedef struct _hm_smp_span_s {
+  uintptr_t lo, hi;
+  uint32_t site;
+} _hm_smp_span_t;
+typedef struct _hm_smp_spans_s {
+  _hm_smp_span_t *v;
+  size_t n, cap;
+} _hm_smp_spans_t;
+/* Refills s from the table (blocks with a site). */
+int _hm_smp_spans_snapshot(_hm_smp_spans_t *s, _hm_pl_table_t *t);
+/* Sorts v[0..n) by address (after filling it by hand: tests). */
+void _hm_smp_spans_sort(_hm_smp_spans_t *s);
+/* The span containing addr, or NULL. Cost: a binary search. */
+const _hm_smp_span_t *_hm_smp_spans_find(const _hm_smp_spans_t *s, uintptr_t addr);
+void _hm_smp_spans_free(_hm_smp_spans_t *s);
+
+typedef int (*_hm_smp_open_fn)(void *attr, int pid, int cpu, int group_fd);
+
+typedef struct _hm_smp_cfg_s {
+  const char *root;        /* filesystem root of every /sys access */
+  uint64_t period_us;      /* drain interval; DAMON's sampling interval */
+  uint64_t pmu_period;     /* memory operations per PMU sample (0: default) */
+  int pid;                 /* the process profiled (getpid()) */
+  _hm_smp_open_fn open;    /* NULL: _hm_prim_perf_open (tests pass a fake) */
+} _hm_smp_cfg_t;
+
+/* ---- PMU samplers (sampler_perf.c) ---- */
+typedef struct _hm_smp_perf_s _hm_smp_perf_t;
+/* Builds the events of kind k from the sysfs tree under cfg->root and
+ * opens them once on this thread to see that the kernel accepts them.
+ * 0, or a negative errno and a one-line reason in why. probed gets a JSON
+ * object describing what was found (always written). */
+int _hm_smp_perf_probe(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t k, char *probed, size_t plen,
+                       char *why, size_t wlen);
+/* Opens the events on every allowed CPU (inherited by threads created
+ * later) and maps their buffers. */
+int _hm_smp_perf_start(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t k, _hm_smp_perf_t **out,
+                       char *why, size_t wlen);
+/* Reads what the buffers hold and credits it; returns samples credited. */
+uint64_t _hm_smp_perf_drain(_hm_smp_perf_t *p, const _hm_smp_spans_t *spans,
+                            _hm_smp_credit_fn fn, void *arg);
+/* JSON members (leading comma) for the profile header's sampler object. */
+void _hm_smp_perf_describe(const _hm_smp_perf_t *p, char *out, size_t len);
+double _hm_smp_perf_period(const _hm_smp_perf_t *p);
+void _hm_smp_perf_stop(_hm_smp_perf_t *p);
+
+/* One decoded PMU sample. */
+typedef struct _hm_smp_sample_s {
+  uint64_t addr;  /* data address, 0 when the sample has none */
+  uint32_t pid, tid;
+  uint64_t weight; /* latency (PERF_SAMPLE_WEIGHT) */
+  uint64_t data_src;
+  int store;       /* -1 unknown, 0 load, 1 store */
+} _hm_smp_sample_t;
+typedef void (*_hm_smp_sample_fn)(void *arg, const _hm_smp_sample_t *s);
+/* Parses the PERF_RECORD_* records in [tail, head) of a ring of size bytes
+ * (a power of two) written for sample_type; IBS raw data is decoded when
+ * ibs is set. Returns the records seen, or -EINVAL for a malformed record
+ * (the rest is skipped). lost accumulates PERF_RECORD_LOST counts. */
+long _hm_smp_perf_parse(const uint8_t *ring, uint64_t size, uint64_t tail, uint64_t head,
+                        uint64_t sample_type, int ibs, _hm_smp_sample_fn fn, void *arg,
+                        uint64_t *lost);
+/* Decodes Arm SPE packets: each record's data virtual address (address
+ * packet index 2) and op type, delivered at its END or TIMESTAMP packet.
+ * Returns records delivered, -EINVAL on an unknown header. */
+long _hm_smp_spe_decode(const uint8_t *buf, size_t len, _hm_smp_sample_fn fn, void *arg);
+/* Sets the bits of an event string ("event=0xcd,umask=0x1,ldlat=3") in
+ * config[0..2] from the PMU's format directory (devices/PMU/format). */
+int _hm_smp_perf_encode(const char *root, const char *pmu, const char *event,
+                        uint64_t config[3], char *why, size_t wlen);
+
+/* ---- DAMON (sampler_damon.c) ---- */
+typedef struct _hm_smp_damon_s _hm_smp_damon_t;
+/* 0 when the admin interface is there, unused (nr_kdamonds 0) and offers
+ * vaddr operations; leaves nr_kdamonds at 0. */
+int _hm_smp_damon_probe(const _hm_smp_cfg_t *cfg, char *probed, size_t plen, char *why,
+                        size_t wlen);
+int _hm_smp_damon_start(const _hm_smp_cfg_t *cfg, _hm_smp_damon_t **out, char *why,
+                        size_t wlen);
+/* Asks for the tried regions, reads them and credits the overlaps. */
+uint64_t _hm_smp_damon_drain(_hm_smp_damon_t *d, const _hm_smp_spans_t *spans,
+                             _hm_smp_credit_fn fn, void *arg);
+void _hm_smp_damon_describe(const _hm_smp_damon_t *d, char *out, size_t len);
+void _hm_smp_damon_stop(_hm_smp_damon_t *d);
+
+/* ---- Selection and the sampler thread (sampler.c) ---- */
+/* Chooses the sampler for want (auto, pebs, ibs, spe, damon, portable):
+ * auto takes the first of pebs, ibs, spe, damon whose probe succeeds, else
+ * portable. A named sampler that is unavailable is an error (-ENOTSUP and
+ * why). probed gets {"pebs":{...},...}, what each probe found. */
+int _hm_smp_select(const _hm_smp_cfg_t *cfg, const char *want, _hm_smp_kind_t *kind,
+                   char *probed, size_t plen, char *why, size_t wlen);
+/* Starts kind (pebs, ibs, spe or damon) with a thread that drains it every
+ * period_us into fn, attributing to the live blocks of table. */
+int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *table,
+                _hm_smp_credit_fn fn, void *arg, char *why, size_t wlen);
+/* Stops the thread after a last drain. Idempotent. */
+void _hm_smp_halt(void);
+/* Accesses one sample stands for, and header JSON members (leading comma). */
+double _hm_smp_period(void);
+uint64_t _hm_smp_cpu_ns(void); /* the sampler thread's CPU time */
+void _hm_smp_describe(char *out, size_t len);
+
+#endif
