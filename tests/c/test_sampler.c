@@ -1,0 +1,400 @@
+/* The precise samplers (src/preload/sampler*.c) without a PMU: the
+ * PERF_RECORD_SAMPLE parser on synthetic ring buffers (wrap-around, lost
+ * records, IBS raw data, malformed records), the Arm SPE packet decoder,
+ * event encoding from recorded sysfs trees (tests/golden/samplers), the
+ * run-time selection with a fake perf_event_open, and the drain of a
+ * buffer laid out as the kernel's mmap page crediting samples to the
+ * blocks (sites) holding their addresses. */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../src/preload/table.c"
+#include "../../src/preload/sampler.c"
+#include "../../src/preload/sampler_perf.c"
+#include "../../src/preload/sampler_damon.c"
+#include "testhelper.h"
+
+#define TREE(x) HM_SOURCE_DIR "/tests/golden/samplers/" x
+
+/* ---- synthetic records ---- */
+typedef struct got_s {
+  int n;
+  _hm_smp_sample_t s[16];
+} got_t;
+
+static void collect(void *arg, const _hm_smp_sample_t *s) {
+  got_t *g = arg;
+  if (g->n < 16) g->s[g->n] = *s;
+  g->n++;
+}
+
+/* Writes len bytes at absolute position pos of a ring of size bytes. */
+static void ring_put(uint8_t *ring, uint64_t size, uint64_t pos, const void *src, size_t len) {
+  for (size_t i = 0; i < len; i++) ring[(pos + i) & (size - 1)] = ((const uint8_t *)src)[i];
+}
+
+/* A PEBS-style sample: IP, TID, ADDR, WEIGHT, DATA_SRC. Returns its size. */
+static size_t pebs_record(uint8_t *out, uint64_t ip, uint32_t pid, uint32_t tid, uint64_t addr,
+                          uint64_t weight, uint64_t op) {
+  struct perf_event_header h = {PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, 8 + 5 * 8};
+  union perf_mem_data_src ds;
+  memset(&ds, 0, sizeof ds);
+  ds.mem_op = op;
+  uint64_t v[5] = {ip, (uint64_t)pid | ((uint64_t)tid << 32), addr, weight, ds.val};
+  memcpy(out, &h, 8);
+  memcpy(out + 8, v, sizeof v);
+  return h.size;
+}
+
+static const uint64_t PEBS_TYPE = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_ADDR |
+                                  PERF_SAMPLE_WEIGHT | PERF_SAMPLE_DATA_SRC;
+
+static void test_parse(void) {
+  enum { SIZE = 4096 };
+  static uint8_t ring[SIZE];
+  uint8_t rec[128];
+  /* positions are free-running counters, as data_head/data_tail are:
+   * start 40 bytes before the end of the second lap so a record wraps */
+  uint64_t tail = 2 * SIZE - 40, pos = tail;
+  size_t n = pebs_record(rec, 0x401000, 77, 78, 0x7f0000001040ull, 123, PERF_MEM_OP_LOAD);
+  ring_put(ring, SIZE, pos, rec, n);
+  pos += n; /* 48 bytes: crosses the end */
+  n = pebs_record(rec, 0x401004, 77, 79, 0x7f0000002000ull, 9, PERF_MEM_OP_STORE);
+  ring_put(ring, SIZE, pos, rec, n);
+  pos += n;
+  struct {
+    struct perf_event_header h;
+    uint64_t id, lost;
+  } lost = {{PERF_RECORD_LOST, 0, 24}, 5, 17};
+  ring_put(ring, SIZE, pos, &lost, sizeof lost);
+  pos += sizeof lost;
+  struct {
+    struct perf_event_header h;
+    uint64_t lost;
+  } lost2 = {{PERF_RECORD_LOST_SAMPLES, 0, 16}, 3};
+  ring_put(ring, SIZE, pos, &lost2, sizeof lost2);
+  pos += sizeof lost2;
+  struct perf_event_header other = {PERF_RECORD_THROTTLE, 0, 24};
+  uint8_t thr[24] = {0};
+  memcpy(thr, &other, 8);
+  ring_put(ring, SIZE, pos, thr, 24);
+  pos += 24;
+  got_t g = {0};
+  uint64_t lostn = 0;
+  long r = _hm_smp_perf_parse(ring, SIZE, tail, pos, PEBS_TYPE, 0, collect, &g, &lostn);
+  CHECK_EQ_INT(r, 5);
+  CHECK_EQ_INT(g.n, 2);
+  CHECK(g.s[0].addr == 0x7f0000001040ull);
+  CHECK_EQ_INT(g.s[0].pid, 77);
+  CHECK_EQ_INT(g.s[0].tid, 78);
+  CHECK_EQ_INT(g.s[0].weight, 123);
+  CHECK_EQ_INT(g.s[0].store, 0);
+  CHECK(g.s[1].addr == 0x7f0000002000ull);
+  CHECK_EQ_INT(g.s[1].store, 1);
+  CHECK_EQ_INT(g.s[1].tid, 79);
+  CHECK_EQ_INT(lostn, 20);
+  /* a partial record at the head is left for the next read */
+  g.n = 0;
+  r = _hm_smp_perf_parse(ring, SIZE, tail, tail + 20, PEBS_TYPE, 0, collect, &g, NULL);
+  CHECK_EQ_INT(r, -EINVAL);
+  r = _hm_smp_perf_parse(ring, SIZE, tail, tail + 4, PEBS_TYPE, 0, collect, &g, NULL);
+  CHECK_EQ_INT(r, 0);
+  /* malformed: a zero-size header */
+  uint8_t zero[SIZE] = {0};
+  r = _hm_smp_perf_parse(zero, SIZE, 0, 64, PEBS_TYPE, 0, collect, &g, NULL);
+  CHECK_EQ_INT(r, -EINVAL);
+  /* a sample shorter than its sample_type says */
+  struct perf_event_header shorth = {PERF_RECORD_SAMPLE, 0, 16};
+  memcpy(zero, &shorth, 8);
+  r = _hm_smp_perf_parse(zero, SIZE, 0, 16, PEBS_TYPE, 0, collect, &g, NULL);
+  CHECK_EQ_INT(r, -EINVAL);
+  CHECK_EQ_INT(g.n, 0);
+  /* ring size must be a power of two */
+  CHECK_EQ_INT(_hm_smp_perf_parse(ring, 3000, 0, 0, PEBS_TYPE, 0, NULL, NULL, NULL), -EINVAL);
+}
+
+/* IBS op: IP, TID, ADDR, RAW (u32 size; u32 caps; u64 regs[8]). */
+static size_t ibs_record(uint8_t *out, uint64_t addr, uint64_t data3, uint64_t linad) {
+  uint8_t raw[4 + 8 * 8];
+  memset(raw, 0, sizeof raw);
+  uint64_t regs[8] = {0, 0x401000, 0, 0, data3, linad, 0, 0};
+  memcpy(raw + 4, regs, sizeof regs);
+  uint32_t rs = sizeof raw;
+  size_t size = 8 + 3 * 8 + 4 + rs; /* 104: a multiple of 8 */
+  struct perf_event_header h = {PERF_RECORD_SAMPLE, 0, (uint16_t)size};
+  uint64_t v[3] = {0x401000, 5 | (6ull << 32), addr};
+  memcpy(out, &h, 8);
+  memcpy(out + 8, v, sizeof v);
+  memcpy(out + 32, &rs, 4);
+  memcpy(out + 36, raw, rs);
+  return size;
+}
+
+static void test_ibs(void) {
+  enum { SIZE = 1024 };
+  static uint8_t ring[SIZE];
+  uint8_t rec[256];
+  const uint64_t type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_ADDR | PERF_SAMPLE_RAW;
+  uint64_t pos = 0;
+  /* kernel before 6.1: ADDR 0, the address in IbsDcLinAd (DcLinAddrValid) */
+  size_t n = ibs_record(rec, 0, 1ull | (1ull << 17), 0x7f00000a0000ull);
+  ring_put(ring, SIZE, pos, rec, n);
+  pos += n;
+  /* a store whose ADDR the kernel filled */
+  n = ibs_record(rec, 0x7f00000b0008ull, 2ull | (1ull << 17), 0x7f00000b0008ull);
+  ring_put(ring, SIZE, pos, rec, n);
+  pos += n;
+  /* not a memory operation: no address even though the register has one */
+  n = ibs_record(rec, 0, 0, 0x7f00000c0000ull);
+  ring_put(ring, SIZE, pos, rec, n);
+  pos += n;
+  /* a load whose linear address is not valid */
+  n = ibs_record(rec, 0, 1, 0x7f00000d0000ull);
+  ring_put(ring, SIZE, pos, rec, n);
+  pos += n;
+  got_t g = {0};
+  long r = _hm_smp_perf_parse(ring, SIZE, 0, pos, type, 1, collect, &g, NULL);
+  CHECK_EQ_INT(r, 4);
+  CHECK_EQ_INT(g.n, 4);
+  CHECK(g.s[0].addr == 0x7f00000a0000ull);
+  CHECK_EQ_INT(g.s[0].store, 0);
+  CHECK(g.s[1].addr == 0x7f00000b0008ull);
+  CHECK_EQ_INT(g.s[1].store, 1);
+  CHECK(g.s[2].addr == 0);
+  CHECK(g.s[3].addr == 0);
+  CHECK_EQ_INT(g.s[0].pid, 5);
+}
+
+static void test_spe(void) {
+  uint8_t b[128];
+  size_t k = 0;
+  uint64_t pc = 0x400123, va = 0x00ff7f0000003008ull; /* tag byte 0x00, then the address */
+  /* record 1: PC, load, data VA, events, data source, latency, TIMESTAMP */
+  b[k++] = 0xb0;
+  memcpy(b + k, &pc, 8), k += 8;
+  b[k++] = 0x49, b[k++] = 0x00; /* op type LD/ST class, load */
+  b[k++] = 0xb2;
+  memcpy(b + k, &va, 8), k += 8;
+  b[k++] = 0x52, b[k++] = 0x02, b[k++] = 0x00; /* events, 2 bytes */
+  b[k++] = 0x43, b[k++] = 0x00;               /* data source */
+  b[k++] = 0x99, b[k++] = 0x10, b[k++] = 0x00; /* counter: total latency */
+  b[k++] = 0x71;
+  memset(b + k, 0, 8), k += 8;
+  /* record 2: a branch (class 2): not delivered */
+  b[k++] = 0x4a, b[k++] = 0x00;
+  b[k++] = 0x01;
+  /* padding, then record 3: a store through an extended-header address */
+  b[k++] = 0x00, b[k++] = 0x00;
+  uint64_t va2 = 0x7f0000004000ull;
+  b[k++] = 0x49, b[k++] = 0x01;
+  b[k++] = 0x20, b[k++] = 0xb2; /* extended header, index 2 */
+  memcpy(b + k, &va2, 8), k += 8;
+  b[k++] = 0x64, b[k++] = 1, b[k++] = 0, b[k++] = 0, b[k++] = 0; /* context */
+  b[k++] = 0x01;
+  got_t g = {0};
+  long r = _hm_smp_spe_decode(b, k, collect, &g);
+  CHECK_EQ_INT(r, 2);
+  CHECK_EQ_INT(g.n, 2);
+  CHECK(g.s[0].addr == (va & ((1ull << 56) - 1)));
+  CHECK_EQ_INT(g.s[0].store, 0);
+  CHECK(g.s[1].addr == va2);
+  CHECK_EQ_INT(g.s[1].store, 1);
+  /* an unknown header byte, and a packet cut short */
+  uint8_t bad[] = {0x0f, 0x00};
+  CHECK_EQ_INT(_hm_smp_spe_decode(bad, sizeof bad, collect, &g), -EINVAL);
+  uint8_t cut[] = {0xb2, 1, 2, 3};
+  CHECK_EQ_INT(_hm_smp_spe_decode(cut, sizeof cut, collect, &g), -EINVAL);
+}
+
+static void test_encode(void) {
+  uint64_t c[3] = {0, 0, 0};
+  char why[256];
+  CHECK_EQ_INT(_hm_smp_perf_encode(TREE("intel"), "cpu", "event=0xcd,umask=0x1,ldlat=3,ldlat=30",
+                                   c, why, sizeof why),
+               0);
+  CHECK(c[0] == 0x1cd);
+  CHECK(c[1] == 30); /* a later term wins */
+  memset(c, 0, sizeof c);
+  /* a split field: event bits 0-7 and 32-35 (AMD) */
+  CHECK_EQ_INT(_hm_smp_perf_encode(TREE("amd"), "cpu", "event=0x1d0,umask=0x2", c, why,
+                                   sizeof why),
+               0);
+  CHECK(c[0] == ((1ull << 32) | 0x2d0));
+  memset(c, 0, sizeof c);
+  CHECK_EQ_INT(_hm_smp_perf_encode(TREE("arm"), "arm_spe_0", "load_filter,store_filter=1,jitter",
+                                   c, why, sizeof why),
+               0);
+  CHECK(c[0] == ((1ull << 33) | (1ull << 34) | (1ull << 16)));
+  CHECK(_hm_smp_perf_encode(TREE("intel"), "cpu", "nosuchterm=1", c, why, sizeof why) < 0);
+  CHECK(strstr(why, "nosuchterm") != NULL);
+  CHECK_EQ_INT(_hm_smp_perf_encode(TREE("intel"), "cpu", "ldlat=?", c, why, sizeof why), -EINVAL);
+}
+
+/* ---- selection with a fake perf_event_open ---- */
+static struct perf_event_attr g_seen[8];
+static int g_nseen, g_accept_type = -1, g_max_precise = 3;
+
+static int fake_open(void *attr, int pid, int cpu, int group) {
+  (void)pid, (void)cpu, (void)group;
+  struct perf_event_attr *a = attr;
+  if (g_nseen < 8) g_seen[g_nseen++] = *a;
+  if ((int)a->type != g_accept_type) return -ENOENT;
+  if (a->precise_ip > g_max_precise) return -EINVAL;
+  return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void test_select(void) {
+  char probed[4096], why[512];
+  _hm_smp_kind_t k = HM_SMP_NONE;
+  _hm_smp_cfg_t cfg = {TREE("intel"), 10000, 0, 1, fake_open};
+  /* Intel with a PMU that takes the event: pebs, precise_ip lowered to
+   * what the (fake) kernel accepts */
+  g_accept_type = 4, g_max_precise = 1, g_nseen = 0;
+  CHECK_EQ_INT(_hm_smp_select(&cfg, "auto", &k, probed, sizeof probed, why, sizeof why), 0);
+  CHECK_EQ_INT(k, HM_SMP_PEBS);
+  CHECK(g_nseen >= 3);
+  const struct perf_event_attr *a = &g_seen[g_nseen - 1];
+  CHECK(a->type == 4);
+  CHECK(a->config == 0x82d0); /* mem-stores, opened last */
+  CHECK(a->precise_ip == 1);
+  CHECK(a->sample_type == PEBS_TYPE);
+  CHECK(a->exclude_kernel == 1);
+  CHECK(strstr(probed, "\"config\":\"0x1cd\"") != NULL);
+  CHECK(strstr(probed, "\"config1\":\"0x3\"") != NULL);
+  CHECK(strstr(probed, "\"precise_ip\":1") != NULL);
+  CHECK(strstr(probed, "\"ibs\":{\"probed\":false}") != NULL);
+  /* the same tree with a kernel that refuses: auto falls through (this
+   * tree's DAMON has no vaddr) to portable; pebs named is an error */
+  g_accept_type = -1, g_nseen = 0;
+  _hm_smp_cfg_t ro = cfg;
+  CHECK_EQ_INT(_hm_smp_select(&ro, "pebs", &k, probed, sizeof probed, why, sizeof why),
+               -ENOTSUP);
+  CHECK(strstr(why, "perf_event_open(cpu/mem-loads,ldlat=3/)") != NULL);
+  /* AMD: ibs_op type 11, ADDR and RAW requested, cnt_ctl set */
+  cfg.root = TREE("amd");
+  g_accept_type = 11, g_nseen = 0;
+  CHECK_EQ_INT(_hm_smp_select(&cfg, "auto", &k, probed, sizeof probed, why, sizeof why), 0);
+  CHECK_EQ_INT(k, HM_SMP_IBS);
+  a = &g_seen[g_nseen - 1];
+  CHECK(a->type == 11);
+  CHECK(a->config == (1ull << 19));
+  CHECK((a->sample_type & (PERF_SAMPLE_ADDR | PERF_SAMPLE_RAW)) ==
+        (PERF_SAMPLE_ADDR | PERF_SAMPLE_RAW));
+  CHECK(strstr(probed, "\"pebs\":{\"present\":false") != NULL);
+  /* Arm: SPE, period raised to at least caps/min_interval */
+  cfg.root = TREE("arm");
+  cfg.pmu_period = 100;
+  g_accept_type = 8, g_nseen = 0;
+  CHECK_EQ_INT(_hm_smp_select(&cfg, "spe", &k, probed, sizeof probed, why, sizeof why), 0);
+  CHECK_EQ_INT(k, HM_SMP_SPE);
+  a = &g_seen[g_nseen - 1];
+  CHECK(a->type == 8);
+  CHECK(a->sample_period == 256);
+  CHECK(a->config == ((1ull << 33) | (1ull << 34) | (1ull << 0) | (1ull << 16)));
+  /* Arm asked for IBS: one-line error */
+  CHECK_EQ_INT(_hm_smp_select(&cfg, "ibs", &k, probed, sizeof probed, why, sizeof why),
+               -ENOTSUP);
+  CHECK(strstr(why, "ibs_op") != NULL);
+  CHECK(strchr(why, '\n') == NULL);
+  CHECK_EQ_INT(_hm_smp_select(&cfg, "bogus", &k, probed, sizeof probed, why, sizeof why),
+               -EINVAL);
+  /* portable is always there */
+  CHECK_EQ_INT(_hm_smp_select(&cfg, "portable", &k, probed, sizeof probed, why, sizeof why), 0);
+  CHECK_EQ_INT(k, HM_SMP_PORTABLE);
+  /* Sapphire Rapids: mem-loads opened in a group led by mem-loads-aux */
+  cfg.root = TREE("intel-spr");
+  cfg.pmu_period = 0;
+  g_accept_type = 4, g_max_precise = 3, g_nseen = 0;
+  CHECK_EQ_INT(_hm_smp_select(&cfg, "pebs", &k, probed, sizeof probed, why, sizeof why), 0);
+  CHECK(g_seen[0].config == 0x8203); /* the aux leader first */
+  CHECK(g_seen[1].config == 0x1cd);
+  CHECK(g_seen[1].sample_period == HM__PEBS_PERIOD);
+}
+
+/* ---- draining a buffer laid out like the kernel's ---- */
+typedef struct credits_s {
+  uint64_t loads[4], stores[4];
+} credits_t;
+
+static void credit(void *arg, uint32_t site, uint64_t w, int store) {
+  credits_t *c = arg;
+  if (site < 4) (store ? c->stores : c->loads)[site] += w;
+}
+
+static void test_drain(void) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t len = (1 + HM__RING_PAGES) * page;
+  uint8_t *mem = aligned_alloc(page, len);
+  CHECK(mem != NULL);
+  if (!mem) return;
+  memset(mem, 0, len);
+  struct perf_event_mmap_page *pc = (void *)mem;
+  pc->data_offset = page;
+  pc->data_size = HM__RING_PAGES * page;
+  uint8_t *ring = mem + page;
+  uint64_t pos = 0;
+  uint8_t rec[64];
+  const uintptr_t A = 0x7f0000100000ull, B = 0x7f0000300000ull;
+  /* site 1 = [A, A+1 MiB), site 2 = [B, B+64 KiB) */
+  size_t n;
+  for (int i = 0; i < 5; i++) {
+    n = pebs_record(rec, 1, 42, 42, A + (uint64_t)i * 4096, 10, PERF_MEM_OP_LOAD);
+    ring_put(ring, pc->data_size, pos, rec, n), pos += n;
+  }
+  n = pebs_record(rec, 1, 42, 43, B + 8, 10, PERF_MEM_OP_STORE);
+  ring_put(ring, pc->data_size, pos, rec, n), pos += n;
+  n = pebs_record(rec, 1, 42, 43, B + 65536, 10, PERF_MEM_OP_LOAD); /* just past B */
+  ring_put(ring, pc->data_size, pos, rec, n), pos += n;
+  n = pebs_record(rec, 1, 4242, 4242, A, 10, PERF_MEM_OP_LOAD); /* a forked child's */
+  ring_put(ring, pc->data_size, pos, rec, n), pos += n;
+  n = pebs_record(rec, 1, 42, 42, 0, 10, PERF_MEM_OP_LOAD); /* no address */
+  ring_put(ring, pc->data_size, pos, rec, n), pos += n;
+  pc->data_head = pos;
+
+  _hm_smp_perf_t p;
+  memset(&p, 0, sizeof p);
+  p.kind = HM_SMP_PEBS;
+  p.nattr = 1;
+  p.attr[0].sample_type = PEBS_TYPE;
+  p.attr[0].sample_period = 20011;
+  p.page = page;
+  p.pid = 42;
+  hm__buf_t buf = {99, 0, mem, len, NULL, 0};
+  p.bufs = &buf;
+  p.nbufs = 1;
+  _hm_smp_span_t sp[2] = {{B, B + 65536, 2}, {A, A + (1 << 20), 1}};
+  _hm_smp_spans_t spans = {sp, 2, 2};
+  _hm_smp_spans_sort(&spans);
+  CHECK(_hm_smp_spans_find(&spans, A - 1) == NULL);
+  CHECK(_hm_smp_spans_find(&spans, B + 100)->site == 2);
+  credits_t c;
+  memset(&c, 0, sizeof c);
+  uint64_t got = _hm_smp_perf_drain(&p, &spans, credit, &c);
+  CHECK_EQ_INT(got, 6);
+  CHECK_EQ_INT(c.loads[1], 5 * HM_SMP_FIX);
+  CHECK_EQ_INT(c.stores[1], 0);
+  CHECK_EQ_INT(c.stores[2], HM_SMP_FIX);
+  CHECK_EQ_INT(c.loads[2], 0);
+  CHECK_EQ_INT(p.samples, 9);
+  CHECK_EQ_INT(p.foreign, 1);
+  CHECK_EQ_INT(p.no_addr, 1);
+  CHECK(pc->data_tail == pos); /* consumed */
+  /* nothing new: nothing credited again */
+  CHECK_EQ_INT(_hm_smp_perf_drain(&p, &spans, credit, &c), 0);
+  CHECK_EQ_INT(c.loads[1], 5 * HM_SMP_FIX);
+  CHECK(_hm_smp_perf_period(&p) == 20011.0);
+  free(mem);
+}
+
+int main(void) {
+  test_parse();
+  test_ibs();
+  test_spe();
+  test_encode();
+  test_select();
+  test_drain();
+  return hm_test_done("test_sampler");
+}
