@@ -148,13 +148,20 @@ def test_report_builds_plots_and_checks(tmp_path):
         "schema_version": 1,
         "tiers": [
             {"name": "node0", "kind": "memory", "best": {"triad_gbs": 40.0}},
-            {"name": "storage:/var/tmp", "kind": "storage", "seq_read_gbs": 2.0},
+            {
+                "name": "storage:/var/tmp",
+                "kind": "storage",
+                "seq_read_gbs": 2.0,
+                "seq_write_gbs": 1.0,
+            },
         ],
     }
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     recs = []
-    for mode, t in (("dram", 1.0), ("cache", 12.0)):
-        recs.append(_record("stream-triad", 4.0, mode, 0, t))
+    # triad over 3 arrays of 5e6 doubles: 120 MB counted per repetition
+    triad = {"variant": "triad", "bytes_moved": 24 * 5e6, "elements": 5e6}
+    for mode, t in (("dram", 0.02), ("cache", 0.15)):
+        recs.append(_record("stream-triad", 4.0, mode, 0, t, result=triad))
         recs.append(_record("stream-triad", 0.5, mode, 0, 1.0))
         for deg, gf_dram, gf_cache in ((16, 10.0, 1.0), (1024, 20.0, 19.0)):
             res = {
@@ -169,9 +176,17 @@ def test_report_builds_plots_and_checks(tmp_path):
     page, data = report.build([tmp_path])
     assert page.count("<svg") >= 3
     stream = next(c for c in data["checks"] if c["check"].startswith("stream"))
-    # efficiency 1/12 against the bound 2/40: ratio 1.67, inside the 2x rule.
-    assert stream["ratio"] == pytest.approx((1 / 12) / (2 / 40))
+    # The pager reads all three arrays (120 MB at 2 GB/s) and writes back the
+    # target (40 MB at 1 GB/s): 0.1 s per repetition at best. Bound = t_dram /
+    # 0.1 s = 0.2; efficiency 0.02 / 0.15: ratio 0.67, inside the 2x rule.
+    assert stream["model"] == pytest.approx(0.2)
+    assert stream["ratio"] == pytest.approx((0.02 / 0.15) / 0.2)
     assert stream["pass"]
+    assert stream["detail"]["model_bytes_written"] == pytest.approx(40e6)
+    assert stream["detail"]["dram_gbs_kernel"] == pytest.approx(6.0)
+    fits = [c for c in data["checks"] if c["check"].startswith("data fits")]
+    assert [c["check"] for c in fits] == ["data fits: stream-triad cache at 0.5x, t_mode/t_dram"]
+    assert fits[0]["pass"]
     poly = next(c for c in data["checks"] if "polynomial" in c["check"])
     # measured crossover: 19 GFLOP/s over (1 GFLOP/s / 4 FLOP/B) = 76; model 20 / 2 = 10.
     assert poly["measured"] == pytest.approx(76.0)

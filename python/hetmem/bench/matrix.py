@@ -189,6 +189,16 @@ def print_summary(data: dict[str, Any]) -> None:
         verdict = "PASS" if c["pass"] else "MISS"
         ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
         output.console().print(f"{verdict}  {c['check']}: ratio {ratio} ({c['rule']})")
+        d = c.get("detail")
+        if d and "model_storage_s" in d:
+            probe = "-" if d.get("dram_gbs_probe") is None else f"{d['dram_gbs_probe']:.1f}"
+            output.console().print(
+                f"      bound {c['model']:.4f} = t_dram / t_storage; "
+                f"DRAM {d['dram_gbs_kernel']:.1f} GB/s in the dram run (probe triad {probe}),"
+                f" storage {d['model_bytes_read'] / 1e6:.0f} MB read at {d['storage_read_gbs']:.2f}"
+                f" + {d['model_bytes_written'] / 1e6:.0f} MB written at "
+                f"{d['storage_write_gbs']:.2f} GB/s = {d['model_storage_s']:.3f} s per repetition"
+            )
     if data.get("report"):
         output.console().print(f"report: {data['report']}")
 
