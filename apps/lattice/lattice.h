@@ -170,6 +170,9 @@ typedef struct {
     double t_coarse;
     long coarse_iters;
     int converged;
+    /* AMG solves: V-cycle parts and the outer FGMRES (fine D in double,
+     * Gram-Schmidt, updates), seconds */
+    double t_smooth, t_restrict, t_prolong, t_csolve, t_outer;
 } solve_info_t;
 void solve_cgnr(dirac_t *D, cplx *x, const cplx *b, double tol, int maxit, solve_info_t *si);
 void solve_bicgstab(dirac_t *D, cplx *x, const cplx *b, double tol, int maxit, solve_info_t *si);
@@ -200,6 +203,10 @@ typedef struct {
     cplxf *Dinv;          /* [Vh][k*k] inverse self blocks of the even coarse sites */
     cplxf *oe1, *oe2, *oe3; /* coarse work vectors of the odd-even solve */
     double t_setup, t_coarse;
+    double t_smooth, t_restrict, t_prolong, t_csolve; /* V-cycle parts */
+    /* setup parts: SAP inverse iteration, bootstrap V-cycles (with their
+     * residuals), orthonormalisation, coarse assembly (+ even inversion) */
+    double ts_init, ts_boot, ts_orth, ts_asm;
     long coarse_iters, ncycles;
 } mg_t;
 int mg_setup(mg_t *M, dirac_t *D, const params_t *p);

@@ -628,6 +628,7 @@ int main(int argc, char **argv)
     int nrec = 0;
     mg_t M;
     double t_setup = 0, t_solve[3] = {0}, t_coarse = 0;
+    double t_amg[5] = {0}; /* smoother, restrict, prolong, coarse solve, outer */
     long coarse_its = 0;
     double tca = 0, bca = 0; /* coarse operator: seconds per apply, bytes per apply */
     if (do_mg) {
@@ -670,6 +671,11 @@ int main(int argc, char **argv)
             solve_fgmres_mg(&M, x, b, p.tol, p.maxit, p.restart, &recs[nrec].si);
             t_solve[2] += recs[nrec].si.time;
             t_coarse += recs[nrec].si.t_coarse;
+            t_amg[0] += recs[nrec].si.t_smooth;
+            t_amg[1] += recs[nrec].si.t_restrict;
+            t_amg[2] += recs[nrec].si.t_prolong;
+            t_amg[3] += recs[nrec].si.t_csolve;
+            t_amg[4] += recs[nrec].si.t_outer;
             coarse_its += recs[nrec++].si.coarse_iters;
         }
     }
@@ -715,6 +721,13 @@ int main(int argc, char **argv)
                 "\"coarse_share\": %.4f, \"coarse_iterations\": %ld},\n",
                 t_gauge, t_setup, t_solve[0], t_solve[1], t_solve[2], t_coarse,
                 t_solve[2] > 0 ? t_coarse / t_solve[2] : 0.0, coarse_its);
+        if (do_mg)
+            fprintf(f, "  \"amg_phases\": {\"setup_initial_s\": %.6f, \"setup_bootstrap_s\": %.6f, "
+                    "\"setup_orthonormalise_s\": %.6f, \"setup_assemble_s\": %.6f, \"solve_smoother_s\": %.6f, "
+                    "\"solve_restrict_s\": %.6f, \"solve_prolong_s\": %.6f, \"solve_coarse_solve_s\": %.6f, "
+                    "\"solve_outer_s\": %.6f, \"k\": %d},\n",
+                    M.ts_init, M.ts_boot, M.ts_orth, M.ts_asm, t_amg[0], t_amg[1], t_amg[2], t_amg[3],
+                    t_amg[4], M.k);
         fprintf(f, "  \"solves\": [\n");
         for (int i = 0; i < nrec; i++)
             fprintf(f, "    {\"solver\": \"%s\", \"rhs\": %d, \"iterations\": %d, \"relres\": %.3e, "

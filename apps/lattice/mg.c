@@ -150,64 +150,67 @@ static void orthonormalise(mg_t *M)
     }
 }
 
-static LAT_FAST void restrict_blocks(const mg_t *M, cplxf *vc, const cplxf *v, int c0, int c1)
+/* Restriction and prolongation walk the fine sites in memory order (the
+ * test vectors are N sequential streams that the hardware prefetcher
+ * follows); walking block by block jumped between scattered sites and was
+ * latency-bound. Restriction accumulates per coarse site in double, one
+ * accumulator array per thread, summed afterwards. */
+static LAT_FAST void restrict_sites(const mg_t *M, double *acc, const cplxf *v, int x0, int x1)
 {
     int N = M->N, k = M->k;
     size_t V12 = 12 * (size_t)M->g->V;
-    double *acc = malloc(sizeof(double) * 2 * (size_t)k);
-    for (int c = c0; c < c1; c++) {
-        const int *s = M->bsite + (size_t)c * M->bsites;
-        memset(acc, 0, sizeof(double) * 2 * (size_t)k);
-        for (int q = 0; q < M->bsites; q++) {
-            const float *x = (const float *)(v + 12 * (size_t)s[q]);
-            for (int j = 0; j < N; j++) {
-                const float *w = (const float *)(M->W + (size_t)j * V12 + 12 * (size_t)s[q]);
-                float r0 = 0, i0 = 0, r1 = 0, i1 = 0;
+    for (int x = x0; x < x1; x++) {
+        const float *xs = (const float *)(v + 12 * (size_t)x);
+        double *a = acc + 2 * (size_t)k * M->blk[x];
+        for (int j = 0; j < N; j++) {
+            const float *w = (const float *)(M->W + (size_t)j * V12 + 12 * (size_t)x);
+            float r0 = 0, i0 = 0, r1 = 0, i1 = 0;
 #pragma omp simd reduction(+ : r0, i0, r1, i1)
-                for (int a = 0; a < 6; a++) {
-                    r0 += w[2 * a] * x[2 * a] + w[2 * a + 1] * x[2 * a + 1];
-                    i0 += w[2 * a] * x[2 * a + 1] - w[2 * a + 1] * x[2 * a];
-                    r1 += w[12 + 2 * a] * x[12 + 2 * a] + w[13 + 2 * a] * x[13 + 2 * a];
-                    i1 += w[12 + 2 * a] * x[13 + 2 * a] - w[13 + 2 * a] * x[12 + 2 * a];
-                }
-                acc[2 * j] += r0;
-                acc[2 * j + 1] += i0;
-                acc[2 * (N + j)] += r1;
-                acc[2 * (N + j) + 1] += i1;
+            for (int q = 0; q < 6; q++) {
+                r0 += w[2 * q] * xs[2 * q] + w[2 * q + 1] * xs[2 * q + 1];
+                i0 += w[2 * q] * xs[2 * q + 1] - w[2 * q + 1] * xs[2 * q];
+                r1 += w[12 + 2 * q] * xs[12 + 2 * q] + w[13 + 2 * q] * xs[13 + 2 * q];
+                i1 += w[12 + 2 * q] * xs[13 + 2 * q] - w[13 + 2 * q] * xs[12 + 2 * q];
             }
+            a[2 * j] += r0;
+            a[2 * j + 1] += i0;
+            a[2 * (N + j)] += r1;
+            a[2 * (N + j) + 1] += i1;
         }
-        for (int i = 0; i < k; i++)
-            vc[(size_t)c * k + i] = (float)acc[2 * i] + I * (float)acc[2 * i + 1];
     }
-    free(acc);
 }
 
-static LAT_FAST void prolong_blocks(const mg_t *M, cplxf *v, const cplxf *vc, int c0, int c1)
+static LAT_FAST void prolong_sites(const mg_t *M, cplxf *v, const cplxf *vc, int x0, int x1)
 {
     int N = M->N, k = M->k;
     size_t V12 = 12 * (size_t)M->g->V;
-    for (int c = c0; c < c1; c++) {
-        const int *s = M->bsite + (size_t)c * M->bsites;
-        const float *cv = (const float *)(vc + (size_t)c * k);
-        for (int q = 0; q < M->bsites; q++) {
-            float acc[24] = {0};
-            for (int j = 0; j < N; j++) {
-                const float *w = (const float *)(M->W + (size_t)j * V12 + 12 * (size_t)s[q]);
-                float c0r = cv[2 * j], c0i = cv[2 * j + 1], c1r = cv[2 * (N + j)], c1i = cv[2 * (N + j) + 1];
+    for (int x = x0; x < x1; x++) {
+        const float *cv = (const float *)(vc + (size_t)M->blk[x] * k);
+        float acc[24] = {0};
+        for (int j = 0; j < N; j++) {
+            const float *w = (const float *)(M->W + (size_t)j * V12 + 12 * (size_t)x);
+            float c0r = cv[2 * j], c0i = cv[2 * j + 1], c1r = cv[2 * (N + j)], c1i = cv[2 * (N + j) + 1];
 #pragma omp simd
-                for (int a = 0; a < 12; a++) {
-                    float cr = a < 6 ? c0r : c1r, ci = a < 6 ? c0i : c1i;
-                    acc[2 * a] += w[2 * a] * cr - w[2 * a + 1] * ci;
-                    acc[2 * a + 1] += w[2 * a] * ci + w[2 * a + 1] * cr;
-                }
+            for (int a = 0; a < 12; a++) {
+                float cr = a < 6 ? c0r : c1r, ci = a < 6 ? c0i : c1i;
+                acc[2 * a] += w[2 * a] * cr - w[2 * a + 1] * ci;
+                acc[2 * a + 1] += w[2 * a] * ci + w[2 * a + 1] * cr;
             }
-            memcpy(v + 12 * (size_t)s[q], acc, sizeof acc);
         }
+        memcpy(v + 12 * (size_t)x, acc, sizeof acc);
     }
 }
 
 void mg_restrict(mg_t *M, cplxf *vc, const cplxf *v)
 {
+#ifdef _OPENMP
+    int ntm = omp_get_max_threads();
+#else
+    int ntm = 1;
+#endif
+    size_t per = 2 * (size_t)M->k * M->nblk;
+    double *acc = calloc(per * (size_t)ntm, sizeof(double));
+    int used = 1;
 #pragma omp parallel
     {
 #ifdef _OPENMP
@@ -215,8 +218,20 @@ void mg_restrict(mg_t *M, cplxf *vc, const cplxf *v)
 #else
         int nt = 1, id = 0;
 #endif
-        restrict_blocks(M, vc, v, (int)((long)M->nblk * id / nt), (int)((long)M->nblk * (id + 1) / nt));
+#pragma omp single
+        used = nt;
+        restrict_sites(M, acc + per * (size_t)id, v, (int)((long)M->g->V * id / nt),
+                       (int)((long)M->g->V * (id + 1) / nt));
     }
+    float *o = (float *)vc;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < per; i++) {
+        double s = 0;
+        for (int t = 0; t < used; t++)
+            s += acc[per * (size_t)t + i];
+        o[i] = (float)s;
+    }
+    free(acc);
 }
 
 void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc)
@@ -228,31 +243,53 @@ void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc)
 #else
         int nt = 1, id = 0;
 #endif
-        prolong_blocks(M, v, vc, (int)((long)M->nblk * id / nt), (int)((long)M->nblk * (id + 1) / nt));
+        prolong_sites(M, v, vc, (int)((long)M->g->V * id / nt), (int)((long)M->g->V * (id + 1) / nt));
     }
 }
 
-/* t = -1/2 (1 -/+ gamma_mu) (U or U^H) w, full 12-vector, in double */
-static void hop12(cplx *t, const cplxf *U, const cplxf *w, int mu, int bwd, int h2)
+/* column col of T (12 rows x k, split re/im) = or += -1/2 (1 -/+ gamma_mu)
+ * op(U) w, single precision, w (6 complex) living on the spins of half h2:
+ * the identity keeps half h2, gamma_mu (off-diagonal in the chiral basis)
+ * moves it to the other half with one phase per spin. U == NULL: identity. */
+static inline void hop_col(float *Tr, float *Ti, int k, int col, const cplxf *U, int dag, const cplxf *w, int mu,
+                           int bwd, int h2, int add)
 {
-    /* w is nonzero only on the spins of half h2 */
-    cplx u[12] = {0};
-    for (int s = 2 * h2; s < 2 * h2 + 2; s++)
+    cplxf u[6];
+    for (int sl = 0; sl < 2; sl++)
         for (int i = 0; i < 3; i++) {
-            cplx acc = 0;
+            if (!U) {
+                u[3 * sl + i] = w[3 * sl + i];
+                continue;
+            }
+            cplxf acc = 0;
             for (int j = 0; j < 3; j++)
-                acc += (bwd ? conj((cplx)U[3 * j + i]) : (cplx)U[3 * i + j]) * (cplx)w[3 * s + j];
-            u[3 * s + i] = acc;
+                acc += (dag ? conjf(U[3 * j + i]) : U[3 * i + j]) * w[3 * sl + j];
+            u[3 * sl + i] = acc;
         }
-    double sg = bwd ? 1 : -1;
-    for (int s = 0; s < 4; s++)
+    float sg = bwd ? 0.5f : -0.5f;
+    for (int s = 0; s < 4; s++) {
+        int same = s / 2 == h2;
+        int r = 0;
+        cplxf ph = -0.5f;
+        if (!same) {
+            while (lat_gamma[mu][s][2 * h2 + r] == 0)
+                r++;
+            ph = -sg * (cplxf)lat_gamma[mu][s][2 * h2 + r];
+        } else {
+            r = s - 2 * h2;
+        }
         for (int c = 0; c < 3; c++) {
-            cplx acc = u[3 * s + c];
-            for (int r = 2 * h2; r < 2 * h2 + 2; r++)
-                if (lat_gamma[mu][s][r] != 0)
-                    acc += sg * lat_gamma[mu][s][r] * u[3 * r + c];
-            t[3 * s + c] = -0.5 * acc;
+            cplxf v = ph * u[3 * r + c];
+            size_t o = (size_t)(3 * s + c) * k + col;
+            if (add) {
+                Tr[o] += crealf(v);
+                Ti[o] += cimagf(v);
+            } else {
+                Tr[o] = crealf(v);
+                Ti[o] = cimagf(v);
+            }
         }
+    }
 }
 
 /* acc[target] += W(x)^H T: rows (h, i) of the coarse block against the
@@ -283,20 +320,23 @@ static inline void assemble_acc(int k, int N, double *accr, double *acci, const 
 }
 
 /* the 9 k x k blocks of coarse site c: acc is 2 x 9 k^2 doubles (re, im),
- * buf holds T (2 x 12 k), W at one site (2 x 6 k) and a row (2 k) */
+ * buf holds T (2 x 12 k) for the self coupling, T2 (2 x 12 k) for one hop
+ * leaving the block, W at one site (2 x 6 k) and a row (2 k). The clover
+ * term and every hop staying inside the block are summed into T first, so
+ * each site costs one W^H T product for the self block plus one per
+ * direction only where the hop leaves the block (face sites). */
 static LAT_FAST void assemble_block(mg_t *M, int c, double *acc, float *buf)
 {
     const geom_t *g = M->g;
     const dirac_t *D = M->D;
     int N = M->N, k = M->k;
     size_t V12 = 12 * (size_t)g->V, kk = (size_t)k * k;
-    static const cplxf one[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
-    float *Tr = buf, *Ti = Tr + 12 * (size_t)k, *Wr = Ti + 12 * (size_t)k, *Wi = Wr + 6 * (size_t)k;
+    float *Tr = buf, *Ti = Tr + 12 * (size_t)k, *T2r = Ti + 12 * (size_t)k, *T2i = T2r + 12 * (size_t)k;
+    float *Wr = T2i + 12 * (size_t)k, *Wi = Wr + 6 * (size_t)k;
     float *sr = Wi + 6 * (size_t)k, *si = sr + k;
     double *accr = acc, *acci = acc + 9 * kk;
     memset(acc, 0, sizeof(double) * 2 * 9 * kk);
     const int *bs = M->bsite + (size_t)c * M->bsites;
-    cplx t[12];
     for (int q = 0; q < M->bsites; q++) {
         int x = bs[q];
         for (int r = 0; r < k; r++) {
@@ -314,46 +354,36 @@ static LAT_FAST void assemble_block(mg_t *M, int c, double *acc, float *buf)
                 int col = h2 * N + j;
                 const cplxf *wj = M->W + j * V12 + 12 * (size_t)x + 6 * h2;
                 for (int a = 0; a < 12; a++) {
-                    cplx sacc = 0;
+                    cplxf sacc = 0;
                     if (a / 6 == h2)
                         for (int b = 0; b < 6; b++)
-                            sacc += (cplx)A[CLOVER_IDX(h2, a % 6, b)] * wj[b];
-                    Tr[(size_t)a * k + col] = (float)creal(sacc);
-                    Ti[(size_t)a * k + col] = (float)cimag(sacc);
+                            sacc += A[CLOVER_IDX(h2, a % 6, b)] * wj[b];
+                    Tr[(size_t)a * k + col] = crealf(sacc);
+                    Ti[(size_t)a * k + col] = cimagf(sacc);
                 }
             }
-        assemble_acc(k, N, accr, acci, Wr, Wi, Tr, Ti, sr, si);
         for (int d = 0; d < 8; d++) {
             int mu = d / 2, bwd = d & 1, y = g->nb[8 * x + d];
-            int target = (y >= 0 && M->blk[y] == c) ? 0 : 1 + d;
+            int inside = y >= 0 && M->blk[y] == c;
+            float *tr = inside ? Tr : T2r, *ti = inside ? Ti : T2i;
             for (int h2 = 0; h2 < 2; h2++)
                 for (int j = 0; j < N; j++) {
-                    cplxf w[12] = {0};
-                    const cplxf *src;
-                    const cplxf *U;
+                    const cplxf *src, *U;
                     if (y >= 0) {
                         src = M->W + j * V12 + 12 * (size_t)y;
                         U = bwd ? D->Uf + 36 * (size_t)y + 9 * mu : D->Uf + 36 * (size_t)x + 9 * mu;
                     } else {
+                        /* backward halo vectors arrive already multiplied by U^H */
                         src = (const cplxf *)M->hw.recv[d] + ((size_t)(-y - 1) * N + j) * 12;
-                        U = bwd ? one : D->Uf + 36 * (size_t)x + 9 * mu;
+                        U = bwd ? NULL : D->Uf + 36 * (size_t)x + 9 * mu;
                     }
-                    memcpy(w + 6 * h2, src + 6 * h2, 6 * sizeof(cplxf));
-                    if (y < 0 && bwd) {
-                        /* already U^H w: apply only the spin part */
-                        hop12(t, one, w, mu, 1, h2);
-                    } else {
-                        hop12(t, U, w, mu, bwd, h2);
-                    }
-                    int col = h2 * N + j;
-                    for (int a = 0; a < 12; a++) {
-                        Tr[(size_t)a * k + col] = (float)creal(t[a]);
-                        Ti[(size_t)a * k + col] = (float)cimag(t[a]);
-                    }
+                    hop_col(tr, ti, k, h2 * N + j, U, bwd, src + 6 * h2, mu, bwd, h2, inside);
                 }
-            assemble_acc(k, N, accr + (size_t)target * kk, acci + (size_t)target * kk, Wr, Wi, Tr, Ti, sr,
-                         si);
+            if (!inside)
+                assemble_acc(k, N, accr + (size_t)(1 + d) * kk, acci + (size_t)(1 + d) * kk, Wr, Wi, T2r, T2i,
+                             sr, si);
         }
+        assemble_acc(k, N, accr, acci, Wr, Wi, Tr, Ti, sr, si);
     }
     cplxf *out = M->Dc + (size_t)c * 9 * kk;
     for (size_t i = 0; i < 9 * kk; i++)
@@ -390,7 +420,7 @@ static void assemble(mg_t *M)
 #pragma omp parallel
     {
         double *acc = calloc(2 * 9 * kk, sizeof(double));
-        float *buf = malloc(sizeof(float) * (2 * 12 * (size_t)k + 2 * 6 * (size_t)k + 2 * (size_t)k));
+        float *buf = malloc(sizeof(float) * (4 * 12 * (size_t)k + 2 * 6 * (size_t)k + 2 * (size_t)k));
 #pragma omp for schedule(dynamic)
         for (int c = 0; c < M->nblk; c++)
             assemble_block(M, c, acc, buf);
@@ -685,11 +715,31 @@ void mg_vcycle(mg_t *M, cplxf *x, const cplxf *r)
 {
     double t = wtime();
     mg_restrict(M, M->rc, r);
+    double t1 = wtime();
     M->coarse_iters += coarse_solve(M, M->ec, M->rc);
+    double t2 = wtime();
     mg_prolong(M, x, M->ec);
-    M->t_coarse += wtime() - t;
+    double t3 = wtime();
+    M->t_coarse += t3 - t;
+    M->t_restrict += t1 - t;
+    M->t_csolve += t2 - t1;
+    M->t_prolong += t3 - t2;
     sap(M, x, r, M->prm.post_smooth, 0);
+    M->t_smooth += wtime() - t3;
     M->ncycles++;
+}
+
+/* P from the current test vectors, then D_c = P^H D P (timed) */
+static void setup_interp(mg_t *M)
+{
+    double t = wtime();
+    orthonormalise(M);
+    double t1 = wtime();
+    assemble(M);
+    if (M->coe)
+        coarse_invert_even(M);
+    M->ts_orth += t1 - t;
+    M->ts_asm += wtime() - t1;
 }
 
 int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
@@ -755,6 +805,7 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
     halo_alloc(g, &M->hw, sizeof(cplxf) * 12 * (size_t)M->N);
 
     /* initial phase: random vectors keyed by global site, SAP inverse iteration */
+    double ts = wtime();
     for (int j = 0; j < M->N; j++) {
         cplxf *w = M->TV + (size_t)j * V12;
         for (int e = 0; e < g->V; e++) {
@@ -770,14 +821,13 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
                 w[i] = M->t[i] / (float)nn;
         }
     }
-    orthonormalise(M);
-    assemble(M);
-    if (M->coe)
-        coarse_invert_even(M);
+    M->ts_init = wtime() - ts;
+    setup_interp(M);
     if (getenv("HM_LATTICE_VERBOSE") && g->rank == 0)
         fprintf(stderr, "setup: initial phase done, %.2f s\n", wtime() - t0);
     /* bootstrap: v <- v + C (v - D v) */
     for (int it = 0; it < p->setup_iter; it++) {
+        ts = wtime();
         for (int j = 0; j < M->N; j++) {
             cplxf *w = M->TV + (size_t)j * V12;
             dirac_apply_f(D, M->t, w);
@@ -792,15 +842,13 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
             for (size_t i = 0; i < V12; i++)
                 w[i] /= (float)nn;
         }
-        orthonormalise(M);
-        assemble(M);
-        if (M->coe)
-            coarse_invert_even(M);
+        M->ts_boot += wtime() - ts;
+        setup_interp(M);
         if (getenv("HM_LATTICE_VERBOSE") && g->rank == 0)
             fprintf(stderr, "setup: bootstrap %d done, %.2f s, %ld coarse iterations\n", it + 1,
                     wtime() - t0, M->coarse_iters);
     }
-    M->t_coarse = 0;
+    M->t_coarse = M->t_smooth = M->t_restrict = M->t_prolong = M->t_csolve = 0;
     M->coarse_iters = 0;
     M->t_setup = wtime() - t0;
     return 0;
@@ -838,7 +886,7 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
     cplx *H = calloc((size_t)(m + 1) * m + 4 * (size_t)m + 4, sizeof(cplx));
     cplx *gv = H + (size_t)(m + 1) * m, *cs = gv + m + 1, *sn = cs + m, *y = sn + m;
     cplxf *rf = lat_alloc_vectors(sizeof(cplxf) * (size_t)n), *zf = lat_alloc_vectors(sizeof(cplxf) * (size_t)n);
-    double t0 = wtime(), tc0 = M->t_coarse;
+    double t0 = wtime(), tc0 = M->t_coarse, tv0[4] = {M->t_smooth, M->t_restrict, M->t_prolong, M->t_csolve};
     long ci0 = M->coarse_iters;
     memset(si, 0, sizeof *si);
     double bn = sqrt(vnorm2(g, b, n)), res = 0;
@@ -918,6 +966,11 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
     si->time = wtime() - t0;
     si->t_coarse = M->t_coarse - tc0;
     si->coarse_iters = M->coarse_iters - ci0;
+    si->t_smooth = M->t_smooth - tv0[0];
+    si->t_restrict = M->t_restrict - tv0[1];
+    si->t_prolong = M->t_prolong - tv0[2];
+    si->t_csolve = M->t_csolve - tv0[3];
+    si->t_outer = si->time - si->t_smooth - si->t_restrict - si->t_prolong - si->t_csolve;
     si->true_relres = true_residual(M->D, x, b);
     si->converged = si->true_relres <= tol * 10;
     lat_free(V), lat_free(Z), lat_free(w), lat_free(rf), lat_free(zf);
