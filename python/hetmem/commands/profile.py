@@ -6,7 +6,10 @@ import argparse
 import glob
 import os
 import re
+import shutil
 import socket
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -109,8 +112,11 @@ class Command:
         parser.add_argument(
             "--sampler",
             default="auto",
-            help="access sampler: auto (default: the best this machine offers), portable "
-            "(page-protection sampling), none",
+            choices=SAMPLERS,
+            help="access sampler: auto (default: the first of pebs, ibs, spe, damon that "
+            "works here, else portable), pebs (Intel PEBS mem-loads/mem-stores), ibs (AMD IBS "
+            "op), spe (Arm SPE), damon (DAMON vaddr monitoring, needs root), portable "
+            "(page-protection sampling), none; a named one this machine lacks is an error",
         )
         parser.add_argument(
             "--depth", type=int, default=8, metavar="N", help="frames per site, 1..64 (8)"
@@ -220,6 +226,29 @@ class Command:
         return 0
 
 
+SAMPLERS = ("auto", "pebs", "ibs", "spe", "damon", "portable", "none")
+PRECISE = ("pebs", "ibs", "spe", "damon")
+
+
+def check_sampler(env: dict[str, str], sampler: str) -> None:
+    """A named precise sampler must work here before the command runs: the
+    interposer's own selection (src/preload/sampler.c) is run once on
+    `true`, and its one-line refusal becomes this command's error (exit 2)."""
+    true = shutil.which("true") or "/bin/true"
+    with tempfile.TemporaryDirectory(prefix="hetmem-sampler-") as tmp:
+        probe_env = dict(env)
+        probe_env["HETMEM_PROFILE"] = os.path.join(tmp, "probe.%p")
+        proc = subprocess.run(
+            [true], env=probe_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        msg = lines[-1] if lines else f"exit status {proc.returncode}"
+        msg = msg.removeprefix("hetmem: cannot start profile mode: ")
+        msg = msg.removeprefix(f"sampler '{sampler}' is not available here: ")
+        raise EnvironmentProblem(f"--sampler {sampler} is not available here: {msg}")
+
+
 def output_template(output: str) -> str:
     """The file-name template handed to the interposer (docs/formats.md)."""
     return output if "%p" in output else output + ".%r.%p"
@@ -251,11 +280,8 @@ def record(
         raise UsageError("--depth must be 1..64")
     if threshold < os.sysconf("SC_PAGE_SIZE"):
         raise UsageError("--threshold must be at least one page")
-    if sampler not in ("auto", "portable", "none"):
-        raise UsageError(
-            f"--sampler {sampler!r}: choose auto, portable or none (precise PMU samplers and "
-            "DAMON are probed by auto and recorded in the profile)"
-        )
+    if sampler not in SAMPLERS:
+        raise UsageError(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
     if period_ms <= 0:
         raise UsageError("--period must be positive")
     hrun.resolve_command(argv)
@@ -277,6 +303,8 @@ def record(
     env["HETMEM_SAMPLE_PERIOD"] = str(max(100, int(period_ms * 1000)))
     for k in ("HETMEM_PLACEMENT", "HETMEM_STATS"):
         env.pop(k, None)
+    if sampler in PRECISE:
+        check_sampler(env, sampler)
     since = time.time()
     state: dict[str, Any] = {}
     try:
