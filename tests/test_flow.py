@@ -259,3 +259,34 @@ def test_sweep_interleaves_shuffled_and_reports_spread(monkeypatch):
     assert not summ["advised_met"] and summ["advised_tied"] == 1
     assert summ["configs"] == 8 and not summ["predictions_met"]  # parallel/dram/p2 is +40%
     assert summ["predictions_within_20pct"] == 6
+
+
+def test_sweep_readvises_when_the_load_moves(monkeypatch):
+    from hetmem.flow import sweep
+
+    s = specmod.parse(TINY)
+    calls = []
+
+    def fake_advise(*a, **k):
+        calls.append(1)
+        f = len(calls)  # each prediction round sees a slower machine
+        return [
+            {"config": c, "mode": c.split("/")[0], "tier": "dram", "ranks": 1, "reason": "r"}
+            | {"iteration_s": f * t, "external_load": 0.0}
+            for c, t in (("serial/dram/p1", 1.0), ("parallel/dram/p1", 0.6))
+        ]
+
+    monkeypatch.setattr(model, "advise", fake_advise)
+    monkeypatch.setattr(runner, "run", lambda spec: {"iteration_s": 1.0})
+    monkeypatch.setattr(sweep, "RELOAD", -1.0)  # any load counts as moved
+    res = sweep.sweep(s, {}, max_ranks=1, repeat=3)
+    assert len(calls) == 3 and res["advised_rounds"] == 3
+    by = {r["config"]: r for r in res["rows"]}
+    assert by["serial/dram/p1"]["predicted_runs_s"] == [1.0, 2.0, 3.0]
+    assert by["serial/dram/p1"]["predicted_s"] == 2.0  # the median
+    assert by["parallel/dram/p1"]["error"] == pytest.approx(1.2 - 1.0)
+    assert res["advised"] == "parallel/dram/p1"
+    monkeypatch.setattr(sweep, "RELOAD", 1e9)  # never moved: one prediction
+    calls.clear()
+    assert sweep.sweep(s, {}, max_ranks=1, repeat=3)["advised_rounds"] == 1
+    assert len(calls) == 1

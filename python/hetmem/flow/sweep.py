@@ -37,20 +37,38 @@ def sweep(
     repeat: int = 3,
 ) -> dict[str, Any]:
     """Runs every configuration `repeat` times, the configurations
-    interleaved (a burst of other load on a shared machine then hits one
-    run of several, not every run of one configuration), and takes each
-    one's median."""
-    predicted = [
-        p
-        for p in model.advise(spec, calib, max_ranks=max_ranks)
-        if spec.writer.objects % p["ranks"] == 0
-    ]
+    interleaved in a shuffled order per round (a burst of other load on a
+    shared machine then hits one run of several, not every run of one
+    configuration), and takes each one's median. The advisor predicts
+    before the first round, and again before a round when the other load
+    measured during the last round differs by more than RELOAD CPUs from
+    the load it predicted for (its probes see the machine as it is then);
+    each configuration's prediction is the median of those of its rounds."""
+
+    def advise() -> list[dict[str, Any]]:
+        return [
+            p
+            for p in model.advise(spec, calib, max_ranks=max_ranks)
+            if spec.writer.objects % p["ranks"] == 0
+        ]
+
+    predicted = advise()
     runs = max(1, repeat)
     task = prog.add_task(spec.name, total=len(predicted) * runs) if prog is not None else None
     measured: dict[str, list[float]] = {p["config"]: [] for p in predicted}
+    preds: dict[str, list[float]] = {p["config"]: [] for p in predicted}
+    reasons = {p["config"]: p["reason"] for p in predicted}
     loads: list[float] = []
+    advised_rounds = 1
     for rnd in range(runs):
-        order = list(predicted)
+        if rnd and loads:
+            now = statistics.median(loads[-len(predicted) :])
+            if abs(now - predicted[0].get("external_load", 0.0)) > RELOAD:
+                predicted = advise()
+                advised_rounds += 1
+        for p in predicted:
+            preds[p["config"]].append(p["iteration_s"])
+        order = sorted(predicted, key=lambda p: p["config"])
         random.Random(rnd).shuffle(order)
         for p in order:
             s = spec.with_config(mode=p["mode"], tier=p["tier"], ranks=p["ranks"])
@@ -65,19 +83,21 @@ def sweep(
     for p in predicted:
         runs_s = measured[p["config"]]
         m = statistics.median(runs_s)
+        pr = statistics.median(preds[p["config"]])
         rows.append(
             {
                 "config": p["config"],
                 "mode": p["mode"],
                 "tier": p["tier"],
                 "ranks": p["ranks"],
-                "predicted_s": p["iteration_s"],
+                "predicted_s": pr,
+                "predicted_runs_s": preds[p["config"]],
                 "measured_s": m,
                 "measured_runs_s": measured[p["config"]],
                 "spread": (max(runs_s) - min(runs_s)) / m if m > 0 else 0.0,
-                "error": p["iteration_s"] / m - 1.0,
-                "within_20pct": abs(p["iteration_s"] / m - 1.0) <= 0.20,
-                "reason": p["reason"],
+                "error": pr / m - 1.0,
+                "within_20pct": abs(pr / m - 1.0) <= 0.20,
+                "reason": reasons[p["config"]],
             }
         )
     best = min(rows, key=lambda r: r["measured_s"])
@@ -91,6 +111,7 @@ def sweep(
     return {
         "spec": spec.name,
         "external_load_predicted": predicted[0].get("external_load", 0.0),
+        "advised_rounds": advised_rounds,
         "external_load_runs": statistics.median(loads) if loads else None,
         "rows": rows,
         "best": best["config"],
@@ -104,6 +125,7 @@ def sweep(
     }
 
 
+RELOAD = 0.3  # CPUs of other load: re-advise when it moved more than this
 ADVISED_SHARE = 0.90  # advised within 5% of the measured best in >= 90% of the specs
 
 
