@@ -26,7 +26,7 @@ typedef enum _hm_opt_kind_e {
   X(STATS, stats, STR, "", "file the interposer writes its statistics to at exit")          \
   X(PROFILE, profile, STR, "", "allocation-site profile path template (%h %r %p); on if set") \
   X(PROFILE_DEPTH, profile_depth, COUNT, "8", "frames recorded per allocation site (1..64)")   \
-  X(SAMPLER, sampler, STR, "auto", "access sampler while profiling: auto, portable, none")    \
+  X(SAMPLER, sampler, STR, "auto", "access sampler while profiling: auto, pebs, ibs, spe, damon, portable, none") \
   X(SAMPLE_PERIOD, sample_period, COUNT, "10000", "access sampler period, microseconds")      \
   X(PLACEMENT, placement, STR, "", "compact placement table (flat/hybrid modes); on if set") \
   X(PLACE_MODE, place_mode, STR, "flat", "flat (pager gets a minimal cache) or hybrid")       \
