@@ -369,30 +369,22 @@ static int hm__map(_hm_smp_perf_t *p, hm__buf_t *b) {
   return 0;
 }
 
-int _hm_smp_perf_start(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t k, _hm_smp_perf_t **out,
-                       char *why, size_t wlen) {
-  _hm_smp_perf_t *p = calloc(1, sizeof *p);
-  if (!p) return -ENOMEM;
-  p->page = 4096;
-  long pg = sysconf(_SC_PAGESIZE);
-  if (pg > 0) p->page = (size_t)pg;
-  p->pid = cfg->pid;
-  int rc = hm__build(cfg, k, p, why, wlen);
-  if (!rc) rc = hm__try_open(cfg, p, why, wlen);
+/* Opens p's events on every CPU this process may run on, inherited by
+ * threads created later, and maps their buffers. */
+static int hm__open_all(const _hm_smp_cfg_t *cfg, _hm_smp_perf_t *p, char *why, size_t wlen) {
+  int rc = 0;
   int cpus[HM__MAX_CPUS];
-  int ncpu = rc ? 0 : _hm_prim_allowed_cpus(cpus, HM__MAX_CPUS);
-  if (!rc && ncpu <= 0) {
-    rc = ncpu < 0 ? ncpu : -ENODEV;
+  int ncpu = _hm_prim_allowed_cpus(cpus, HM__MAX_CPUS);
+  if (ncpu <= 0) {
     snprintf(why, wlen, "cannot list this process's CPUs");
+    return ncpu < 0 ? ncpu : -ENODEV;
   }
-  if (!rc) {
-    p->bufs = calloc((size_t)ncpu * (size_t)(p->nattr + 1), sizeof *p->bufs);
-    if (!p->bufs) rc = -ENOMEM;
-  }
+  p->bufs = calloc((size_t)ncpu * (size_t)(p->nattr + 1), sizeof *p->bufs);
+  if (!p->bufs) return -ENOMEM;
   for (int c = 0; !rc && c < ncpu; c++) {
     for (int i = 0; !rc && i < p->nattr; i++) {
       int lead = -1;
-      if (k == HM_SMP_PEBS && p->has_aux_leader && i == 0) {
+      if (p->kind == HM_SMP_PEBS && p->has_aux_leader && i == 0) {
         /* the aux event leads mem-loads on parts that need it; its samples
          * (none carry an address) go to the member's buffer */
         struct perf_event_attr la = p->aux_attr;
@@ -427,7 +419,7 @@ int _hm_smp_perf_start(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t k, _hm_smp_perf_
       }
       hm__buf_t *b = &p->bufs[p->nbufs++];
       b->fd = fd;
-      b->store = k == HM_SMP_PEBS ? i : -1;
+      b->store = p->kind == HM_SMP_PEBS ? i : -1;
       if (lead >= 0) {
         rc = _hm_prim_perf_ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, (unsigned long)lead);
         b->fd = -fd - 2; /* writes into the leader's buffer: no map of its own */
@@ -437,6 +429,20 @@ int _hm_smp_perf_start(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t k, _hm_smp_perf_
       if ((rc = hm__map(p, b))) snprintf(why, wlen, "mmap of a perf buffer: %s", strerror(-rc));
     }
   }
+  return rc;
+}
+
+int _hm_smp_perf_start(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t k, _hm_smp_perf_t **out,
+                       char *why, size_t wlen) {
+  _hm_smp_perf_t *p = calloc(1, sizeof *p);
+  if (!p) return -ENOMEM;
+  p->page = 4096;
+  long pg = sysconf(_SC_PAGESIZE);
+  if (pg > 0) p->page = (size_t)pg;
+  p->pid = cfg->pid;
+  int rc = hm__build(cfg, k, p, why, wlen);
+  if (!rc) rc = hm__try_open(cfg, p, why, wlen);
+  if (!rc) rc = hm__open_all(cfg, p, why, wlen);
   if (rc) {
     _hm_smp_perf_stop(p);
     return rc;

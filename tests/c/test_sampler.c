@@ -4,9 +4,17 @@
  * event encoding from recorded sysfs trees (tests/golden/samplers), the
  * run-time selection with a fake perf_event_open, and the drain of a
  * buffer laid out as the kernel's mmap page crediting samples to the
- * blocks (sites) holding their addresses. */
+ * blocks (sites) holding their addresses; and, where this kernel allows
+ * perf_event_open, the whole path live: per-CPU inherited events, their
+ * mmap'd rings and the drain, on the software page-fault event (whose
+ * samples carry the faulting address like PEBS samples carry the data
+ * address), touched from the main thread and from a thread created after
+ * the events were opened. */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -389,6 +397,76 @@ static void test_drain(void) {
   free(mem);
 }
 
+typedef struct touch_s {
+  volatile char *base;
+  size_t from, to, page;
+} touch_t;
+
+static void *toucher(void *arg) {
+  touch_t *t = arg;
+  for (size_t i = t->from; i < t->to; i++) t->base[i * t->page] = 1;
+  return NULL;
+}
+
+static void test_live_software_event(void) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  _hm_smp_perf_t *p = calloc(1, sizeof *p);
+  CHECK(p != NULL);
+  if (!p) return;
+  p->kind = HM_SMP_PEBS; /* buffer i = 0: loads */
+  p->nattr = 1;
+  p->page = page;
+  p->pid = getpid();
+  struct perf_event_attr *a = &p->attr[0];
+  a->size = sizeof *a;
+  a->type = PERF_TYPE_SOFTWARE;
+  a->config = PERF_COUNT_SW_PAGE_FAULTS;
+  a->sample_period = 1;
+  a->sample_type = PEBS_TYPE;
+  a->exclude_kernel = 1;
+  snprintf(p->event[0], sizeof p->event[0], "software/page-faults/");
+  _hm_smp_cfg_t cfg = {"/", 10000, 0, getpid(), NULL};
+  char why[256] = "";
+  int rc = hm__open_all(&cfg, p, why, sizeof why);
+  if (rc == -EACCES || rc == -EPERM || rc == -ENOSYS || rc == -ENOENT) {
+    printf("live perf test skipped: %s\n", why);
+    _hm_smp_perf_stop(p);
+    return;
+  }
+  CHECK_EQ_INT(rc, 0);
+  if (rc) {
+    printf("%s\n", why);
+    _hm_smp_perf_stop(p);
+    return;
+  }
+  CHECK(p->nbufs >= 1);
+  enum { PAGES = 48 };
+  size_t len = PAGES * page;
+  char *region = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(region != MAP_FAILED);
+  if (region == MAP_FAILED) return;
+  madvise(region, len, MADV_NOHUGEPAGE);
+  /* first half here, second half in a thread created now */
+  touch_t t0 = {region, 0, PAGES / 2, page}, t1 = {region, PAGES / 2, PAGES, page};
+  toucher(&t0);
+  pthread_t th;
+  CHECK_EQ_INT(pthread_create(&th, NULL, toucher, &t1), 0);
+  pthread_join(th, NULL);
+  _hm_smp_span_t sp[1] = {{(uintptr_t)region, (uintptr_t)region + len, 3}};
+  _hm_smp_spans_t spans = {sp, 1, 1};
+  credits_t c;
+  memset(&c, 0, sizeof c);
+  uint64_t got = _hm_smp_perf_drain(p, &spans, credit, &c);
+  /* one fault per page, each a sample with the page's address */
+  CHECK_EQ_INT(got, PAGES);
+  CHECK_EQ_INT(c.loads[3], PAGES * HM_SMP_FIX);
+  CHECK_EQ_INT(p->foreign, 0);
+  CHECK(p->samples >= PAGES); /* the test's other faults too */
+  CHECK_EQ_INT(p->bad, 0);
+  munmap(region, len);
+  _hm_smp_perf_stop(p);
+}
+
 int main(void) {
   test_parse();
   test_ibs();
@@ -396,5 +474,6 @@ int main(void) {
   test_encode();
   test_select();
   test_drain();
+  test_live_software_event();
   return hm_test_done("test_sampler");
 }
