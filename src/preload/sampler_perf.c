@@ -24,8 +24,13 @@
 #include "prim/prim.h"
 #include "sampler.h"
 
-#define HM__RING_PAGES 64u    /* data pages per buffer (a power of two) */
-#define HM__AUX_PAGES 256u    /* SPE AUX area pages (a power of two) */
+/* Buffer sizes keep an unprivileged user inside perf_event_mlock_kb (516
+ * KiB per CPU by default): two rings of 1 + 32 pages (PEBS loads and
+ * stores), or one ring plus a 64-page AUX area (SPE), per CPU. At 48 bytes
+ * a sample, a ring holds ~2700 samples: 50 ms of one core's loads at the
+ * default period, drained every 10 ms. */
+#define HM__RING_PAGES 32u    /* data pages per buffer (a power of two) */
+#define HM__AUX_PAGES 64u     /* SPE AUX area pages (a power of two) */
 #define HM__MAX_CPUS 1024
 #define HM__LDLAT 3           /* cycles: every load the PMU can tag, not only misses */
 #define HM__PEBS_PERIOD 20011 /* prime: no aliasing with loop strides */
@@ -426,7 +431,9 @@ static int hm__open_all(const _hm_smp_cfg_t *cfg, _hm_smp_perf_t *p, char *why, 
         if (rc) snprintf(why, wlen, "PERF_EVENT_IOC_SET_OUTPUT: %s", strerror(-rc));
         continue;
       }
-      if ((rc = hm__map(p, b))) snprintf(why, wlen, "mmap of a perf buffer: %s", strerror(-rc));
+      if ((rc = hm__map(p, b)))
+        snprintf(why, wlen, "mmap of a perf buffer: %s%s", strerror(-rc),
+                 rc == -EPERM ? " (over kernel.perf_event_mlock_kb)" : "");
     }
   }
   return rc;
