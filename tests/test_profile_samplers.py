@@ -240,3 +240,41 @@ def test_damon_regions_attributed_to_sites(tmp_path: Path) -> None:
     assert sa.est_accesses == pytest.approx(sa.loads * page / 64)
     assert read(root, KD + "/0/state") == "off"
     assert read(root, KD + "/nr_kdamonds") == "0"
+
+
+def test_forked_child_leaves_the_parents_sampler_alone(tmp_path: Path) -> None:
+    """A child forked without exec exits normally: it must not wait for the
+    parent's sampler thread (it did not come along) nor stop its kdamond."""
+    root = tree(tmp_path, "damon")
+    script = (
+        "import os, sys\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)\n"
+        "_, st = os.waitpid(pid, 0)\n"
+        "state = open(sys.argv[1]).read().strip()\n"
+        "sys.exit(0 if os.WEXITSTATUS(st) == 0 and state != 'off' else 5)\n"
+    )
+    proc = run_hetmem(
+        "profile",
+        "--sampler",
+        "damon",
+        "-o",
+        str(tmp_path / "p.prof"),
+        "--",
+        sys.executable,
+        "-c",
+        script,
+        str(root / KD / "0/state"),
+        env={"HETMEM_FSROOT": str(root)},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    headers = [header(f) for f in profile_files(tmp_path)]
+    assert len(headers) == 2
+    child = [h for h in headers if h["sampler"].get("forked_child")]
+    parent = [h for h in headers if not h["sampler"].get("forked_child")]
+    assert len(child) == 1 and len(parent) == 1
+    assert parent[0]["sampler"]["name"] == "damon"
+    assert read(root, KD + "/0/state") == "off"
+    assert read(root, KD + "/nr_kdamonds") == "0"

@@ -142,6 +142,8 @@ static struct {
   uint64_t period_us;
   _hm_smp_spans_t spans;
   pthread_t thread;
+  int owner;  /* the process that started the thread */
+  int forked; /* halted in a forked child: nothing of it is ours */
   _Atomic int stop, running;
   uint64_t credited, drains;
   _Atomic uint64_t cpu_ns;
@@ -201,12 +203,22 @@ int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *t
     hm__run.damon = NULL;
     return -rc;
   }
+  hm__run.owner = (int)getpid();
   atomic_store(&hm__run.running, 1);
   return 0;
 }
 
 void _hm_smp_halt(void) {
   if (!atomic_exchange(&hm__run.running, 0)) return;
+  if ((int)getpid() != hm__run.owner) {
+    /* a forked child: the thread did not come along, and the buffers and
+     * the kdamond are the parent's (draining them would steal its
+     * samples); the child's own accesses went to the parent as foreign */
+    hm__run.forked = 1;
+    hm__run.perf = NULL;
+    hm__run.damon = NULL;
+    return;
+  }
   atomic_store(&hm__run.stop, 1);
   pthread_join(hm__run.thread, NULL);
   hm__drain(); /* what arrived since the last period */
@@ -218,9 +230,9 @@ uint64_t _hm_smp_cpu_ns(void) { return atomic_load(&hm__run.cpu_ns); }
 double _hm_smp_period(void) { return hm__run.period > 0 ? hm__run.period : 1.0; }
 
 void _hm_smp_describe(char *out, size_t len) {
-  int k = snprintf(out, len, ",\"drains\":%llu,\"credited_samples\":%llu",
-                   (unsigned long long)hm__run.drains,
-                   (unsigned long long)(hm__run.credited));
+  int k = snprintf(out, len, ",\"drains\":%llu,\"credited_samples\":%llu%s",
+                   (unsigned long long)hm__run.drains, (unsigned long long)(hm__run.credited),
+                   hm__run.forked ? ",\"forked_child\":true" : "");
   if (k < 0 || (size_t)k >= len) return;
   if (hm__run.perf) _hm_smp_perf_describe(hm__run.perf, out + k, len - (size_t)k);
   else if (hm__run.damon) _hm_smp_damon_describe(hm__run.damon, out + k, len - (size_t)k);
