@@ -157,6 +157,43 @@ static void clover_site(const gauge_t *G, const geom_t *g, int x, double m0, dou
                 A[CLOVER_IDX(b, i, j)] = M[6 * b + i][6 * b + j];
 }
 
+/* inverse of the two 6x6 chiral blocks of one site (Gauss-Jordan with
+ * partial pivoting, double), same layout */
+static void clover_invert(const cplx *A, cplx *Ai)
+{
+    for (int b = 0; b < 2; b++) {
+        cplx a[6][12];
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 6; j++) {
+                a[i][j] = A[CLOVER_IDX(b, i, j)];
+                a[i][6 + j] = i == j;
+            }
+        for (int col = 0; col < 6; col++) {
+            int piv = col;
+            for (int r = col + 1; r < 6; r++)
+                if (cabs(a[r][col]) > cabs(a[piv][col]))
+                    piv = r;
+            for (int j = 0; j < 12; j++) {
+                cplx t = a[piv][j];
+                a[piv][j] = a[col][j];
+                a[col][j] = t;
+            }
+            cplx inv = 1 / a[col][col];
+            for (int j = 0; j < 12; j++)
+                a[col][j] *= inv;
+            for (int r = 0; r < 6; r++)
+                if (r != col) {
+                    cplx f = a[r][col];
+                    for (int j = 0; j < 12; j++)
+                        a[r][j] -= f * a[col][j];
+                }
+        }
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 6; j++)
+                Ai[CLOVER_IDX(b, i, j)] = a[i][6 + j];
+    }
+}
+
 int dirac_init(dirac_t *D, const geom_t *g, const gauge_t *G, double m0, double csw)
 {
     memset(D, 0, sizeof *D);
@@ -168,6 +205,7 @@ int dirac_init(dirac_t *D, const geom_t *g, const gauge_t *G, double m0, double 
     D->Uf = lat_alloc_gauge(sizeof(cplxf) * 36 * V);
     D->A = lat_alloc_clover(sizeof(cplx) * 72 * V);
     D->Af = lat_alloc_clover(sizeof(cplxf) * 72 * V);
+    D->Aif = lat_alloc_clover(sizeof(cplxf) * 72 * V);
 #pragma omp parallel for schedule(static)
     for (int e = 0; e < g->V; e++) {
         int x = g->eo2ext[e];
@@ -182,8 +220,12 @@ int dirac_init(dirac_t *D, const geom_t *g, const gauge_t *G, double m0, double 
             }
         }
         clover_site(G, g, x, m0, csw, D->A + 72 * (size_t)e);
-        for (int i = 0; i < 72; i++)
+        cplx Ai[72];
+        clover_invert(D->A + 72 * (size_t)e, Ai);
+        for (int i = 0; i < 72; i++) {
             D->Af[72 * (size_t)e + i] = (cplxf)D->A[72 * (size_t)e + i];
+            D->Aif[72 * (size_t)e + i] = (cplxf)Ai[i];
+        }
     }
     halo_alloc(g, &D->hd, 6 * sizeof(cplx));
     halo_alloc(g, &D->hf, 6 * sizeof(cplxf));
@@ -196,6 +238,7 @@ void dirac_free(dirac_t *D)
     lat_free(D->Uf);
     lat_free(D->A);
     lat_free(D->Af);
+    lat_free(D->Aif);
     halo_free(&D->hd);
     halo_free(&D->hf);
 }
@@ -228,6 +271,17 @@ void dirac_block_f(const dirac_t *D, const int *sites, int ns, const int *blk, i
                    const cplxf *in)
 {
     bsites_f(out, in, D->Uf, D->Af, D->g->nb, sites, ns, blk, b);
+}
+
+void dirac_block_hop_f(const dirac_t *D, const int *sites, int ns, const int *blk, int b, cplxf *out,
+                       const cplxf *in)
+{
+    bsites_f(out, in, D->Uf, NULL, D->g->nb, sites, ns, blk, b);
+}
+
+void dirac_clover_f(const dirac_t *D, int inverse, const int *sites, int ns, cplxf *out, const cplxf *in)
+{
+    clov_f(out, in, inverse ? D->Aif : D->Af, sites, ns);
 }
 
 void gamma5(const geom_t *g, cplx *v)

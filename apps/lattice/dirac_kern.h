@@ -117,10 +117,17 @@ static inline HM_AI void SFX(site)(CPLX *restrict out, const CPLX *restrict in, 
     HM_HOP(2);
     HM_HOP(3);
 #undef HM_HOP
+    CPLX *po = out + 12 * (size_t)x;
+    if (!A) { /* hopping term only */
+        for (int c = 0; c < 3; c++) {
+            SFX(st2)(po + c, po + 3 + c, (REAL)-0.5 * a01[c]);
+            SFX(st2)(po + 6 + c, po + 9 + c, (REAL)-0.5 * a23[c]);
+        }
+        return;
+    }
     const CPLX *ps = in + 12 * (size_t)x;
     const REAL *xs = (const REAL *)ps;
     const V4 *Ax = (const V4 *)(const void *)(A + 72 * (size_t)x);
-    CPLX *po = out + 12 * (size_t)x;
     for (int bb = 0; bb < 2; bb++) {
         const V4 *acc = bb ? a23 : a01;
         for (int c = 0; c < 3; c++) {
@@ -133,6 +140,29 @@ static inline HM_AI void SFX(site)(CPLX *restrict out, const CPLX *restrict in, 
             V4 r = re + SFX(vi)(im) - (REAL)0.5 * acc[c];
             SFX(st2)(po + 6 * bb + c, po + 6 * bb + 3 + c, r);
         }
+    }
+}
+
+/* out(x) = A(x) in(x) on the listed sites (A: clover or its inverse, in
+ * the CLOVER_IDX layout) */
+static HM_FAST __attribute__((unused)) void SFX(clov)(CPLX *restrict out, const CPLX *restrict in,
+                                                     const CPLX *restrict A, const int *sites, int ns)
+{
+    for (int k = 0; k < ns; k++) {
+        int x = sites[k];
+        const REAL *xs = (const REAL *)(in + 12 * (size_t)x);
+        const V4 *Ax = (const V4 *)(const void *)(A + 72 * (size_t)x);
+        CPLX *po = out + 12 * (size_t)x;
+        for (int bb = 0; bb < 2; bb++)
+            for (int c = 0; c < 3; c++) {
+                V4 re = {0}, im = {0};
+                for (int j = 0; j < 6; j++) {
+                    V4 a = Ax[18 * bb + 6 * c + j];
+                    re += xs[2 * (6 * bb + j)] * a;
+                    im += xs[2 * (6 * bb + j) + 1] * a;
+                }
+                SFX(st2)(po + 6 * bb + c, po + 6 * bb + 3 + c, re + SFX(vi)(im));
+            }
     }
 }
 

@@ -48,6 +48,8 @@ typedef struct {
     double tol;
     int maxit, restart;
     int ntv, setup_iter, post_smooth, block_mr;
+    int setup_sap;     /* initial phase: SAP inverse iteration with 1 .. setup_sap sweeps */
+    int block_oddeven; /* SAP block solves: MR on the odd-even reduced block system */
     double coarse_tol;
     int coarse_maxit, coarse_restart, coarse_oddeven;
     char rhs[32];
@@ -136,6 +138,7 @@ typedef struct {
     cplxf *Uf;
     cplx *A;    /* [V][72] clover + diagonal, two 6x6 chiral blocks, CLOVER_IDX order */
     cplxf *Af;
+    cplxf *Aif; /* [V][72] inverse of A, single (odd-even SAP block solves) */
     halo_t hd, hf; /* half-spinor halos, double and single */
     long napply, napplyf;
     double tapply, tapplyf;
@@ -153,6 +156,11 @@ void dirac_apply_sites_f(dirac_t *D, cplxf *out, const cplxf *in, const int *sit
 /* block-restricted operator (Dirichlet at the block boundary), single */
 void dirac_block_f(const dirac_t *D, const int *sites, int ns, const int *blk, int b,
                    cplxf *out, const cplxf *in);
+/* block-restricted hopping term only (D - A), single */
+void dirac_block_hop_f(const dirac_t *D, const int *sites, int ns, const int *blk, int b, cplxf *out,
+                       const cplxf *in);
+/* out = A in (inverse: A^-1 in) on the listed sites, single */
+void dirac_clover_f(const dirac_t *D, int inverse, const int *sites, int ns, cplxf *out, const cplxf *in);
 void gamma5(const geom_t *g, cplx *v);
 void gamma5_f(const geom_t *g, cplxf *v);
 double dirac_bytes_per_site(int single);
@@ -197,6 +205,8 @@ typedef struct {
     halo_t hc;            /* coarse halo */
     halo_t hw;            /* test-vector halo for assembly */
     cplxf *r, *e, *q, *t; /* fine work vectors */
+    cplxf *q2, *q3;       /* fine work vectors of the odd-even block solves */
+    int *bne;             /* [nblk] even sites of each block (listed first in bsite) */
     cplxf *rc, *ec, *cb;  /* coarse work vectors, coarse GMRES basis */
     cplx *cH;             /* coarse GMRES Hessenberg */
     int coe;              /* odd-even reduced coarse solve in use */

@@ -77,6 +77,79 @@ static LAT_FAST void block_mr(mg_t *M, int c, cplxf *e, cplxf *r, cplxf *q)
     }
 }
 
+/* MR on the odd-even reduced block system (DD-alphaAMG's block solve):
+ * S e_o = r_o - H_oe A_ee^-1 r_e with S = A_oo - H_oe A_ee^-1 H_eo (H: the
+ * in-block hopping term), block_mr steps of MR from e_o = 0, then
+ * e_e = A_ee^-1 (r_e - H_eo e_o). One MR step costs about one block
+ * operator, and the reduced system is better conditioned than the full one. */
+static LAT_FAST void block_mr_oe(mg_t *M, int c, cplxf *e, const cplxf *r)
+{
+    const dirac_t *D = M->D;
+    const int *s = M->bsite + (size_t)c * M->bsites, *ev = s, *od = s + M->bne[c];
+    int ne = M->bne[c], no = M->bsites - ne;
+    cplxf *q = M->q, *q2 = M->q2, *q3 = M->q3;
+    dirac_clover_f(D, 1, ev, ne, q, r);              /* q_e = A_ee^-1 r_e */
+    dirac_block_hop_f(D, od, no, M->blk, c, q2, q);   /* q2_o = H_oe q_e */
+    for (int k = 0; k < no; k++) {
+        float *ra = (float *)(q2 + 12 * (size_t)od[k]), *ea = (float *)(e + 12 * (size_t)od[k]);
+        const float *rb = (const float *)(r + 12 * (size_t)od[k]);
+#pragma omp simd
+        for (int a = 0; a < 24; a++) {
+            ra[a] = rb[a] - ra[a]; /* q2_o: the reduced residual */
+            ea[a] = 0;
+        }
+    }
+    for (int it = 0; it < M->prm.block_mr; it++) {
+        dirac_block_hop_f(D, ev, ne, M->blk, c, q, q2); /* q_e = H_eo res */
+        dirac_clover_f(D, 1, ev, ne, q3, q);             /* q3_e = A_ee^-1 q_e */
+        dirac_clover_f(D, 0, od, no, q, q2);             /* q_o = A_oo res */
+        dirac_block_hop_f(D, od, no, M->blk, c, q3, q3); /* q3_o = H_oe q3_e */
+        double qq = 0, qr_re = 0, qr_im = 0;
+        for (int k = 0; k < no; k++) {
+            float *qa = (float *)(q + 12 * (size_t)od[k]);
+            const float *ha = (const float *)(q3 + 12 * (size_t)od[k]), *ra = (const float *)(q2 + 12 * (size_t)od[k]);
+            float sq = 0, sre = 0, sim = 0;
+#pragma omp simd reduction(+ : sq, sre, sim)
+            for (int a = 0; a < 12; a++) {
+                float qr = qa[2 * a] - ha[2 * a], qi = qa[2 * a + 1] - ha[2 * a + 1];
+                float rr = ra[2 * a], ri = ra[2 * a + 1];
+                qa[2 * a] = qr;
+                qa[2 * a + 1] = qi;
+                sq += qr * qr + qi * qi;
+                sre += qr * rr + qi * ri;
+                sim += qr * ri - qi * rr;
+            }
+            qq += sq;
+            qr_re += sre;
+            qr_im += sim;
+        }
+        if (qq == 0)
+            break;
+        float ar = (float)(qr_re / qq), ai = (float)(qr_im / qq);
+        for (int k = 0; k < no; k++) {
+            float *ea = (float *)(e + 12 * (size_t)od[k]), *ra = (float *)(q2 + 12 * (size_t)od[k]);
+            const float *qa = (const float *)(q + 12 * (size_t)od[k]);
+#pragma omp simd
+            for (int a = 0; a < 12; a++) {
+                float rr = ra[2 * a], ri = ra[2 * a + 1], qr = qa[2 * a], qi = qa[2 * a + 1];
+                ea[2 * a] += ar * rr - ai * ri;
+                ea[2 * a + 1] += ar * ri + ai * rr;
+                ra[2 * a] = rr - (ar * qr - ai * qi);
+                ra[2 * a + 1] = ri - (ar * qi + ai * qr);
+            }
+        }
+    }
+    dirac_block_hop_f(D, ev, ne, M->blk, c, q, e); /* q_e = H_eo e_o */
+    for (int k = 0; k < ne; k++) {
+        float *qa = (float *)(q + 12 * (size_t)ev[k]);
+        const float *rb = (const float *)(r + 12 * (size_t)ev[k]);
+#pragma omp simd
+        for (int a = 0; a < 24; a++)
+            qa[a] = rb[a] - qa[a];
+    }
+    dirac_clover_f(D, 1, ev, ne, e, q); /* e_e = A_ee^-1 (r_e - H_eo e_o) */
+}
+
 void sap(mg_t *M, cplxf *x, const cplxf *b, int sweeps, int zero_guess)
 {
     const geom_t *g = M->g;
@@ -102,7 +175,10 @@ void sap(mg_t *M, cplxf *x, const cplxf *b, int sweeps, int zero_guess)
             for (int c = 0; c < M->nblk; c++) {
                 if (M->bcolor[c] != col)
                     continue;
-                block_mr(M, c, M->e, M->r, M->q);
+                if (M->bne)
+                    block_mr_oe(M, c, M->e, M->r);
+                else
+                    block_mr(M, c, M->e, M->r, M->q);
                 const int *s = M->bsite + (size_t)c * M->bsites;
                 for (int k = 0; k < M->bsites; k++)
                     for (int a = 0; a < 12; a++)
@@ -789,6 +865,13 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
     M->e = lat_alloc_vectors(n);
     M->q = lat_alloc_vectors(n);
     M->t = lat_alloc_vectors(n);
+    if (p->block_oddeven) {
+        M->q2 = lat_alloc_vectors(n);
+        M->q3 = lat_alloc_vectors(n);
+        M->bne = calloc((size_t)M->nblk, sizeof(int));
+        for (int x = 0; x < g->Vh; x++) /* bsite lists each block's even sites first */
+            M->bne[M->blk[x]]++;
+    }
     M->rc = lat_alloc_vectors(sizeof(cplxf) * (size_t)nc);
     M->ec = lat_alloc_vectors(sizeof(cplxf) * (size_t)nc);
     int m = p->coarse_restart;
@@ -814,7 +897,7 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
             for (int a = 0; a < 12; a++)
                 w[12 * (size_t)e + a] = (float)rng_gauss(&r) + I * (float)rng_gauss(&r);
         }
-        for (int s = 1; s <= 3; s++) {
+        for (int s = 1; s <= p->setup_sap; s++) {
             sap(M, M->t, w, s, 1);
             double nn = sqrt(vnorm2_f(g, M->t, (long)V12));
             for (size_t i = 0; i < V12; i++)
@@ -865,6 +948,8 @@ void mg_free(mg_t *M)
     lat_free(M->TV);
     lat_free(M->Dc);
     lat_free(M->r), lat_free(M->e), lat_free(M->q), lat_free(M->t);
+    if (M->bne)
+        lat_free(M->q2), lat_free(M->q3), free(M->bne);
     lat_free(M->rc), lat_free(M->ec), lat_free(M->cb), lat_free(M->cH);
     if (M->coe)
         lat_free(M->Dinv), lat_free(M->oe1), lat_free(M->oe2), lat_free(M->oe3);

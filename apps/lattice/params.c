@@ -32,6 +32,8 @@ void params_default(params_t *p)
     p->setup_iter = 3;
     p->post_smooth = 2;
     p->block_mr = 4;
+    p->setup_sap = 3;
+    p->block_oddeven = 1;
     p->coarse_tol = 5e-2;
     p->coarse_maxit = 60;
     p->coarse_restart = 60;
@@ -149,6 +151,10 @@ int params_set(params_t *p, const char *key, const char *val, char *err, size_t 
         rc = int1(val, &p->post_smooth, 0);
     else if (!strcmp(key, "block mr"))
         rc = int1(val, &p->block_mr, 1);
+    else if (!strcmp(key, "setup sap"))
+        rc = int1(val, &p->setup_sap, 1);
+    else if (!strcmp(key, "block oddeven"))
+        rc = int1(val, &p->block_oddeven, 0);
     else if (!strcmp(key, "coarse tolerance"))
         rc = dbl(val, &p->coarse_tol);
     else if (!strcmp(key, "coarse max iterations"))
