@@ -111,6 +111,24 @@ def test_efficiency_uses_each_runs_best_repetition():
     assert swap["ratio"] == pytest.approx(1.2) and not swap["pass"]
 
 
+def test_each_run_asks_the_kernel_for_its_minimum_time(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append(cmd)
+        out = json.dumps({"verified": True, "time_s": 0.5, "time_best_s": 0.25})
+        return harness.subprocess.CompletedProcess(cmd, 0, out + "\n", "")
+
+    monkeypatch.setattr(harness.subprocess, "run", fake_run)
+    plan = _plan(tmp_path, kernel_reps=2, kernel_min_time=0.75)
+    rec = harness.execute_one(plan, plan.cases[0], 0.5, "dram", 0)
+    kcmd = rec["command"]
+    assert kcmd[kcmd.index("--reps") + 1] == "2"
+    assert kcmd[kcmd.index("--min-time") + 1] == "0.75"
+    assert seen and seen[0][-len(kcmd) :] == kcmd
+    assert harness.run_best_time(rec) == 0.25
+
+
 class _Interrupted(Exception):
     pass
 
@@ -226,6 +244,7 @@ def test_swap_oom_is_the_baselines_result_not_a_failure():
         (["kernels", "stream", "--sizes", "big"], "--sizes"),
         (["kernels", "stream", "--modes", "turbo"], "unknown mode"),
         (["kernels", "stream", "--repeat", "0"], "--repeat"),
+        (["kernels", "stream", "--kernel-min-time", "-1"], "--kernel-min-time"),
         (["imdt", "--storage", "/nonexistent/dir"], "does not exist"),
     ],
 )
