@@ -98,7 +98,8 @@ def _calib(kappa: float = 0.5) -> dict:
         "streams": {"1": {"put_gbs": 5.0, "get_gbs": 5.0}, "2": {"put_gbs": 6.0, "get_gbs": 6.0}},
         "kappa": kappa,
     }
-    slow = dict(tier, put_byte_s=1 / 1e9, get_byte_s=1 / 1e9)
+    # far slower than any live profile of dram (the CLI test mixes the two)
+    slow = dict(tier, put_byte_s=1 / 1e8, get_byte_s=1 / 1e8, put_object_s=3e-5, get_object_s=3e-5)
     return {"schema_version": 2, "cores": 2, "tiers": {"dram": tier, "file:/x": slow}}
 
 
@@ -290,3 +291,35 @@ def test_sweep_readvises_when_the_load_moves(monkeypatch):
     calls.clear()
     assert sweep.sweep(s, {}, max_ranks=1, repeat=3)["advised_rounds"] == 1
     assert len(calls) == 1
+
+
+def test_run_profile_sets_the_level_from_a_serial_run(monkeypatch):
+    s = specmod.parse(TINY)
+    kt = {"writer": {1: 0.10, 2: 0.05}, "reader": {1: 0.20, 2: 0.12}}
+    io = {
+        f"dram/p{p}": {"put": 0.01 / p, "get": 0.02 / p, "put_touch": 0.5, "get_touch": 0.5}
+        for p in (1, 2)
+    }
+    seen = []
+
+    def fake_run(spec):
+        seen.append((spec.mode, spec.tier, spec.writer.ranks))
+        w = {"compute": 0.15, "io": 0.03, "wait": 0.0}
+        r = {"compute": 0.30, "io": 0.04, "wait": 0.0}
+        return {"iteration_s": 0.15 + 0.03 + 0.04 + 0.30 + 0.01, "writer": w, "reader": r}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    out = model.run_profile(s, ["dram", "file:/nowhere"], kt, io)
+    assert seen == [("serial", "dram", 1)]  # only profiled tiers run
+    assert out["dram"]["put"] == pytest.approx(3.0) and out["dram"]["get"] == pytest.approx(2.0)
+    assert io["dram/p2"]["put"] == pytest.approx(0.015) and io["dram/p2"]["put_touch"] == 0.0
+    assert io["dram/p1"]["sync"] == pytest.approx(0.01)
+    assert kt["writer"] == pytest.approx({1: 0.15, 2: 0.075})
+    assert kt["reader"] == pytest.approx({1: 0.30, 2: 0.18})
+    # the profiled serial one-rank configuration comes out as the run itself
+    cal = _calib()
+    cal["concurrency_now"] = {
+        k: {"1": 1.0, "2": 1.0} for k in ("stencil", "poly", "io:dram", "sync")
+    }
+    p = model.predict(s, cal, kt, model.Config("serial", "dram", 1), io, load=0.0)
+    assert p["iteration_s"] == pytest.approx(0.53)

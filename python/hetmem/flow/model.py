@@ -192,6 +192,61 @@ def io_profile(spec: Spec, tiers: list[str], ranks: list[int]) -> dict[str, dict
     return out
 
 
+def run_profile(
+    spec: Spec,
+    tiers: list[str],
+    kt: dict[str, dict[int, float]],
+    io: dict[str, dict[str, float]],
+) -> dict[str, Any]:
+    """The light profile of the workflow itself: one serial run with one
+    rank per component on each tier (the spec's iterations; one process busy
+    at a time, so each phase runs as if alone). The phases of the runner's
+    own processes differ from the same work timed in this process: their
+    I/O meets cold caches on another core and fresh pages, their kernels
+    start cold after the other side's I/O (measured on this machine under
+    other helpers' load: the runner's serial put 1.2-5x, its read 1.1-3.8x
+    and the analytics kernel 1.5-3x the in-process figures). So the
+    in-process figures keep giving how the work scales with ranks, and
+    this run gives their level: kt and io are scaled in place by the ratio
+    of run to in-process figure at one rank, first-use extras are then
+    part of the run's per-iteration means (set to 0), and what a serial
+    iteration takes beyond its four phases (the hand-offs: wake-ups of the
+    waiting side) becomes a per-iteration "sync" cost of serial mode."""
+    from hetmem.flow import runner
+
+    comp: dict[str, list[float]] = {"writer": [], "reader": []}
+    out: dict[str, Any] = {}
+    for tier in tiers:
+        key = f"{tier}/p1"
+        if key not in io:
+            continue
+        try:
+            r = runner.run(spec.with_config(mode="serial", tier=tier, ranks=1))
+        except HetmemError:
+            continue
+        w, rd = r["writer"], r["reader"]
+        phases = w["compute"] + w["io"] + rd["io"] + rd["compute"]
+        fput = w["io"] / io[key]["put"] if io[key]["put"] > 0 else 1.0
+        fget = rd["io"] / io[key]["get"] if io[key]["get"] > 0 else 1.0
+        sync = max(0.0, r["iteration_s"] - phases)
+        for k, v in io.items():
+            if k.startswith(f"{tier}/p"):
+                v["put"] *= fput
+                v["get"] *= fget
+                v["put_touch"] = v["get_touch"] = 0.0
+                v["sync"] = sync
+        comp["writer"].append(w["compute"])
+        comp["reader"].append(rd["compute"])
+        out[tier] = {"iteration_s": r["iteration_s"], "put": fput, "get": fget, "sync": sync}
+    for role in ("writer", "reader"):
+        base = kt[role].get(1, 0.0)
+        if comp[role] and base > 0:
+            f = sum(comp[role]) / len(comp[role]) / base
+            kt[role] = {p: t * f for p, t in kt[role].items()}
+            out[f"{role}_compute"] = f
+    return out
+
+
 @dataclass
 class _Phase:
     kind: str  # slowdown table to use; "" for a signal or wait
@@ -212,12 +267,15 @@ def _program(
     iokind: str,
     analytics: float,
     akind: str,
+    sync: float = 0.0,
 ) -> list[_Phase]:
     out: list[_Phase] = []
     for s in range(iters):
         if role == "writer":
             if serial and s > 0:
                 out.append(_Phase("", wait=("done", s - 1)))
+            if serial and sync > 0:
+                out.append(_Phase("sync", sync))
             if compute > 0:
                 out.append(_Phase(ckind, compute))
             if s >= slots:
@@ -307,8 +365,10 @@ def predict(
     slots = 1 if serial else spec.slots
     cw, a = ktimes["writer"][p], ktimes["reader"][p]
     prof = (io or {}).get(f"{cfg.tier}/p{p}")
+    sync = 0.0
     if prof is not None:
         put, get, touch, rtouch = prof["put"], prof["get"], prof["put_touch"], prof["get_touch"]
+        sync = float(prof.get("sync", 0.0))
     else:
         put, get, touch = io_costs(spec, tc, p)
         rtouch = first_read(spec, tc, p)
@@ -316,7 +376,7 @@ def predict(
     wk, rk = spec.writer.kernel, spec.reader.kernel
     iters = spec.iterations
     progs = [
-        _program("writer", iters, serial, slots, cw, wk, put, touch, iokind, 0.0, "")
+        _program("writer", iters, serial, slots, cw, wk, put, touch, iokind, 0.0, "", sync)
         for _ in range(p)
     ] + [
         _program("reader", iters, serial, slots, 0.0, "", get, rtouch, iokind, a, rk)
@@ -378,6 +438,7 @@ def advise(
         load = external_load(0.3)
         kt = ktimes or kernel_times(spec, ranks)
         io = io_profile(spec, tiers, ranks)
+        run_profile(spec, tiers, kt, io)
         # how k ranks of this session share the cores right now, for the
         # kinds of work this spec has (the profile above is the k = 1 case)
         kinds = sorted({c.kernel for c in (spec.writer, spec.reader)} - {"none"})
