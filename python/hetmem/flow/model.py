@@ -19,7 +19,12 @@ iteration, with the work of each phase in seconds as if it ran alone:
                 [serial: acknowledge s]
 
 o and b come from `hetmem flow calibrate`, measured through the same batch
-calls the components make. A fluid simulation then plays the ranks
+calls the components make; `advise` replaces them with a light profile of
+the spec itself: its kernels and its own objects timed in this process for
+each rank count (how the work scales with ranks), brought to the level of
+one short serial one-rank run of the workflow per tier (run_profile: the
+components' own phases, cold caches and fresh processes included), plus
+that run's hand-off time per serial iteration. A fluid simulation then plays the ranks
 forward: while k ranks are busy (waiting ranks sleep on a condition
 variable and use no CPU), a rank in a phase of kind X advances at
 1 / slow_X(k), where slow_X(k) is the calibrated time of one unit of X
