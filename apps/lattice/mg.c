@@ -369,28 +369,45 @@ static inline void hop_col(float *Tr, float *Ti, int k, int col, const cplxf *U,
 }
 
 /* acc[target] += W(x)^H T: rows (h, i) of the coarse block against the
- * columns T (12 components x k, split re/im) of one site's couplings */
+ * columns T (12 components x k, split re/im) of one site's couplings. The
+ * columns go in chunks of 8 whose sums stay in registers over the 6
+ * components (a loop over all k columns per component spilled them). */
 static inline void assemble_acc(int k, int N, double *accr, double *acci, const float *Wr, const float *Wi,
                                 const float *Tr, const float *Ti, float *sr, float *si)
 {
+    (void)sr, (void)si;
     for (int r = 0; r < k; r++) {
         int h = r / N;
-        for (int col = 0; col < k; col++)
-            sr[col] = si[col] = 0;
-        for (int a = 0; a < 6; a++) {
-            float wr = Wr[6 * r + a], wi = Wi[6 * r + a];
-            const float *tr = Tr + (size_t)(6 * h + a) * k, *ti = Ti + (size_t)(6 * h + a) * k;
+        const float *wr = Wr + 6 * r, *wi = Wi + 6 * r;
+        const float *tr0 = Tr + (size_t)(6 * h) * k, *ti0 = Ti + (size_t)(6 * h) * k;
+        double *ar = accr + (size_t)r * k, *ai = acci + (size_t)r * k;
+        int col = 0;
+        for (; col + 8 <= k; col += 8) {
+            float vr[8] = {0}, vi[8] = {0};
+            for (int a = 0; a < 6; a++) {
+                const float *tr = tr0 + (size_t)a * k + col, *ti = ti0 + (size_t)a * k + col;
+                float xr = wr[a], xi = wi[a];
 #pragma omp simd
-            for (int col = 0; col < k; col++) {
-                sr[col] += wr * tr[col] + wi * ti[col];
-                si[col] += wr * ti[col] - wi * tr[col];
+                for (int q = 0; q < 8; q++) {
+                    vr[q] += xr * tr[q] + xi * ti[q];
+                    vi[q] += xr * ti[q] - xi * tr[q];
+                }
+            }
+#pragma omp simd
+            for (int q = 0; q < 8; q++) {
+                ar[col + q] += vr[q];
+                ai[col + q] += vi[q];
             }
         }
-        double *ar = accr + (size_t)r * k, *ai = acci + (size_t)r * k;
-#pragma omp simd
-        for (int col = 0; col < k; col++) {
-            ar[col] += sr[col];
-            ai[col] += si[col];
+        for (; col < k; col++) {
+            float vr = 0, vi = 0;
+            for (int a = 0; a < 6; a++) {
+                float tr = tr0[(size_t)a * k + col], ti = ti0[(size_t)a * k + col];
+                vr += wr[a] * tr + wi[a] * ti;
+                vi += wr[a] * ti - wi[a] * tr;
+            }
+            ar[col] += vr;
+            ai[col] += vi;
         }
     }
 }
@@ -966,11 +983,13 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
     long n = 12L * g->V;
     int m = restart;
     size_t sz = sizeof(cplx) * (size_t)n;
-    cplx *V = lat_alloc_krylov(sz * (size_t)(m + 1)), *Z = lat_alloc_krylov(sz * (size_t)m),
-         *w = lat_alloc_krylov(sz);
+    /* Z holds the V-cycle outputs, which are single precision: stored as
+     * such (exact), half the traffic of the final update */
+    cplx *V = lat_alloc_krylov(sz * (size_t)(m + 1)), *w = lat_alloc_krylov(sz), *zd = lat_alloc_krylov(sz);
+    cplxf *Z = lat_alloc_krylov(sizeof(cplxf) * (size_t)n * (size_t)m);
     cplx *H = calloc((size_t)(m + 1) * m + 4 * (size_t)m + 4, sizeof(cplx));
     cplx *gv = H + (size_t)(m + 1) * m, *cs = gv + m + 1, *sn = cs + m, *y = sn + m;
-    cplxf *rf = lat_alloc_vectors(sizeof(cplxf) * (size_t)n), *zf = lat_alloc_vectors(sizeof(cplxf) * (size_t)n);
+    cplxf *rf = lat_alloc_vectors(sizeof(cplxf) * (size_t)n);
     double t0 = wtime(), tc0 = M->t_coarse, tv0[4] = {M->t_smooth, M->t_restrict, M->t_prolong, M->t_csolve};
     long ci0 = M->coarse_iters;
     memset(si, 0, sizeof *si);
@@ -978,25 +997,30 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
     int it = 0, verbose = getenv("HM_LATTICE_VERBOSE") != NULL;
     while (it < maxit) {
         dirac_apply(M->D, V, x);
+#pragma omp parallel for schedule(static)
         for (long i = 0; i < n; i++)
             V[i] = b[i] - V[i];
         double beta = sqrt(vnorm2(g, V, n));
         res = beta;
         if (beta <= tol * bn)
             break;
+#pragma omp parallel for schedule(static)
         for (long i = 0; i < n; i++)
             V[i] /= beta;
         memset(gv, 0, sizeof(cplx) * (size_t)(m + 1));
         gv[0] = beta;
         int j;
         for (j = 0; j < m && it < maxit; j++) {
-            cplx *vj = V + (size_t)j * n, *zj = Z + (size_t)j * n;
+            cplx *vj = V + (size_t)j * n;
+            cplxf *zj = Z + (size_t)j * n;
+#pragma omp parallel for schedule(static)
             for (long i = 0; i < n; i++)
                 rf[i] = (cplxf)vj[i];
-            mg_vcycle(M, zf, rf);
+            mg_vcycle(M, zj, rf);
+#pragma omp parallel for schedule(static)
             for (long i = 0; i < n; i++)
-                zj[i] = zf[i];
-            dirac_apply(M->D, w, zj);
+                zd[i] = zj[i];
+            dirac_apply(M->D, w, zd);
             for (int i = 0; i <= j; i++) {
                 cplx h = vdot(g, V + (size_t)i * n, w, n);
                 H[(size_t)i * m + j] = h;
@@ -1007,8 +1031,10 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
             }
             double hn = sqrt(vnorm2(g, w, n));
             H[(size_t)(j + 1) * m + j] = hn;
+            cplx *vn = V + (size_t)(j + 1) * n;
+#pragma omp parallel for schedule(static)
             for (long l = 0; l < n; l++)
-                V[(size_t)(j + 1) * n + l] = w[l] / hn;
+                vn[l] = w[l] / hn;
             for (int i = 0; i < j; i++) {
                 cplx a = H[(size_t)i * m + j], bb = H[(size_t)(i + 1) * m + j];
                 H[(size_t)i * m + j] = cs[i] * a + sn[i] * bb;
@@ -1038,7 +1064,7 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
             y[i] = s / H[(size_t)i * m + i];
         }
         for (int i = 0; i < j; i++) {
-            const cplx *zi = Z + (size_t)i * n;
+            const cplxf *zi = Z + (size_t)i * n;
 #pragma omp parallel for schedule(static)
             for (long l = 0; l < n; l++)
                 x[l] += y[i] * zi[l];
@@ -1058,6 +1084,6 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
     si->t_outer = si->time - si->t_smooth - si->t_restrict - si->t_prolong - si->t_csolve;
     si->true_relres = true_residual(M->D, x, b);
     si->converged = si->true_relres <= tol * 10;
-    lat_free(V), lat_free(Z), lat_free(w), lat_free(rf), lat_free(zf);
+    lat_free(V), lat_free(Z), lat_free(w), lat_free(zd), lat_free(rf);
     free(H);
 }
