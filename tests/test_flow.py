@@ -306,11 +306,19 @@ def test_run_profile_sets_the_level_from_a_serial_run(monkeypatch):
         seen.append((spec.mode, spec.tier, spec.writer.ranks))
         w = {"compute": 0.15, "io": 0.03, "wait": 0.0}
         r = {"compute": 0.30, "io": 0.04, "wait": 0.0}
-        return {"iteration_s": 0.15 + 0.03 + 0.04 + 0.30 + 0.01, "writer": w, "reader": r}
+        it = 0.15 + 0.03 + 0.04 + 0.30 + 0.01
+        return {"iteration_s": it, "makespan_s": it * 3 * span, "writer": w, "reader": r}
+
+    span = 1.0  # a run of 1.59 s: one is enough
 
     monkeypatch.setattr(runner, "run", fake_run)
     out = model.run_profile(s, ["dram", "file:/nowhere"], kt, io)
     assert seen == [("serial", "dram", 1)]  # only profiled tiers run
+    span = 0.1  # short runs: three, medians (the same figures here)
+    seen.clear()
+    kt2 = {"writer": {1: 0.10}, "reader": {1: 0.20}}
+    io2 = {"dram/p1": {"put": 0.01, "get": 0.02, "put_touch": 0.0, "get_touch": 0.0}}
+    assert model.run_profile(s, ["dram"], kt2, io2)["dram"]["runs"] == 3 and len(seen) == 3
     assert out["dram"]["put"] == pytest.approx(3.0) and out["dram"]["get"] == pytest.approx(2.0)
     assert io["dram/p2"]["put"] == pytest.approx(0.015) and io["dram/p2"]["put_touch"] == 0.0
     assert io["dram/p1"]["sync"] == pytest.approx(0.01)
