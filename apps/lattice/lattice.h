@@ -226,6 +226,9 @@ void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc);
 void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in);
 void mg_vcycle(mg_t *M, cplxf *x, const cplxf *r);
 void sap(mg_t *M, cplxf *x, const cplxf *b, int sweeps, int zero_guess);
+/* self-test: ||D_b e - r|| / ||r|| after the odd-even block solve with
+ * `steps` MR steps on block c (random r); -1 when block oddeven is off */
+double mg_block_solve_residual(mg_t *M, int c, int steps);
 void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int restart,
                      solve_info_t *si);
 

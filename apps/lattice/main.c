@@ -409,6 +409,12 @@ static void test_mg(const geom_t *g, params_t p)
             zc[(size_t)e * M.k + a] = -zc[(size_t)e * M.k + a];
     cplx r = vdot_f(&M.cg, zc, vc, nc);
     check("mg: coarse Gamma5-hermiticity", cabs(l - r) / cabs(l), 1e-5);
+    /* the odd-even reduced block solve converges to the block system's
+     * solution (Schur complement + back-substitution = full block solve) */
+    if (p.block_oddeven) {
+        check("mg: odd-even block solve, 4 MR steps (< 1)", mg_block_solve_residual(&M, 0, 4), 0.9);
+        check("mg: odd-even block solve, 60 MR steps", mg_block_solve_residual(&M, 0, 60), 1e-4);
+    }
     cplx *b = lat_alloc_vectors(sizeof(cplx) * n), *x1 = lat_alloc_vectors(sizeof(cplx) * n),
          *x2 = lat_alloc_vectors(sizeof(cplx) * n);
     fill_random(g, b, p.seed, 41);

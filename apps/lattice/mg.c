@@ -150,6 +150,33 @@ static LAT_FAST void block_mr_oe(mg_t *M, int c, cplxf *e, const cplxf *r)
     dirac_clover_f(D, 1, ev, ne, e, q); /* e_e = A_ee^-1 (r_e - H_eo e_o) */
 }
 
+double mg_block_solve_residual(mg_t *M, int c, int steps)
+{
+    if (!M->bne)
+        return -1;
+    const int *s = M->bsite + (size_t)c * M->bsites;
+    int ns = M->bsites, save = M->prm.block_mr;
+    for (int k = 0; k < ns; k++) {
+        rng_t rg;
+        rng_seed(&rg, M->prm.seed, M->g->gidx[s[k]], 4242);
+        for (int a = 0; a < 12; a++)
+            M->r[12 * (size_t)s[k] + a] = (float)rng_gauss(&rg) + I * (float)rng_gauss(&rg);
+    }
+    M->prm.block_mr = steps;
+    block_mr_oe(M, c, M->e, M->r);
+    M->prm.block_mr = save;
+    dirac_block_f(M->D, s, ns, M->blk, c, M->q, M->e);
+    double d = 0, nr = 0;
+    for (int k = 0; k < ns; k++)
+        for (int a = 0; a < 12; a++) {
+            size_t i = 12 * (size_t)s[k] + a;
+            cplx diff = (cplx)M->q[i] - (cplx)M->r[i];
+            d += creal(diff * conj(diff));
+            nr += creal((cplx)M->r[i] * conj((cplx)M->r[i]));
+        }
+    return sqrt(d / nr);
+}
+
 void sap(mg_t *M, cplxf *x, const cplxf *b, int sweeps, int zero_guess)
 {
     const geom_t *g = M->g;
