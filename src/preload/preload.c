@@ -901,9 +901,10 @@ int munmap(void *addr, size_t length) {
 }
 
 /* Advice on a pager block goes to the pager (its prefetcher takes the
- * application's hints); advice that would change how the kernel backs the
- * range (huge pages, fork inheritance, removal) is the pager's to decide
- * and is accepted without effect. Other ranges go to the kernel. */
+ * application's hints); huge-page advice goes to the kernel (the pager
+ * copes with THP on its regions: tests/c/test_sdm_thp.c); advice that would
+ * change fork inheritance or remove the range is the pager's to decide and
+ * is accepted without effect. Other ranges go to the kernel. */
 int madvise(void *addr, size_t length, int advice) {
   if (hm_likely(hm__tls.guard || !_hm_pl_table_maybe(&hm__pl.table, addr)))
     return (int)syscall(SYS_madvise, addr, length, advice);
@@ -925,6 +926,8 @@ int madvise(void *addr, size_t length, int advice) {
 #endif
     hint = HM_ADVICE_DONTNEED;
     break;
+  case MADV_HUGEPAGE:
+  case MADV_NOHUGEPAGE: return (int)syscall(SYS_madvise, addr, len, advice);
   default: return 0;
   }
   hm__tls.guard++;

@@ -60,6 +60,16 @@
  * and faults again if it must. Failed resolutions (EEXIST, ENOENT, EAGAIN)
  * are followed by an explicit UFFDIO_WAKE, never treated as fatal.
  *
+ * Huge pages: an application may madvise MADV_HUGEPAGE on a region (numpy
+ * does on every large array). Every fill is a UFFDIO_COPY or CONTINUE of
+ * base pages (a huge fault on an empty PMD is a MISSING fault like any
+ * other), and the kernel refuses to collapse a registered region into huge
+ * pages (khugepaged, MADV_COLLAPSE), so eviction and the budget stay per
+ * base page. Advice on part of a region splits the kernel's mapping, and
+ * UFFDIO_COPY/CONTINUE fail with ENOENT on a range that crosses the split:
+ * such a fill goes on page by page (it used to wake the faulting thread
+ * without mapping anything, forever: the livelock numpy's hint caused).
+ * tests/c/test_sdm_thp.c.
  * Fork: regions are MADV_DONTFORK, so a child never sees them (an access in
  * the child is SIGSEGV) and never reads zeros where data was.
  * Signals: the handler threads block every signal; a faulting thread that
@@ -314,20 +324,25 @@ static void hm__map_runs(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, const u
   while ((n = hm__run(bits, p->upages, &i)) > 0) {
     char *a = ub + (size_t)i * HM_SDM_PAGE;
     size_t len = (size_t)n * HM_SDM_PAGE;
+    int single = 0;
     while (len > 0) {
-      size_t done = 0;
-      int rc = _hm_prim_uffd_continue(p->uffd, a, len, wp, &done);
-      if (rc == 0) break;
-      if (done > len) done = len;
+      size_t done = 0, chunk = single ? HM_SDM_PAGE : len;
+      int rc = _hm_prim_uffd_continue(p->uffd, a, chunk, wp, &done);
+      if (rc == 0) done = chunk;
+      if (done > chunk) done = chunk;
       a += done;
       len -= done;
-      if (rc == -EAGAIN) continue;
-      if (rc == -EEXIST && len >= HM_SDM_PAGE) {
+      if (rc == 0 || rc == -EAGAIN) continue;
+      if (rc == -ENOENT && !single) {
+        single = 1; /* the run crosses a mapping boundary: page by page */
+        continue;
+      }
+      if ((rc == -EEXIST || (rc == -ENOENT && single)) && len >= HM_SDM_PAGE) {
         a += HM_SDM_PAGE;
         len -= HM_SDM_PAGE;
         continue;
       }
-      break; /* ENOENT/EFAULT: the range changed under us; the wake retries */
+      break; /* EFAULT: the range changed under us; the wake retries */
     }
     i += n;
   }
@@ -339,16 +354,22 @@ static void hm__copy_in(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, uint32_t
   int wp = p->dirty_mode == HM__DIRTY_SYNC;
   char *a = hm__ubase(r, p, u) + (size_t)pg0 * HM_SDM_PAGE;
   size_t len = (size_t)npg * HM_SDM_PAGE;
+  int single = 0;
   while (len > 0) {
     size_t done = 0;
-    int rc = _hm_prim_uffd_copy(p->uffd, a, src, len, wp, &done);
-    if (rc == 0) break;
-    if (done > len) done = len;
+    size_t chunk = single ? HM_SDM_PAGE : len;
+    int rc = _hm_prim_uffd_copy(p->uffd, a, src, chunk, wp, &done);
+    if (rc == 0) done = chunk;
+    if (done > chunk) done = chunk;
     a += done;
     src += done;
     len -= done;
-    if (rc == -EAGAIN) continue;
-    if (rc == -EEXIST && len >= HM_SDM_PAGE) {
+    if (rc == 0 || rc == -EAGAIN) continue;
+    if (rc == -ENOENT && !single) {
+      single = 1; /* the range crosses a mapping boundary: page by page */
+      continue;
+    }
+    if ((rc == -EEXIST || (rc == -ENOENT && single)) && len >= HM_SDM_PAGE) {
       a += HM_SDM_PAGE;
       src += HM_SDM_PAGE;
       len -= HM_SDM_PAGE;
