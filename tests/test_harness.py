@@ -102,13 +102,17 @@ def test_efficiency_uses_each_runs_best_repetition():
     checks = {c["check"]: c for c in report.fits_checks(list(rows.values()))}
     # only sizes below the budget, never dram itself
     assert set(checks) == {
-        "data fits: stream-triad cache at 0.5x, t_mode/t_dram",
-        "data fits: stream-triad swap at 0.5x, t_mode/t_dram",
+        "data fits: stream-triad cache 0.5x",
+        "data fits: stream-triad swap 0.5x",
     }
-    cache = checks["data fits: stream-triad cache at 0.5x, t_mode/t_dram"]
+    cache = checks["data fits: stream-triad cache 0.5x"]
     assert cache["ratio"] == pytest.approx(1.04) and cache["pass"]
-    swap = checks["data fits: stream-triad swap at 0.5x, t_mode/t_dram"]
+    swap = checks["data fits: stream-triad swap 0.5x"]
     assert swap["ratio"] == pytest.approx(1.2) and not swap["pass"]
+    target = report.fits_target(list(checks.values()))
+    assert target["pass"] is False and (target["passed"], target["checks"]) == (1, 2)
+    assert target["worst"] == "data fits: stream-triad swap 0.5x"
+    assert report.fits_target([cache])["pass"] is True
 
 
 def test_each_run_asks_the_kernel_for_its_minimum_time(tmp_path, monkeypatch):
@@ -203,8 +207,8 @@ def test_report_builds_plots_and_checks(tmp_path):
     assert stream["detail"]["model_bytes_written"] == pytest.approx(40e6)
     assert stream["detail"]["dram_gbs_kernel"] == pytest.approx(6.0)
     fits = [c for c in data["checks"] if c["check"].startswith("data fits")]
-    assert [c["check"] for c in fits] == ["data fits: stream-triad cache at 0.5x, t_mode/t_dram"]
-    assert fits[0]["pass"]
+    assert [c["check"] for c in fits] == ["data fits: stream-triad cache 0.5x"]
+    assert fits[0]["pass"] and data["fits_target"]["pass"]
     poly = next(c for c in data["checks"] if "polynomial" in c["check"])
     # measured crossover: 19 GFLOP/s over (1 GFLOP/s / 4 FLOP/B) = 76; model 20 / 2 = 10.
     assert poly["measured"] == pytest.approx(76.0)

@@ -199,6 +199,13 @@ def print_summary(data: dict[str, Any]) -> None:
                 f" + {d['model_bytes_written'] / 1e6:.0f} MB written at "
                 f"{d['storage_write_gbs']:.2f} GB/s = {d['model_storage_s']:.3f} s per repetition"
             )
+    ft = data.get("fits_target")
+    if ft:
+        worst = "-" if ft["worst_ratio"] is None else f"{ft['worst_ratio']:.2f}"
+        output.console().print(
+            f"{'PASS' if ft['pass'] else 'MISS'}  target: {ft['target']}: "
+            f"{ft['passed']}/{ft['checks']} checks, worst t_mode/t_dram {worst} ({ft['worst']})"
+        )
     if data.get("report"):
         output.console().print(f"report: {data['report']}")
 

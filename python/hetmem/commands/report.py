@@ -55,6 +55,12 @@ class Command:
             verdict = "PASS" if c["pass"] else "MISS"
             ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
             output.console().print(f"{verdict}  {c['check']}: ratio {ratio} ({c['rule']})")
+        ft = data.get("fits_target")
+        if ft:
+            output.console().print(
+                f"{'PASS' if ft['pass'] else 'MISS'}  target: {ft['target']}: "
+                f"{ft['passed']}/{ft['checks']} checks pass (worst: {ft['worst']})"
+            )
         if data["failed_runs"]:
             oom = len(data["failed_runs"]) - data["hard_failures"]
             output.console().print(
