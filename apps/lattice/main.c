@@ -600,7 +600,10 @@ int main(int argc, char **argv)
     long n = 12L * g.V;
 
     /* Dirac operator bandwidth, double and single */
-    double tdd, tdf;
+    /* mean and best time per apply: the bound (the probe's STREAM triad)
+     * is a best-of-repetitions figure, so the like-for-like comparison
+     * uses the best apply; the mean is reported beside it */
+    double tdd, tdf, bdd = 1e30, bdf = 1e30;
     {
         cplx *a = lat_alloc_vectors(sizeof(cplx) * n), *b = lat_alloc_vectors(sizeof(cplx) * n);
         cplxf *af = lat_alloc_vectors(sizeof(cplxf) * n), *bf = lat_alloc_vectors(sizeof(cplxf) * n);
@@ -610,17 +613,30 @@ int main(int argc, char **argv)
         dirac_apply(&D, b, a);
         MPI_Barrier(g.comm);
         double t = wtime();
-        for (int r = 0; r < p.dirac_reps; r++)
+        for (int r = 0; r < p.dirac_reps; r++) {
+            double t1 = wtime();
             dirac_apply(&D, r % 2 ? a : b, r % 2 ? b : a);
+            t1 = wtime() - t1;
+            bdd = t1 < bdd ? t1 : bdd;
+        }
         MPI_Barrier(g.comm);
         tdd = (wtime() - t) / p.dirac_reps;
         dirac_apply_f(&D, bf, af);
         MPI_Barrier(g.comm);
         t = wtime();
-        for (int r = 0; r < p.dirac_reps; r++)
+        for (int r = 0; r < p.dirac_reps; r++) {
+            double t1 = wtime();
             dirac_apply_f(&D, r % 2 ? af : bf, r % 2 ? bf : af);
+            t1 = wtime() - t1;
+            bdf = t1 < bdf ? t1 : bdf;
+        }
         MPI_Barrier(g.comm);
         tdf = (wtime() - t) / p.dirac_reps;
+        /* the slowest rank's best apply */
+        double bb[2] = {bdd, bdf};
+        MPI_Allreduce(MPI_IN_PLACE, bb, 2, MPI_DOUBLE, MPI_MAX, g.comm);
+        bdd = bb[0];
+        bdf = bb[1];
         lat_free(a), lat_free(b), lat_free(af), lat_free(bf);
     }
 
@@ -712,12 +728,13 @@ int main(int argc, char **argv)
         fprintf(f, "  \"plaquette\": %.15f,\n", plaq);
         fprintf(f, "  \"kernels\": {\n");
         for (int s = 0; s < 2; s++) {
-            double t = s ? tdf : tdd, bps = dirac_bytes_per_site(s);
-            fprintf(f, "    \"dirac_%s\": {\"seconds_per_apply\": %.6e, \"bytes_per_site\": %.0f, "
-                    "\"bytes_per_site_nocache\": %.0f, \"gbs\": %.4f, \"gbs_nocache\": %.4f, "
-                    "\"gflops\": %.4f}%s\n",
-                    s ? "single" : "double", t, bps, (264.0 * (s ? 8 : 16)), bps * vol / t / 1e9,
-                    264.0 * (s ? 8 : 16) * vol / t / 1e9, 1872.0 * vol / t / 1e9, s ? "" : ",");
+            double t = s ? tdf : tdd, tb = s ? bdf : bdd, bps = dirac_bytes_per_site(s);
+            fprintf(f, "    \"dirac_%s\": {\"seconds_per_apply\": %.6e, \"seconds_best\": %.6e, "
+                    "\"bytes_per_site\": %.0f, \"bytes_per_site_nocache\": %.0f, \"gbs\": %.4f, "
+                    "\"gbs_best\": %.4f, \"gbs_nocache\": %.4f, \"gflops\": %.4f}%s\n",
+                    s ? "single" : "double", t, tb, bps, (264.0 * (s ? 8 : 16)), bps * vol / t / 1e9,
+                    bps * vol / tb / 1e9, 264.0 * (s ? 8 : 16) * vol / t / 1e9, 1872.0 * vol / t / 1e9,
+                    s ? "" : ",");
         }
         if (do_mg)
             fprintf(f, "    ,\"coarse_apply\": {\"seconds_per_apply\": %.6e, \"bytes_per_apply\": %.0f, "

@@ -198,14 +198,21 @@ def bench_dirac(lattice: str, ranks: int, threads: int, bound_gbs: float) -> dic
         threads=threads,
     )
     out: dict[str, Any] = {"lattice": lattice, "ranks": ranks, "threads": threads}
+    # The bound is the probe's STREAM triad, a best-of-repetitions figure
+    # (src/probe/stream.c), so the operator is compared by its best apply
+    # too; the mean over the repetitions is reported beside it.
     for prec in ("double", "single"):
         k = data["kernels"][f"dirac_{prec}"]
+        best = k.get("gbs_best", k["gbs"])
         out[prec] = {
-            "gbs": k["gbs"],
+            "gbs": best,
+            "gbs_mean": k["gbs"],
             "gflops": k["gflops"],
             "bytes_per_site": k["bytes_per_site"],
             "seconds_per_apply": k["seconds_per_apply"],
-            "fraction_of_bound": k["gbs"] / bound_gbs,
+            "seconds_best": k.get("seconds_best", k["seconds_per_apply"]),
+            "fraction_of_bound": best / bound_gbs,
+            "fraction_of_bound_mean": k["gbs"] / bound_gbs,
         }
     return out
 
@@ -581,7 +588,9 @@ def _print(r: dict[str, Any]) -> None:
         rows = [
             [
                 p,
+                f"{d[p]['bytes_per_site']:.0f}",
                 f"{d[p]['gbs']:.2f}",
+                f"{d[p].get('gbs_mean', d[p]['gbs']):.2f}",
                 f"{d[p]['gflops']:.2f}",
                 f"{d['bound_gbs']:.1f}",
                 f"{100 * d[p]['fraction_of_bound']:.1f}%",
@@ -589,9 +598,10 @@ def _print(r: dict[str, Any]) -> None:
             for p in ("double", "single")
         ]
         output.table(
-            f"Dirac operator {d['lattice']} (bound: {d['bound_source']}; target 60%)",
-            ["precision", "bytes/site", "GB/s", "GFlop/s", "bound GB/s", "of bound"],
-            [[r[0], f"{d[r[0]]['bytes_per_site']:.0f}", *r[1:]] for r in rows],
+            f"Dirac operator {d['lattice']} (bound: {d['bound_source']}, best of reps; "
+            "operator: best apply, mean beside it; target 60%)",
+            ["precision", "bytes/site", "GB/s", "GB/s mean", "GFlop/s", "bound GB/s", "of bound"],
+            rows,
         )
         best = max(d["double"]["fraction_of_bound"], d["single"]["fraction_of_bound"])
         con.print(
