@@ -430,9 +430,17 @@ def _print(data: dict[str, Any]) -> None:
                 t["target"],
                 "-" if t["measured"] is None else round(t["measured"], 3),
                 t["goal"],
-                {True: "met", False: "MISSED", None: "not measured"}[t["pass"]],
+                _verdict(t["pass"]),
                 t["detail"],
             ]
             for t in data["targets"]
         ],
     )
+    # one plain line per target, whatever the terminal width
+    for t in data["targets"]:
+        m = "-" if t["measured"] is None else f"{t['measured']:.3f}"
+        console.print(f"{_verdict(t['pass'])}  {t['target']}: {m} (goal {t['goal']})", markup=False)
+
+
+def _verdict(ok: bool | None) -> str:
+    return {True: "PASS", False: "MISS", None: "not measured"}[ok]
