@@ -457,6 +457,14 @@ def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
+PLACE_FETCH_UNIT = "64KiB"
+
+
+def _option_origin(name: str) -> str:
+    with _native.Context() as ctx:
+        return next((o.get("origin", "") for o in ctx.options() if o["name"] == name), "")
+
+
 def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
     assert cfg.placement is not None
     p = placement_mod.load(cfg.placement)
@@ -476,6 +484,15 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         env = _cache_env(cfg, lines_file)
         env["HETMEM_PLACEMENT"] = str(compact)
         env["HETMEM_PLACE_MODE"] = cfg.mode
+        if _option_origin("fetch_unit") == "default":
+            # The pager serves only the sites placed on the slow tier: data
+            # the profile found cold, touched sparsely or streamed once. A
+            # small unit lets the small cache hold many sparse touches (at
+            # 256 KiB the sparse workload's 51 touched units overflow flat's
+            # 8 MiB cache and are fetched again every iteration; at 64 KiB
+            # they stay), while streams still read 1 MiB per I/O (prefetch
+            # groups of 16 units) into the same number of cache bytes.
+            env["HETMEM_FETCH_UNIT"] = PLACE_FETCH_UNIT
         env.pop("HETMEM_PROFILE", None)
         rc, wall = _spawn(cfg.command, env, state)
         procs = _read_interposer_stats(lines_file) if lines_file else []

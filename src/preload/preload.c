@@ -296,9 +296,10 @@ static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) 
     hm_pager_config_default(hm__pl.ctx, &cfg);
     hm__pl.fetch_unit = cfg.fetch_unit ? cfg.fetch_unit : 256 << 10;
     if (cfg.backing_dir && (rc = hm__check_dir(cfg.backing_dir))) return rc;
-    /* flat: a cache of a few fetch units (plus room for the pager's own
+    /* flat: a cache of 16 units of at least 256 KiB (plus room for the pager's own
      * tables); hybrid: what the pinned fast-tier sites leave of the budget */
-    uint64_t minimal = 16 * hm__pl.fetch_unit + (4u << 20);
+    uint64_t minimal = 16 * (hm__pl.fetch_unit > (256u << 10) ? hm__pl.fetch_unit : (256u << 10)) +
+                       (4u << 20);
     uint64_t pinned = _hm_pl_place_tier(0)->capacity;
     hm__pl.pager_budget = minimal;
     if (hm__pl.hybrid && hm__pl.budget > pinned && hm__pl.budget - pinned > minimal)
