@@ -1,0 +1,37 @@
+"""The sweep bound of `hetmem bench placement` (pure arithmetic, no runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetmem.bench.placement import sweep_bound
+
+MiB = 1 << 20
+
+
+def _res(dram: float, hot: float | None) -> dict:
+    modes = {"dram": {"seconds": dram, **({"hot_seconds": hot} if hot is not None else {})}}
+    return {"modes": modes, "cold_touched_per_iter": 400 * MiB, "hot_bytes": 100 * MiB}
+
+
+def test_io_behind_hot_passes_is_limited_by_the_free_budget() -> None:
+    # 4 iterations of 400 MiB at 1 GB/s: 1.678 s of I/O; hot passes 1 s;
+    # 28 MiB free per iteration can hide 0.117 s of it
+    bound, io = sweep_bound(_res(1.5, 1.0), 1.0, 4, 128 * MiB)
+    assert io == pytest.approx(4 * 400 * MiB / 1e9)
+    overlap = 4 * 28 * MiB / 1e9
+    assert bound == pytest.approx(1.0 + io - overlap)
+    assert bound > max(io, 1.5)
+
+
+def test_compute_bound_sweep_is_the_dram_time() -> None:
+    # fast storage: the I/O hides behind the sweep's own compute
+    bound, io = sweep_bound(_res(3.0, 1.0), 100.0, 4, 128 * MiB)
+    assert io < 0.1
+    assert bound == pytest.approx(3.0)
+
+
+def test_without_the_hot_split_the_bound_is_the_old_one() -> None:
+    bound, io = sweep_bound(_res(1.5, None), 1.0, 4, 128 * MiB)
+    assert bound == pytest.approx(max(io, 1.5))
+    assert sweep_bound(_res(1.5, 1.0), None, 4, 128 * MiB) == (None, None)
