@@ -490,8 +490,9 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
             # small unit lets the small cache hold many sparse touches (at
             # 256 KiB the sparse workload's 51 touched units overflow flat's
             # 8 MiB cache and are fetched again every iteration; at 64 KiB
-            # they stay), while streams still read 1 MiB per I/O (prefetch
-            # groups of 16 units) into the same number of cache bytes.
+            # they stay). Streams keep the same prefetch window in bytes (a
+            # quarter of the same cache), in more, smaller reads (memfd
+            # mode groups up to 1 MiB per read; anonymous mode reads a unit).
             env["HETMEM_FETCH_UNIT"] = PLACE_FETCH_UNIT
         env.pop("HETMEM_PROFILE", None)
         rc, wall = _spawn(cfg.command, env, state)
