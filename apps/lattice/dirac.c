@@ -34,6 +34,7 @@ typedef float v4f __attribute__((vector_size(16), aligned(4)));
 typedef long long v4dm __attribute__((vector_size(32)));
 typedef int v4fm __attribute__((vector_size(16)));
 #define HM_AI __attribute__((always_inline))
+#define HM_IMPL
 #if defined(__GNUC__) && !defined(__clang__)
 /* the vector helpers are always inlined: no call passes a vector by value */
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -56,6 +57,8 @@ typedef int v4fm __attribute__((vector_size(16)));
 #define FIELD_U U
 #define FIELD_A A
 #define HALO hd
+#define FREAL double
+#define LDV(p) (*(const V4 *)(const void *)(p))
 #include "dirac_kern.h"
 #undef REAL
 #undef CPLX
@@ -65,6 +68,7 @@ typedef int v4fm __attribute__((vector_size(16)));
 #undef FIELD_U
 #undef FIELD_A
 #undef HALO
+#undef FREAL
 #define REAL float
 #define CPLX cplxf
 #define V4 v4f
@@ -77,7 +81,29 @@ typedef int v4fm __attribute__((vector_size(16)));
 #define FIELD_U Uf
 #define FIELD_A Af
 #define HALO hf
+#define FREAL float
 #include "dirac_kern.h"
+#ifdef LAT_HAVE_HALF
+/* single arithmetic on half-precision links and clover */
+#undef SFX
+#undef FIELD_U
+#undef FIELD_A
+#undef FREAL
+#undef LDV
+#define SFX(n) n##_h
+#define FIELD_U Uh
+#define FIELD_A Ah
+#define FREAL lat_half
+#define FREAL_HALF
+#define LDV(p) (*(const V4 *)(const void *)(p)) /* on the converted copy */
+#undef HM_FAST
+#define HM_FAST LAT_HALF_FAST
+#undef HM_AI
+#define HM_AI __attribute__((always_inline)) LAT_HALF_FAST
+#undef HM_IMPL
+#define HM_IMPL LAT_HALF_FAST
+#include "dirac_kern.h"
+#endif
 
 static void m3mul(cplx *c, const cplx *a, const cplx *b, int da, int db)
 {
@@ -239,6 +265,8 @@ void dirac_free(dirac_t *D)
     lat_free(D->A);
     lat_free(D->Af);
     lat_free(D->Aif);
+    if (D->half)
+        lat_free(D->Uh), lat_free(D->Ah), lat_free(D->Aih);
     halo_free(&D->hd);
     halo_free(&D->hf);
 }
@@ -254,7 +282,12 @@ void dirac_apply(dirac_t *D, cplx *out, const cplx *in)
 void dirac_apply_f(dirac_t *D, cplxf *out, const cplxf *in)
 {
     double t = wtime();
-    apply_impl_f(D, out, in, NULL, 0);
+#ifdef LAT_HAVE_HALF
+    if (D->half)
+        apply_impl_h(D, out, in, NULL, 0);
+    else
+#endif
+        apply_impl_f(D, out, in, NULL, 0);
     D->tapplyf += wtime() - t;
     D->napplyf++;
 }
@@ -262,7 +295,12 @@ void dirac_apply_f(dirac_t *D, cplxf *out, const cplxf *in)
 void dirac_apply_sites_f(dirac_t *D, cplxf *out, const cplxf *in, const int *sites, int ns)
 {
     double t = wtime();
-    apply_impl_f(D, out, in, sites, ns);
+#ifdef LAT_HAVE_HALF
+    if (D->half)
+        apply_impl_h(D, out, in, sites, ns);
+    else
+#endif
+        apply_impl_f(D, out, in, sites, ns);
     D->tapplyf += wtime() - t;
     D->napplyf++;
 }
@@ -270,18 +308,94 @@ void dirac_apply_sites_f(dirac_t *D, cplxf *out, const cplxf *in, const int *sit
 void dirac_block_f(const dirac_t *D, const int *sites, int ns, const int *blk, int b, cplxf *out,
                    const cplxf *in)
 {
-    bsites_f(out, in, D->Uf, D->Af, D->g->nb, sites, ns, blk, b);
+#ifdef LAT_HAVE_HALF
+    if (D->half) {
+        bsites_h(out, in, D->Uh, D->Ah, D->g->nb, sites, ns, blk, b);
+        return;
+    }
+#endif
+    bsites_f(out, in, (const float *)D->Uf, (const float *)D->Af, D->g->nb, sites, ns, blk, b);
 }
 
 void dirac_block_hop_f(const dirac_t *D, const int *sites, int ns, const int *blk, int b, cplxf *out,
                        const cplxf *in)
 {
-    bsites_f(out, in, D->Uf, NULL, D->g->nb, sites, ns, blk, b);
+#ifdef LAT_HAVE_HALF
+    if (D->half) {
+        bsites_h(out, in, D->Uh, NULL, D->g->nb, sites, ns, blk, b);
+        return;
+    }
+#endif
+    bsites_f(out, in, (const float *)D->Uf, NULL, D->g->nb, sites, ns, blk, b);
 }
 
 void dirac_clover_f(const dirac_t *D, int inverse, const int *sites, int ns, cplxf *out, const cplxf *in)
 {
-    clov_f(out, in, inverse ? D->Aif : D->Af, sites, ns);
+#ifdef LAT_HAVE_HALF
+    if (D->half) {
+        clov_h(out, in, inverse ? D->Aih : D->Ah, sites, ns);
+        return;
+    }
+#endif
+    clov_f(out, in, (const float *)(inverse ? D->Aif : D->Af), sites, ns);
+}
+
+static lat_half *to_half(const cplxf *src, size_t n)
+{
+    lat_half *h = lat_alloc_clover(sizeof(lat_half) * 2 * n);
+    const float *s = (const float *)src;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < 2 * n; i++)
+        h[i] = (lat_half)s[i];
+    return h;
+}
+
+int dirac_set_half(dirac_t *D)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (!__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return -1;
+#endif
+#ifdef LAT_HAVE_HALF
+    size_t V = (size_t)D->g->V;
+    lat_half *u = lat_alloc_gauge(sizeof(lat_half) * 2 * 36 * V);
+    const float *s = (const float *)D->Uf;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < 2 * 36 * V; i++)
+        u[i] = (lat_half)s[i];
+    D->Uh = u;
+    D->Ah = to_half(D->Af, 72 * V);
+    D->Aih = to_half(D->Aif, 72 * V);
+    lat_free(D->Uf), lat_free(D->Af), lat_free(D->Aif);
+    D->Uf = D->Af = D->Aif = NULL;
+    D->half = 1;
+    return 0;
+#else
+    (void)D;
+    return -1;
+#endif
+}
+
+void dirac_link_f(const dirac_t *D, int x, int mu, cplxf *u9)
+{
+    size_t o = 36 * (size_t)x + 9 * (size_t)mu;
+    if (!D->half) {
+        memcpy(u9, D->Uf + o, 9 * sizeof(cplxf));
+        return;
+    }
+    for (int i = 0; i < 9; i++)
+        u9[i] = (float)D->Uh[2 * (o + i)] + I * (float)D->Uh[2 * (o + i) + 1];
+}
+
+void dirac_clover_site_f(const dirac_t *D, int x, cplxf *a72)
+{
+    size_t o = 72 * (size_t)x;
+    if (!D->half) {
+        memcpy(a72, D->Af + o, 72 * sizeof(cplxf));
+        return;
+    }
+    for (int i = 0; i < 72; i++)
+        a72[i] = (float)D->Ah[2 * (o + i)] + I * (float)D->Ah[2 * (o + i) + 1];
 }
 
 void gamma5(const geom_t *g, cplx *v)
@@ -303,3 +417,6 @@ void gamma5_f(const geom_t *g, cplxf *v)
 /* Minimal memory traffic per site with perfect neighbour reuse: input and
  * output spinor (24 complex), 4 links (36), clover as stored (72). */
 double dirac_bytes_per_site(int single) { return (24 + 36 + 72) * (single ? 8.0 : 16.0); }
+/* half storage: single in/out spinors (24 complex x 8 B), 16-bit links and
+ * clover (108 complex x 4 B) */
+double dirac_bytes_per_site_half(void) { return 24 * 8.0 + (36 + 72) * 4.0; }

@@ -1,6 +1,8 @@
-/* Wilson-clover kernels, included twice by dirac.c (double and single).
+/* Wilson-clover kernels, included three times by dirac.c (double, single,
+ * and single arithmetic on half-precision links and clover).
  * Needs REAL, CPLX, V4 (vector of 4 REAL), SHUF(v, a, b, c, d), SFX(name),
- * FIELD_U, FIELD_A, HALO.
+ * FIELD_U, FIELD_A, HALO, FREAL (the stored type of links and clover) and
+ * LDV(p) (4 FREAL at p as a V4).
  *
  * A V4 holds two complex numbers: spins (0,1) or (2,3) of one colour, so the
  * spin projection, the SU(3) multiply of both half-spinor components and the
@@ -47,15 +49,21 @@ static inline HM_AI void SFX(vproj)(V4 *restrict h, const CPLX *restrict psi, in
 }
 
 /* o = U h (dag = 0) or U^H h (dag = 1), both spin components at once */
-static inline HM_AI void SFX(vmul)(V4 *restrict o, const CPLX *restrict U, const V4 *restrict h, int dag)
+static inline HM_AI void SFX(vmul)(V4 *restrict o, const FREAL *restrict uin, const V4 *restrict h, int dag)
 {
-    const REAL *u = (const REAL *)U;
+#ifdef FREAL_HALF
+    /* 16-bit link: converted once (vector conversions), then broadcast */
+    float u[18];
+    lat_h2f(u, uin, 18);
+#else
+    const FREAL *u = uin;
+#endif
     for (int i = 0; i < 3; i++) {
         V4 re = {0}, im = {0};
         for (int j = 0; j < 3; j++) {
             int e = dag ? 3 * j + i : 3 * i + j;
-            re += u[2 * e] * h[j];
-            im += u[2 * e + 1] * h[j];
+            re += (REAL)u[2 * e] * h[j];
+            im += (REAL)u[2 * e + 1] * h[j];
         }
         o[i] = dag ? re - SFX(vi)(im) : re + SFX(vi)(im);
     }
@@ -93,8 +101,8 @@ static inline HM_AI void SFX(hst)(CPLX *p, const V4 *h)
 
 /* out(x) = A(x) in(x) - 1/2 sum of the hops whose neighbour passes the
  * filter: local (nb >= 0) and, when blk is given, in block b */
-static inline HM_AI void SFX(site)(CPLX *restrict out, const CPLX *restrict in, const CPLX *restrict U,
-                                   const CPLX *restrict A, const int *restrict nb, const int *blk, int b,
+static inline HM_AI void SFX(site)(CPLX *restrict out, const CPLX *restrict in, const FREAL *restrict U,
+                                   const FREAL *restrict A, const int *restrict nb, const int *blk, int b,
                                    int x)
 {
     V4 a01[3] = {{0}}, a23[3] = {{0}}, h[3], o[3];
@@ -103,12 +111,12 @@ static inline HM_AI void SFX(site)(CPLX *restrict out, const CPLX *restrict in, 
         int f_ = nb[8 * (size_t)x + 2 * (mu)], b_ = nb[8 * (size_t)x + 2 * (mu) + 1];                  \
         if (f_ >= 0 && (!blk || blk[f_] == b)) {                                                        \
             SFX(vproj)(h, in + 12 * (size_t)f_, mu, -1);                                               \
-            SFX(vmul)(o, U + 36 * (size_t)x + 9 * (mu), h, 0);                                         \
+            SFX(vmul)(o, U + 72 * (size_t)x + 18 * (mu), h, 0);                                         \
             SFX(vlift)(a01, a23, o, mu, -1);                                                           \
         }                                                                                              \
         if (b_ >= 0 && (!blk || blk[b_] == b)) {                                                        \
             SFX(vproj)(h, in + 12 * (size_t)b_, mu, +1);                                               \
-            SFX(vmul)(o, U + 36 * (size_t)b_ + 9 * (mu), h, 1);                                        \
+            SFX(vmul)(o, U + 72 * (size_t)b_ + 18 * (mu), h, 1);                                        \
             SFX(vlift)(a01, a23, o, mu, +1);                                                           \
         }                                                                                              \
     } while (0)
@@ -127,13 +135,18 @@ static inline HM_AI void SFX(site)(CPLX *restrict out, const CPLX *restrict in, 
     }
     const CPLX *ps = in + 12 * (size_t)x;
     const REAL *xs = (const REAL *)ps;
-    const V4 *Ax = (const V4 *)(const void *)(A + 72 * (size_t)x);
+#ifdef FREAL_HALF
+    float Ax[144];
+    lat_h2f(Ax, A + 144 * (size_t)x, 144);
+#else
+    const FREAL *Ax = A + 144 * (size_t)x;
+#endif
     for (int bb = 0; bb < 2; bb++) {
         const V4 *acc = bb ? a23 : a01;
         for (int c = 0; c < 3; c++) {
             V4 re = {0}, im = {0};
             for (int j = 0; j < 6; j++) {
-                V4 a = Ax[18 * bb + 6 * c + j];
+                V4 a = LDV(Ax + 4 * (18 * bb + 6 * c + j));
                 re += xs[2 * (6 * bb + j)] * a;
                 im += xs[2 * (6 * bb + j) + 1] * a;
             }
@@ -146,18 +159,23 @@ static inline HM_AI void SFX(site)(CPLX *restrict out, const CPLX *restrict in, 
 /* out(x) = A(x) in(x) on the listed sites (A: clover or its inverse, in
  * the CLOVER_IDX layout) */
 static HM_FAST __attribute__((unused)) void SFX(clov)(CPLX *restrict out, const CPLX *restrict in,
-                                                     const CPLX *restrict A, const int *sites, int ns)
+                                                     const FREAL *restrict A, const int *sites, int ns)
 {
     for (int k = 0; k < ns; k++) {
         int x = sites[k];
         const REAL *xs = (const REAL *)(in + 12 * (size_t)x);
-        const V4 *Ax = (const V4 *)(const void *)(A + 72 * (size_t)x);
+#ifdef FREAL_HALF
+        float Ax[144];
+        lat_h2f(Ax, A + 144 * (size_t)x, 144);
+#else
+        const FREAL *Ax = A + 144 * (size_t)x;
+#endif
         CPLX *po = out + 12 * (size_t)x;
         for (int bb = 0; bb < 2; bb++)
             for (int c = 0; c < 3; c++) {
                 V4 re = {0}, im = {0};
                 for (int j = 0; j < 6; j++) {
-                    V4 a = Ax[18 * bb + 6 * c + j];
+                    V4 a = LDV(Ax + 4 * (18 * bb + 6 * c + j));
                     re += xs[2 * (6 * bb + j)] * a;
                     im += xs[2 * (6 * bb + j) + 1] * a;
                 }
@@ -167,8 +185,8 @@ static HM_FAST __attribute__((unused)) void SFX(clov)(CPLX *restrict out, const 
 }
 
 /* sites x0 .. x1-1 of the full operator, neighbours off-rank skipped */
-static HM_FAST void SFX(sites)(CPLX *restrict out, const CPLX *restrict in, const CPLX *restrict U,
-                               const CPLX *restrict A, const int *restrict nb, int x0, int x1)
+static HM_FAST void SFX(sites)(CPLX *restrict out, const CPLX *restrict in, const FREAL *restrict U,
+                               const FREAL *restrict A, const int *restrict nb, int x0, int x1)
 {
     for (int x = x0; x < x1; x++)
         SFX(site)(out, in, U, A, nb, NULL, 0, x);
@@ -176,8 +194,8 @@ static HM_FAST void SFX(sites)(CPLX *restrict out, const CPLX *restrict in, cons
 
 /* the listed sites; with blk, only hops within block b (Dirichlet at the
  * block boundary) */
-static HM_FAST void SFX(bsites)(CPLX *restrict out, const CPLX *restrict in, const CPLX *restrict U,
-                                const CPLX *restrict A, const int *restrict nb, const int *sites, int ns,
+static HM_FAST void SFX(bsites)(CPLX *restrict out, const CPLX *restrict in, const FREAL *restrict U,
+                                const FREAL *restrict A, const int *restrict nb, const int *sites, int ns,
                                 const int *blk, int b)
 {
     for (int k = 0; k < ns; k++)
@@ -186,11 +204,11 @@ static HM_FAST void SFX(bsites)(CPLX *restrict out, const CPLX *restrict in, con
 
 /* list: when given, only the interior sites list[0..nlist-1] are computed
  * (the face corrections still touch every face site) */
-static void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *restrict in, const int *list,
+static HM_IMPL void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *restrict in, const int *list,
                             int nlist)
 {
     const geom_t *g = D->g;
-    const CPLX *U = D->FIELD_U, *A = D->FIELD_A;
+    const FREAL *U = (const FREAL *)D->FIELD_U, *A = (const FREAL *)D->FIELD_A;
     halo_t *h = &D->HALO;
     for (int mu = 0; mu < 4; mu++) {
         int nf = g->nface[mu];
@@ -214,7 +232,7 @@ static void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *restrict
             case 2: SFX(vproj)(t, in + 12 * (size_t)fh[i], 2, +1); break;
             default: SFX(vproj)(t, in + 12 * (size_t)fh[i], 3, +1); break;
             }
-            SFX(vmul)(u, U + 36 * (size_t)fh[i] + 9 * mu, t, 1);
+            SFX(vmul)(u, U + 72 * (size_t)fh[i] + 18 * mu, t, 1);
             SFX(hst)(hi + 6 * i, u);
         }
     }
@@ -247,7 +265,7 @@ static void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *restrict
             V4 t[3], u[3], a01[3] = {{0}}, a23[3] = {{0}};
             int x = fh[i];
             SFX(hld)(t, rf + 6 * i);
-            SFX(vmul)(u, U + 36 * (size_t)x + 9 * mu, t, 0);
+            SFX(vmul)(u, U + 72 * (size_t)x + 18 * mu, t, 0);
             switch (mu) {
             case 0: SFX(vlift)(a01, a23, u, 0, -1); break;
             case 1: SFX(vlift)(a01, a23, u, 1, -1); break;

@@ -13,8 +13,42 @@
 
 typedef double complex cplx;
 typedef float complex cplxf;
+/* 16-bit storage (key 'storage = half'): IEEE binary16 where the compiler
+ * has it (GCC >= 12, Clang >= 15 on x86-64), converted to single for
+ * arithmetic (F16C in the x86-64-v3 clones) */
+#ifdef __FLT16_MAX__
+#define LAT_HAVE_HALF 1
+__extension__ typedef _Float16 lat_half;
+/* n 16-bit values to single. On x86-64 the half-storage kernels are built
+ * for x86-64-v3 only (LAT_HALF_FAST; dirac_set_half refuses a CPU without
+ * F16C/AVX2/FMA) and convert 8 at a time with vcvtph2ps: GCC 12 turns a
+ * plain conversion loop, or __builtin_convertvector, into scalar code. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define LAT_HALF_FAST __attribute__((target("arch=x86-64-v3")))
+static inline __attribute__((always_inline, target("arch=x86-64-v3"))) void lat_h2f(float *dst, const lat_half *src,
+                                                                                    int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = (float)src[i];
+}
+#else
+#define LAT_HALF_FAST
+static inline void lat_h2f(float *dst, const lat_half *src, int n)
+{
+    for (int i = 0; i < n; i++)
+        dst[i] = (float)src[i];
+}
+#endif
+#else
+typedef unsigned short lat_half; /* placeholder: half storage is refused */
+#endif
 
 #define LAT_SCHEMA_VERSION 1
+#define LAT_KMAX 256 /* coarse dof per site, 2 x at most 128 test vectors */
 
 /* ---- tagged allocation (alloc.c) ---- */
 enum { TAG_GAUGE, TAG_CLOVER, TAG_VECTORS, TAG_TESTVEC, TAG_COARSE, TAG_KRYLOV, TAG_HALO, NTAGS };
@@ -54,6 +88,7 @@ typedef struct {
     int coarse_maxit, coarse_restart, coarse_oddeven;
     char rhs[32];
     int nrhs;
+    int half; /* storage = half: preconditioner data (links, clover, P, D_c) in 16 bit */
     int dirac_reps;
     char fast[128];
     int fast_node;
@@ -139,6 +174,10 @@ typedef struct {
     cplx *A;    /* [V][72] clover + diagonal, two 6x6 chiral blocks, CLOVER_IDX order */
     cplxf *Af;
     cplxf *Aif; /* [V][72] inverse of A, single (odd-even SAP block solves) */
+    /* storage = half: the single-precision operator's links, clover and
+     * inverse clover as 16-bit (same layouts), Uf/Af/Aif freed */
+    int half;
+    lat_half *Uh, *Ah, *Aih;
     halo_t hd, hf; /* half-spinor halos, double and single */
     long napply, napplyf;
     double tapply, tapplyf;
@@ -149,6 +188,12 @@ typedef struct {
 #define CLOVER_IDX(b, i, j) (36 * (b) + 12 * ((i) % 3) + 2 * (j) + (i) / 3)
 int dirac_init(dirac_t *D, const geom_t *g, const gauge_t *G, double m0, double csw);
 void dirac_free(dirac_t *D);
+/* switch the single-precision operator to half-precision storage; -1 when
+ * the compiler has no 16-bit float */
+int dirac_set_half(dirac_t *D);
+/* link U_mu(x) and the 72 clover entries of x in single, whatever the storage */
+void dirac_link_f(const dirac_t *D, int x, int mu, cplxf *u9);
+void dirac_clover_site_f(const dirac_t *D, int x, cplxf *a72);
 void dirac_apply(dirac_t *D, cplx *out, const cplx *in);
 void dirac_apply_f(dirac_t *D, cplxf *out, const cplxf *in);
 /* out = D in on the listed sites only (other sites of out: unspecified), single */
@@ -164,6 +209,7 @@ void dirac_clover_f(const dirac_t *D, int inverse, const int *sites, int ns, cpl
 void gamma5(const geom_t *g, cplx *v);
 void gamma5_f(const geom_t *g, cplxf *v);
 double dirac_bytes_per_site(int single);
+double dirac_bytes_per_site_half(void);
 extern const cplx lat_gamma[4][4][4];
 
 /* ---- vector helpers (solvers.c) ---- */
@@ -199,7 +245,10 @@ typedef struct {
     int ncsite[2];
     geom_t cg;            /* coarse geometry (one site per block) */
     int N, k;             /* test vectors, k = 2N coarse dof */
+    int half;             /* storage = half: P and D_c in Wh, Dch (W, Dc NULL) */
     cplxf *W;             /* [N][V*12] orthonormalised test vectors (P) */
+    lat_half *Wh;         /* the same, 16 bit (re, im) */
+    lat_half *Dch;        /* D_c, 16 bit (re, im) */
     cplxf *TV;            /* [N][V*12] the raw test vectors the setup iterates on */
     cplxf *Dc;            /* [Vc][9][k*k]: self, then dirs 0..7 */
     halo_t hc;            /* coarse halo */

@@ -215,41 +215,81 @@ void sap(mg_t *M, cplxf *x, const cplxf *b, int sweeps, int zero_guess)
 }
 
 /* ---- interpolation ---- */
+/* test vector j at site x (12 complex) in single, whatever the storage */
+static inline void w_site(const mg_t *M, int j, int x, cplxf *out)
+{
+    size_t o = (size_t)j * 12 * M->g->V + 12 * (size_t)x;
+#ifdef LAT_HAVE_HALF
+    if (M->half) {
+        for (int a = 0; a < 12; a++)
+            out[a] = (float)M->Wh[2 * (o + a)] + I * (float)M->Wh[2 * (o + a) + 1];
+        return;
+    }
+#endif
+    memcpy(out, M->W + o, 12 * sizeof(cplxf));
+}
+
+/* P from the raw test vectors TV, block by block in a block-local single
+ * buffer (cache resident), stored as single or half. The setup keeps
+ * iterating on the smooth raw vectors, not on their block-wise rescaled,
+ * orthonormalised versions. */
 static void orthonormalise(mg_t *M)
 {
-    int N = M->N;
+    int N = M->N, ns = M->bsites;
     size_t V12 = 12 * (size_t)M->g->V;
-    /* P is built from a copy: the setup keeps iterating on the smooth raw
-     * vectors, not on their block-wise rescaled, orthonormalised versions */
-    memcpy(M->W, M->TV, sizeof(cplxf) * V12 * (size_t)N);
-#pragma omp parallel for schedule(dynamic)
-    for (int c = 0; c < M->nblk; c++) {
-        const int *s = M->bsite + (size_t)c * M->bsites;
-        for (int h = 0; h < 2; h++)
-            for (int j = 0; j < N; j++) {
-                cplxf *wj = M->W + (size_t)j * V12;
-                for (int pass = 0; pass < 2; pass++) /* twice is enough in single */
-                    for (int i = 0; i < j; i++) {
-                        cplxf *wi = M->W + (size_t)i * V12;
-                        cplx d = 0;
-                        for (int k = 0; k < M->bsites; k++)
-                            for (int a = 6 * h; a < 6 * h + 6; a++)
-                                d += conj((cplx)wi[12 * (size_t)s[k] + a]) * wj[12 * (size_t)s[k] + a];
-                        for (int k = 0; k < M->bsites; k++)
-                            for (int a = 6 * h; a < 6 * h + 6; a++)
-                                wj[12 * (size_t)s[k] + a] -= (cplxf)d * wi[12 * (size_t)s[k] + a];
+#pragma omp parallel
+    {
+        cplxf *buf = malloc(sizeof(cplxf) * 12 * (size_t)ns * (size_t)N);
+#pragma omp for schedule(dynamic)
+        for (int c = 0; c < M->nblk; c++) {
+            const int *s = M->bsite + (size_t)c * ns;
+            for (int j = 0; j < N; j++)
+                for (int k = 0; k < ns; k++)
+                    memcpy(buf + ((size_t)j * ns + k) * 12, M->TV + (size_t)j * V12 + 12 * (size_t)s[k],
+                           12 * sizeof(cplxf));
+            for (int h = 0; h < 2; h++)
+                for (int j = 0; j < N; j++) {
+                    cplxf *wj = buf + (size_t)j * ns * 12;
+                    for (int pass = 0; pass < 2; pass++) /* twice is enough in single */
+                        for (int i = 0; i < j; i++) {
+                            const cplxf *wi = buf + (size_t)i * ns * 12;
+                            cplx d = 0;
+                            for (int k = 0; k < ns; k++)
+                                for (int a = 6 * h; a < 6 * h + 6; a++)
+                                    d += conj((cplx)wi[12 * k + a]) * wj[12 * k + a];
+                            cplxf df = (cplxf)d;
+                            for (int k = 0; k < ns; k++)
+                                for (int a = 6 * h; a < 6 * h + 6; a++)
+                                    wj[12 * k + a] -= df * wi[12 * k + a];
+                        }
+                    double nn = 0;
+                    for (int k = 0; k < ns; k++)
+                        for (int a = 6 * h; a < 6 * h + 6; a++) {
+                            cplxf v = wj[12 * k + a];
+                            nn += crealf(v) * crealf(v) + cimagf(v) * cimagf(v);
+                        }
+                    float inv = nn > 0 ? (float)(1 / sqrt(nn)) : 0;
+                    for (int k = 0; k < ns; k++)
+                        for (int a = 6 * h; a < 6 * h + 6; a++)
+                            wj[12 * k + a] *= inv;
+                }
+            for (int j = 0; j < N; j++)
+                for (int k = 0; k < ns; k++) {
+                    const cplxf *src = buf + ((size_t)j * ns + k) * 12;
+                    size_t o = (size_t)j * V12 + 12 * (size_t)s[k];
+#ifdef LAT_HAVE_HALF
+                    if (M->half) {
+                        for (int a = 0; a < 12; a++) {
+                            M->Wh[2 * (o + a)] = (lat_half)crealf(src[a]);
+                            M->Wh[2 * (o + a) + 1] = (lat_half)cimagf(src[a]);
+                        }
+                        continue;
                     }
-                double nn = 0;
-                for (int k = 0; k < M->bsites; k++)
-                    for (int a = 6 * h; a < 6 * h + 6; a++) {
-                        cplxf v = wj[12 * (size_t)s[k] + a];
-                        nn += crealf(v) * crealf(v) + cimagf(v) * cimagf(v);
-                    }
-                float inv = nn > 0 ? (float)(1 / sqrt(nn)) : 0;
-                for (int k = 0; k < M->bsites; k++)
-                    for (int a = 6 * h; a < 6 * h + 6; a++)
-                        wj[12 * (size_t)s[k] + a] *= inv;
-            }
+#endif
+                    memcpy(M->W + o, src, 12 * sizeof(cplxf));
+                }
+        }
+        free(buf);
     }
 }
 
@@ -258,51 +298,48 @@ static void orthonormalise(mg_t *M)
  * follows); walking block by block jumped between scattered sites and was
  * latency-bound. Restriction accumulates per coarse site in double, one
  * accumulator array per thread, summed afterwards. */
-static LAT_FAST void restrict_sites(const mg_t *M, double *acc, const cplxf *v, int x0, int x1)
-{
-    int N = M->N, k = M->k;
-    size_t V12 = 12 * (size_t)M->g->V;
-    for (int x = x0; x < x1; x++) {
-        const float *xs = (const float *)(v + 12 * (size_t)x);
-        double *a = acc + 2 * (size_t)k * M->blk[x];
-        for (int j = 0; j < N; j++) {
-            const float *w = (const float *)(M->W + (size_t)j * V12 + 12 * (size_t)x);
-            float r0 = 0, i0 = 0, r1 = 0, i1 = 0;
-#pragma omp simd reduction(+ : r0, i0, r1, i1)
-            for (int q = 0; q < 6; q++) {
-                r0 += w[2 * q] * xs[2 * q] + w[2 * q + 1] * xs[2 * q + 1];
-                i0 += w[2 * q] * xs[2 * q + 1] - w[2 * q + 1] * xs[2 * q];
-                r1 += w[12 + 2 * q] * xs[12 + 2 * q] + w[13 + 2 * q] * xs[13 + 2 * q];
-                i1 += w[12 + 2 * q] * xs[13 + 2 * q] - w[13 + 2 * q] * xs[12 + 2 * q];
-            }
-            a[2 * j] += r0;
-            a[2 * j + 1] += i0;
-            a[2 * (N + j)] += r1;
-            a[2 * (N + j) + 1] += i1;
-        }
-    }
-}
-
-static LAT_FAST void prolong_sites(const mg_t *M, cplxf *v, const cplxf *vc, int x0, int x1)
-{
-    int N = M->N, k = M->k;
-    size_t V12 = 12 * (size_t)M->g->V;
-    for (int x = x0; x < x1; x++) {
-        const float *cv = (const float *)(vc + (size_t)M->blk[x] * k);
-        float acc[24] = {0};
-        for (int j = 0; j < N; j++) {
-            const float *w = (const float *)(M->W + (size_t)j * V12 + 12 * (size_t)x);
-            float c0r = cv[2 * j], c0i = cv[2 * j + 1], c1r = cv[2 * (N + j)], c1i = cv[2 * (N + j) + 1];
-#pragma omp simd
-            for (int a = 0; a < 12; a++) {
-                float cr = a < 6 ? c0r : c1r, ci = a < 6 ? c0i : c1i;
-                acc[2 * a] += w[2 * a] * cr - w[2 * a + 1] * ci;
-                acc[2 * a + 1] += w[2 * a] * ci + w[2 * a + 1] * cr;
-            }
-        }
-        memcpy(v + 12 * (size_t)x, acc, sizeof acc);
-    }
-}
+#define WT float
+#define WFIELD M->W
+#define DCFIELD M->Dc
+#define SFX(n) n##_f
+#define WLOAD24(w, src) const float *w = (src)
+#define ROWLOAD(row, src, n) const float *row = (src)
+#include "mg_kern.h"
+#undef WT
+#undef WFIELD
+#undef DCFIELD
+#undef SFX
+#undef WLOAD24
+#undef ROWLOAD
+#ifdef LAT_HAVE_HALF
+/* 16-bit storage: each site's 24 values, or each row of 2k, converted to a
+ * single copy with vector conversions first */
+#define WT lat_half
+#define WFIELD M->Wh
+#define DCFIELD M->Dch
+#define SFX(n) n##_h
+#undef LAT_FAST
+#define LAT_FAST LAT_HALF_FAST
+#define WLOAD24(w, src)                                                                                  \
+    float w[24];                                                                                         \
+    lat_h2f(w, (src), 24)
+#define ROWLOAD(row, src, n)                                                                             \
+    float row[2 * LAT_KMAX];                                                                             \
+    lat_h2f(row, (src), (n))
+#include "mg_kern.h"
+#undef WT
+#undef WFIELD
+#undef DCFIELD
+#undef SFX
+#undef WLOAD24
+#undef ROWLOAD
+#undef LAT_FAST
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define LAT_FAST __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define LAT_FAST
+#endif
+#endif
 
 void mg_restrict(mg_t *M, cplxf *vc, const cplxf *v)
 {
@@ -323,8 +360,13 @@ void mg_restrict(mg_t *M, cplxf *vc, const cplxf *v)
 #endif
 #pragma omp single
         used = nt;
-        restrict_sites(M, acc + per * (size_t)id, v, (int)((long)M->g->V * id / nt),
-                       (int)((long)M->g->V * (id + 1) / nt));
+        int x0 = (int)((long)M->g->V * id / nt), x1 = (int)((long)M->g->V * (id + 1) / nt);
+#ifdef LAT_HAVE_HALF
+        if (M->half)
+            restrict_sites_h(M, acc + per * (size_t)id, v, x0, x1);
+        else
+#endif
+            restrict_sites_f(M, acc + per * (size_t)id, v, x0, x1);
     }
     float *o = (float *)vc;
 #pragma omp parallel for schedule(static)
@@ -346,7 +388,13 @@ void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc)
 #else
         int nt = 1, id = 0;
 #endif
-        prolong_sites(M, v, vc, (int)((long)M->g->V * id / nt), (int)((long)M->g->V * (id + 1) / nt));
+        int x0 = (int)((long)M->g->V * id / nt), x1 = (int)((long)M->g->V * (id + 1) / nt);
+#ifdef LAT_HAVE_HALF
+        if (M->half)
+            prolong_sites_h(M, v, vc, x0, x1);
+        else
+#endif
+            prolong_sites_f(M, v, vc, x0, x1);
     }
 }
 
@@ -450,29 +498,33 @@ static LAT_FAST void assemble_block(mg_t *M, int c, double *acc, float *buf)
     const geom_t *g = M->g;
     const dirac_t *D = M->D;
     int N = M->N, k = M->k;
-    size_t V12 = 12 * (size_t)g->V, kk = (size_t)k * k;
+    size_t kk = (size_t)k * k;
     float *Tr = buf, *Ti = Tr + 12 * (size_t)k, *T2r = Ti + 12 * (size_t)k, *T2i = T2r + 12 * (size_t)k;
     float *Wr = T2i + 12 * (size_t)k, *Wi = Wr + 6 * (size_t)k;
     float *sr = Wi + 6 * (size_t)k, *si = sr + k;
+    cplxf *wx = (cplxf *)(void *)(si + k); /* N x 12 complex: the test vectors at x */
     double *accr = acc, *acci = acc + 9 * kk;
     memset(acc, 0, sizeof(double) * 2 * 9 * kk);
     const int *bs = M->bsite + (size_t)c * M->bsites;
     for (int q = 0; q < M->bsites; q++) {
         int x = bs[q];
-        for (int r = 0; r < k; r++) {
-            int h = r / N, i = r % N;
-            const cplxf *wi = M->W + i * V12 + 12 * (size_t)x + 6 * h;
-            for (int a = 0; a < 6; a++) {
-                Wr[6 * r + a] = crealf(wi[a]);
-                Wi[6 * r + a] = cimagf(wi[a]);
-            }
+        for (int i = 0; i < N; i++) {
+            w_site(M, i, x, wx + 12 * (size_t)i);
+            for (int h = 0; h < 2; h++)
+                for (int a = 0; a < 6; a++) {
+                    Wr[6 * (h * N + i) + a] = crealf(wx[12 * i + 6 * h + a]);
+                    Wi[6 * (h * N + i) + a] = cimagf(wx[12 * i + 6 * h + a]);
+                }
         }
-        const cplxf *A = D->Af + 72 * (size_t)x;
+        cplxf A[72], ux[4][9], uy[9], wy[12];
+        dirac_clover_site_f(D, x, A);
+        for (int mu = 0; mu < 4; mu++)
+            dirac_link_f(D, x, mu, ux[mu]);
         /* self: clover/diagonal, block diagonal in the spin halves */
         for (int h2 = 0; h2 < 2; h2++)
             for (int j = 0; j < N; j++) {
                 int col = h2 * N + j;
-                const cplxf *wj = M->W + j * V12 + 12 * (size_t)x + 6 * h2;
+                const cplxf *wj = wx + 12 * (size_t)j + 6 * h2;
                 for (int a = 0; a < 12; a++) {
                     cplxf sacc = 0;
                     if (a / 6 == h2)
@@ -486,16 +538,19 @@ static LAT_FAST void assemble_block(mg_t *M, int c, double *acc, float *buf)
             int mu = d / 2, bwd = d & 1, y = g->nb[8 * x + d];
             int inside = y >= 0 && M->blk[y] == c;
             float *tr = inside ? Tr : T2r, *ti = inside ? Ti : T2i;
+            if (y >= 0 && bwd)
+                dirac_link_f(D, y, mu, uy);
             for (int h2 = 0; h2 < 2; h2++)
                 for (int j = 0; j < N; j++) {
                     const cplxf *src, *U;
                     if (y >= 0) {
-                        src = M->W + j * V12 + 12 * (size_t)y;
-                        U = bwd ? D->Uf + 36 * (size_t)y + 9 * mu : D->Uf + 36 * (size_t)x + 9 * mu;
+                        w_site(M, j, y, wy);
+                        src = wy;
+                        U = bwd ? uy : ux[mu];
                     } else {
                         /* backward halo vectors arrive already multiplied by U^H */
                         src = (const cplxf *)M->hw.recv[d] + ((size_t)(-y - 1) * N + j) * 12;
-                        U = bwd ? NULL : D->Uf + 36 * (size_t)x + 9 * mu;
+                        U = bwd ? NULL : ux[mu];
                     }
                     hop_col(tr, ti, k, h2 * N + j, U, bwd, src + 6 * h2, mu, bwd, h2, inside);
                 }
@@ -505,6 +560,16 @@ static LAT_FAST void assemble_block(mg_t *M, int c, double *acc, float *buf)
         }
         assemble_acc(k, N, accr, acci, Wr, Wi, Tr, Ti, sr, si);
     }
+#ifdef LAT_HAVE_HALF
+    if (M->half) {
+        lat_half *oh = M->Dch + 2 * (size_t)c * 9 * kk;
+        for (size_t i = 0; i < 9 * kk; i++) {
+            oh[2 * i] = (lat_half)accr[i];
+            oh[2 * i + 1] = (lat_half)acci[i];
+        }
+        return;
+    }
+#endif
     cplxf *out = M->Dc + (size_t)c * 9 * kk;
     for (size_t i = 0; i < 9 * kk; i++)
         out[i] = (float)accr[i] + I * (float)acci[i];
@@ -515,7 +580,7 @@ static void assemble(mg_t *M)
     const geom_t *g = M->g;
     const dirac_t *D = M->D;
     int N = M->N, k = M->k;
-    size_t V12 = 12 * (size_t)g->V, kk = (size_t)k * k;
+    size_t kk = (size_t)k * k;
     /* halo of all test vectors; the -mu rank gets U^H-multiplied upper-face
      * vectors because the link U_mu(y) lives with y */
     for (int mu = 0; mu < 4; mu++) {
@@ -525,8 +590,10 @@ static void assemble(mg_t *M)
         for (int i = 0; i < g->nface[mu]; i++)
             for (int j = 0; j < N; j++) {
                 int xl = g->face[mu][0][i], xh = g->face[mu][1][i];
-                memcpy(lo + ((size_t)i * N + j) * 12, M->W + j * V12 + 12 * (size_t)xl, 12 * sizeof(cplxf));
-                const cplxf *U = D->Uf + 36 * (size_t)xh + 9 * mu, *w = M->W + j * V12 + 12 * (size_t)xh;
+                w_site(M, j, xl, lo + ((size_t)i * N + j) * 12);
+                cplxf U[9], w[12];
+                dirac_link_f(D, xh, mu, U);
+                w_site(M, j, xh, w);
                 cplxf *o = hi + ((size_t)i * N + j) * 12;
                 for (int s = 0; s < 4; s++)
                     for (int a = 0; a < 3; a++)
@@ -536,11 +603,10 @@ static void assemble(mg_t *M)
     }
     halo_start(g, &M->hw);
     halo_wait(&M->hw);
-    memset(M->Dc, 0, sizeof(cplxf) * 9 * kk * (size_t)M->nblk);
 #pragma omp parallel
     {
         double *acc = calloc(2 * 9 * kk, sizeof(double));
-        float *buf = malloc(sizeof(float) * (4 * 12 * (size_t)k + 2 * 6 * (size_t)k + 2 * (size_t)k));
+        float *buf = malloc(sizeof(float) * (4 * 12 * (size_t)k + 2 * 6 * (size_t)k + 2 * (size_t)k + 24 * (size_t)k));
 #pragma omp for schedule(dynamic)
         for (int c = 0; c < M->nblk; c++)
             assemble_block(M, c, acc, buf);
@@ -552,38 +618,6 @@ static void assemble(mg_t *M)
 /* out = D_c in on coarse sites c0 .. c1-1 (halo already received), blocks
  * d0 .. d1-1 (0 self, 1..8 neighbours): the k x k blocks as real arithmetic,
  * SIMD reductions along the rows */
-static LAT_FAST void coarse_sites(const mg_t *M, cplxf *out, const cplxf *in, int c0, int c1, int d0, int d1)
-{
-    const geom_t *cg = &M->cg;
-    int k = M->k;
-    size_t kk = (size_t)k * k;
-    for (int c = c0; c < c1; c++) {
-        const float *v[9];
-        v[0] = (const float *)(in + (size_t)c * k);
-        for (int d = 0; d < 8; d++) {
-            int y = cg->nb[8 * c + d];
-            v[1 + d] = (const float *)(y >= 0 ? in + (size_t)y * k
-                                               : (const cplxf *)M->hc.recv[d] + (size_t)(-y - 1) * k);
-        }
-        const float *Dc = (const float *)(M->Dc + (size_t)c * 9 * kk);
-        float *o = (float *)(out + (size_t)c * k);
-        for (int i = 0; i < k; i++) {
-            float sr = 0, si = 0;
-            for (int d = d0; d < d1; d++) {
-                const float *row = Dc + 2 * ((size_t)d * kk + (size_t)i * k), *x = v[d];
-#pragma omp simd reduction(+ : sr, si)
-                for (int j = 0; j < k; j++) {
-                    float ar = row[2 * j], ai = row[2 * j + 1], xr = x[2 * j], xi = x[2 * j + 1];
-                    sr += ar * xr - ai * xi;
-                    si += ar * xi + ai * xr;
-                }
-            }
-            o[2 * i] = sr;
-            o[2 * i + 1] = si;
-        }
-    }
-}
-
 /* out = blocks d0..d1-1 of D_c applied to in, on the coarse sites c0..c1-1;
  * exchanges in's halo first when neighbour blocks are involved */
 static void coarse_part(mg_t *M, cplxf *out, const cplxf *in, int c0, int c1, int d0, int d1)
@@ -612,7 +646,13 @@ static void coarse_part(mg_t *M, cplxf *out, const cplxf *in, int c0, int c1, in
         int nt = 1, id = 0;
 #endif
         int n = c1 - c0;
-        coarse_sites(M, out, in, c0 + (int)((long)n * id / nt), c0 + (int)((long)n * (id + 1) / nt), d0, d1);
+        int a0 = c0 + (int)((long)n * id / nt), a1 = c0 + (int)((long)n * (id + 1) / nt);
+#ifdef LAT_HAVE_HALF
+        if (M->half)
+            coarse_sites_h(M, out, in, a0, a1, d0, d1);
+        else
+#endif
+            coarse_sites_f(M, out, in, a0, a1, d0, d1);
     }
 }
 
@@ -641,9 +681,14 @@ static void coarse_invert_even(mg_t *M)
 #pragma omp for schedule(static)
         for (int c = 0; c < M->cg.Vh; c++) {
             cplx *b = a + kk;
-            const cplxf *S = M->Dc + (size_t)c * 9 * kk;
             for (size_t i = 0; i < kk; i++) {
-                a[i] = S[i];
+#ifdef LAT_HAVE_HALF
+                if (M->half)
+                    a[i] = (double)M->Dch[2 * ((size_t)c * 9 * kk + i)] +
+                           I * (double)M->Dch[2 * ((size_t)c * 9 * kk + i) + 1];
+                else
+#endif
+                    a[i] = M->Dc[(size_t)c * 9 * kk + i];
                 b[i] = 0;
             }
             for (int i = 0; i < k; i++)
@@ -902,9 +947,15 @@ int mg_setup(mg_t *M, dirac_t *D, const params_t *p)
     }
     size_t V12 = 12 * (size_t)g->V, n = V12 * sizeof(cplxf);
     long nc = (long)M->k * M->cg.V;
-    M->W = lat_alloc_testvec(n * (size_t)M->N);
+    M->half = D->half;
     M->TV = lat_alloc_testvec(n * (size_t)M->N);
-    M->Dc = lat_alloc_coarse(sizeof(cplxf) * 9 * (size_t)M->k * M->k * (size_t)M->nblk);
+    if (M->half) {
+        M->Wh = lat_alloc_testvec(n / 2 * (size_t)M->N);
+        M->Dch = lat_alloc_coarse(sizeof(lat_half) * 2 * 9 * (size_t)M->k * M->k * (size_t)M->nblk);
+    } else {
+        M->W = lat_alloc_testvec(n * (size_t)M->N);
+        M->Dc = lat_alloc_coarse(sizeof(cplxf) * 9 * (size_t)M->k * M->k * (size_t)M->nblk);
+    }
     M->r = lat_alloc_vectors(n);
     M->e = lat_alloc_vectors(n);
     M->q = lat_alloc_vectors(n);
@@ -989,6 +1040,8 @@ void mg_free(mg_t *M)
     free(M->csite[0]);
     free(M->csite[1]);
     lat_free(M->W);
+    lat_free(M->Wh);
+    lat_free(M->Dch);
     lat_free(M->TV);
     lat_free(M->Dc);
     lat_free(M->r), lat_free(M->e), lat_free(M->q), lat_free(M->t);

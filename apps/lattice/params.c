@@ -144,14 +144,26 @@ int params_set(params_t *p, const char *key, const char *val, char *err, size_t 
     else if (!strcmp(key, "restart"))
         rc = int1(val, &p->restart, 1);
     else if (!strcmp(key, "test vectors"))
-        rc = int1(val, &p->ntv, 1);
+        rc = int1(val, &p->ntv, 1) || p->ntv > LAT_KMAX / 2 ? -1 : 0;
     else if (!strcmp(key, "setup iter"))
         rc = int1(val, &p->setup_iter, 0);
     else if (!strcmp(key, "post smooth"))
         rc = int1(val, &p->post_smooth, 0);
     else if (!strcmp(key, "block mr"))
         rc = int1(val, &p->block_mr, 1);
-    else if (!strcmp(key, "setup sap"))
+    else if (!strcmp(key, "storage")) {
+        static const char *const stor[] = {"single", "half", NULL};
+        char s[16];
+        rc = str(val, s, sizeof s, stor);
+        if (!rc)
+            p->half = !strcmp(s, "half");
+#ifndef LAT_HAVE_HALF
+        if (!rc && p->half) {
+            snprintf(err, n, "storage = half: this compiler has no 16-bit float (_Float16)");
+            return -1;
+        }
+#endif
+    } else if (!strcmp(key, "setup sap"))
         rc = int1(val, &p->setup_sap, 1);
     else if (!strcmp(key, "block oddeven"))
         rc = int1(val, &p->block_oddeven, 0);
