@@ -52,6 +52,17 @@ def test_amg_result_format_and_tags():
     assert d["memory"]["tiers"]["fast"] == tags["testvec"]["bytes"] + tags["coarse"]["bytes"]
 
 
+def test_half_storage_solves_and_stores_16_bit():
+    d = lattice.run_lattice(1, {**TINY, "solver": "amg", "nrhs": "1", "storage": "half"})
+    assert d["params"]["storage"] == "half"
+    (s,) = d["solves"]
+    assert s["converged"] and s["true_relres"] <= 1e-9, s
+    # single in/out spinors, 16-bit links and clover
+    assert d["kernels"]["dirac_half"]["bytes_per_site"] == 24 * 8 + 108 * 4
+    # raw test vectors in single, P in 16 bit: 6 vectors x 12 complex per site
+    assert d["memory"]["tags"]["testvec"]["bytes"] == 512 * 6 * 12 * (8 + 4)
+
+
 def test_unknown_parameter_is_one_line_exit_2():
     with pytest.raises(UsageError, match="unknown parameter 'frobnicate'"):
         lattice.run_lattice(2, {**TINY, "frobnicate": "1"})

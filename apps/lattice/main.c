@@ -446,7 +446,7 @@ static void test_half(const geom_t *g, params_t p)
     dirac_init(&D, g, &G, p.m0, p.csw);
     dirac_init(&Dh, g, &G, p.m0, p.csw);
     if (dirac_set_half(&Dh))
-        die("storage = half: this compiler has no 16-bit float (_Float16)");
+        die("storage = half needs a compiler with _Float16 and a CPU with F16C, AVX2 and FMA");
     long n = 12L * g->V;
     cplx *x = lat_alloc_vectors(sizeof(cplx) * n);
     cplxf *xf = lat_alloc_vectors(sizeof(cplxf) * n), *y1 = lat_alloc_vectors(sizeof(cplxf) * n),
@@ -690,7 +690,7 @@ int main(int argc, char **argv)
         tdf = (wtime() - t) / p.dirac_reps;
         if (p.half) {
             if (dirac_set_half(&D))
-                die("storage = half: this compiler has no 16-bit float (_Float16)");
+                die("storage = half needs a compiler with _Float16 and a CPU with F16C, AVX2 and FMA");
             dirac_apply_f(&D, bf, af);
             MPI_Barrier(g.comm);
             t = wtime();

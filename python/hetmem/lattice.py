@@ -194,6 +194,7 @@ def bench_dirac(lattice: str, ranks: int, threads: int, bound_gbs: float) -> dic
             "solver": "cgnr",
             "max iterations": "1",
             "dirac reps": "20",
+            "storage": "half",
         },
         threads=threads,
     )
@@ -201,8 +202,10 @@ def bench_dirac(lattice: str, ranks: int, threads: int, bound_gbs: float) -> dic
     # The bound is the probe's STREAM triad, a best-of-repetitions figure
     # (src/probe/stream.c), so the operator is compared by its best apply
     # too; the mean over the repetitions is reported beside it.
-    for prec in ("double", "single"):
-        k = data["kernels"][f"dirac_{prec}"]
+    for prec in ("double", "single", "half"):
+        k = data["kernels"].get(f"dirac_{prec}")
+        if k is None:
+            continue
         best = k.get("gbs_best", k["gbs"])
         out[prec] = {
             "gbs": best,
@@ -230,6 +233,10 @@ def bench_solvers(field: dict[str, str], ranks: int, threads: int, nrhs_cg: int)
         before = max(1, nrhs_cg // 2)
         cg = run_lattice(ranks, {**use, "solver": "cgnr", "nrhs": str(before)}, threads=threads)
         mg = run_lattice(ranks, {**use, "solver": "amg", "nrhs": str(NRHS)}, threads=threads)
+        # the same AMG with links, clover, P and D_c stored in 16 bit
+        mgh = run_lattice(
+            ranks, {**use, "solver": "amg", "nrhs": str(NRHS), "storage": "half"}, threads=threads
+        )
         cg_solves = list(cg["solves"])
         if nrhs_cg > before:
             cg2 = run_lattice(
@@ -258,6 +265,21 @@ def bench_solvers(field: dict[str, str], ranks: int, threads: int, nrhs_cg: int)
         "speedup_with_setup": t_cg / per_rhs,
         "speedup_solve_only": t_cg / t_mg,
         "memory_tags": mg["memory"]["tags"],
+        "storage": {
+            name: {
+                "iterations": [s["iterations"] for s in r["solves"]],
+                "true_relres": max(s["true_relres"] for s in r["solves"]),
+                "setup_s": r["phases"]["setup_s"],
+                "solve_s_per_rhs": sum(s["time_s"] for s in r["solves"]) / len(r["solves"]),
+                "s_per_rhs_with_setup": sum(s["time_s"] for s in r["solves"]) / len(r["solves"])
+                + r["phases"]["setup_s"] / NRHS,
+                "preconditioner_bytes": sum(
+                    int(r["memory"]["tags"][t]["bytes"])
+                    for t in ("gauge", "clover", "testvec", "coarse")
+                ),
+            }
+            for name, r in (("single", mg), ("half", mgh))
+        },
     }
 
 
@@ -595,7 +617,8 @@ def _print(r: dict[str, Any]) -> None:
                 f"{d['bound_gbs']:.1f}",
                 f"{100 * d[p]['fraction_of_bound']:.1f}%",
             ]
-            for p in ("double", "single")
+            for p in ("double", "single", "half")
+            if p in d
         ]
         output.table(
             f"Dirac operator {d['lattice']} (bound: {d['bound_source']}, best of reps; "
@@ -629,6 +652,30 @@ def _print(r: dict[str, Any]) -> None:
                 ],
             ],
         )
+        st = s.get("storage") or {}
+        if st:
+            output.table(
+                "AMG preconditioner storage (outer FGMRES and CGNR in double)",
+                [
+                    "storage",
+                    "iterations",
+                    "true rel. res.",
+                    "setup s",
+                    "s per rhs (+setup/4)",
+                    "gauge+clover+P+D_c",
+                ],
+                [
+                    [
+                        name,
+                        str(v["iterations"]),
+                        f"{v['true_relres']:.1e}",
+                        f"{v['setup_s']:.2f}",
+                        f"{v['s_per_rhs_with_setup']:.2f}",
+                        f"{v['preconditioner_bytes'] / 2**20:.1f} MiB",
+                    ]
+                    for name, v in st.items()
+                ],
+            )
         ph = s.get("amg_phases") or {}
         if ph:
             n = len(s["amg_iterations"])
