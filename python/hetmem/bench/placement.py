@@ -15,11 +15,12 @@ under `hetmem profile` (profiling overhead), `hetmem advise` of that profile
 at the budget, then cache, swap, flat and hybrid at the budget. Times are
 the program's own (the timed iterations, not start-up); each configuration
 runs --repeat times and the best is kept. The storage tier is probed in the
-same run (O_DIRECT sequential read) for the sweep bound: the all-DRAM time
-of the same run, or if larger, the dram run's hot passes plus the time the
-cold bytes moved (per iteration x iterations) take at the probed bandwidth,
-less what the free part of the budget lets the hot passes prefetch (see
-sweep_bound; the I/O-only figure is shown beside it).
+same run (O_DIRECT sequential read) for the sweep bound, as the issue
+states it: the time the cold bytes moved (per iteration x iterations) take
+at the probed bandwidth, or the all-DRAM time of the same run if larger.
+Beside it the bench shows the ratio against a tighter, overlap-aware bound
+(the dram run's hot passes plus the cold I/O that the free part of the
+budget cannot prefetch during them; see sweep_bound), for explanation only.
 
 Targets: sparse: flat or hybrid >= 90% of dram speed; sweep: flat or
 hybrid within 1.25x of the bound; both: flat or hybrid >= 2x faster than
@@ -356,18 +357,27 @@ def evaluate(
     if sw:
         gbs = device.get("seq_read_gbs")
         moved = (sw.get("cold_touched_per_iter") or 0) * iters
-        bound, io_bound = sweep_bound(sw, gbs, iters, budget)
+        overlap_bound, io_bound = sweep_bound(sw, gbs, iters, budget)
         dram_t = _t(sw, "dram")
+        # The target is the issue's bound: what the cold bytes moved at the
+        # probed bandwidth impose (never below the all-DRAM run). The
+        # overlap-aware bound (sweep_bound) is tighter to reach and shown
+        # beside it, not judged.
+        bound = max(io_bound, dram_t or 0.0) if io_bound else None
         best = min((t for t in (_t(sw, "flat"), _t(sw, "hybrid")) if t), default=None)
         m = best / bound if bound and best else None
+        mo = best / overlap_bound if overlap_bound and best else None
         out.append(
             _target(
                 "sweep: best(flat, hybrid) time / bound (cold bytes moved at the probed "
-                "bandwidth, beside the hot passes)",
+                "bandwidth, or the dram time if larger)",
                 m,
                 "<= 1.25",
                 None if m is None else m <= 1.25,
                 f"bound {bound and round(bound, 3)} s; "
+                f"against the overlap-aware bound {overlap_bound and round(overlap_bound, 3)} s "
+                f"(hot passes + cold I/O they cannot prefetch within the budget): "
+                f"{mo and round(mo, 3)}; "
                 f"{format_size(moved)} moved at {gbs} GB/s: {io_bound and round(io_bound, 3)} s; "
                 f"dram {dram_t} s (hot passes {(sw['modes'].get('dram') or {}).get('hot_seconds')}"
                 f" s); flat {_t(sw, 'flat')} s, hybrid {_t(sw, 'hybrid')} s",
