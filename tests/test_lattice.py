@@ -143,3 +143,21 @@ def test_bench_modes_writes_results_folder(tmp_path):
         assert r["size_bytes"] == manifest["footprint_bytes"]
     rows = lattice.modes_table(runs)
     assert {row[2] for row in rows} == {r["mode"] for r in runs}
+
+
+def test_dirac_target_judges_only_operators_beyond_the_last_level_cache(tmp_path):
+    from hetmem.lattice import judged_precisions, llc_bytes
+
+    for idx, level, size in (("index0", 1, "48K"), ("index2", 2, "2048K"), ("index3", 3, "100M")):
+        d = tmp_path / "sys/devices/system/cpu/cpu0/cache" / idx
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "size").write_text(f"{size}\n")
+    llc = llc_bytes(str(tmp_path))
+    assert llc == 100 << 20
+    d = {"lattice": "20 20 20 20", "double": {"bytes_per_site": 2112}}
+    d["single"] = {"bytes_per_site": 1056}
+    # 160,000 sites: 338 MB in double (judged), 169 MB in single (< 2 x 100 MiB)
+    assert judged_precisions(d, llc) == ["double"]
+    assert judged_precisions(d, 10 << 20) == ["double", "single"]
+    assert llc_bytes(str(tmp_path / "none")) is None
