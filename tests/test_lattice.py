@@ -161,3 +161,16 @@ def test_dirac_target_judges_only_operators_beyond_the_last_level_cache(tmp_path
     assert judged_precisions(d, llc) == ["double"]
     assert judged_precisions(d, 10 << 20) == ["double", "single"]
     assert llc_bytes(str(tmp_path / "none")) is None
+
+
+def test_threaded_ranks_are_not_bound_to_one_core(monkeypatch):
+    # Open MPI binds a rank to one core when there are at most two ranks: a
+    # rank's OpenMP threads must be let out of it
+    from hetmem import lattice
+
+    monkeypatch.setattr(lattice, "mpirun", lambda: "mpirun")
+    monkeypatch.setattr(lattice, "lattice_binary", lambda: "hm-lattice")
+    assert "--bind-to" not in lattice.mpirun_command(1, ["--json", "x"])
+    cmd = lattice.mpirun_command(1, ["--json", "x"], threads=2)
+    assert cmd[cmd.index("--bind-to") + 1] == "none"
+    assert cmd.index("--bind-to") < cmd.index("hm-lattice")

@@ -110,10 +110,14 @@ def mpi_env(threads: int) -> dict[str, str]:
     return env
 
 
-def mpirun_command(ranks: int, args: list[str]) -> list[str]:
+def mpirun_command(ranks: int, args: list[str], threads: int = 1) -> list[str]:
     cmd = [mpirun(), "-n", str(ranks)]
     if ranks > (os.cpu_count() or 1):
         cmd.append("--oversubscribe")
+    if threads > 1:
+        # Open MPI binds each rank to one core when there are at most two
+        # ranks: its OpenMP threads would then share that core
+        cmd += ["--bind-to", "none"]
     return [*cmd, str(lattice_binary()), *args]
 
 
@@ -134,7 +138,9 @@ def run_lattice(
     """Runs hm-lattice on `ranks` MPI ranks; its JSON result."""
     with tempfile.TemporaryDirectory(prefix="hm-lattice-") as tmp:
         out = Path(tmp) / "result.json"
-        cmd = mpirun_command(ranks, [*settings_args(settings), *(extra or []), "--json", str(out)])
+        cmd = mpirun_command(
+            ranks, [*settings_args(settings), *(extra or []), "--json", str(out)], threads
+        )
         try:
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, env=mpi_env(threads), timeout=timeout
