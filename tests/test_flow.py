@@ -313,17 +313,20 @@ def test_run_profile_sets_the_level_from_a_serial_run(monkeypatch):
 
     monkeypatch.setattr(runner, "run", fake_run)
     out = model.run_profile(s, ["dram", "file:/nowhere"], kt, io)
-    assert seen == [("serial", "dram", 1)]  # only profiled tiers run
+    # only profiled tiers run: one rank, then two ranks of their own
+    assert seen == [("serial", "dram", 1), ("serial", "dram", 2)]
     span = 0.1  # short runs: three, medians (the same figures here)
     seen.clear()
     kt2 = {"writer": {1: 0.10}, "reader": {1: 0.20}}
     io2 = {"dram/p1": {"put": 0.01, "get": 0.02, "put_touch": 0.0, "get_touch": 0.0}}
     assert model.run_profile(s, ["dram"], kt2, io2)["dram"]["runs"] == 3 and len(seen) == 3
     assert out["dram"]["put"] == pytest.approx(3.0) and out["dram"]["get"] == pytest.approx(2.0)
-    assert io["dram/p2"]["put"] == pytest.approx(0.015) and io["dram/p2"]["put_touch"] == 0.0
+    # p2 from its own serial run (the fake gives the same phases at 2 ranks)
+    assert io["dram/p2"]["put"] == pytest.approx(0.03) and io["dram/p2"]["put_touch"] == 0.0
     assert io["dram/p1"]["sync"] == pytest.approx(0.01)
-    assert kt["writer"] == pytest.approx({1: 0.15, 2: 0.075})
-    assert kt["reader"] == pytest.approx({1: 0.30, 2: 0.18})
+    assert io["dram/p2"]["sync"] == pytest.approx(0.01)
+    assert kt["writer"] == pytest.approx({1: 0.15, 2: 0.15})
+    assert kt["reader"] == pytest.approx({1: 0.30, 2: 0.30})
     # the profiled serial one-rank configuration comes out as the run itself
     cal = _calib()
     cal["concurrency_now"] = {
@@ -331,3 +334,31 @@ def test_run_profile_sets_the_level_from_a_serial_run(monkeypatch):
     }
     p = model.predict(s, cal, kt, model.Config("serial", "dram", 1), io, load=0.0)
     assert p["iteration_s"] == pytest.approx(0.53)
+
+
+def test_run_profile_brings_p_rank_runs_back_to_one_rank_busy(monkeypatch):
+    # the simulation applies the slowdown of p ranks busy at once, so the
+    # p-rank run's phases are divided by it (else counted twice)
+    s = specmod.parse(TINY)
+    kt = {"writer": {1: 0.10, 2: 0.05}, "reader": {1: 0.20, 2: 0.12}}
+    io = {
+        f"dram/p{p}": {"put": 0.01 / p, "get": 0.02 / p, "put_touch": 0.0, "get_touch": 0.0}
+        for p in (1, 2)
+    }
+
+    def fake_run(spec):
+        p = spec.writer.ranks
+        w = {"compute": 0.10 / p * 1.5 ** (p - 1), "io": 0.02 / p * 2 ** (p - 1), "wait": 0.0}
+        r = {"compute": 0.20 / p, "io": 0.02 / p, "wait": 0.0}
+        it = sum(w[k] + r[k] for k in ("compute", "io")) + 0.005 * p
+        return {"iteration_s": it, "makespan_s": 10.0, "writer": w, "reader": r}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    cal = {"concurrency_now": {"stencil": {"2": 1.5}, "poly": {"2": 1.0}, "io:dram": {"2": 2.0}}}
+    model.run_profile(s, ["dram"], kt, io, cal)
+    assert io["dram/p2"]["put"] == pytest.approx(0.01)  # 0.02 measured / 2.0
+    assert io["dram/p2"]["get"] == pytest.approx(0.005)
+    assert io["dram/p2"]["sync"] == pytest.approx(0.01)
+    assert (s.writer.kernel, s.reader.kernel) == ("stencil", "poly")
+    assert kt["writer"][2] == pytest.approx(0.05)  # 0.075 measured / 1.5
+    assert kt["reader"][2] == pytest.approx(0.10)

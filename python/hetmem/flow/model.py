@@ -24,7 +24,8 @@ the spec itself: its kernels and its own objects timed in this process for
 each rank count (how the work scales with ranks), brought to the level of
 one short serial one-rank run of the workflow per tier (run_profile: the
 components' own phases, cold caches and fresh processes included), plus
-that run's hand-off time per serial iteration. A fluid simulation then plays the ranks
+that run's hand-off time per serial iteration; each larger rank count gets
+a serial run of its own that sets its figures directly. A fluid simulation then plays the ranks
 forward: while k ranks are busy (waiting ranks sleep on a condition
 variable and use no CPU), a rank in a phase of kind X advances at
 1 / slow_X(k), where slow_X(k) is the calibrated time of one unit of X
@@ -201,11 +202,34 @@ def io_profile(spec: Spec, tiers: list[str], ranks: list[int]) -> dict[str, dict
 PROFILE_S, PROFILE_RUNS = 1.0, 3  # the light profile's serial runs per tier
 
 
+def _serial_runs(spec: Spec, tier: str, ranks: int) -> list[dict[str, Any]]:
+    """Serial runs of the spec until PROFILE_S of workflow time (at most
+    PROFILE_RUNS): a short run is at the mercy of one scheduling hiccup."""
+    from hetmem.flow import runner
+
+    got: list[dict[str, Any]] = []
+    try:
+        while len(got) < PROFILE_RUNS and sum(x["makespan_s"] for x in got) < PROFILE_S:
+            got.append(runner.run(spec.with_config(mode="serial", tier=tier, ranks=ranks)))
+    except HetmemError:
+        pass
+    return got
+
+
+def _sync(runs: list[dict[str, Any]]) -> float:
+    """What a serial iteration takes beyond its four phases (the hand-offs)."""
+    phases = [("writer", "compute"), ("writer", "io"), ("reader", "io"), ("reader", "compute")]
+    return statistics.median(
+        max(0.0, x["iteration_s"] - sum(x[a][b] for a, b in phases)) for x in runs
+    )
+
+
 def run_profile(
     spec: Spec,
     tiers: list[str],
     kt: dict[str, dict[int, float]],
     io: dict[str, dict[str, float]],
+    calib: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The light profile of the workflow itself: one serial run with one
     rank per component on each tier (the spec's iterations; one process busy
@@ -220,24 +244,26 @@ def run_profile(
     of run to in-process figure at one rank, first-use extras are then
     part of the run's per-iteration means (set to 0), and what a serial
     iteration takes beyond its four phases (the hand-offs: wake-ups of the
-    waiting side) becomes a per-iteration "sync" cost of serial mode."""
-    from hetmem.flow import runner
+    waiting side) becomes a per-iteration "sync" cost of serial mode.
 
+    With several ranks per component the one-rank level is not enough: on
+    few cores the ranks of a side meet load imbalance at every hand-off and
+    their I/O meets the other rank's (measured: serial two-rank
+    configurations 10-90% slower than the one-rank level scaled by the
+    in-process figures). So each rank count p > 1 that was profiled gets a
+    serial p-rank run of its own: its phases, divided by the slowdown of p
+    ranks busy at once that the simulation applies (calib's
+    "concurrency_now", when given), set that rank count's kernel and I/O
+    figures and its own sync cost."""
     comp: dict[str, list[float]] = {"writer": [], "reader": []}
     out: dict[str, Any] = {}
     for tier in tiers:
         key = f"{tier}/p1"
         if key not in io:
             continue
-        # a short run is at the mercy of one scheduling hiccup: runs until
-        # PROFILE_S of workflow time (at most PROFILE_RUNS), the median of each
-        got: list[dict[str, Any]] = []
-        try:
-            while len(got) < PROFILE_RUNS and sum(x["makespan_s"] for x in got) < PROFILE_S:
-                got.append(runner.run(spec.with_config(mode="serial", tier=tier, ranks=1)))
-        except HetmemError:
-            if not got:
-                continue
+        got = _serial_runs(spec, tier, 1)
+        if not got:
+            continue
 
         def med(role: str, what: str, runs: list[dict[str, Any]] = got) -> float:
             return statistics.median(x[role][what] for x in runs)
@@ -247,14 +273,7 @@ def run_profile(
         r = {"iteration_s": statistics.median(x["iteration_s"] for x in got)}
         fput = w["io"] / io[key]["put"] if io[key]["put"] > 0 else 1.0
         fget = rd["io"] / io[key]["get"] if io[key]["get"] > 0 else 1.0
-        sync = statistics.median(
-            max(
-                0.0,
-                x["iteration_s"]
-                - sum(x[a][b] for a in ("writer", "reader") for b in ("compute", "io")),
-            )
-            for x in got
-        )
+        sync = _sync(got)
         for k, v in io.items():
             if k.startswith(f"{tier}/p"):
                 v["put"] *= fput
@@ -276,7 +295,46 @@ def run_profile(
             f = sum(comp[role]) / len(comp[role]) / base
             kt[role] = {p: t * f for p, t in kt[role].items()}
             out[f"{role}_compute"] = f
+    _profile_ranks(spec, tiers, kt, io, calib or {}, out)
     return out
+
+
+def _profile_ranks(
+    spec: Spec,
+    tiers: list[str],
+    kt: dict[str, dict[int, float]],
+    io: dict[str, dict[str, float]],
+    calib: dict[str, Any],
+    out: dict[str, Any],
+) -> None:
+    """The serial p-rank runs of run_profile, for every profiled p > 1."""
+    kinds = {"writer": spec.writer.kernel, "reader": spec.reader.kernel}
+    ranks = sorted({int(k.rsplit("/p", 1)[1]) for k in io} - {1})
+    for p in ranks:
+        comp: dict[str, list[float]] = {"writer": [], "reader": []}
+        for tier in tiers:
+            key = f"{tier}/p{p}"
+            if key not in io or f"{tier}/p1" not in io:
+                continue
+            got = _serial_runs(spec, tier, p)
+            if not got:
+                continue
+            s_io = slowdown(calib, f"io:{tier}", p) if calib else 1.0
+
+            def med(role: str, what: str, runs: list[dict[str, Any]] = got) -> float:
+                return statistics.median(x[role][what] for x in runs)
+
+            io[key]["put"] = med("writer", "io") / s_io
+            io[key]["get"] = med("reader", "io") / s_io
+            io[key]["put_touch"] = io[key]["get_touch"] = 0.0
+            io[key]["sync"] = _sync(got)
+            for role in ("writer", "reader"):
+                s_k = slowdown(calib, kinds[role], p) if calib else 1.0
+                comp[role].append(med(role, "compute") / s_k)
+            out[key] = {"runs": len(got), "sync": io[key]["sync"]}
+        for role in ("writer", "reader"):
+            if comp[role] and kinds[role] != "none":
+                kt[role][p] = sum(comp[role]) / len(comp[role])
 
 
 @dataclass
@@ -470,13 +528,14 @@ def advise(
         load = external_load(0.3)
         kt = ktimes or kernel_times(spec, ranks)
         io = io_profile(spec, tiers, ranks)
-        run_profile(spec, tiers, kt, io)
         # how k ranks of this session share the cores right now, for the
-        # kinds of work this spec has (the profile above is the k = 1 case)
+        # kinds of work this spec has (the profile below is the k = 1 case,
+        # and its p-rank runs are brought back to it with these)
         kinds = sorted({c.kernel for c in (spec.writer, spec.reader)} - {"none"})
         kinds += [f"io:{t}" for t in tiers if any(k.startswith(f"{t}/") for k in io)]
         calib = dict(calib)
         calib["concurrency_now"] = calibrate.concurrency_now(kinds, 2 * max_ranks)
+        run_profile(spec, tiers, kt, io, calib)
     else:
         kt = ktimes or kernel_times(spec, ranks)
     rows = [predict(spec, calib, kt, c, io, load) for c in configurations(tiers, max_ranks)]
