@@ -285,9 +285,10 @@ double wtime(void);
 
 /* hot loops get an AVX2+FMA clone beside the baseline one on x86-64 (ifunc) */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define LAT_FAST __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define LAT_FAST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
-#define LAT_FAST
+#define LAT_FAST_CLONES
 #endif
+#define LAT_FAST LAT_FAST_CLONES
 
 #endif

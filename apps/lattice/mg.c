@@ -36,6 +36,25 @@ static void coarse_geom(mg_t *M, const params_t *p)
 }
 
 /* ---- fine-level SAP ---- */
+/* One minimal-residual step on the listed sites: e += alpha r, r -= alpha q
+ * with alpha = <q, r> / <q, q> (both block solvers) */
+static inline __attribute__((always_inline)) void mr_update(float ar, float ai, const int *s, int ns, cplxf *e,
+                                                            cplxf *r, const cplxf *q)
+{
+    for (int k = 0; k < ns; k++) {
+        float *ea = (float *)(e + 12 * (size_t)s[k]), *ra = (float *)(r + 12 * (size_t)s[k]);
+        const float *qa = (const float *)(q + 12 * (size_t)s[k]);
+#pragma omp simd
+        for (int a = 0; a < 12; a++) {
+            float rr = ra[2 * a], ri = ra[2 * a + 1], qr = qa[2 * a], qi = qa[2 * a + 1];
+            ea[2 * a] += ar * rr - ai * ri;
+            ea[2 * a + 1] += ar * ri + ai * rr;
+            ra[2 * a] = rr - (ar * qr - ai * qi);
+            ra[2 * a + 1] = ri - (ar * qi + ai * qr);
+        }
+    }
+}
+
 static LAT_FAST void block_mr(mg_t *M, int c, cplxf *e, cplxf *r, cplxf *q)
 {
     const int *s = M->bsite + (size_t)c * M->bsites;
@@ -61,19 +80,7 @@ static LAT_FAST void block_mr(mg_t *M, int c, cplxf *e, cplxf *r, cplxf *q)
         }
         if (qq == 0)
             break;
-        float ar = (float)(qr_re / qq), ai = (float)(qr_im / qq);
-        for (int k = 0; k < ns; k++) {
-            float *ea = (float *)(e + 12 * (size_t)s[k]), *ra = (float *)(r + 12 * (size_t)s[k]);
-            const float *qa = (const float *)(q + 12 * (size_t)s[k]);
-#pragma omp simd
-            for (int a = 0; a < 12; a++) {
-                float rr = ra[2 * a], ri = ra[2 * a + 1], qr = qa[2 * a], qi = qa[2 * a + 1];
-                ea[2 * a] += ar * rr - ai * ri;
-                ea[2 * a + 1] += ar * ri + ai * rr;
-                ra[2 * a] = rr - (ar * qr - ai * qi);
-                ra[2 * a + 1] = ri - (ar * qi + ai * qr);
-            }
-        }
+        mr_update((float)(qr_re / qq), (float)(qr_im / qq), s, ns, e, r, q);
     }
 }
 
@@ -125,19 +132,7 @@ static LAT_FAST void block_mr_oe(mg_t *M, int c, cplxf *e, const cplxf *r)
         }
         if (qq == 0)
             break;
-        float ar = (float)(qr_re / qq), ai = (float)(qr_im / qq);
-        for (int k = 0; k < no; k++) {
-            float *ea = (float *)(e + 12 * (size_t)od[k]), *ra = (float *)(q2 + 12 * (size_t)od[k]);
-            const float *qa = (const float *)(q + 12 * (size_t)od[k]);
-#pragma omp simd
-            for (int a = 0; a < 12; a++) {
-                float rr = ra[2 * a], ri = ra[2 * a + 1], qr = qa[2 * a], qi = qa[2 * a + 1];
-                ea[2 * a] += ar * rr - ai * ri;
-                ea[2 * a + 1] += ar * ri + ai * rr;
-                ra[2 * a] = rr - (ar * qr - ai * qi);
-                ra[2 * a + 1] = ri - (ar * qi + ai * qr);
-            }
-        }
+        mr_update((float)(qr_re / qq), (float)(qr_im / qq), od, no, e, q2, q);
     }
     dirac_block_hop_f(D, ev, ne, M->blk, c, q, e); /* q_e = H_eo e_o */
     for (int k = 0; k < ne; k++) {
@@ -334,11 +329,7 @@ static void orthonormalise(mg_t *M)
 #undef WLOAD24
 #undef ROWLOAD
 #undef LAT_FAST
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define LAT_FAST __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define LAT_FAST
-#endif
+#define LAT_FAST LAT_FAST_CLONES
 #endif
 
 void mg_restrict(mg_t *M, cplxf *vc, const cplxf *v)
