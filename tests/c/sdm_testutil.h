@@ -13,6 +13,17 @@
 
 static char hm_sdm_dir[256];
 
+/* Opens a pager with cfg; NULL (and the context's message on stderr) when
+ * that fails, which the caller counts as a failed check. */
+static inline hm_pager_t *hm_sdm_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg) {
+  hm_pager_t *p = NULL;
+  if (hm_pager_open(ctx, cfg, &p) != 0) {
+    fprintf(stderr, "open: %s\n", hm_ctx_last_error(ctx));
+    return NULL;
+  }
+  return p;
+}
+
 static inline void hm_sdm_rmdir(void) {
   if (!hm_sdm_dir[0]) return;
   DIR *d = opendir(hm_sdm_dir);

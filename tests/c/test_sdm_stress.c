@@ -70,13 +70,9 @@ static void run(hm_ctx_t *ctx, const char *dir, uint32_t flags, uint64_t ops) {
   cfg.fetch_unit = 64 * 1024;
   cfg.flags = flags;
   cfg.handler_threads = 2;
-  hm_pager_t *p = NULL;
-  int rc = hm_pager_open(ctx, &cfg, &p);
-  CHECK_EQ_INT(rc, 0);
-  if (rc) {
-    fprintf(stderr, "open: %s\n", hm_ctx_last_error(ctx));
-    return;
-  }
+  hm_pager_t *p = hm_sdm_open(ctx, &cfg);
+  CHECK(p != NULL);
+  if (!p) return;
   size_t len = 96 * MiB;
   uint64_t *a = NULL;
   CHECK_EQ_INT(hm_pager_map(p, len, (void **)&a), 0);

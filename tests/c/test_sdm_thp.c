@@ -31,13 +31,9 @@ static void run_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags, size_t unit
   cfg.backing_dir = dir;
   cfg.fetch_unit = unit;
   cfg.flags = flags;
-  hm_pager_t *p = NULL;
-  int rc = hm_pager_open(ctx, &cfg, &p);
-  CHECK_EQ_INT(rc, 0);
-  if (rc) {
-    fprintf(stderr, "open: %s\n", hm_ctx_last_error(ctx));
-    return;
-  }
+  hm_pager_t *p = hm_sdm_open(ctx, &cfg);
+  CHECK(p != NULL);
+  if (!p) return;
   size_t len = 5 * cfg.dram_budget; /* 5x the budget */
   uint64_t *a = NULL;
   CHECK_EQ_INT(hm_pager_map(p, len, (void **)&a), 0);
