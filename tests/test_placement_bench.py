@@ -37,18 +37,6 @@ def test_without_the_hot_split_the_bound_is_the_old_one() -> None:
     assert sweep_bound(_res(1.5, 1.0), None, 4, 128 * MiB) == (None, None)
 
 
-def test_place_fetch_unit_keeps_100_units_in_the_cache() -> None:
-    from hetmem.run import place_fetch_unit
-
-    # flat: the minimal 8 MiB cache, whatever the budget
-    assert place_fetch_unit("flat", 128 * MiB, 128 * MiB) == 64 << 10
-    # hybrid: what the pinned sites leave
-    assert place_fetch_unit("hybrid", 128 * MiB, 102 * MiB) == 256 << 10
-    assert place_fetch_unit("hybrid", 128 * MiB, 113 * MiB) == 128 << 10
-    # pinned sites leaving less than flat's cache: flat's
-    assert place_fetch_unit("hybrid", 128 * MiB, 127 * MiB) == 64 << 10
-
-
 def test_sweep_target_is_judged_against_the_io_bound() -> None:
     from hetmem.bench.placement import evaluate
 

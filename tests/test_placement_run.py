@@ -156,6 +156,14 @@ def test_hot_sites_are_served_by_the_fast_tier(
     assert pl["unmatched"]["allocations"] == 0
     assert pl["tiers"][0]["served_by"] == "glibc" and pl["tiers"][1]["served_by"] == "pager"
     assert data["pager"]["counters"]["faults"] > 0  # cold data went through the pager
+    # the slow tier's unit follows its cache: the largest of 256/128/64 KiB
+    # of which it holds 100 (fetch_unit not set)
+    cache = pl["pager_budget"]
+    want = next((u for u in (256 << 10, 128 << 10) if cache >= 100 * u), 64 << 10)
+    units = {q["pager"]["config"]["fetch_unit"] for q in data["processes"] if q.get("pager")}
+    assert units == {want}, (cache, units)
+    if mode == "flat":
+        assert want == 64 << 10  # flat's minimal 8 MiB cache
 
 
 @needs_pager

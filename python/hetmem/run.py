@@ -457,38 +457,6 @@ def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
-PLACE_MIN_CACHE = 16 * (256 << 10) + (4 << 20)  # flat's pager cache (preload.c)
-PLACE_CACHE_UNITS = 100
-
-
-def place_fetch_unit(mode: str, budget: int, fast: int) -> int:
-    """The fetch unit of the pager that serves a flat or hybrid run's
-    slow-tier sites (unless fetch_unit is set): the largest of 256, 128 and
-    64 KiB with which its cache (flat: the minimal 8 MiB; hybrid: what the
-    pinned sites leave of the budget) holds PLACE_CACHE_UNITS units.
-
-    Those sites hold data the profile found cold: swept once per use or
-    touched sparsely. Sparse touches need many units resident: the bench's
-    sparse workload touches 51 units per iteration at 512 MiB, which at
-    256 KiB overflowed flat's 8 MiB cache and were fetched again every
-    iteration (fetches 73 -> 170 from 2 to 6 iterations; at 64 KiB 36 ->
-    35). Sweeps prefer large units (per-unit costs: a read, a copy ioctl,
-    an eviction's TLB shootdown): with hybrid's 26 MiB cache the same
-    sweep ran 1.10-1.41 s at 256 KiB against 1.41-1.58 s at 64 KiB."""
-    cache = PLACE_MIN_CACHE
-    if mode == "hybrid" and budget - fast > PLACE_MIN_CACHE:
-        cache = budget - fast
-    for unit in (256 << 10, 128 << 10):
-        if cache >= PLACE_CACHE_UNITS * unit:
-            return unit
-    return 64 << 10
-
-
-def _option_origin(name: str) -> str:
-    with _native.Context() as ctx:
-        return next((o.get("origin", "") for o in ctx.options() if o["name"] == name), "")
-
-
 def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
     assert cfg.placement is not None
     p = placement_mod.load(cfg.placement)
@@ -508,8 +476,6 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         env = _cache_env(cfg, lines_file)
         env["HETMEM_PLACEMENT"] = str(compact)
         env["HETMEM_PLACE_MODE"] = cfg.mode
-        if _option_origin("fetch_unit") == "default":
-            env["HETMEM_FETCH_UNIT"] = str(place_fetch_unit(cfg.mode, cfg.budget, fast))
         env.pop("HETMEM_PROFILE", None)
         rc, wall = _spawn(cfg.command, env, state)
         procs = _read_interposer_stats(lines_file) if lines_file else []
