@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "preload.h"
+#include "prim/prim.h"
 
 #define HM__PMOD_MAX 1024
 #define HM__CACHE 512 /* entries per thread */
@@ -64,13 +65,6 @@ typedef struct hm__centry_s {
 } hm__centry_t;
 
 static __thread hm__centry_t *hm__cache __attribute__((tls_model("initial-exec")));
-
-static void *hm__raw(size_t len) {
-  long r = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (r < 0 && r > -4096) return NULL;
-  return (void *)r;
-}
 
 static int hm__bad(char *why, size_t len, int line, const char *what) {
   snprintf(why, len, "placement table, line %d: %s", line, what);
@@ -295,7 +289,7 @@ static int hm__match_slow(const _hm_pl_stack_t *st) {
 int _hm_pl_place_match(const _hm_pl_stack_t *st) {
   if (!hm__pt.nsites || st->n == 0) return -1;
   if (__builtin_expect(!hm__cache, 0)) {
-    hm__cache = hm__raw(HM__CACHE * sizeof(hm__centry_t));
+    hm__cache = _hm_prim_map_raw(HM__CACHE * sizeof(hm__centry_t));
     if (!hm__cache) return hm__match_slow(st);
   }
   unsigned gen = _hm_pl_modules_gen();

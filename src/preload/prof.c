@@ -50,6 +50,7 @@
 #include "internal.h"
 #include "preload.h"
 #include "sampler.h"
+#include "prim/prim.h"
 
 #define HM__SITES 16384u         /* site slots (slot 0 unused) */
 #define HM__CHUNK 65536u         /* events per buffer chunk */
@@ -130,13 +131,6 @@ static struct {
 
 static __thread hm__tbuf_t *hm__tb __attribute__((tls_model("initial-exec")));
 
-static void *hm__raw(size_t len) {
-  long r = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (r < 0 && r > -4096) return NULL;
-  return (void *)r;
-}
-
 static uint64_t hm__mono(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -148,7 +142,7 @@ uint64_t _hm_pl_prof_now(void) { return hm__mono() - hm__pf.t0; }
 static hm__tbuf_t *hm__tbuf(void) {
   hm__tbuf_t *tb = hm__tb;
   if (__builtin_expect(tb != NULL, 1)) return tb;
-  tb = hm__raw(sizeof *tb);
+  tb = _hm_prim_map_raw(sizeof *tb);
   if (!tb) return NULL;
   hm__tbuf_t *head = atomic_load(&hm__pf.threads);
   do tb->next = head;
@@ -162,7 +156,7 @@ static void hm__event(uint32_t site, int64_t delta) {
   if (!tb) return;
   hm__chunk_t *c = tb->cur;
   if (!c || atomic_load_explicit(&c->n, memory_order_relaxed) == HM__CHUNK) {
-    hm__chunk_t *nc = hm__raw(sizeof *nc);
+    hm__chunk_t *nc = _hm_prim_map_raw(sizeof *nc);
     if (!nc) return;
     if (c) c->next = nc;
     else tb->head = nc;
@@ -417,7 +411,7 @@ static int hm__handler_is_ours(void) {
 /* One fault's cost (fault, signal delivery, handler, mprotect, return),
  * measured on a scratch page of our own. */
 static uint64_t hm__calibrate(void) {
-  uintptr_t page = (uintptr_t)hm__raw(hm__pf.page);
+  uintptr_t page = (uintptr_t)_hm_prim_map_raw(hm__pf.page);
   if (!page) return 0;
   uint64_t best = UINT64_MAX;
   for (int r = 0; r < 5; r++) {
@@ -515,7 +509,7 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
     snprintf(why, len, "profile depth must be 1..%d", HM_PL_MAX_DEPTH);
     return -EINVAL;
   }
-  hm__pf.sites = hm__raw(HM__SITES * sizeof(hm__site_t));
+  hm__pf.sites = _hm_prim_map_raw(HM__SITES * sizeof(hm__site_t));
   if (!hm__pf.sites) {
     snprintf(why, len, "cannot reserve the site table");
     return -ENOMEM;
@@ -540,7 +534,7 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
   }
   snprintf(hm__pf.sampler_name, sizeof hm__pf.sampler_name, "portable");
   if (hm__pf.cfg.period_us < 100) hm__pf.cfg.period_us = 100;
-  hm__pf.armed[0] = hm__raw(2 * HM__ARMED * sizeof(hm__armed_t));
+  hm__pf.armed[0] = _hm_prim_map_raw(2 * HM__ARMED * sizeof(hm__armed_t));
   if (!hm__pf.armed[0]) {
     snprintf(why, len, "cannot reserve the sampler's tables");
     return -ENOMEM;

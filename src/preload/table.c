@@ -17,20 +17,14 @@
 #include <unistd.h>
 
 #include "preload.h"
+#include "prim/prim.h"
 
 #define HM__SLOTS ((size_t)1 << 16) /* 2 MiB of table */
 
-static void *hm__raw_map(size_t len) {
-  long r = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (r < 0 && r > -4096) return NULL;
-  return (void *)r;
-}
-
 int _hm_pl_table_init(_hm_pl_table_t *t) {
   if (atomic_load(&t->slots)) return 0;
-  void *s = hm__raw_map(HM__SLOTS * sizeof(_hm_pl_block_t));
-  void *g = hm__raw_map(HM_PL_GRANULES);
+  void *s = _hm_prim_map_raw(HM__SLOTS * sizeof(_hm_pl_block_t));
+  void *g = _hm_prim_map_raw(HM_PL_GRANULES);
   if (!s || !g) return -ENOMEM;
   atomic_store(&t->slots, (_hm_pl_block_t *)s);
   atomic_store(&t->granules, (_Atomic uint8_t *)g);

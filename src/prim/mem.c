@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +16,13 @@ int _hm_prim_map_anon(size_t len, void **out) {
   if (p == MAP_FAILED) return -errno;
   *out = p;
   return 0;
+}
+
+void *_hm_prim_map_raw(size_t len) {
+  long r = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r < 0 && r > -4096) return NULL;
+  return (void *)r;
 }
 
 int _hm_prim_unmap(void *addr, size_t len) {

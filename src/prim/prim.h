@@ -41,6 +41,10 @@ int _hm_prim_check_dir(const char *path);
 
 /* ---- Memory, affinity, clock (prim/mem.c) ---- */
 int _hm_prim_map_anon(size_t len, void **out);
+/* Anonymous, MAP_NORESERVE memory straight from the kernel (the mmap
+ * syscall, never an interposed mmap): the interposer's own tables. NULL on
+ * failure. Async-signal-safe and usable before libc's allocator is up. */
+void *_hm_prim_map_raw(size_t len);
 int _hm_prim_unmap(void *addr, size_t len);
 int _hm_prim_advise_hugepage(void *addr, size_t len);
 /* MPOL_BIND of [addr, addr+len) to one NUMA node; call before first touch. */
