@@ -83,6 +83,15 @@ static void check(const char *what, double err, double tol)
     hm__fail |= bad;
 }
 
+/* sqrt(sum of d / sum of s) over the ranks */
+static double rel_norm(const geom_t *g, double d, double s)
+{
+    double in[2] = {d, s}, out[2];
+    MPI_Allreduce(in, out, 2, MPI_DOUBLE, MPI_SUM, g->comm);
+    return sqrt(out[0] / out[1]);
+}
+
+/* |a - b| / |b| over all ranks */
 static double reldiff(const geom_t *g, const cplx *a, const cplx *b, long n)
 {
     double d = 0, s = 0;
@@ -90,9 +99,20 @@ static double reldiff(const geom_t *g, const cplx *a, const cplx *b, long n)
         d += creal((a[i] - b[i]) * conj(a[i] - b[i]));
         s += creal(b[i] * conj(b[i]));
     }
-    double in[2] = {d, s}, out[2];
-    MPI_Allreduce(in, out, 2, MPI_DOUBLE, MPI_SUM, g->comm);
-    return sqrt(out[0] / out[1]);
+    return rel_norm(g, d, s);
+}
+
+/* the same for a single-precision a against a single or double b (one of
+ * bf, bd given) */
+static double reldiff_f(const geom_t *g, const cplxf *a, const cplxf *bf, const cplx *bd, long n)
+{
+    double d = 0, s = 0;
+    for (long i = 0; i < n; i++) {
+        cplx b = bf ? (cplx)bf[i] : bd[i], e = (cplx)a[i] - b;
+        d += creal(e * conj(e));
+        s += creal(b * conj(b));
+    }
+    return rel_norm(g, d, s);
 }
 
 static void test_free(const geom_t *g, params_t p)
@@ -230,14 +250,7 @@ static void test_g5(const geom_t *g, params_t p)
         xf[i] = (cplxf)x[i];
     dirac_apply_f(&D, tf, xf);
     dirac_apply(&D, t, x);
-    double d = 0, s = 0;
-    for (long i = 0; i < n; i++) {
-        d += cabs(t[i] - tf[i]) * cabs(t[i] - tf[i]);
-        s += cabs(t[i]) * cabs(t[i]);
-    }
-    double in[2] = {d, s}, out[2];
-    MPI_Allreduce(in, out, 2, MPI_DOUBLE, MPI_SUM, g->comm);
-    check("single vs double D", sqrt(out[0] / out[1]), 1e-6);
+    check("single vs double D", reldiff_f(g, tf, NULL, t, n), 1e-6);
     /* not a symmetric operator: <y,Dx> != <Dy,x> unless something is wrong */
     gamma5(g, y);
     dirac_apply(&D, t, x);
@@ -456,14 +469,7 @@ static void test_half(const geom_t *g, params_t p)
         xf[i] = (cplxf)x[i];
     dirac_apply_f(&D, y1, xf);
     dirac_apply_f(&Dh, y2, xf);
-    double d = 0, s = 0;
-    for (long i = 0; i < n; i++) {
-        d += cabsf(y1[i] - y2[i]) * cabsf(y1[i] - y2[i]);
-        s += cabsf(y1[i]) * cabsf(y1[i]);
-    }
-    double in[2] = {d, s}, out[2];
-    MPI_Allreduce(in, out, 2, MPI_DOUBLE, MPI_SUM, g->comm);
-    double rel = sqrt(out[0] / out[1]);
+    double rel = reldiff_f(g, y2, y1, NULL, n);
     check("half: D_half vs D_single (relative)", rel, 2e-3);
     check("half: D_half is quantised (1 / rel. difference)", 1 / rel, 1e6);
     cplx *b = lat_alloc_vectors(sizeof(cplx) * n), *x1 = lat_alloc_vectors(sizeof(cplx) * n),
