@@ -241,13 +241,8 @@ static HM_IMPL void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *
     int V = g->V;
 #pragma omp parallel
     {
-#ifdef _OPENMP
-        int nt = omp_get_num_threads(), id = omp_get_thread_num();
-#else
-        int nt = 1, id = 0;
-#endif
-        int n = list ? nlist : V;
-        int x0 = (int)((long)n * id / nt), x1 = (int)((long)n * (id + 1) / nt);
+        int x0, x1;
+        (void)lat_share(list ? nlist : V, &x0, &x1, NULL);
         if (list)
             SFX(bsites)(out, in, U, A, nb, list + x0, x1 - x0, NULL, 0);
         else

@@ -6,6 +6,9 @@
 #ifndef HM_LATTICE_H
 #define HM_LATTICE_H
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <complex.h>
 #include <mpi.h>
 #include <stddef.h>
@@ -290,5 +293,22 @@ double wtime(void);
 #define LAT_FAST_CLONES
 #endif
 #define LAT_FAST LAT_FAST_CLONES
+
+/* Inside an OpenMP parallel region: the calling thread's contiguous share
+ * [*lo, *hi) of n items (each thread streams its own part of the arrays)
+ * and, if id is given, its number; returns the number of threads. */
+static inline int lat_share(int n, int *lo, int *hi, int *id_out)
+{
+#ifdef _OPENMP
+    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+    int nt = 1, id = 0;
+#endif
+    *lo = (int)((long)n * id / nt);
+    *hi = (int)((long)n * (id + 1) / nt);
+    if (id_out)
+        *id_out = id;
+    return nt;
+}
 
 #endif

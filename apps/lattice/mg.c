@@ -344,14 +344,9 @@ void mg_restrict(mg_t *M, cplxf *vc, const cplxf *v)
     int used = 1;
 #pragma omp parallel
     {
-#ifdef _OPENMP
-        int nt = omp_get_num_threads(), id = omp_get_thread_num();
-#else
-        int nt = 1, id = 0;
-#endif
+        int x0, x1, id, nt = lat_share(M->g->V, &x0, &x1, &id);
 #pragma omp single
         used = nt;
-        int x0 = (int)((long)M->g->V * id / nt), x1 = (int)((long)M->g->V * (id + 1) / nt);
 #ifdef LAT_HAVE_HALF
         if (M->half)
             restrict_sites_h(M, acc + per * (size_t)id, v, x0, x1);
@@ -374,12 +369,8 @@ void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc)
 {
 #pragma omp parallel
     {
-#ifdef _OPENMP
-        int nt = omp_get_num_threads(), id = omp_get_thread_num();
-#else
-        int nt = 1, id = 0;
-#endif
-        int x0 = (int)((long)M->g->V * id / nt), x1 = (int)((long)M->g->V * (id + 1) / nt);
+        int x0, x1;
+        (void)lat_share(M->g->V, &x0, &x1, NULL);
 #ifdef LAT_HAVE_HALF
         if (M->half)
             prolong_sites_h(M, v, vc, x0, x1);
@@ -631,13 +622,10 @@ static void coarse_part(mg_t *M, cplxf *out, const cplxf *in, int c0, int c1, in
     }
 #pragma omp parallel
     {
-#ifdef _OPENMP
-        int nt = omp_get_num_threads(), id = omp_get_thread_num();
-#else
-        int nt = 1, id = 0;
-#endif
-        int n = c1 - c0;
-        int a0 = c0 + (int)((long)n * id / nt), a1 = c0 + (int)((long)n * (id + 1) / nt);
+        int a0, a1;
+        (void)lat_share(c1 - c0, &a0, &a1, NULL);
+        a0 += c0;
+        a1 += c0;
 #ifdef LAT_HAVE_HALF
         if (M->half)
             coarse_sites_h(M, out, in, a0, a1, d0, d1);
