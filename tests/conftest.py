@@ -14,6 +14,19 @@ REPO = Path(__file__).resolve().parent.parent
 CBUILD = Path(os.environ.get("HETMEM_CBUILD", REPO / "build" / "c"))
 
 
+def _has_pager() -> bool:
+    from hetmem import _native
+
+    try:
+        return _native.has_pager()
+    except Exception:
+        return False
+
+
+# tests of cache, flat and hybrid modes: the pager is part of this build
+needs_pager = pytest.mark.skipif(not _has_pager(), reason="this build has no pager (src/sdm)")
+
+
 def run_hetmem(
     *args: str, env: dict[str, str] | None = None, timeout: float = 600, check: bool = False
 ) -> subprocess.CompletedProcess[str]:

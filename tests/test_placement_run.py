@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CBUILD, run_hetmem
+from conftest import CBUILD, needs_pager, run_hetmem
 from hetmem import _native
 from hetmem import placement as placement_mod
 from hetmem import profile as prof
@@ -33,16 +33,6 @@ HOT = FOOTPRINT // 8 // 10 * 8  # bytes of each hot array (n/10 doubles)
 pytestmark = pytest.mark.skipif(
     not WORKLOAD.exists() or not PRELOAD.exists(), reason="hm-placement or the interposer not built"
 )
-
-
-def _has_pager() -> bool:
-    try:
-        return _native.has_pager()
-    except Exception:
-        return False
-
-
-needs_pager = pytest.mark.skipif(not _has_pager(), reason="this build has no pager (src/sdm)")
 
 
 def _workload(*extra: str) -> list[str]:

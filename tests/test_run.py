@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CBUILD, REPO, run_hetmem
+from conftest import CBUILD, REPO, needs_pager, run_hetmem
 from hetmem import _native
 
 TARGET = CBUILD / "hm_preload_target"
@@ -28,14 +28,6 @@ PRELOAD = _native.library_dir() / "libhetmem_preload.so"
 IS_ROOT = os.geteuid() == 0
 
 
-def _has_pager() -> bool:
-    try:
-        return _native.has_pager()
-    except Exception:
-        return False
-
-
-needs_pager = pytest.mark.skipif(not _has_pager(), reason="this build has no pager (src/sdm)")
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="swap mode needs root")
 needs_target = pytest.mark.skipif(not TARGET.exists(), reason=f"{TARGET} not built")
 
