@@ -41,7 +41,7 @@ from typing import Any
 
 from hetmem import output
 from hetmem.bench import find_program
-from hetmem.errors import EnvironmentProblem, HetmemError
+from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.sizes import format_size, parse_size
 
 name = "placement"
@@ -115,15 +115,47 @@ def _say(text: str) -> None:
     output.err_console().print(text, markup=False)
 
 
+ALL_VARIANTS = ("sparse", "sweep", "alloc")
+
+
+def check_arguments(args: argparse.Namespace, footprint: int) -> None:
+    """Refuses bad options before any measurement starts (UsageError, exit 2)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    if footprint < 4 * page:
+        raise UsageError(f"--footprint must be at least {format_size(4 * page)}")
+    for opt, val in (
+        ("--iters", args.iters),
+        ("--hot-passes", args.hot_passes),
+        ("--repeat", args.repeat),
+        ("--pairs", args.pairs),
+    ):
+        if val < 1:
+            raise UsageError(f"{opt} must be >= 1 (got {val})")
+    modes = [m for m in (args.modes.split(",") if args.modes else ALL_MODES) if m]
+    for m in modes:
+        if m not in ALL_MODES:
+            raise UsageError(f"--modes: unknown mode '{m}' (modes: {', '.join(ALL_MODES)})")
+    if not modes:
+        raise UsageError("--modes: name at least one mode")
+    variants = [v for v in args.variants.split(",") if v]
+    for v in variants:
+        if v not in ALL_VARIANTS:
+            raise UsageError(
+                f"--variants: unknown variant '{v}' (variants: {', '.join(ALL_VARIANTS)})"
+            )
+    if not variants:
+        raise UsageError("--variants: name at least one variant")
+    if args.storage and not Path(args.storage).is_dir():
+        raise UsageError(f"--storage: '{args.storage}' is not a directory")
+
+
 def run(args: argparse.Namespace) -> int:
     from hetmem import run as hrun
 
     footprint = parse_size(args.footprint, "--footprint")
     budget = footprint // 4
+    check_arguments(args, footprint)
     modes = [m for m in (args.modes.split(",") if args.modes else ALL_MODES) if m]
-    for m in modes:
-        if m not in ALL_MODES:
-            raise HetmemError(f"--modes: unknown mode '{m}'")
     if "swap" in modes and os.geteuid() != 0:
         modes.remove("swap")
         _say("note: swap mode needs root: skipped")
@@ -298,6 +330,11 @@ def _t(res: dict[str, Any], mode: str) -> float | None:
     return m["seconds"] if m else None
 
 
+def _fastest(res: dict[str, Any], *modes: str) -> float | None:
+    """The fastest of the modes' times (those that ran)."""
+    return min((t for t in (_t(res, m) for m in modes) if t), default=None)
+
+
 def _target(
     target: str, measured: float | None, goal: str, ok: bool | None, detail: str
 ) -> dict[str, Any]:
@@ -342,7 +379,7 @@ def evaluate(
     sp = results.get("sparse")
     if sp:
         dram = _t(sp, "dram")
-        best = min((t for t in (_t(sp, "flat"), _t(sp, "hybrid")) if t), default=None)
+        best = _fastest(sp, "flat", "hybrid")
         m = dram / best if dram and best else None
         out.append(
             _target(
@@ -361,10 +398,10 @@ def evaluate(
         dram_t = _t(sw, "dram")
         # The target is the issue's bound: what the cold bytes moved at the
         # probed bandwidth impose (never below the all-DRAM run). The
-        # overlap-aware bound (sweep_bound) is tighter to reach and shown
-        # beside it, not judged.
+        # overlap-aware bound (sweep_bound) is never smaller, so easier to
+        # come within 1.25x of: shown beside it, not judged.
         bound = max(io_bound, dram_t or 0.0) if io_bound else None
-        best = min((t for t in (_t(sw, "flat"), _t(sw, "hybrid")) if t), default=None)
+        best = _fastest(sw, "flat", "hybrid")
         m = best / bound if bound and best else None
         mo = best / overlap_bound if overlap_bound and best else None
         out.append(
@@ -388,7 +425,7 @@ def evaluate(
         if not res:
             continue
         swap = _t(res, "swap")
-        best = min((t for t in (_t(res, "flat"), _t(res, "hybrid")) if t), default=None)
+        best = _fastest(res, "flat", "hybrid")
         m = swap / best if swap and best else None
         out.append(
             _target(
@@ -400,7 +437,7 @@ def evaluate(
             )
         )
         hyb = _t(res, "hybrid")
-        ref = min((t for t in (_t(res, "flat"), _t(res, "cache")) if t), default=None)
+        ref = _fastest(res, "flat", "cache")
         m = hyb / ref if hyb and ref else None
         out.append(
             _target(
