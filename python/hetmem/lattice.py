@@ -598,6 +598,10 @@ def run(args: argparse.Namespace) -> int:
     bad = [p for p in parts if p not in ("dirac", "solve", "scaling", "halo", "modes")]
     if bad:
         raise UsageError(f"unknown part '{bad[0]}' (parts: dirac, solve, scaling, halo, modes)")
+    if not parts:
+        raise UsageError("--parts: name at least one part (dirac, solve, scaling, halo, modes)")
+    if not 1 <= args.threads <= 4096:
+        raise UsageError(f"--threads must be 1..4096 (got {args.threads})")
     if "modes" in parts and args.output is None:
         raise UsageError("--parts modes needs -o DIR (the benchmark results folder)")
     field = QUICK_FIELD if args.quick else SOLVE_FIELD

@@ -161,6 +161,8 @@ class Command:
         from hetmem.flow import model
 
         spec = specmod.load(args.spec)
+        if args.max_ranks < 1:
+            raise UsageError("--max-ranks: must be >= 1")
         rows = model.advise(spec, self._calibration(), max_ranks=args.max_ranks)
         if args.json:
             output.print_json({"schema_version": 1, "spec": spec.name, "ranking": rows})
@@ -196,6 +198,10 @@ class Command:
 
         if args.repeat < 1:
             raise UsageError("--repeat: must be >= 1")
+        if args.max_ranks < 1:
+            raise UsageError("--max-ranks: must be >= 1")
+        # every spec is read before any calibration or run starts
+        specs = [specmod.load(name) for name in args.spec]
         if args.calibrate:
             from hetmem.flow import calibrate
 
@@ -204,8 +210,7 @@ class Command:
             calib = self._calibration()
         results = []
         with output.progress(not args.json) as prog:
-            for name in args.spec:
-                spec = specmod.load(name)
+            for spec in specs:
                 results.append(sweep.sweep(spec, calib, args.max_ranks, prog, args.repeat))
         summary = sweep.summarize(results)
         if args.json:
@@ -275,12 +280,19 @@ class Command:
         from hetmem.sizes import parse_size
 
         large = parse_size(args.large_bytes, "--large-bytes")
+        if args.small_objects < 1:
+            raise UsageError("--small-objects: must be >= 1")
+        if args.steps < 1:
+            raise UsageError("--steps: must be >= 1")
+        if large < 1:
+            raise UsageError("--large-bytes: must be at least 1 byte")
+        adios_py = bench.adios_python(args.adios_python)
         res = bench.run(
             small_objects=args.small_objects,
             large_bytes=large,
             steps=args.steps,
             tier=args.tier,
-            adios_py=bench.adios_python(args.adios_python),
+            adios_py=adios_py,
         )
         if args.json:
             output.print_json(res)

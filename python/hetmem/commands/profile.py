@@ -282,8 +282,10 @@ def record(
         raise UsageError("--threshold must be at least one page")
     if sampler not in SAMPLERS:
         raise UsageError(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
-    if period_ms <= 0:
-        raise UsageError("--period must be positive")
+    if not 0 < period_ms <= 3_600_000:  # also refuses nan and inf
+        raise UsageError(
+            f"--period must be a number of milliseconds in (0, 3600000], not {period_ms}"
+        )
     hrun.resolve_command(argv)
     so = hrun.preload_path()
     if not so.exists():

@@ -82,10 +82,19 @@ def adios_python(explicit: str | None = None) -> str | None:
     for cand in (explicit, os.environ.get("HETMEM_ADIOS_PYTHON"), sys.executable):
         if not cand:
             continue
-        ok = subprocess.run(
-            [cand, "-c", "import adios2"], capture_output=True, timeout=60
-        ).returncode
-        if ok == 0:
+        # the interpreter must print the marker after importing adios2: an
+        # exit status of 0 alone would accept any program (/bin/true)
+        try:
+            proc = subprocess.run(
+                [cand, "-c", "import adios2; print('hetmem-adios2-ok')"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            ok = proc.returncode == 0 and "hetmem-adios2-ok" in proc.stdout.split()
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
             return cand
         if cand == explicit:
             from hetmem.errors import EnvironmentProblem
