@@ -3,6 +3,7 @@
 #include "lattice.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,7 @@ static int dbl(const char *v, double *out)
     *out = strtod(v, &end);
     while (isspace((unsigned char)*end))
         end++;
-    return (end == v || *end) ? -1 : 0;
+    return (end == v || *end || !isfinite(*out)) ? -1 : 0; /* nan and inf are no parameter */
 }
 
 static int int1(const char *v, int *out, int min)
@@ -78,6 +79,26 @@ static int int1(const char *v, int *out, int min)
     if (end == v || *end || x < min || x > 1 << 30)
         return -1;
     *out = (int)x;
+    return 0;
+}
+
+/* a relative residual tolerance: strictly between 0 and 1 */
+static int tol1(const char *v, double *out)
+{
+    double x;
+    if (dbl(v, &x) || !(x > 0 && x < 1))
+        return -1;
+    *out = x;
+    return 0;
+}
+
+/* an on/off switch: 0 or 1 */
+static int flag(const char *v, int *out)
+{
+    int x;
+    if (int1(v, &x, 0) || x > 1)
+        return -1;
+    *out = x;
     return 0;
 }
 
@@ -138,13 +159,20 @@ int params_set(params_t *p, const char *key, const char *val, char *err, size_t 
     else if (!strcmp(key, "solver"))
         rc = str(val, p->solver, sizeof p->solver, solvers);
     else if (!strcmp(key, "tolerance"))
-        rc = dbl(val, &p->tol);
+        rc = tol1(val, &p->tol);
     else if (!strcmp(key, "max iterations"))
         rc = int1(val, &p->maxit, 1);
     else if (!strcmp(key, "restart"))
         rc = int1(val, &p->restart, 1);
     else if (!strcmp(key, "test vectors"))
-        rc = int1(val, &p->ntv, 1) || p->ntv > LAT_KMAX / 2 ? -1 : 0;
+    {
+        if (int1(val, &tmp, 1) || tmp > LAT_KMAX / 2) {
+            snprintf(err, n, "bad value '%s' for parameter 'test vectors' (1..%d)", val, LAT_KMAX / 2);
+            return -1;
+        }
+        p->ntv = tmp;
+        rc = 0;
+    }
     else if (!strcmp(key, "setup iter"))
         rc = int1(val, &p->setup_iter, 0);
     else if (!strcmp(key, "post smooth"))
@@ -163,18 +191,26 @@ int params_set(params_t *p, const char *key, const char *val, char *err, size_t 
             return -1;
         }
 #endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+        /* refused here, before any work, rather than when the operator is converted */
+        if (!rc && p->half &&
+            (!__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))) {
+            snprintf(err, n, "storage = half: this CPU lacks F16C, AVX2 or FMA");
+            return -1;
+        }
+#endif
     } else if (!strcmp(key, "setup sap"))
         rc = int1(val, &p->setup_sap, 1);
     else if (!strcmp(key, "block oddeven"))
-        rc = int1(val, &p->block_oddeven, 0);
+        rc = flag(val, &p->block_oddeven);
     else if (!strcmp(key, "coarse tolerance"))
-        rc = dbl(val, &p->coarse_tol);
+        rc = tol1(val, &p->coarse_tol);
     else if (!strcmp(key, "coarse max iterations"))
         rc = int1(val, &p->coarse_maxit, 1);
     else if (!strcmp(key, "coarse restart"))
         rc = int1(val, &p->coarse_restart, 1);
     else if (!strcmp(key, "coarse oddeven"))
-        rc = int1(val, &p->coarse_oddeven, 0);
+        rc = flag(val, &p->coarse_oddeven);
     else if (!strcmp(key, "rhs"))
         rc = str(val, p->rhs, sizeof p->rhs, rhss);
     else if (!strcmp(key, "nrhs"))

@@ -33,4 +33,17 @@ printf '\077\077\077\077' | dd of="$T/g.cfg" bs=1 seek=1000 conv=notrunc 2>/dev/
 expect gauge-plaquette "does not match header" --set "lattice=4 4 4 4" --set "block=2 2 2 2" \
     --set gauge=file --set "gauge file=$T/g.cfg"
 expect bad-value "bad value 'abc' for parameter 'm0'" --set "m0=abc"
+# the keys added with half storage and the odd-even block and coarse solves
+expect storage-word "bad value 'double' for parameter 'storage'" --set "storage=double"
+expect block-oddeven-range "bad value '2' for parameter 'block oddeven'" --set "block oddeven=2"
+expect coarse-oddeven-word "bad value 'yes' for parameter 'coarse oddeven'" --set "coarse oddeven=yes"
+expect setup-sap-zero "bad value '0' for parameter 'setup sap'" --set "setup sap=0"
+expect setup-sap-word "bad value 'three' for parameter 'setup sap'" --set "setup sap=three"
+expect test-vectors-range "bad value '129' for parameter 'test vectors' (1..128)" --set "test vectors=129"
+expect tolerance-nan "bad value 'nan' for parameter 'tolerance'" --set "tolerance=nan"
+expect coarse-tolerance-range "bad value '0' for parameter 'coarse tolerance'" --set "coarse tolerance=0"
+expect csw-inf "bad value 'inf' for parameter 'csw'" --set "csw=inf"
+printf 'lattice: 8 8 8 8\nblock oddeven: 1 1\n' >"$T/in4"
+expect file-block-oddeven "in4:2: bad value '1 1' for parameter 'block oddeven'" "$T/in4"
+expect missing-file "cannot open input file '$T/nonesuch.in'" "$T/nonesuch.in"
 exit $fail
