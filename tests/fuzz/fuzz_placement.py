@@ -12,28 +12,11 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from hetmem import placement
-    from hetmem.errors import SchemaError
+    from props import check_placement
 
 
 def test_one_input(data: bytes) -> None:
-    try:
-        p = placement.parse_bytes(data, "fuzz")
-    except SchemaError:
-        pass
-    else:
-        try:
-            text = placement.compact(p)
-        except SchemaError:
-            return  # a path the compact table cannot hold (newline): refused
-        q = placement.parse_compact(text)
-        assert sorted((s.id, s.tier, s.frames) for s in p.sites) == [
-            (s.id, s.tier, s.frames) for s in q.sites
-        ]
-    try:
-        placement.parse_compact(data.decode("utf-8", errors="replace"))
-    except SchemaError:
-        pass
+    check_placement(data)
 
 
 if __name__ == "__main__":

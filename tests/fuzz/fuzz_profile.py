@@ -6,7 +6,7 @@ Run (atheris is not a dependency of hetmem; use a separate venv):
       tests/fuzz/corpus/profile -max_total_time=300 -max_len=4096
 Any input must parse or raise SchemaError; a parsed profile must merge.
 New interesting inputs land in the corpus directory (keep them in git;
-tests/test_fuzz_corpus.py replays them).
+tests/test_fuzz_corpus.py replays them through the same checks, tests/fuzz/props.py).
 """
 
 from __future__ import annotations
@@ -16,19 +16,11 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from hetmem import profile
-    from hetmem.errors import SchemaError
+    from props import check_profile
 
 
 def test_one_input(data: bytes) -> None:
-    try:
-        p = profile.parse_bytes(data, "fuzz")
-    except SchemaError:
-        return
-    m = profile.merge([p, p])
-    assert len(m.sites) <= len(p.sites)
-    for s in m.per_profile[0].values():
-        assert s.peak_live_bytes >= 0
+    check_profile(data)
 
 
 if __name__ == "__main__":
