@@ -81,26 +81,31 @@ def kernel_times(spec: Spec, ranks: list[int]) -> dict[str, dict[int, float]]:
     return out
 
 
+def busy_cpu_seconds() -> float | None:
+    """Busy CPU seconds of the whole machine so far (/proc/stat: user, nice,
+    system, irq, softirq, steal); None where it cannot be read."""
+    import os
+
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (sum(v[:3]) + sum(v[5:8])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+
+
 def external_load(seconds: float = 0.5) -> float:
     """Busy CPUs outside this process tree over a short idle interval
     (/proc/stat): the other work sharing the cores, which the model takes
     as an input (0 where /proc/stat cannot be read)."""
-    import os
     import time
 
-    def busy() -> float:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return float(sum(v[:3]) + sum(v[5:8]))  # user nice system irq softirq steal
-
-    try:
-        hz = os.sysconf("SC_CLK_TCK")
-        b0, t0 = busy(), time.monotonic()
-        time.sleep(seconds)
-        b1, t1 = busy(), time.monotonic()
-    except (OSError, ValueError):
+    b0, t0 = busy_cpu_seconds(), time.monotonic()
+    time.sleep(seconds)
+    b1, t1 = busy_cpu_seconds(), time.monotonic()
+    if b0 is None or b1 is None:
         return 0.0
-    return max(0.0, (b1 - b0) / hz / (t1 - t0))
+    return max(0.0, (b1 - b0) / (t1 - t0))
 
 
 def cpu_factor(k: float, load: float, cores: int) -> float:

@@ -72,9 +72,9 @@ def sweep(
         random.Random(rnd).shuffle(order)
         for p in order:
             s = spec.with_config(mode=p["mode"], tier=p["tier"], ranks=p["ranks"])
-            b0, c0, t0 = _busy(), _children(), time.monotonic()
+            b0, c0, t0 = model.busy_cpu_seconds(), _children(), time.monotonic()
             measured[p["config"]].append(runner.run(s)["iteration_s"])
-            b1, c1, t1 = _busy(), _children(), time.monotonic()
+            b1, c1, t1 = model.busy_cpu_seconds(), _children(), time.monotonic()
             if b0 is not None and b1 is not None:
                 loads.append(max(0.0, (b1 - b0) - (c1 - c0)) / (t1 - t0))
             if prog is not None:
@@ -151,16 +151,6 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         "median_spread": statistics.median(spreads) if spreads else 0.0,
         "spread_over_20pct": sum(1 for x in spreads if x > 0.20),
     }
-
-
-def _busy() -> float | None:
-    """Busy CPU seconds of the whole machine so far (/proc/stat)."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return (sum(v[:3]) + sum(v[5:8])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError):
-        return None
 
 
 def _children() -> float:
