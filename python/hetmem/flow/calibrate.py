@@ -44,19 +44,15 @@ POINTS = [(3000, 4608), (600, 4608), (200, 64 << 10), (48, 256 << 10), (12, 4 <<
 
 
 def default_tiers() -> list[str]:
+    from hetmem import _native
+    from hetmem.probe import memory_nodes
+
     tiers = ["dram"]
-    try:
-        nodes = sorted(
-            int(n[4:])
-            for n in os.listdir("/sys/devices/system/node")
-            if n.startswith("node") and n[4:].isdigit()
-        )
-    except OSError:
-        nodes = []
+    nodes = memory_nodes()
     if len(nodes) > 1:  # with one node, node:0 is the dram tier again
         tiers += [f"node:{n}" for n in nodes]
-    storage = os.environ.get("HETMEM_STORAGE") or os.environ.get("TMPDIR") or "/var/tmp"
-    tiers.append(f"file:{storage}")
+    with _native.Context() as ctx:
+        tiers.append(f"file:{ctx.default_storage_dir()}")
     return tiers
 
 
