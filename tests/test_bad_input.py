@@ -92,3 +92,50 @@ def test_adios_python_that_exits_0_without_adios2_is_refused(hetmem, tmp_path, v
     os.chmod(fake, 0o755)
     proc = hetmem(*verb, "--adios-python", str(fake), timeout=120)
     _assert_refused(proc, f"--adios-python {fake}: cannot import adios2")
+
+
+def _preload_env(tmp_path, extra: dict[str, str]) -> dict[str, str]:
+    from hetmem.run import preload_path
+
+    # none of the caller's HETMEM_* settings, only the library folder
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("HETMEM_") or k == "HETMEM_LIBDIR"
+    }
+    env["LD_PRELOAD"] = str(preload_path())
+    env.update(extra)
+    return env
+
+
+# the interposer options of src/options.h, set directly (as hetmem profile and
+# hetmem run do): refused at start, before the program's main, in one line
+# naming the mode that could not start
+EMPTY_TABLE = (
+    "hetmem-placement-compact 1\ntiers 1\ntier 0 dram 0 0 node0\nmodules 0\nsites 0\nend\n"
+)
+PRELOAD_CASES = [
+    ({"HETMEM_PROFILE": "{tmp}/p.%p", "HETMEM_SAMPLER": "bogus"}, "profile", "unknown sampler"),
+    ({"HETMEM_PROFILE": "{tmp}/p.%p", "HETMEM_PROFILE_DEPTH": "0"}, "profile", "1..64"),
+    ({"HETMEM_PROFILE": "{tmp}/p.%p", "HETMEM_PROFILE_DEPTH": "65"}, "profile", "1..64"),
+    ({"HETMEM_PROFILE": "{tmp}/p.%p", "HETMEM_SAMPLE_PERIOD": "-5"}, "", "HETMEM_SAMPLE_PERIOD"),
+    ({"HETMEM_PLACEMENT": "{tmp}/missing.compact"}, "placement", "cannot read placement table"),
+    ({"HETMEM_PLACEMENT": "{tmp}/t.compact", "HETMEM_PLACE_MODE": "weird"}, "placement", "weird"),
+    ({"HETMEM_PLACEMENT": "{tmp}/t.compact", "HETMEM_PROFILE_DEPTH": "99"}, "placement", "1..64"),
+]
+
+
+@pytest.mark.parametrize(
+    ("extra", "mode", "words"), PRELOAD_CASES, ids=[" ".join(c[0]) for c in PRELOAD_CASES]
+)
+def test_interposer_option_refused_at_start(tmp_path, extra, mode, words):
+    import subprocess
+
+    (tmp_path / "t.compact").write_text(EMPTY_TABLE)
+    extra = {k: v.replace("{tmp}", str(tmp_path)) for k, v in extra.items()}
+    proc = subprocess.run(
+        ["true"], env=_preload_env(tmp_path, extra), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and words in lines[0], proc.stderr
+    assert lines[0].startswith(f"hetmem: cannot start {mode}"), proc.stderr
+    assert not list(tmp_path.glob("p.*"))

@@ -264,6 +264,8 @@ static uint64_t hm__place_unit(uint64_t cache) {
 static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) {
   int rc;
   uint64_t depth = 8;
+  /* named in a refusal below: "cannot start profile mode", not cache mode */
+  hm__pl.mode = prof[0] ? HM__M_PROFILE : HM__M_PLACE;
   if (hm_option_get_u64(hm__pl.ctx, "profile_depth", &depth) || depth < 1 ||
       depth > HM_PL_MAX_DEPTH)
     return hm__fail(-EINVAL, "profile_depth must be 1..%d", HM_PL_MAX_DEPTH);
