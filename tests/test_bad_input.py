@@ -56,6 +56,12 @@ CASES = [
     (["flow", "bench", "--adios-python", "/nonexistent-hetmem-python"], "cannot import adios2"),
     (["bench", "flow", "--steps", "0"], "--steps"),
     (["bench", "flow", "--adios-python", "/nonexistent-hetmem-python"], "cannot import adios2"),
+    # hetmem demo: the matrix options are refused before the probe runs
+    (["demo", "--repeat", "0"], "--repeat"),
+    (["demo", "--sizes", "big"], "--sizes"),
+    (["demo", "--fast-budget", "lots"], "--fast-budget"),
+    (["demo", "--fast-budget", "1M"], "at least 16MiB"),
+    (["demo", "--storage", "/nonexistent-hetmem-dir"], "does not exist"),
     # hetmem bench kernels --kernel-min-time (the kernels' own --min-time is in test_kernels)
     (["bench", "kernels", "stream", "--kernel-min-time", "nan"], "--kernel-min-time"),
     (["bench", "kernels", "stream", "--kernel-min-time", "601"], "--kernel-min-time"),
@@ -74,7 +80,7 @@ def _assert_refused(proc, words: str) -> None:
 
 @pytest.mark.parametrize(("argv", "words"), CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_is_one_line_exit_2(hetmem, tmp_path, argv, words):
-    if argv[:2] == ["bench", "kernels"]:
+    if argv[:2] == ["bench", "kernels"] or argv[0] == "demo":
         argv = [*argv, "-o", str(tmp_path / "out")]
     # a hang guard, not a timing assertion: refusals come before any work
     proc = hetmem(*argv, timeout=120)

@@ -51,16 +51,6 @@ class Command:
 
         t0 = time.monotonic()
         storage = ["--storage", args.storage] if args.storage else []
-        if not args.skip_probe:
-            output.console().rule("1. probe (quick)")
-            rc = main(["probe", "--quick", *storage])
-            if rc:
-                raise HetmemError("the probe failed; see above")
-        output.console().rule("2. tiers")
-        rc = main(["tiers", *storage])
-        if rc:
-            raise HetmemError("the tier inventory failed; see above")
-        output.console().rule("3. benchmark matrix")
         bench = [
             "bench",
             "kernels",
@@ -77,6 +67,17 @@ class Command:
             str(args.output),
             *storage,
         ]
+        _check_bench(bench[2:])
+        if not args.skip_probe:
+            output.console().rule("1. probe (quick)")
+            rc = main(["probe", "--quick", *storage])
+            if rc:
+                raise HetmemError("the probe failed; see above")
+        output.console().rule("2. tiers")
+        rc = main(["tiers", *storage])
+        if rc:
+            raise HetmemError("the tier inventory failed; see above")
+        output.console().rule("3. benchmark matrix")
         rc = main(bench)
         report = args.output / "report.json"
         if not report.exists():
@@ -115,3 +116,16 @@ class Command:
                 f"report: {args.output / 'report.html'}  ({time.monotonic() - t0:.0f} s in all)"
             )
         return rc
+
+
+def _check_bench(argv: list[str]) -> None:
+    """The matrix's options are checked before the probe runs (a minute or
+    more), so a bad --repeat, --sizes, --fast-budget or --storage is refused
+    at once, in one line, instead of after the probe and the tier inventory."""
+    from hetmem.bench import matrix
+
+    parser = argparse.ArgumentParser(add_help=False)
+    matrix.add_matrix_arguments(parser)
+    ns = parser.parse_args(argv)
+    ns.modes = "dram"  # the modes are chosen when the matrix runs (with its notes)
+    matrix.make_plan(ns, "kernels")
