@@ -56,6 +56,36 @@ CASES = [
     (["flow", "bench", "--adios-python", "/nonexistent-hetmem-python"], "cannot import adios2"),
     (["bench", "flow", "--steps", "0"], "--steps"),
     (["bench", "flow", "--adios-python", "/nonexistent-hetmem-python"], "cannot import adios2"),
+    # hetmem run --placement (flat and hybrid modes)
+    (["run", "--mode", "hybrid", "--fast-budget", "64M", "--", "true"], "needs --placement"),
+    (
+        [
+            "run",
+            "--mode",
+            "cache",
+            "--placement",
+            "{tmp}/bad.toml",
+            "--fast-budget",
+            "64M",
+            "--",
+            "true",
+        ],
+        "--placement is for --mode flat or hybrid",
+    ),
+    (
+        [
+            "run",
+            "--mode",
+            "flat",
+            "--placement",
+            "{tmp}/bad.toml",
+            "--fast-budget",
+            "64M",
+            "--",
+            "true",
+        ],
+        "not valid TOML",
+    ),
     # hetmem demo: the matrix options are refused before the probe runs
     (["demo", "--repeat", "0"], "--repeat"),
     (["demo", "--sizes", "big"], "--sizes"),
@@ -80,6 +110,8 @@ def _assert_refused(proc, words: str) -> None:
 
 @pytest.mark.parametrize(("argv", "words"), CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_is_one_line_exit_2(hetmem, tmp_path, argv, words):
+    (tmp_path / "bad.toml").write_text("this is: not [toml\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     if argv[:2] == ["bench", "kernels"] or argv[0] == "demo":
         argv = [*argv, "-o", str(tmp_path / "out")]
     # a hang guard, not a timing assertion: refusals come before any work
