@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int hm__rank;
 
@@ -22,6 +23,23 @@ static void die(const char *msg)
     fflush(stderr);
     MPI_Finalize();
     exit(2);
+}
+
+/* Whether path can be written: opened for append (truncating nothing) and,
+ * when this made it, removed again. */
+static int writable(const char *path)
+{
+    struct stat st;
+    int existed = stat(path, &st) == 0;
+    if (existed && S_ISDIR(st.st_mode))
+        return 0;
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return 0;
+    fclose(f);
+    if (!existed)
+        remove(path);
+    return 1;
 }
 
 static void fill_random(const geom_t *g, cplx *v, uint64_t seed, uint64_t stream)
@@ -616,6 +634,17 @@ int main(int argc, char **argv)
             snprintf(err, sizeof err, "unknown argument '%s'", argv[i]);
             die(err);
         }
+    }
+    /* output files are checked before any work: the result is written at
+     * the end of the run, the gauge field after it is generated */
+    int unwritable = 0;
+    if (hm__rank == 0)
+        unwritable = json && !writable(json) ? 1 : p.gauge_write[0] && !writable(p.gauge_write) ? 2 : 0;
+    MPI_Bcast(&unwritable, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (unwritable) {
+        snprintf(err, sizeof err, "cannot write the %s file '%s'", unwritable == 1 ? "--json" : "'gauge write'",
+                 unwritable == 1 ? json : p.gauge_write);
+        die(err);
     }
     char note[256];
     if (lat_alloc_policy(p.fast, p.fast_node, note, sizeof note))

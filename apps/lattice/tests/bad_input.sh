@@ -46,4 +46,7 @@ expect csw-inf "bad value 'inf' for parameter 'csw'" --set "csw=inf"
 printf 'lattice: 8 8 8 8\nblock oddeven: 1 1\n' >"$T/in4"
 expect file-block-oddeven "in4:2: bad value '1 1' for parameter 'block oddeven'" "$T/in4"
 expect missing-file "cannot open input file '$T/nonesuch.in'" "$T/nonesuch.in"
+# output files are checked before any work (they are written at the end)
+expect json-unwritable "cannot write the --json file '$T/no/r.json'" --json "$T/no/r.json"
+expect gauge-write-unwritable "cannot write the 'gauge write' file '$T/no/g.cfg'" --set "gauge write=$T/no/g.cfg"
 exit $fail
