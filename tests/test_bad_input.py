@@ -96,6 +96,8 @@ CASES = [
     (["bench", "kernels", "stream", "--kernel-min-time", "nan"], "--kernel-min-time"),
     (["bench", "kernels", "stream", "--kernel-min-time", "601"], "--kernel-min-time"),
     (["bench", "kernels", "stream", "--kernel-min-time", "soon"], "--kernel-min-time"),
+    (["bench", "kernels", "stream", "--kernel-reps", "0"], "--kernel-reps"),
+    (["bench", "kernels", "stream", "--threads", "0"], "--threads"),
 ]
 
 

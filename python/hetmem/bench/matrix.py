@@ -109,7 +109,8 @@ def make_plan(args: argparse.Namespace, suite: str) -> harness.Plan:
         raise UsageError("--kernel-reps must be at least 1")
     if not 0 <= args.kernel_min_time <= 600:
         raise UsageError("--kernel-min-time must be 0..600 seconds")
-    threads = args.threads or len(os.sched_getaffinity(0))
+    # --threads 0 is refused, not taken as "all CPUs" (it is falsy)
+    threads = args.threads if args.threads is not None else len(os.sched_getaffinity(0))
     if threads < 1:
         raise UsageError("--threads must be at least 1")
     if args.storage and not Path(args.storage).is_dir():
