@@ -97,6 +97,8 @@ CASES = [
     (["bench", "kernels", "stream", "--kernel-min-time", "601"], "--kernel-min-time"),
     (["bench", "kernels", "stream", "--kernel-min-time", "soon"], "--kernel-min-time"),
     (["bench", "kernels", "stream", "--kernel-reps", "0"], "--kernel-reps"),
+    # hetmem bench reference: --rounds 0 was taken as the default (falsy) and ran
+    (["bench", "reference", "--rounds", "0"], "--rounds"),
     (["bench", "kernels", "stream", "--threads", "0"], "--threads"),
 ]
 

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     quick = bool(args.quick)
     # Many short rounds rather than few long ones: on a shared machine the
     # best of each side then comes from equally quiet moments.
-    rounds = args.rounds or (3 if quick else 5)
+    rounds = args.rounds if args.rounds is not None else (3 if quick else 5)
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
     ncpu = probe_mod.allowed_cpus()
