@@ -36,8 +36,14 @@ pytestmark = pytest.mark.skipif(
 
 
 def _workload(*extra: str) -> list[str]:
+    # The portable sampler counts a page once per period it is touched in
+    # (10 ms): the hot phase must span several periods for the hot arrays to
+    # stand out from the cold ones, which the sweep and the initial fill touch
+    # once each. With the default 8 hot passes the whole run was ~5 periods,
+    # and on a faster machine (CI) a hot array ranked below a cold one; 48
+    # passes make the hot phase ~130 ms here (3-4x the cold accesses per byte).
     return [str(WORKLOAD), "--variant", "sweep", "--footprint", str(FOOTPRINT), "--iters", "3",
-            *extra]  # fmt: skip
+            "--hot-passes", "48", *extra]  # fmt: skip
 
 
 def _profile(out: Path, *opts: str, extra: tuple[str, ...] = ()) -> tuple[Path, Any]:
