@@ -192,6 +192,34 @@ static HM_FAST void SFX(sites)(CPLX *restrict out, const CPLX *restrict in, cons
         SFX(site)(out, in, U, A, nb, NULL, 0, x);
 }
 
+/* the whole local lattice, the thread's share of it. Sites are stored even
+ * first, each parity in lexicographic order, so the even sites h .. h+n-1
+ * and the odd sites Vh+h .. Vh+h+n-1 cover the same stretch of the lattice.
+ * They are computed alternately in chunks of LAT_EO_CHUNK: a site's
+ * neighbours of the other parity, their links (U(x-mu) of the backward hops)
+ * and its own spinor then are still in cache from the chunk just done,
+ * where a sweep over all even sites and then all odd ones reads the links
+ * and the input spinor from memory twice. */
+#ifndef LAT_EO_CHUNK
+#define LAT_EO_CHUNK 64
+#endif
+static inline void SFX(sites_eo)(CPLX *restrict out, const CPLX *restrict in, const FREAL *restrict U,
+                                 const FREAL *restrict A, const int *restrict nb, int Vh, int V)
+{
+    int h0, h1;
+    if (2 * Vh != V) { /* not split evenly: plain order */
+        (void)lat_share(V, &h0, &h1, NULL);
+        SFX(sites)(out, in, U, A, nb, h0, h1);
+        return;
+    }
+    (void)lat_share(Vh, &h0, &h1, NULL);
+    for (int h = h0; h < h1; h += LAT_EO_CHUNK) {
+        int n = h1 - h < LAT_EO_CHUNK ? h1 - h : LAT_EO_CHUNK;
+        SFX(sites)(out, in, U, A, nb, h, h + n);
+        SFX(sites)(out, in, U, A, nb, Vh + h, Vh + h + n);
+    }
+}
+
 /* the listed sites; with blk, only hops within block b (Dirichlet at the
  * block boundary) */
 static HM_FAST void SFX(bsites)(CPLX *restrict out, const CPLX *restrict in, const FREAL *restrict U,
@@ -242,11 +270,11 @@ static HM_IMPL void SFX(apply_impl)(dirac_t *D, CPLX *restrict out, const CPLX *
 #pragma omp parallel
     {
         int x0, x1;
-        (void)lat_share(list ? nlist : V, &x0, &x1, NULL);
-        if (list)
+        if (list) {
+            (void)lat_share(nlist, &x0, &x1, NULL);
             SFX(bsites)(out, in, U, A, nb, list + x0, x1 - x0, NULL, 0);
-        else
-            SFX(sites)(out, in, U, A, nb, x0, x1);
+        } else
+            SFX(sites_eo)(out, in, U, A, nb, g->Vh, V);
     }
     halo_wait(h);
     for (int mu = 0; mu < 4; mu++) {
