@@ -403,6 +403,7 @@ typedef struct hm_pager_stats_s {
   uint64_t io_errors;       /* backing I/O that failed even when retried */
   uint64_t own_bytes;       /* the pager's own memory charged to the budget */
   uint64_t budget_bytes;    /* the configured budget */
+  uint64_t readahead_triggers; /* anonymous mode: held-back trigger pages a stream reached */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

@@ -46,7 +46,14 @@
  * 8 further units that already arrived along the same stream are mapped at
  * once. Accuracy (used / resolved) over 64 prefetches halves or doubles the
  * region's window limit; prefetch never holds more than half the cache
- * untouched.
+ * untouched. Anonymous mode has no page cache to park prefetched units in:
+ * they are installed on arrival and their use is invisible, so a stream
+ * would fault only past its window's end and wait there for a demand read
+ * with the device idle. Each plan therefore names a readahead trigger half
+ * a window before its end (prefetch.c), whose stream-first page is held
+ * back in a small pool (HM__HELD pages, charged to the budget): the
+ * reader's touch of it is a fault that installs it without I/O and
+ * requests the next half window while half a window is still ahead.
  *
  * Fault path cost: a handler thread reads up to 64 uffd_msg per read(2),
  * takes the pager mutex for O(1) bookkeeping (region lookup by binary
@@ -112,6 +119,7 @@ static const char *const hm__dirty_names[] = {"wp_async", "wp_sync", "all"};
 #define HM__WQ 256
 
 #define HM__GROUP 16               /* most units one prefetch read covers */
+#define HM__HELD 32                /* readahead trigger pages held at once (anonymous mode) */
 #define HM__GROUP_BYTES (1u << 20) /* and most bytes, unless one unit is more */
 
 typedef struct hm__op_s {
@@ -120,6 +128,7 @@ typedef struct hm__op_s {
   uint32_t nu;               /* units covered: > 1 only for whole-unit prefetches */
   int32_t slots[HM__GROUP]; /* one per unit */
   uint8_t prefetch, zero;
+  int8_t trigger; /* anonymous mode: hold back the stream's first page (1: forward, -1: back) */
   uint64_t t0;
   char *buf; /* anonymous mode: bounce buffer of one unit */
   struct hm__op_s *next;
@@ -132,7 +141,7 @@ typedef struct hm__fault_s {
 
 typedef struct hm__plan_s {
   _hm_sdm_region_t *reg;
-  int64_t from, stride;
+  int64_t from, stride, trigger;
   uint32_t count, k; /* units in the plan, units done */
 } hm__plan_t;
 
@@ -193,13 +202,17 @@ struct hm_pager_s {
   hm__wq_t wq[HM__WQ];
   unsigned nwq;
   char *zeros; /* anonymous mode: one unit of zeros for UFFDIO_COPY */
+  /* Anonymous mode: pages held back from readahead trigger units (see
+   * hm__fill_done), HM__HELD of them, a bit per page in use. */
+  char *held;
+  uint64_t held_used;
   hm__handler_t *h;
   unsigned nh;
   atomic_int stop;
   /* counters (relaxed atomics) */
   atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
       c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
-      c_io_errors, c_wp_faults;
+      c_io_errors, c_wp_faults, c_ra_triggers;
 };
 
 #define HM__ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)
@@ -281,6 +294,12 @@ static int32_t hm__slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
 
 static void hm__slot_put(hm_pager_t *p, int32_t s) {
   _hm_sdm_slot_t *S = &p->slots[s];
+  if (S->held) {
+    /* A held page was reserved with its unit but never counted filled. */
+    p->held_used &= ~(1ull << ((S->held & 0x7fu) - 1u));
+    p->used -= HM_SDM_PAGE;
+    S->held = 0;
+  }
   uint32_t last = p->act[--p->nact];
   p->act[S->act_pos] = last;
   p->slots[last].act_pos = S->act_pos;
@@ -422,12 +441,30 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
   if (!op->zero) HM__ADD(p, c_bytes_read, len);
   uint64_t bits[HM__GROUP][HM_SDM_BITMAP_WORDS];
   int map[HM__GROUP];
+  uint32_t cpg0 = op->pg0, cnpg = op->npg; /* what copy_in installs (anonymous mode) */
   pthread_mutex_lock(&p->lk);
   for (uint32_t k = 0; k < op->nu; k++) {
     _hm_sdm_slot_t *S = &p->slots[op->slots[k]];
-    for (uint32_t i = 0; i < op->npg; i++) hm__setbit(S->filled, op->pg0 + i);
-    S->nfilled = (uint16_t)(S->nfilled + op->npg);
-    p->resident += (uint64_t)op->npg * HM_SDM_PAGE;
+    uint32_t hold = UINT32_MAX;
+    if (op->trigger && !p->memfd_mode && op->nu == 1 && op->pg0 == 0 && op->npg == p->upages &&
+        op->npg > 1 && S->prefetched && p->held && ~p->held_used != 0) {
+      /* Readahead trigger: the stream's first page of this unit is held
+       * back (copied aside, ~0.2 us under the lock so that a fault on it
+       * never finds the copy half made), so the reader's first touch
+       * faults and the next half window is requested (see hm__fault). */
+      unsigned idx = (unsigned)__builtin_ctzll(~p->held_used);
+      p->held_used |= 1ull << idx;
+      hold = op->trigger > 0 ? 0 : p->upages - 1;
+      memcpy(p->held + (size_t)idx * HM_SDM_PAGE, dst + (size_t)hold * HM_SDM_PAGE, HM_SDM_PAGE);
+      S->held = (uint8_t)((idx + 1) | (hold ? 0x80u : 0u));
+      if (hold == 0) cpg0 = 1;
+      cnpg = op->npg - 1;
+    }
+    for (uint32_t i = 0; i < op->npg; i++)
+      if (op->pg0 + i != hold) hm__setbit(S->filled, op->pg0 + i);
+    uint32_t got = hold == UINT32_MAX ? op->npg : op->npg - 1;
+    S->nfilled = (uint16_t)(S->nfilled + got);
+    p->resident += (uint64_t)got * HM_SDM_PAGE;
     r->units[op->unit + k].state = HM_U_RES;
     map[k] = !op->prefetch || !S->prefetched; /* touched while in flight: map now */
     if (!p->memfd_mode && S->prefetched) {
@@ -459,7 +496,7 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
     if (p->memfd_mode) {
       if (map[k]) hm__map_runs(p, r, op->unit + k, bits[k]);
     } else {
-      hm__copy_in(p, r, op->unit, op->pg0, op->npg, dst);
+      hm__copy_in(p, r, op->unit, cpg0, cnpg, dst + (size_t)(cpg0 - op->pg0) * HM_SDM_PAGE);
     }
   }
   hm__wake(p, hm__ubase(r, p, op->unit), (size_t)op->nu * p->unit);
@@ -490,9 +527,13 @@ static void hm__fill_start(hm__handler_t *h, hm__op_t *op) {
     return;
   }
   uint64_t foff = (uint64_t)op->unit * p->unit + (uint64_t)op->pg0 * HM_SDM_PAGE;
-  /* Prefetch reads go to io_uring's workers: issuing a read allocates its
-   * target pages, which would otherwise delay this thread's next fault. */
-  if (_hm_prim_sdmring_rw(h->ring, op->prefetch ? HM_PRIM_RING_ASYNC : 0, op->reg->file, dst,
+  /* memfd mode: prefetch reads go to io_uring's workers, since issuing a
+   * read allocates its target pages, which would otherwise delay this
+   * thread's next fault. Anonymous mode reads into bounce buffers that
+   * exist already: the read is issued inline (a worker would only add a
+   * thread switch per read, on a machine with few cores a real cost). */
+  int async = op->prefetch && p->memfd_mode;
+  if (_hm_prim_sdmring_rw(h->ring, async ? HM_PRIM_RING_ASYNC : 0, op->reg->file, dst,
                           (unsigned)len, foff,
                           (uint64_t)(uintptr_t)op) < 0) {
     hm__fill_done(h, op, -EBUSY); /* cannot happen: ops <= ring entries */
@@ -679,7 +720,7 @@ static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_s
  * more absent units after it in the same read (no lock held). Returns the
  * number of units it covered (0: u needed nothing), < 0 to stop. */
 static int hm__prefetch_group(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u, uint32_t max,
-                              int dir) {
+                              int dir, int trigger) {
   hm_pager_t *p = h->p;
   for (int attempt = 0; attempt < 2; attempt++) {
     pthread_mutex_lock(&p->lk);
@@ -729,6 +770,9 @@ static int hm__prefetch_group(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u, 
     op->npg = p->upages;
     op->prefetch = 1;
     op->zero = !(U->flags & HM_UF_ONDISK);
+    /* Zero units are not held back: their file range may hold stale data
+     * that a later partial write-back would make readable. */
+    op->trigger = (int8_t)(n == 1 && !op->zero ? trigger : 0);
     op->t0 = 0;
     for (uint32_t k = 0; k < n; k++) {
       int32_t sl = hm__slot_take(p, r, (uint32_t)u + k);
@@ -766,6 +810,7 @@ static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_s
   h->plans[h->nplans].from = pl->from;
   h->plans[h->nplans].stride = pl->stride;
   h->plans[h->nplans].count = pl->count;
+  h->plans[h->nplans].trigger = pl->trigger;
   h->plans[h->nplans].k = 0;
   h->nplans++;
 }
@@ -774,8 +819,9 @@ static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_s
 static int hm__plan_step(hm__handler_t *h) {
   if (h->nplans == 0) return 0;
   hm__plan_t *pl = &h->plans[0];
-  int n = hm__prefetch_group(h, pl->reg, pl->from + (int64_t)pl->k * pl->stride,
-                             pl->count - pl->k, pl->stride == 1);
+  int64_t u = pl->from + (int64_t)pl->k * pl->stride;
+  int n = hm__prefetch_group(h, pl->reg, u, pl->count - pl->k, pl->stride == 1,
+                             u == pl->trigger ? (pl->stride > 0 ? 1 : -1) : 0);
   if (n == -EBUSY) {
     h->plan_blocked = 1;
     return 1;
@@ -913,6 +959,37 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
         return 0;
       }
     }
+    if (U->state == HM_U_RES && p->slots[U->slot].held &&
+        pg == ((p->slots[U->slot].held & 0x80u) ? p->upages - 1 : 0)) {
+      /* The readahead trigger: install the held page (no I/O) and request
+       * the next half window along the stream. */
+      _hm_sdm_slot_t *S = &p->slots[U->slot];
+      unsigned idx = (S->held & 0x7fu) - 1u;
+      S->held = 0; /* the page is this thread's to install; its pool bit until then */
+      hm__setbit(S->filled, pg);
+      S->nfilled++;
+      p->resident += HM_SDM_PAGE;
+      hm__account(p);
+      S->ref = 1;
+      _hm_sdm_pf_plan_t hplan = {0};
+      if (pf_on) _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 1, seq, maxw, &hplan);
+      S->pin++;
+      r->busy++;
+      hm__plan_hold(r, &hplan);
+      pthread_mutex_unlock(&p->lk);
+      hm__copy_in(p, r, u, pg, 1, p->held + (size_t)idx * HM_SDM_PAGE);
+      hm__wake(p, ub, p->unit);
+      HM__ADD(p, c_ra_triggers, 1);
+      HM__ADD(p, c_fault_ns, hm__now() - f->t0);
+      pthread_mutex_lock(&p->lk);
+      p->held_used &= ~(1ull << idx);
+      S->pin--;
+      r->busy--;
+      pthread_cond_broadcast(&p->cv);
+      pthread_mutex_unlock(&p->lk);
+      hm__prefetch_plan(h, r, &hplan);
+      return 0;
+    }
     /* A miss: the unit is absent, or this page of it is. */
     int random = (U->flags & HM_UF_RANDOM) != 0;
     if (p->cfg.prefetch != HM_PREFETCH_OFF && !random && !fed) {
@@ -1029,10 +1106,10 @@ static void hm__drain_willneed(hm__handler_t *h) {
     w.reg->busy++; /* keeps it mapped while we work on it */
     pthread_mutex_unlock(&p->lk);
     for (uint32_t u = w.u0; u < w.u1;) {
-      int n = hm__prefetch_group(h, w.reg, u, w.u1 - u, 1);
+      int n = hm__prefetch_group(h, w.reg, u, w.u1 - u, 1, 0);
       if (n == -EBUSY) {
         /* Out of read slots: the rest becomes a plan, run as slots free. */
-        _hm_sdm_pf_plan_t pl = {.stride = 1, .from = u, .count = w.u1 - u};
+        _hm_sdm_pf_plan_t pl = {.stride = 1, .from = u, .count = w.u1 - u, .trigger = -1};
         pthread_mutex_lock(&p->lk);
         hm__plan_hold(w.reg, &pl);
         pthread_mutex_unlock(&p->lk);
@@ -1195,6 +1272,7 @@ static void hm__destroy(hm_pager_t *p) {
   }
   if (p->slots) (void)_hm_prim_vm_unmap(p->slots, p->slots_bytes);
   if (p->zeros) (void)_hm_prim_vm_unmap(p->zeros, p->unit);
+  if (p->held) (void)_hm_prim_vm_unmap(p->held, (size_t)HM__HELD * HM_SDM_PAGE);
   if (p->uffd >= 0) close(p->uffd);
   if (p->pagemap >= 0) close(p->pagemap);
   if (p->evfd >= 0) close(p->evfd);
@@ -1377,6 +1455,16 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
     rc = _hm_prim_vm_map(-1, unit, &mem);
     if (rc) goto oom;
     p->zeros = mem;
+    /* Readahead trigger pages: charged to the budget, and only where they
+     * are at most 1/32 of it (a tiny cache does without). */
+    if ((uint64_t)HM__HELD * HM_SDM_PAGE * 32 <= cfg.dram_budget &&
+        p->cap >= (uint64_t)HM__HELD * HM_SDM_PAGE + unit) {
+      rc = _hm_prim_vm_map(-1, (size_t)HM__HELD * HM_SDM_PAGE, &mem);
+      if (rc) goto oom;
+      p->held = mem;
+      p->own += (uint64_t)HM__HELD * HM_SDM_PAGE;
+      p->cap -= (uint64_t)HM__HELD * HM_SDM_PAGE;
+    }
   }
   p->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (p->evfd < 0) {
@@ -1870,6 +1958,7 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   s.minor_hits = HM__GET(p, c_minor_hits);
   s.wp_faults = HM__GET(p, c_wp_faults);
   s.io_errors = HM__GET(p, c_io_errors);
+  s.readahead_triggers = HM__GET(p, c_ra_triggers);
   pthread_mutex_lock(&p->lk);
   s.resident_bytes = p->resident;
   s.peak_resident_bytes = p->peak;
@@ -1909,7 +1998,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       "\"writebacks\": %llu, \"bytes_read\": %llu, \"bytes_written\": %llu, "
       "\"resident_bytes\": %llu, \"peak_resident_bytes\": %llu, \"fault_ns\": %llu, "
       "\"zero_fills\": %llu, \"minor_hits\": %llu, \"wp_faults\": %llu, \"io_errors\": %llu, "
-      "\"own_bytes\": %llu}}",
+      "\"own_bytes\": %llu, \"readahead_triggers\": %llu}}",
       (unsigned long long)s.faults, (unsigned long long)s.fetches,
       (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
       (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
@@ -1918,6 +2007,6 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       (unsigned long long)s.peak_resident_bytes, (unsigned long long)s.fault_ns,
       (unsigned long long)s.zero_fills, (unsigned long long)s.minor_hits,
       (unsigned long long)s.wp_faults, (unsigned long long)s.io_errors,
-      (unsigned long long)s.own_bytes);
+      (unsigned long long)s.own_bytes, (unsigned long long)s.readahead_triggers);
   return _hm_sb_take(&sb, out);
 }

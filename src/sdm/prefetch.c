@@ -8,7 +8,11 @@
  * the pager lowers per region when prefetches go unused (accuracy =
  * used/issued). Without a trend the window halves, and a full history of
  * jumps longer than a unit marks the thread random, so that the pager
- * fetches single pages instead of whole units. Cost: O(8) per fault, under
+ * fetches single pages instead of whole units. Along a stream of stride +-1
+ * every plan names a readahead trigger, the unit half a window before its
+ * end (Linux's async readahead mark): a reader reaching it has half a window
+ * still requested ahead, so the next half is read while it walks that, and
+ * the device never idles at a window's end. Cost: O(8) per fault, under
  * the pager lock that the fault path already holds. */
 #include <string.h>
 
@@ -34,9 +38,17 @@ static int64_t hm__majority(const _hm_sdm_stream_t *s, unsigned w) {
   return occ * 2 > w ? cand : 0;
 }
 
+/* The unit half a window before the plan's last one, within the plan. */
+static void hm__set_trigger(_hm_sdm_pf_plan_t *plan, uint32_t window) {
+  if (plan->count == 0 || (plan->stride != 1 && plan->stride != -1)) return;
+  int64_t k = (int64_t)plan->count - 1 - (int64_t)(window / 2);
+  plan->trigger = plan->from + (k > 0 ? k : 0) * plan->stride;
+}
+
 void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, int hit,
                       int seq_hint, uint32_t max_window, _hm_sdm_pf_plan_t *plan) {
   memset(plan, 0, sizeof *plan);
+  plan->trigger = -1;
   if (max_window == 0) max_window = 1;
   _hm_sdm_stream_t *s = NULL, *old = &pf->s[0];
   for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
@@ -62,6 +74,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
       plan->from = unit + 1;
       plan->count = s->window;
       s->next_pf = unit + 1 + s->window;
+      hm__set_trigger(plan, s->window);
     }
     return;
   }
@@ -110,6 +123,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   plan->from = unit + k0 * trend;
   plan->count = (uint32_t)((int64_t)s->window - k0 + 1);
   s->next_pf = unit + ((int64_t)s->window + 1) * trend;
+  hm__set_trigger(plan, s->window);
 }
 
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg) {

@@ -39,6 +39,8 @@ typedef struct _hm_sdm_slot_s {
   uint8_t prefetched; /* prefetched and not touched yet */
   uint8_t mapped;     /* memfd mode: every filled page is mapped in the region */
   uint8_t dirty;      /* sync-WP mode: written since the last write-back */
+  uint8_t held;       /* anonymous mode: readahead trigger page held back: pool index + 1,
+                         0x80 when it is the unit's last page (a backward stream), 0: none */
   uint16_t pin;       /* being mapped or unprotected: not a victim yet */
   uint16_t nfilled;
   int32_t next_free;
@@ -90,6 +92,12 @@ typedef struct _hm_sdm_pf_plan_s {
   int random;     /* no pattern over a full history: fetch single pages */
   int64_t trend;  /* the stream's stride when one was found, else 0 */
   uint32_t window;
+  /* Readahead trigger (a unit of the plan, or -1): half a window before the
+   * plan's end along a sequential stream. Where prefetched units are
+   * installed without faulting (anonymous mode), the pager holds back one
+   * page of this unit, so that the reader's touch of it is seen and the
+   * next half window is requested while the rest is still ahead of it. */
+  int64_t trigger;
 } _hm_sdm_pf_plan_t;
 
 /* Feeds a fault at unit (hit: it landed on a prefetched unit) and returns
