@@ -1412,10 +1412,10 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
   size_t bounce = 0;
   if (!p->memfd_mode) {
     /* One bounce buffer per read in flight: up to 8 MiB of them per
-     * handler (the device's sequential depth), at most 1/16 of the budget,
+     * handler (the device's sequential depth), at most 1/4 of the budget,
      * at least 2. */
     uint64_t lim = (8u << 20) / unit;
-    uint64_t blim = cfg.dram_budget / 16 / unit / p->nh;
+    uint64_t blim = cfg.dram_budget / 4 / unit / p->nh;
     if (lim > blim) lim = blim;
     if (lim < 2) lim = 2;
     nops = nops > lim ? (unsigned)lim : nops;
