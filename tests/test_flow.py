@@ -282,6 +282,7 @@ def test_sweep_readvises_when_the_load_moves(monkeypatch):
     monkeypatch.setattr(sweep, "RELOAD", -1.0)  # any load counts as moved
     res = sweep.sweep(s, {}, max_ranks=1, repeat=3)
     assert len(calls) == 3 and res["advised_rounds"] == 3
+    assert res["round_inputs"] == [0, 1, 2] and len(res["advisor_inputs"]) == 3
     by = {r["config"]: r for r in res["rows"]}
     assert by["serial/dram/p1"]["predicted_runs_s"] == [1.0, 2.0, 3.0]
     assert by["serial/dram/p1"]["predicted_s"] == 2.0  # the median
@@ -289,7 +290,8 @@ def test_sweep_readvises_when_the_load_moves(monkeypatch):
     assert res["advised"] == "parallel/dram/p1"
     monkeypatch.setattr(sweep, "RELOAD", 1e9)  # never moved: one prediction
     calls.clear()
-    assert sweep.sweep(s, {}, max_ranks=1, repeat=3)["advised_rounds"] == 1
+    once = sweep.sweep(s, {}, max_ranks=1, repeat=3)
+    assert once["advised_rounds"] == 1 and once["round_inputs"] == [0, 0, 0]
     assert len(calls) == 1
 
 
@@ -362,3 +364,88 @@ def test_run_profile_brings_p_rank_runs_back_to_one_rank_busy(monkeypatch):
     assert (s.writer.kernel, s.reader.kernel) == ("stencil", "poly")
     assert kt["writer"][2] == pytest.approx(0.05)  # 0.075 measured / 1.5
     assert kt["reader"][2] == pytest.approx(0.10)
+
+
+def test_mixed_slowdown_reads_the_mix_at_hand():
+    mix = {"w": {"1,0": 1.0, "1,1": 1.1, "2,2": 2.4}, "r": {"0,1": 1.0, "1,1": 1.3}}
+    assert model.mixed_slowdown(mix, "w", ["w"]) == 1.0
+    assert model.mixed_slowdown(mix, "w", ["w", "r"]) == pytest.approx(1.1)
+    assert model.mixed_slowdown(mix, "r", ["w", "r"]) == pytest.approx(1.3)
+    # a rank in I/O counts as one of the other side
+    assert model.mixed_slowdown(mix, "w", ["w", ""]) == pytest.approx(1.1)
+    assert model.mixed_slowdown(mix, "w", ["w", "w", "r", ""]) == pytest.approx(2.4)
+    # ... or of this side where the other side is full (no "1,3" measured)
+    assert model.mixed_slowdown(mix, "w", ["w", "r", "r", ""]) == pytest.approx(2.4)
+    # mixes not measured, roles without a table, no table: None (fall back)
+    assert model.mixed_slowdown(mix, "r", ["r", "r"]) is None
+    assert model.mixed_slowdown({"w": {}}, "r", ["r"]) is None
+    assert model.mixed_slowdown(None, "w", ["w"]) is None
+    assert model.mixed_slowdown({"w": {"1,1": 0.7}}, "w", ["w", "r"]) == 1.0  # never faster
+
+
+def test_model_takes_compute_slowdowns_from_the_mixed_probe():
+    # k processes of one kind (concurrency_now) say two busy ranks slow
+    # each other 1.5x; the spec's own writer and reader kernels, measured
+    # together, do not slow each other at all: parallel mode follows the mix
+    s = specmod.parse(TINY)
+    cal = _calib()
+    cal["concurrency_now"] = {
+        k: {"1": 1.0, "2": 1.5, "3": 2.0, "4": 2.5} for k in ("stencil", "poly", "io:dram")
+    }
+    kt = {"writer": {1: 0.5}, "reader": {1: 0.4}}
+    cfg = model.Config("parallel", "dram", 1)
+    io = {"dram/p1": {"put": 0.0, "get": 0.0, "put_touch": 0.0, "get_touch": 0.0}}
+    same = model.predict(s, cal, kt, cfg, io)["iteration_s"]
+    cal["mix_now"] = {"1": {"w": {"1,0": 1.0, "1,1": 1.0}, "r": {"0,1": 1.0, "1,1": 1.0}}}
+    mixed = model.predict(s, cal, kt, cfg, io)["iteration_s"]
+    # no I/O, no contention: a two-stage pipeline, fill + 3 periods of 0.5
+    assert mixed == pytest.approx((0.5 * 3 + 0.4) / 3)
+    assert same > mixed * 1.2
+    # the table of another rank count is not used for p = 1
+    cal["mix_now"] = {"2": cal["mix_now"]["1"]}
+    assert model.predict(s, cal, kt, cfg, io)["iteration_s"] == pytest.approx(same)
+
+
+def test_mix_now_measures_every_mix_of_the_spec_kernels():
+    from hetmem.flow import calibrate
+
+    got = calibrate.mix_now(("stencil", 64, 2), ("poly", 2000, 4), 2, seconds=0.02)
+    keys = {f"{a},{b}" for a in range(3) for b in range(3)} - {"0,0"}
+    assert set(got["w"]) == {k for k in keys if not k.startswith("0,")}
+    assert set(got["r"]) == {k for k in keys if not k.endswith(",0")}
+    assert got["w"]["1,0"] == 1.0 and got["r"]["0,1"] == 1.0
+    assert all(v > 0 for t in got.values() for v in t.values())
+    # a component without a kernel has no table and no mixes with it
+    only = calibrate.mix_now(("none", 0, 0), ("poly", 2000, 4), 1, seconds=0.02)
+    assert set(only) == {"r"} and set(only["r"]) == {"0,1"}
+
+
+def test_replay_makes_the_advisors_predictions_again():
+    # what advise() records is enough to make every prediction again
+    s = specmod.parse(TINY)
+    cal = _calib()
+    inputs = {
+        "load": 0.5,
+        "ktimes": {"writer": {"1": 0.3, "2": 0.2}, "reader": {"1": 0.2, "2": 0.1}},
+        "io": {
+            f"dram/p{p}": {"put": 0.01, "get": 0.02, "put_touch": 0.0, "get_touch": 0.0}
+            for p in (1, 2)
+        },
+        "concurrency_now": {
+            k: {"1": 1.0, "2": 1.1, "3": 1.6, "4": 2.2} for k in ("stencil", "poly", "io:dram")
+        },
+        "mix_now": {"1": {"w": {"1,0": 1.0, "1,1": 1.3}, "r": {"0,1": 1.0, "1,1": 1.2}}},
+    }
+    labels = ["serial/dram/p1", "parallel/dram/p1", "parallel/dram/p2", "serial/file:/x/p1"]
+    got = model.replay(s, cal, inputs, labels)
+    direct = dict(cal, concurrency_now=inputs["concurrency_now"], mix_now=inputs["mix_now"])
+    kt = {"writer": {1: 0.3, 2: 0.2}, "reader": {1: 0.2, 2: 0.1}}
+    cfgs = [("serial", "dram", 1), ("parallel", "dram", 1), ("parallel", "dram", 2)]
+    cfgs.append(("serial", "file:/x", 1))
+    for label, (m, t, p) in zip(labels, cfgs, strict=True):
+        want = model.predict(s, direct, kt, model.Config(m, t, p), inputs["io"], 0.5)
+        assert got[label] == pytest.approx(want["iteration_s"])
+    # the mixed table is part of what is replayed: without it, parallel p1 changes
+    bare = model.replay(s, cal, dict(inputs, mix_now=None), labels)
+    assert bare["parallel/dram/p1"] != pytest.approx(got["parallel/dram/p1"])
+    assert bare["serial/dram/p1"] == pytest.approx(got["serial/dram/p1"])

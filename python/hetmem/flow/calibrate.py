@@ -308,3 +308,96 @@ def load() -> dict[str, Any] | None:
             "run `hetmem flow calibrate` again"
         )
     return data
+
+
+# ---- the spec's own kernels running together ----
+
+
+def _mix_worker(
+    job: tuple[str, str, int, int, int], seconds: float, barrier: Any, done: Any, n: int, q: Any
+) -> None:
+    """Runs one rank's kernel over and over; records its units until it has
+    `seconds` of them, then keeps running (unrecorded) until every worker
+    has its own, so that each recorded unit met the full mix."""
+    tag, kind, size, repeat, ranks = job
+    try:
+        k = kernels.Kernel(kind, size, repeat, ranks)
+        k.run()
+        barrier.wait(timeout=120)
+        t0 = time.perf_counter()
+        times: list[float] = []
+        counted = False
+        while True:
+            t = time.perf_counter()
+            k.run()
+            dt = time.perf_counter() - t
+            if not counted:
+                times.append(dt)
+                if t + dt - t0 >= seconds:
+                    counted = True
+                    with done.get_lock():
+                        done.value += 1
+            if counted and done.value >= n:
+                break
+        q.put((tag, float(np.mean(times))))
+    except Exception as exc:
+        q.put((tag, f"{type(exc).__name__}: {exc}"))
+
+
+def _mix_once(jobs: list[tuple[str, str, int, int, int]], seconds: float) -> dict[str, float]:
+    """Mean unit time per tag (mean over that tag's workers), all at once."""
+    ctx = mp.get_context("fork")
+    barrier, done, q = ctx.Barrier(len(jobs)), ctx.Value("i", 0), ctx.Queue()
+    procs = [
+        ctx.Process(target=_mix_worker, args=(j, seconds, barrier, done, len(jobs), q))
+        for j in jobs
+    ]
+    for p in procs:
+        p.start()
+    try:
+        got = [q.get(timeout=300) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    errs = [g for _, g in got if isinstance(g, str)]
+    if errs:
+        raise RuntimeError(f"calibration worker failed: {errs[0]}")
+    out: dict[str, list[float]] = {}
+    for tag, t in got:
+        out.setdefault(tag, []).append(float(t))
+    return {tag: float(np.mean(v)) for tag, v in out.items()}
+
+
+def mix_now(
+    writer: tuple[str, int, int], reader: tuple[str, int, int], p: int, seconds: float = 0.25
+) -> dict[str, dict[str, float]]:
+    """How the spec's own compute phases slow each other when they run at
+    once, measured now: the writer's kernel and the reader's kernel, each
+    at one rank's share of p ranks, for every mix of a writer ranks and b
+    reader ranks computing together (0 <= a, b <= p). Returns
+    {"w": {"a,b": slowdown}, "r": {"a,b": slowdown}}: the time of one of
+    the writer's (reader's) units in that mix over its time alone. A
+    kernel of kind "none" has no table. This is what the model's fluid
+    simulation needs where a writer and a reader of different kinds share
+    the cores: k processes of one kind (concurrency_now) differ from a
+    mix of a memory-bound stencil and a compute-bound polynomial, and
+    from each other's cache footprint once the ranks time-share a core."""
+    roles = {"w": writer, "r": reader}
+    live = {t: c for t, c in roles.items() if c[0] != "none"}
+    out: dict[str, dict[str, float]] = {t: {} for t in live}
+    if not live:
+        return out
+    mixes = [(a, b) for a in range(p + 1) for b in range(p + 1) if a + b > 0]
+    mixes = [(a, b) for a, b in mixes if (a == 0 or "w" in live) and (b == 0 or "r" in live)]
+    times: dict[tuple[int, int], dict[str, float]] = {}
+    for a, b in mixes:
+        jobs = [("w", *writer, p)] * a + [("r", *reader, p)] * b
+        times[(a, b)] = _mix_once(jobs, seconds)
+    for t in live:
+        alone = times[(1, 0) if t == "w" else (0, 1)][t]
+        for (a, b), got in times.items():
+            if t in got:
+                out[t][f"{a},{b}"] = got[t] / alone
+    return out

@@ -81,6 +81,19 @@ def kernel_times(spec: Spec, ranks: list[int]) -> dict[str, dict[int, float]]:
     return out
 
 
+def mix_probe(spec: Spec, p: int) -> dict[str, dict[str, float]]:
+    """calibrate.mix_now for the spec's own kernels at p ranks."""
+    from hetmem.flow import calibrate
+
+    def job(c: Any) -> tuple[str, int, int]:
+        rep = c.repeat
+        if c.kernel != "none" and c.seconds > 0:
+            rep = kernels.repeat_for_seconds(c.kernel, c.size, c.seconds)
+        return (c.kernel, c.size, rep)
+
+    return calibrate.mix_now(job(spec.writer), job(spec.reader), p)
+
+
 def busy_cpu_seconds() -> float | None:
     """Busy CPU seconds of the whole machine so far (/proc/stat: user, nice,
     system, irq, softirq, steal); None where it cannot be read."""
@@ -333,8 +346,12 @@ def _profile_ranks(
             io[key]["get"] = med("reader", "io") / s_io
             io[key]["put_touch"] = io[key]["get_touch"] = 0.0
             io[key]["sync"] = _sync(got)
+            mix = calib.get("mix_now", {}).get(str(p))
             for role in ("writer", "reader"):
-                s_k = slowdown(calib, kinds[role], p) if calib else 1.0
+                tag = role[0]
+                s_k = mixed_slowdown(mix, tag, [tag] * p)
+                if s_k is None:
+                    s_k = slowdown(calib, kinds[role], p) if calib else 1.0
                 comp[role].append(med(role, "compute") / s_k)
             out[key] = {"runs": len(got), "sync": io[key]["sync"]}
         for role in ("writer", "reader"):
@@ -348,6 +365,7 @@ class _Phase:
     work: float = 0.0
     wait: tuple[str, int] | None = None  # ("step"|"slot"|"ack", step)
     signal: tuple[str, int] | None = None  # ("commit"|"release"|"done", step)
+    role: str = ""  # "w" / "r": the writer's / reader's compute (mixed table)
 
 
 def _program(
@@ -372,7 +390,7 @@ def _program(
             if serial and sync > 0:
                 out.append(_Phase("sync", sync))
             if compute > 0:
-                out.append(_Phase(ckind, compute))
+                out.append(_Phase(ckind, compute, role="w"))
             if s >= slots:
                 out.append(_Phase("", wait=("release", s - slots)))
             out.append(_Phase(iokind, io + (touch if s < slots else 0.0)))
@@ -382,9 +400,30 @@ def _program(
             out.append(_Phase(iokind, io + (touch if s == 0 else 0.0)))
             out.append(_Phase("", signal=("release", s)))
             if analytics > 0:
-                out.append(_Phase(akind, analytics))
+                out.append(_Phase(akind, analytics, role="r"))
             out.append(_Phase("", signal=("done", s)))
     return out
+
+
+def mixed_slowdown(
+    mix: dict[str, dict[str, float]] | None, role: str, active: list[str]
+) -> float | None:
+    """A compute phase's slowdown from the table of the spec's own kernels
+    measured together (calibrate.mix_now): `active` holds the role of every
+    busy rank ("w", "r", or "" for I/O and hand-offs), role is this rank's.
+    A busy rank in I/O counts as one of the other side (it is not this
+    kernel), or of this side where the other is full. None where the table
+    has no such mix."""
+    if not mix or role not in mix:
+        return None
+    a = sum(1 for x in active if x == "w")
+    b = sum(1 for x in active if x == "r")
+    c = len(active) - a - b
+    for own in range(c + 1):  # I/O ranks to the other side first
+        key = f"{a + own},{b + c - own}" if role == "w" else f"{a + c - own},{b + own}"
+        if key in mix[role]:
+            return max(1.0, float(mix[role][key]))
+    return None
 
 
 def simulate(
@@ -392,9 +431,13 @@ def simulate(
     counts: dict[str, int],
     calib: dict[str, Any],
     load: float = 0.0,
+    mix: dict[str, dict[str, float]] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Plays the ranks' programs forward; returns the makespan and the busy
-    seconds per phase kind summed over ranks."""
+    seconds per phase kind summed over ranks. mix: the spec's own kernels
+    measured together at this rank count (see mixed_slowdown); compute
+    phases take their slowdown from it where it has the mix at hand, any
+    other phase from the per-kind table of k busy ranks."""
     # signals: how many ranks have raised (name, step)
     raised: dict[tuple[str, int], int] = {}
     need = {"commit": counts["writer"], "release": counts["reader"], "done": counts["reader"]}
@@ -427,7 +470,12 @@ def simulate(
                 return t, busy
             raise RuntimeError("flow model: the ranks' programs deadlock")
         k = len(active)
-        rates = {i: 1.0 / slowdown(calib, programs[i][pc[i]].kind, k, load) for i in active}
+        roles = [programs[i][pc[i]].role for i in active]
+        rates = {}
+        for i in active:
+            ph = programs[i][pc[i]]
+            sd = mixed_slowdown(mix, ph.role, roles) if ph.role else None
+            rates[i] = 1.0 / (sd if sd is not None else slowdown(calib, ph.kind, k, load))
         dt = min(left[i] / rates[i] for i in active)
         t += dt
         for i in active:
@@ -477,7 +525,8 @@ def predict(
         _program("reader", iters, serial, slots, 0.0, "", get, rtouch, iokind, a, rk)
         for _ in range(p)
     ]
-    makespan, _busy = simulate(progs, {"writer": p, "reader": p}, calib, load)
+    mix = calib.get("mix_now", {}).get(str(p))
+    makespan, _busy = simulate(progs, {"writer": p, "reader": p}, calib, load, mix)
     per_it = makespan / iters
     w_side, r_side = cw + put, get + a
     if serial:
@@ -512,11 +561,14 @@ def advise(
     max_ranks: int = 2,
     ktimes: dict[str, dict[int, float]] | None = None,
     load: float | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Every configuration's predicted iteration time, best first. Unless
     given a load, profiles the spec's kernels and I/O here and probes how k
     busy ranks share the cores right now (a few seconds): the machine as
-    the runs that follow will find it."""
+    the runs that follow will find it. `inputs`, when given, receives what
+    the predictions were made from (load, kernel times, I/O profile,
+    concurrency probes), so that they can be replayed: see replay()."""
     tiers = tiers or list(calib["tiers"])
     missing = [t for t in tiers if t not in calib["tiers"]]
     if missing:
@@ -540,12 +592,47 @@ def advise(
         kinds += [f"io:{t}" for t in tiers if any(k.startswith(f"{t}/") for k in io)]
         calib = dict(calib)
         calib["concurrency_now"] = calibrate.concurrency_now(kinds, 2 * max_ranks)
+        # and how the spec's own writer and reader kernels slow each other
+        # in every mix the configurations can have (per rank count: each
+        # rank's share of the domain)
+        calib["mix_now"] = {str(p): mix_probe(spec, p) for p in ranks}
         run_profile(spec, tiers, kt, io, calib)
     else:
         kt = ktimes or kernel_times(spec, ranks)
+    if inputs is not None:
+        inputs.update(
+            load=load,
+            ktimes={r: {str(p): t for p, t in v.items()} for r, v in kt.items()},
+            io=io,
+            concurrency_now=calib.get("concurrency_now"),
+            mix_now=calib.get("mix_now"),
+        )
     rows = [predict(spec, calib, kt, c, io, load) for c in configurations(tiers, max_ranks)]
     rows.sort(key=lambda r: r["iteration_s"])
     best = rows[0]["iteration_s"]
     for r in rows:
         r["predicted_slowdown"] = r["iteration_s"] / best if best > 0 else 1.0
     return rows
+
+
+def replay(
+    spec: Spec, calib: dict[str, Any], inputs: dict[str, Any], configs: list[str]
+) -> dict[str, float]:
+    """The predictions advise() made from `inputs` (what it filled in, as
+    saved by `hetmem flow sweep --json` under "advisor_inputs"), made again
+    by this model: a change to the model can be judged offline against a
+    sweep's measurements without running the workflows again. configs:
+    labels "mode/tier/pN"; returns {label: predicted seconds per iteration}."""
+    cal = dict(calib)
+    cal["concurrency_now"] = inputs.get("concurrency_now") or {}
+    cal["mix_now"] = inputs.get("mix_now") or {}
+    kt = {r: {int(p): float(t) for p, t in v.items()} for r, v in inputs["ktimes"].items()}
+    out = {}
+    for label in configs:
+        mode, rest = label.split("/", 1)
+        tier, p = rest.rsplit("/p", 1)
+        cfg = Config(mode, tier, int(p))
+        out[label] = predict(spec, cal, kt, cfg, inputs.get("io"), float(inputs["load"]))[
+            "iteration_s"
+        ]
+    return out

@@ -45,10 +45,13 @@ def sweep(
     the load it predicted for (its probes see the machine as it is then);
     each configuration's prediction is the median of those of its rounds."""
 
+    inputs: list[dict[str, Any]] = []
+
     def advise() -> list[dict[str, Any]]:
+        inputs.append({})
         return [
             p
-            for p in model.advise(spec, calib, max_ranks=max_ranks)
+            for p in model.advise(spec, calib, max_ranks=max_ranks, inputs=inputs[-1])
             if spec.writer.objects % p["ranks"] == 0
         ]
 
@@ -59,6 +62,7 @@ def sweep(
     preds: dict[str, list[float]] = {p["config"]: [] for p in predicted}
     reasons = {p["config"]: p["reason"] for p in predicted}
     loads: list[float] = []
+    round_inputs: list[int] = []  # per round: which advisor_inputs it predicted from
     advised_rounds = 1
     for rnd in range(runs):
         if rnd and loads:
@@ -66,6 +70,7 @@ def sweep(
             if abs(now - predicted[0].get("external_load", 0.0)) > RELOAD:
                 predicted = advise()
                 advised_rounds += 1
+        round_inputs.append(len(inputs) - 1)
         for p in predicted:
             preds[p["config"]].append(p["iteration_s"])
         order = sorted(predicted, key=lambda p: p["config"])
@@ -112,6 +117,8 @@ def sweep(
         "spec": spec.name,
         "external_load_predicted": predicted[0].get("external_load", 0.0),
         "advised_rounds": advised_rounds,
+        "advisor_inputs": inputs,
+        "round_inputs": round_inputs,
         "external_load_runs": statistics.median(loads) if loads else None,
         "rows": rows,
         "best": best["config"],
