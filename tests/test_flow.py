@@ -72,6 +72,10 @@ def test_run_streams_every_object(mode):
     assert res["stamp_errors"] == 0
     assert res["makespan_s"] > 0
     assert res["writer"]["compute"] > 0 and res["reader"]["io"] > 0
+    # CPU seconds of the rank itself: some, and never more than the clock's
+    for role in ("writer", "reader"):
+        for ph in ("compute", "io"):
+            assert 0 < res[role][f"{ph}_cpu"] <= res[role][ph] * 1.05 + 1e-3
 
 
 def test_run_two_ranks_each_on_a_file_tier(tmp_path):
@@ -449,3 +453,53 @@ def test_replay_makes_the_advisors_predictions_again():
     bare = model.replay(s, cal, dict(inputs, mix_now=None), labels)
     assert bare["parallel/dram/p1"] != pytest.approx(got["parallel/dram/p1"])
     assert bare["serial/dram/p1"] == pytest.approx(got["serial/dram/p1"])
+
+
+def test_io_overlap_slows_only_io_that_meets_the_other_sides_io():
+    s = specmod.parse(TINY)
+    cal = _calib()
+    cal["concurrency_now"] = {k: {"1": 1.0, "2": 1.0} for k in ("stencil", "poly", "io:dram")}
+    kt = {"writer": {1: 0.01}, "reader": {1: 0.01}}  # I/O-bound: the two I/Os overlap
+    io = {"dram/p1": {"put": 0.1, "get": 0.1, "put_touch": 0.0, "get_touch": 0.0}}
+    par, ser = model.Config("parallel", "dram", 1), model.Config("serial", "dram", 1)
+    base_p = model.predict(s, cal, kt, par, io)["iteration_s"]
+    base_s = model.predict(s, cal, kt, ser, io)["iteration_s"]
+    io["dram/p1"]["overlap"] = {"wi": 1.5, "ri": 1.0}
+    slow_p = model.predict(s, cal, kt, par, io)["iteration_s"]
+    # the put costs 1.5x only while the read runs beside it
+    assert base_p * 1.1 < slow_p < base_p * 1.5
+    assert model.predict(s, cal, kt, ser, io)["iteration_s"] == pytest.approx(base_s)
+    # compute-bound: the puts meet the reader's kernel, not its read
+    kt2 = {"writer": {1: 1.0}, "reader": {1: 1.0}}
+    io2 = {"dram/p1": {"put": 0.01, "get": 0.01, "put_touch": 0.0, "get_touch": 0.0}}
+    a = model.predict(s, cal, kt2, par, io2)["iteration_s"]
+    io2["dram/p1"]["overlap"] = {"wi": 1.5, "ri": 1.5}
+    assert model.predict(s, cal, kt2, par, io2)["iteration_s"] < a * 1.01
+
+
+def test_io_overlap_profile_compares_cpu_seconds_of_the_bare_io(monkeypatch):
+    s = specmod.parse(TINY)
+    seen = []
+
+    def fake_run(spec):
+        seen.append((spec.mode, spec.tier, spec.writer.ranks, spec.writer.kernel))
+        assert spec.reader.kernel == "none" and spec.iterations == 3
+        par = spec.mode == "parallel"
+        w = {"io": 9.0, "io_cpu": 0.012 if par else 0.010}
+        r = {"io": 9.0, "io_cpu": 0.004 if par else 0.005}  # never below 1
+        return {"writer": w, "reader": r}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(model, "_OVERLAP", {})
+    io = {"dram/p1": {"put": 1.0}, "dram/p2": {"put": 1.0}}
+    out = model.io_overlap_profile(s, io)
+    assert sorted(seen) == sorted(
+        (m, "dram", p, "none") for m in ("serial", "parallel") for p in (1, 2)
+    )
+    assert out["dram/p1"] == pytest.approx({"wi": 1.2, "ri": 1.0})
+    assert io["dram/p2"]["overlap"] == pytest.approx({"wi": 1.2, "ri": 1.0})
+    assert io["dram/p1"]["put"] == 1.0
+    # CPU seconds do not move with other load: asked again, no new runs
+    seen.clear()
+    model.io_overlap_profile(s, {"dram/p1": {}})
+    assert seen == []

@@ -5,7 +5,9 @@ Writer rank: per iteration, compute (the kernel), then put its share of the
 objects (one batch call) and commit the step. Reader rank: wait for the
 step, read its share of the objects (one batch call; every byte, and a
 stamp that proves the step is whole),
-release it, then run the analytics kernel. Serial mode adds an
+release it, then run the analytics kernel. Each phase is timed on the
+clock and in the rank's own CPU seconds (what it did, whatever else shared
+its core). Serial mode adds an
 acknowledgement channel (readers -> writers): a writer computes step s only
 after every reader finished step s-1, so the phases interleave.
 """
@@ -116,13 +118,21 @@ def writer(cfg: dict, rank: int, sync: Path) -> dict:
         if ack is not None and s > 0:
             ack.wait(s - 1, timeout=TIMEOUT)
             ack.release(s - 1)
-        t1 = time.monotonic()
+        t1, c1 = time.monotonic(), time.thread_time()
         if k is not None:
             k.run()
-        t2 = time.monotonic()
+        t2, c2 = time.monotonic(), time.thread_time()
         out.write(ch, s)
-        t3 = time.monotonic()
-        iters.append({"wait": t1 - t0, "compute": t2 - t1, "io": t3 - t2})
+        t3, c3 = time.monotonic(), time.thread_time()
+        iters.append(
+            {
+                "wait": t1 - t0,
+                "compute": t2 - t1,
+                "io": t3 - t2,
+                "compute_cpu": c2 - c1,
+                "io_cpu": c3 - c2,
+            }
+        )
     t_end = time.monotonic()
     ch.close()
     if ack is not None:
@@ -148,18 +158,26 @@ def reader(cfg: dict, rank: int, sync: Path) -> dict:
     for s in range(cfg["iterations"]):
         t0 = time.monotonic()
         ch.wait(s, timeout=TIMEOUT)
-        t1 = time.monotonic()
+        t1, c1 = time.monotonic(), time.thread_time()
         got, wrong = rd.read(ch, s)
         total += got
         bad += wrong
         ch.release(s)
-        t2 = time.monotonic()
+        t2, c2 = time.monotonic(), time.thread_time()
         if k is not None:
             k.run()
         if ack is not None:
             ack.commit(s)
-        t3 = time.monotonic()
-        iters.append({"wait": t1 - t0, "io": t2 - t1, "compute": t3 - t2})
+        t3, c3 = time.monotonic(), time.thread_time()
+        iters.append(
+            {
+                "wait": t1 - t0,
+                "io": t2 - t1,
+                "compute": t3 - t2,
+                "io_cpu": c2 - c1,
+                "compute_cpu": c3 - c2,
+            }
+        )
     t_end = time.monotonic()
     ch.close()
     if ack is not None:

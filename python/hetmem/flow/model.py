@@ -91,7 +91,7 @@ def mix_probe(spec: Spec, p: int) -> dict[str, dict[str, float]]:
             rep = kernels.repeat_for_seconds(c.kernel, c.size, c.seconds)
         return (c.kernel, c.size, rep)
 
-    return calibrate.mix_now(job(spec.writer), job(spec.reader), p)
+    return calibrate.mix_now(job(spec.writer), job(spec.reader), p, reps=1)
 
 
 def busy_cpu_seconds() -> float | None:
@@ -215,6 +215,57 @@ def io_profile(spec: Spec, tiers: list[str], ranks: list[int]) -> dict[str, dict
                 "get_touch": max(0.0, r["get_first"] - r["get"]),
             }
     return out
+
+
+def io_overlap_profile(spec: Spec, io: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """How much more a side's I/O costs while the other side's I/O runs at
+    the same time, from the spec's own I/O: the workflow with both kernels
+    removed, run serial (one side at a time) and parallel (the writer puts
+    step s+1 while the reader reads step s; two slots) at each profiled
+    tier and rank count, compared in the ranks' own CPU seconds per I/O
+    phase, so that the sharing of cores with each other and with other
+    load drops out and what is left is what the overlap does to the work
+    itself: memory bandwidth shared by two copies of a step, cache lines
+    moving between the cores, the second slot's fresh pages (measured on
+    this machine: a writer's put 5-30% more CPU time in parallel mode,
+    which k processes of one kind on separate channels never see). Sets
+    io[key]["overlap"] = {"wi": writer factor, "ri": reader factor}."""
+    from dataclasses import replace
+
+    from hetmem.flow import runner
+
+    bare = replace(
+        spec,
+        writer=replace(spec.writer, kernel="none", seconds=0.0),
+        reader=replace(spec.reader, kernel="none", seconds=0.0),
+    )
+    out: dict[str, Any] = {}
+    for key, v in io.items():
+        tier, p = key.rsplit("/p", 1)
+        memo = (spec.writer.objects, spec.writer.object_bytes, spec.iterations, spec.slots, key)
+        if memo not in _OVERLAP:
+            try:
+                got = {
+                    m: runner.run(bare.with_config(mode=m, tier=tier, ranks=int(p)))
+                    for m in ("serial", "parallel")
+                }
+            except HetmemError:
+                continue
+            f = {}
+            for role, tag in (("writer", "wi"), ("reader", "ri")):
+                ser = got["serial"][role].get("io_cpu", 0.0)
+                par = got["parallel"][role].get("io_cpu", 0.0)
+                f[tag] = min(3.0, max(1.0, par / ser)) if ser > 0 else 1.0
+            _OVERLAP[memo] = f
+        v["overlap"] = dict(_OVERLAP[memo])
+        out[key] = v["overlap"]
+    return out
+
+
+# io_overlap_profile's factors by (objects, bytes, iterations, slots,
+# tier/pN): CPU seconds, so other load does not move them; a sweep that
+# advises again when the load moves reuses them
+_OVERLAP: dict[tuple[Any, ...], dict[str, float]] = {}
 
 
 PROFILE_S, PROFILE_RUNS = 1.0, 3  # the light profile's serial runs per tier
@@ -365,7 +416,7 @@ class _Phase:
     work: float = 0.0
     wait: tuple[str, int] | None = None  # ("step"|"slot"|"ack", step)
     signal: tuple[str, int] | None = None  # ("commit"|"release"|"done", step)
-    role: str = ""  # "w" / "r": the writer's / reader's compute (mixed table)
+    role: str = ""  # "w"/"r": writer's/reader's compute; "wi"/"ri": their I/O
 
 
 def _program(
@@ -393,11 +444,11 @@ def _program(
                 out.append(_Phase(ckind, compute, role="w"))
             if s >= slots:
                 out.append(_Phase("", wait=("release", s - slots)))
-            out.append(_Phase(iokind, io + (touch if s < slots else 0.0)))
+            out.append(_Phase(iokind, io + (touch if s < slots else 0.0), role="wi"))
             out.append(_Phase("", signal=("commit", s)))
         else:
             out.append(_Phase("", wait=("commit", s)))
-            out.append(_Phase(iokind, io + (touch if s == 0 else 0.0)))
+            out.append(_Phase(iokind, io + (touch if s == 0 else 0.0), role="ri"))
             out.append(_Phase("", signal=("release", s)))
             if analytics > 0:
                 out.append(_Phase(akind, analytics, role="r"))
@@ -432,12 +483,15 @@ def simulate(
     calib: dict[str, Any],
     load: float = 0.0,
     mix: dict[str, dict[str, float]] | None = None,
+    io_mix: dict[str, float] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Plays the ranks' programs forward; returns the makespan and the busy
     seconds per phase kind summed over ranks. mix: the spec's own kernels
     measured together at this rank count (see mixed_slowdown); compute
     phases take their slowdown from it where it has the mix at hand, any
-    other phase from the per-kind table of k busy ranks."""
+    other phase from the per-kind table of k busy ranks. io_mix: the extra
+    work of a writer's ("wi") or reader's ("ri") I/O while the other side's
+    I/O runs at the same time (io_overlap_profile)."""
     # signals: how many ranks have raised (name, step)
     raised: dict[tuple[str, int], int] = {}
     need = {"commit": counts["writer"], "release": counts["reader"], "done": counts["reader"]}
@@ -474,8 +528,14 @@ def simulate(
         rates = {}
         for i in active:
             ph = programs[i][pc[i]]
-            sd = mixed_slowdown(mix, ph.role, roles) if ph.role else None
-            rates[i] = 1.0 / (sd if sd is not None else slowdown(calib, ph.kind, k, load))
+            sd = mixed_slowdown(mix, ph.role, roles) if ph.role in ("w", "r") else None
+            if sd is None:
+                sd = slowdown(calib, ph.kind, k, load)
+            if io_mix and ph.role in ("wi", "ri"):
+                other = "ri" if ph.role == "wi" else "wi"
+                if other in roles:
+                    sd *= max(1.0, float(io_mix.get(ph.role, 1.0)))
+            rates[i] = 1.0 / sd
         dt = min(left[i] / rates[i] for i in active)
         t += dt
         for i in active:
@@ -526,7 +586,8 @@ def predict(
         for _ in range(p)
     ]
     mix = calib.get("mix_now", {}).get(str(p))
-    makespan, _busy = simulate(progs, {"writer": p, "reader": p}, calib, load, mix)
+    io_mix = (io or {}).get(f"{cfg.tier}/p{p}", {}).get("overlap")
+    makespan, _busy = simulate(progs, {"writer": p, "reader": p}, calib, load, mix, io_mix)
     per_it = makespan / iters
     w_side, r_side = cw + put, get + a
     if serial:
@@ -596,6 +657,8 @@ def advise(
         # in every mix the configurations can have (per rank count: each
         # rank's share of the domain)
         calib["mix_now"] = {str(p): mix_probe(spec, p) for p in ranks}
+        # and what the two sides' I/O at once does to each one's I/O
+        io_overlap_profile(spec, io)
         run_profile(spec, tiers, kt, io, calib)
     else:
         kt = ktimes or kernel_times(spec, ranks)

@@ -205,7 +205,7 @@ def _summarize(
     }
     for role in ("writer", "reader"):
         rows = [it for r in results if r["role"] == role for it in r["iterations"]]
-        out[role] = {k: _mean(rows, k) for k in ("compute", "io", "wait")}
+        out[role] = {k: _mean(rows, k) for k in ("compute", "io", "wait", "compute_cpu", "io_cpu")}
     readers = [r for r in results if r["role"] == "reader"]
     out["objects_read"] = sum(r["objects_read"] for r in readers)
     out["stamp_errors"] = sum(r["stamp_errors"] for r in readers)
