@@ -120,6 +120,7 @@ static const char *const hm__dirty_names[] = {"wp_async", "wp_sync", "all"};
 
 #define HM__GROUP 16               /* most units one prefetch read covers */
 #define HM__HELD 32                /* readahead trigger pages held at once (anonymous mode) */
+#define HM__SUB_PAGES 16u          /* a strided stream's fill: 64 KiB around its page */
 #define HM__GROUP_BYTES (1u << 20) /* and most bytes, unless one unit is more */
 
 typedef struct hm__op_s {
@@ -143,6 +144,7 @@ typedef struct hm__plan_s {
   _hm_sdm_region_t *reg;
   int64_t from, stride, trigger;
   uint32_t count, k; /* units in the plan, units done */
+  uint32_t pg;       /* strided plans: the page (within a unit) the stream touches */
 } hm__plan_t;
 
 typedef struct hm__handler_s {
@@ -333,6 +335,28 @@ static void hm__touched(hm_pager_t *p, _hm_sdm_slot_t *S) {
 }
 
 static void hm__pf_count_issue(hm_pager_t *p) { HM__ADD(p, c_pf_issued, 1); }
+
+/* Feeds a fault at page pg of unit u to the stream detector. */
+static void hm__pf_feed(hm_pager_t *p, int tid, _hm_sdm_region_t *r, uint32_t u, uint32_t pg,
+                        int hit, int seq, uint32_t maxw, _hm_sdm_pf_plan_t *plan) {
+  _hm_sdm_pf_fault(&p->pf, tid, r, u, hit, seq, maxw, plan);
+  plan->pg = pg;
+}
+
+/* The pages a strided stream (more than one unit per step) fills of a
+ * unit: HM__SUB_PAGES around the page it touches, not the whole unit. A
+ * sparse reader (one cache line every few MiB) then reads 64 KiB per step
+ * whatever the unit, like flat mode's 64 KiB units, instead of 256 KiB or
+ * more; a reader that wants more of the unit faults again and gets the
+ * rest as a partial fill. */
+static void hm__sub(const hm_pager_t *p, int64_t stride, uint32_t pg, uint32_t *pg0, uint32_t *npg) {
+  *pg0 = 0;
+  *npg = p->upages;
+  if ((stride > 1 || stride < -1) && p->upages > HM__SUB_PAGES) {
+    *pg0 = pg / HM__SUB_PAGES * HM__SUB_PAGES;
+    *npg = HM__SUB_PAGES;
+  }
+}
 
 /* Maps every filled page of a unit in the application's view (memfd mode).
  * Pages already mapped (EEXIST) are skipped one at a time. */
@@ -720,7 +744,7 @@ static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_s
  * more absent units after it in the same read (no lock held). Returns the
  * number of units it covered (0: u needed nothing), < 0 to stop. */
 static int hm__prefetch_group(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u, uint32_t max,
-                              int dir, int trigger) {
+                              int dir, int trigger, uint32_t pg0, uint32_t npg) {
   hm_pager_t *p = h->p;
   for (int attempt = 0; attempt < 2; attempt++) {
     pthread_mutex_lock(&p->lk);
@@ -757,17 +781,18 @@ static int hm__prefetch_group(hm__handler_t *h, _hm_sdm_region_t *r, int64_t u, 
           break;
         n++;
       }
-    if (!hm__reserve(p, (uint64_t)n * p->unit, n)) {
+    uint64_t bytes = npg < p->upages ? (uint64_t)npg * HM_SDM_PAGE : (uint64_t)n * p->unit;
+    if (!hm__reserve(p, bytes, n)) {
       pthread_mutex_unlock(&p->lk);
-      if (attempt || hm__evict(h, (uint64_t)n * p->unit)) return -EAGAIN;
+      if (attempt || hm__evict(h, bytes)) return -EAGAIN;
       continue;
     }
     hm__op_t *op = hm__op_get(h);
     op->reg = r;
     op->unit = (uint32_t)u;
     op->nu = n;
-    op->pg0 = 0;
-    op->npg = p->upages;
+    op->pg0 = npg < p->upages ? pg0 : 0;
+    op->npg = npg < p->upages ? npg : p->upages;
     op->prefetch = 1;
     op->zero = !(U->flags & HM_UF_ONDISK);
     /* Zero units are not held back: their file range may hold stale data
@@ -811,6 +836,7 @@ static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_s
   h->plans[h->nplans].stride = pl->stride;
   h->plans[h->nplans].count = pl->count;
   h->plans[h->nplans].trigger = pl->trigger;
+  h->plans[h->nplans].pg = pl->pg;
   h->plans[h->nplans].k = 0;
   h->nplans++;
 }
@@ -820,8 +846,10 @@ static int hm__plan_step(hm__handler_t *h) {
   if (h->nplans == 0) return 0;
   hm__plan_t *pl = &h->plans[0];
   int64_t u = pl->from + (int64_t)pl->k * pl->stride;
+  uint32_t pg0, npg;
+  hm__sub(h->p, pl->stride, pl->pg, &pg0, &npg);
   int n = hm__prefetch_group(h, pl->reg, u, pl->count - pl->k, pl->stride == 1,
-                             u == pl->trigger ? (pl->stride > 0 ? 1 : -1) : 0);
+                             u == pl->trigger ? (pl->stride > 0 ? 1 : -1) : 0, pg0, npg);
   if (n == -EBUSY) {
     h->plan_blocked = 1;
     return 1;
@@ -873,7 +901,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
            * keep running ahead of a reader that caught up with it. */
           hm__touched(p, S);
           S->ref = 1;
-          if (pf_on) _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 1, seq, maxw, &lplan);
+          if (pf_on) hm__pf_feed(p, f->tid, r, u, pg, 1, seq, maxw, &lplan);
         }
       }
       hm__plan_hold(r, &lplan);
@@ -912,7 +940,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
         uint64_t bits[HM_SDM_BITMAP_WORDS];
         memcpy(bits, S->filled, sizeof bits);
         _hm_sdm_pf_plan_t hplan = {0};
-        if (hit && pf_on) _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 1, seq, maxw, &hplan);
+        if (hit && pf_on) hm__pf_feed(p, f->tid, r, u, pg, 1, seq, maxw, &hplan);
         /* A confirmed sequential stream: units that arrived ahead of the
          * reader are mapped now, so that it does not wait for this thread
          * once per unit (the MINOR round trip is mostly scheduling latency
@@ -972,7 +1000,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
       hm__account(p);
       S->ref = 1;
       _hm_sdm_pf_plan_t hplan = {0};
-      if (pf_on) _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 1, seq, maxw, &hplan);
+      if (pf_on) hm__pf_feed(p, f->tid, r, u, pg, 1, seq, maxw, &hplan);
       S->pin++;
       r->busy++;
       hm__plan_hold(r, &hplan);
@@ -993,7 +1021,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
     /* A miss: the unit is absent, or this page of it is. */
     int random = (U->flags & HM_UF_RANDOM) != 0;
     if (p->cfg.prefetch != HM_PREFETCH_OFF && !random && !fed) {
-      _hm_sdm_pf_fault(&p->pf, f->tid, r, u, 0, seq, maxw, &plan);
+      hm__pf_feed(p, f->tid, r, u, pg, 0, seq, maxw, &plan);
       fed = 1;
     }
     random |= plan.random;
@@ -1013,6 +1041,8 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
     } else if (random && !zero) {
       pg0 = pg;
       npg = 1;
+    } else if (!zero) {
+      hm__sub(p, plan.trend, pg, &pg0, &npg);
     }
     uint64_t bytes = (uint64_t)npg * HM_SDM_PAGE;
     int need_slot = U->state == HM_U_NONE;
@@ -1106,7 +1136,7 @@ static void hm__drain_willneed(hm__handler_t *h) {
     w.reg->busy++; /* keeps it mapped while we work on it */
     pthread_mutex_unlock(&p->lk);
     for (uint32_t u = w.u0; u < w.u1;) {
-      int n = hm__prefetch_group(h, w.reg, u, w.u1 - u, 1, 0);
+      int n = hm__prefetch_group(h, w.reg, u, w.u1 - u, 1, 0, 0, h->p->upages);
       if (n == -EBUSY) {
         /* Out of read slots: the rest becomes a plan, run as slots free. */
         _hm_sdm_pf_plan_t pl = {.stride = 1, .from = u, .count = w.u1 - u, .trigger = -1};

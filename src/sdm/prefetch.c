@@ -109,6 +109,11 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
     }
     return;
   }
+  /* A jump that the majority still reads as the old trend (a new pass
+   * over the region, another phase of the program) starts the window over:
+   * a long sequential fill followed by a strided pass read a full window
+   * of whole units at each of its first faults, all of them unused. */
+  if (delta != trend) s->window = 1;
   uint32_t w = s->window < 2 ? 2 : s->window * 2;
   s->window = w > max_window ? max_window : w;
   plan->trend = trend;

@@ -98,6 +98,7 @@ typedef struct _hm_sdm_pf_plan_s {
    * page of this unit, so that the reader's touch of it is seen and the
    * next half window is requested while the rest is still ahead of it. */
   int64_t trigger;
+  uint32_t pg; /* set by the pager: the faulting page within its unit */
 } _hm_sdm_pf_plan_t;
 
 /* Feeds a fault at unit (hit: it landed on a prefetched unit) and returns

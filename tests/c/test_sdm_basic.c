@@ -113,6 +113,32 @@ static void run_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
       CHECK_EQ_INT(b1.readahead_triggers, 0);
   }
 
+  /* A strided reader (one word every MiB, 4 units) gets 64 KiB around
+   * the page it touches per step, not whole 256 KiB units: once the stride
+   * is seen, the bytes read per touch must be well under a unit. The backward pass above left the region's first MiBs resident:
+   * a pass over its last 8 MiB evicts them. */
+  {
+    hm_pager_stats_t t0 = {.size = sizeof t0}, t1 = {.size = sizeof t1};
+    for (size_t i = n - 8 * MiB / 8; i < n; i += 512) bad += a[i] != (hm_sdm_mix(i) ^ flags);
+    size_t step = MiB / 8, touches = 0;
+    bad = 0;
+    /* counted from the 8th touch: the detector first unlearns the
+     * backward stream of the pass before */
+    for (size_t i = 7, k = 0; i < n - 8 * MiB / 8; i += step, k++) {
+      if (k == 8) CHECK_EQ_INT(hm_pager_stats(p, &t0), 0);
+      if (k >= 8) touches++;
+      bad += a[i] != (hm_sdm_mix(i) ^ flags);
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(hm_pager_stats(p, &t1), 0);
+    uint64_t per = (t1.bytes_read - t0.bytes_read) / touches;
+    printf("strided: %zu touches, %llu bytes read per touch (faults %llu, fetches %llu, prefetches %llu)\n", touches,
+           (unsigned long long)per, (unsigned long long)(t1.faults - t0.faults),
+           (unsigned long long)(t1.fetches - t0.fetches),
+           (unsigned long long)(t1.prefetch_issued - t0.prefetch_issued));
+    CHECK(per < cfg.fetch_unit / 2);
+  }
+
   /* DONTNEED: the range reads as zeros afterwards, its neighbours keep data. */
   size_t d0 = (3 * MiB + 4096) / 8, d1 = (9 * MiB + 100) / 8;
   CHECK_EQ_INT(hm_pager_advise(p, &a[d0], (d1 - d0) * 8, HM_ADVICE_DONTNEED), 0);
