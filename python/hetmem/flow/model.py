@@ -35,6 +35,14 @@ co-running ranks. Serial mode comes out as the sum of phases, parallel mode
 as the pipelined max() with its fill and drain over the iteration count,
 contention included; the iteration time is the simulated makespan over the
 iterations, as the runner measures it.
+
+Two probes of the spec itself refine slow_X where one kind of work meets
+another: a compute phase takes its slowdown from the spec's own writer and
+reader kernels measured together in that very mix of ranks (mix_probe,
+mixed_slowdown) rather than from k processes of one kind; and a side's I/O,
+while the other side's I/O runs beside it (only parallel mode does that),
+costs the extra CPU seconds that the spec's bare I/O pipeline measured over
+its serial run (io_overlap_profile).
 """
 
 from __future__ import annotations

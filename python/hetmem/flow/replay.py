@@ -1,0 +1,112 @@
+"""Judges a change to the advisor's model offline: takes the JSON that
+`hetmem flow sweep --json` wrote (its measurements, and under
+"advisor_inputs" what every advise round predicted from) and makes the
+predictions again with the model as it is now, optionally without one of
+its refinements, then scores them as the sweep does (sweep.summarize):
+
+  python -m hetmem.flow.replay SWEEP.json [--calibration CAL.json]
+      [--without mix_now] [--without overlap] [-v]
+
+The measurements are not touched: only the predictions, and so the advised
+configuration, change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from typing import Any
+
+from hetmem.flow import model, sweep
+from hetmem.flow import spec as specmod
+
+PARTS = ("mix_now", "overlap", "concurrency_now")
+
+
+def _strip(inputs: dict[str, Any], without: tuple[str, ...]) -> dict[str, Any]:
+    out = dict(inputs)
+    for part in without:
+        if part == "overlap":
+            out["io"] = {
+                k: {a: b for a, b in v.items() if a != "overlap"}
+                for k, v in (out.get("io") or {}).items()
+            }
+        else:
+            out[part] = None
+    return out
+
+
+def evaluate(
+    data: dict[str, Any], calib: dict[str, Any], without: tuple[str, ...] = ()
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The sweep's per-spec results with replayed predictions, and their summary."""
+    results = []
+    for res in data["specs"]:
+        spec = specmod.load(res["spec"])
+        rows = [dict(r) for r in res["rows"]]
+        labels = [r["config"] for r in rows]
+        inputs = res.get("advisor_inputs") or []
+        if not inputs:
+            raise ValueError(f"{res['spec']}: the sweep recorded no advisor inputs")
+        rounds = res.get("round_inputs") or [0]
+        made = {
+            i: model.replay(spec, calib, _strip(inputs[i], without), labels) for i in set(rounds)
+        }
+        for r in rows:
+            r["predicted_runs_s"] = [made[i][r["config"]] for i in rounds]
+            r["predicted_s"] = statistics.median(r["predicted_runs_s"])
+            r["error"] = r["predicted_s"] / r["measured_s"] - 1.0
+        advised = min(rows, key=lambda r: r["predicted_s"])
+        results.append(
+            dict(
+                res,
+                rows=rows,
+                advised=advised["config"],
+                advised_slowdown=advised["slowdown"],
+                advised_within_5pct=advised["slowdown"] <= 1.05,
+                advised_tied_with_best=advised["config"] in res.get("tied_with_best", []),
+            )
+        )
+    return results, sweep.summarize(results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hetmem.flow.replay")
+    p.add_argument("sweep", help="JSON written by `hetmem flow sweep --json`")
+    p.add_argument("--calibration", help="flow calibration JSON (default: the cached one)")
+    p.add_argument("--without", action="append", choices=PARTS, default=[])
+    p.add_argument("-v", action="store_true", help="every configuration")
+    args = p.parse_args(argv)
+    with open(args.sweep) as f:
+        data = json.load(f)
+    if args.calibration:
+        with open(args.calibration) as f:
+            calib = json.load(f)
+    else:
+        from hetmem.flow import calibrate
+
+        calib = calibrate.load()
+        if calib is None:
+            sys.stderr.write("no flow calibration cached: give --calibration\n")
+            return 2
+    results, summ = evaluate(data, calib, tuple(args.without))
+    for res in results:
+        print(f"{res['spec']:18s} advised {res['advised']:28s} {res['advised_slowdown']:.3f}x")
+        if args.v:
+            for r in res["rows"]:
+                print(
+                    f"    {r['config']:28s} measured {r['measured_s']:.4f}"
+                    f" predicted {r['predicted_s']:.4f} ({r['error']:+.2f})"
+                )
+    print(
+        f"advised within 5% of the best: {summ['advised_within_5pct']}/{summ['specs']}; "
+        f"predictions within 20%: {summ['predictions_within_20pct']}/{summ['configs']} "
+        f"(median error {summ['median_abs_error'] * 100:.1f}%)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
