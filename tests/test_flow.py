@@ -547,3 +547,38 @@ def test_replay_module_scores_a_saved_sweep_again(tmp_path, capsys):
     assert "advised within 5% of the best:" in capsys.readouterr().out
     with pytest.raises(ValueError):
         replay.evaluate({"specs": [res]}, cal)  # a sweep without advisor inputs
+
+
+def test_parallel_predictions_take_the_work_at_its_cpu_share(monkeypatch):
+    # the serial profile run's writer kernel took 0.10 s on the clock but
+    # 0.08 s on a CPU (it waited after each hand-off); parallel mode has no
+    # hand-offs, so its prediction takes the 0.08; serial keeps the run's 0.10
+    s = specmod.parse(TINY)
+    kt = {"writer": {1: 0.05}, "reader": {1: 0.02}}
+    io = {"dram/p1": {"put": 0.01, "get": 0.01, "put_touch": 0.0, "get_touch": 0.0}}
+
+    def fake_run(spec):
+        w = {"compute": 0.10, "io": 0.01, "wait": 0.0, "compute_cpu": 0.08, "io_cpu": 0.01}
+        r = {"compute": 0.02, "io": 0.01, "wait": 0.0, "compute_cpu": 0.02, "io_cpu": 0.004}
+        return {"iteration_s": 0.14, "makespan_s": 10.0, "writer": w, "reader": r}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    model.run_profile(s, ["dram"], kt, io)
+    assert io["dram/p1"]["cpu"] == pytest.approx({"w": 0.8, "wi": 1.0, "ri": 0.5, "r": 1.0})
+    cal = _calib()
+    cal["concurrency_now"] = {k: {"1": 1.0, "2": 1.0} for k in ("stencil", "poly", "io:dram")}
+    ser = model.predict(s, cal, kt, model.Config("serial", "dram", 1), io)
+    assert ser["iteration_s"] == pytest.approx(0.14)
+    par = model.predict(s, cal, kt, model.Config("parallel", "dram", 1), io)
+    # pipeline of 3 steps: writer 0.08 + 0.01 binds, reader 0.005 + 0.02
+    assert par["iteration_s"] == pytest.approx((3 * 0.09 + 0.025) / 3)
+    assert par["writer_compute_s"] == pytest.approx(0.08)
+    # the p-rank runs' share counts only what the simulated sharing leaves:
+    # a p-rank stencil at 1.5x on the clock for 1.5x slowdown is all on a CPU
+    ph = {"io": 0.01, "io_cpu": 0.01, "compute": 0.02, "compute_cpu": 0.02}
+    runs = [{"writer": dict(ph, compute=0.15, compute_cpu=0.10), "reader": dict(ph)}]
+    assert model._cpu_share(runs, {"w": 1.5})["w"] == pytest.approx(1.0)
+    assert model._cpu_share(runs)["w"] == pytest.approx(0.10 / 0.15)
+    # never below half (a run that was mostly descheduled says little)
+    runs[0]["writer"]["compute_cpu"] = 0.01
+    assert model._cpu_share(runs)["w"] == 0.5

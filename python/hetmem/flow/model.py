@@ -293,6 +293,35 @@ def _serial_runs(spec: Spec, tier: str, ranks: int) -> list[dict[str, Any]]:
     return got
 
 
+def _cpu_share(
+    runs: list[dict[str, Any]], slow: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Per phase of a serial profile run ("w", "wi": the writer's compute
+    and I/O; "ri", "r": the reader's), the share of its clock time that the
+    rank spent on a CPU, beyond the sharing the simulation applies itself
+    (slow: that slowdown per phase; 1 where not given): what a serial
+    iteration loses off-CPU (wake-ups after the hand-off, other load while
+    one side runs). Parallel mode's phases run back to back without those
+    hand-offs (measured: a writer's stencil in parallel mode takes its CPU
+    seconds on the clock, in serial mode 5-10% more), so its predictions
+    take the work at this share. 1 where the runs carry no CPU seconds."""
+    out = {}
+    for tag, role, ph in (
+        ("w", "writer", "compute"),
+        ("wi", "writer", "io"),
+        ("ri", "reader", "io"),
+        ("r", "reader", "compute"),
+    ):
+        wall = statistics.median(x[role][ph] for x in runs)
+        cpu = [x[role].get(f"{ph}_cpu") for x in runs]
+        if wall <= 0 or any(c is None for c in cpu):
+            out[tag] = 1.0
+            continue
+        f = statistics.median(cpu) * (slow or {}).get(tag, 1.0) / wall
+        out[tag] = min(1.0, max(0.5, f))
+    return out
+
+
 def _sync(runs: list[dict[str, Any]]) -> float:
     """What a serial iteration takes beyond its four phases (the hand-offs)."""
     phases = [("writer", "compute"), ("writer", "io"), ("reader", "io"), ("reader", "compute")]
@@ -351,12 +380,14 @@ def run_profile(
         fput = w["io"] / io[key]["put"] if io[key]["put"] > 0 else 1.0
         fget = rd["io"] / io[key]["get"] if io[key]["get"] > 0 else 1.0
         sync = _sync(got)
+        share = _cpu_share(got)
         for k, v in io.items():
             if k.startswith(f"{tier}/p"):
                 v["put"] *= fput
                 v["get"] *= fget
                 v["put_touch"] = v["get_touch"] = 0.0
                 v["sync"] = sync
+                v["cpu"] = dict(share)
         comp["writer"].append(w["compute"])
         comp["reader"].append(rd["compute"])
         out[tier] = {
@@ -406,12 +437,15 @@ def _profile_ranks(
             io[key]["put_touch"] = io[key]["get_touch"] = 0.0
             io[key]["sync"] = _sync(got)
             mix = calib.get("mix_now", {}).get(str(p))
+            slow = {"wi": s_io, "ri": s_io}
             for role in ("writer", "reader"):
                 tag = role[0]
                 s_k = mixed_slowdown(mix, tag, [tag] * p)
                 if s_k is None:
                     s_k = slowdown(calib, kinds[role], p) if calib else 1.0
+                slow[tag] = s_k
                 comp[role].append(med(role, "compute") / s_k)
+            io[key]["cpu"] = _cpu_share(got, slow)
             out[key] = {"runs": len(got), "sync": io[key]["sync"]}
         for role in ("writer", "reader"):
             if comp[role] and kinds[role] != "none":
@@ -580,6 +614,10 @@ def predict(
     if prof is not None:
         put, get, touch, rtouch = prof["put"], prof["get"], prof["put_touch"], prof["get_touch"]
         sync = float(prof.get("sync", 0.0))
+        cpu = prof.get("cpu")
+        if cpu and not serial:  # see _cpu_share
+            cw, a = cw * cpu.get("w", 1.0), a * cpu.get("r", 1.0)
+            put, get = put * cpu.get("wi", 1.0), get * cpu.get("ri", 1.0)
     else:
         put, get, touch = io_costs(spec, tc, p)
         rtouch = first_read(spec, tc, p)
