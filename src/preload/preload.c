@@ -280,6 +280,8 @@ static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) 
     uint64_t period = 10000;
     if (hm_option_get(hm__pl.ctx, "sampler", sampler, sizeof sampler)) snprintf(sampler, sizeof sampler, "auto");
     if (hm_option_get_u64(hm__pl.ctx, "sample_period", &period)) period = 10000;
+    if (period == 0) /* was taken silently as the default */
+      return hm__fail(-EINVAL, "sample_period must be at least 1 microsecond (0 given)");
     _hm_pl_prof_cfg_t pc = {prof,   (int)depth,    (size_t)thr,
                             sampler, period, &hm__pl.table, hm_ctx_fsroot(hm__pl.ctx)};
     if ((rc = _hm_pl_prof_start(&pc, why, sizeof why))) return hm__fail(rc, "%s", why);
