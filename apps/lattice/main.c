@@ -649,6 +649,9 @@ int main(int argc, char **argv)
             json = argv[++i];
         } else if (!strcmp(argv[i], "--halo-bench")) {
             do_halo = 1;
+        } else if (!strcmp(argv[i], "--set") || !strcmp(argv[i], "--selftest") || !strcmp(argv[i], "--json")) {
+            snprintf(err, sizeof err, "option %s needs a value", argv[i]);
+            die(err);
         } else if (argv[i][0] == '-' || (argv[i] != input)) {
             snprintf(err, sizeof err, "unknown argument '%s'", argv[i]);
             die(err);

@@ -49,4 +49,7 @@ expect missing-file "cannot open input file '$T/nonesuch.in'" "$T/nonesuch.in"
 # output files are checked before any work (they are written at the end)
 expect json-unwritable "cannot write the --json file '$T/no/r.json'" --json "$T/no/r.json"
 expect gauge-write-unwritable "cannot write the 'gauge write' file '$T/no/g.cfg'" --set "gauge write=$T/no/g.cfg"
+# an option without its value, last on the line
+expect set-no-value "option --set needs a value" --set
+expect json-no-value "option --json needs a value" --json
 exit $fail
