@@ -160,6 +160,7 @@ PRELOAD_CASES = [
     ({"HETMEM_PROFILE": "{tmp}/p.%p", "HETMEM_PROFILE_DEPTH": "65"}, "profile", "1..64"),
     ({"HETMEM_PROFILE": "{tmp}/p.%p", "HETMEM_SAMPLE_PERIOD": "-5"}, "", "HETMEM_SAMPLE_PERIOD"),
     ({"HETMEM_PROFILE": "{tmp}/p.%p", "HETMEM_SAMPLE_PERIOD": "0"}, "profile", "sample_period"),
+    ({"HETMEM_PROFILE": "{tmp}/no/p.%p"}, "profile", "cannot write the profile into"),
     ({"HETMEM_PLACEMENT": "{tmp}/missing.compact"}, "placement", "cannot read placement table"),
     ({"HETMEM_PLACEMENT": "{tmp}/t.compact", "HETMEM_PLACE_MODE": "weird"}, "placement", "weird"),
     ({"HETMEM_PLACEMENT": "{tmp}/t.compact", "HETMEM_PROFILE_DEPTH": "99"}, "placement", "1..64"),

@@ -509,6 +509,21 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
     snprintf(why, len, "profile depth must be 1..%d", HM_PL_MAX_DEPTH);
     return -EINVAL;
   }
+  /* The profile is written at exit: a directory it cannot go into is
+   * refused now, not found after the whole run (a directory part with %
+   * expansions is only known then). */
+  const char *slash = strrchr(hm__pf.path_template, '/');
+  if (slash) {
+    char dir[sizeof hm__pf.path_template];
+    size_t dl = slash == hm__pf.path_template ? 1 : (size_t)(slash - hm__pf.path_template);
+    memcpy(dir, hm__pf.path_template, dl);
+    dir[dl] = 0;
+    int drc = strchr(dir, '%') ? 0 : _hm_prim_check_writable_dir(dir);
+    if (drc) {
+      snprintf(why, len, "cannot write the profile into '%s': %s", dir, strerror(-drc));
+      return drc;
+    }
+  }
   hm__pf.sites = _hm_prim_map_raw(HM__SITES * sizeof(hm__site_t));
   if (!hm__pf.sites) {
     snprintf(why, len, "cannot reserve the site table");
