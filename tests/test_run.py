@@ -342,6 +342,24 @@ def test_swap_mode_runs_beyond_budget_and_cleans_up(storage: Path, tmp_path: Pat
 
 
 @needs_root
+@needs_target
+def test_swap_full_oom_is_named_and_passes_through(storage: Path, tmp_path: Path) -> None:
+    # 160 MiB touched, 32 MiB of DRAM and 32 MiB of swap: the cgroup's OOM
+    # killer ends it; the note says why, the exit status says SIGKILL
+    stats = tmp_path / "swap.json"
+    proc = run_hetmem(
+        "run", "--mode", "swap", "--fast-budget", "32M", "--swap-size", "32M",
+        "--storage", str(storage), "--stats", str(stats), "--", str(TARGET), "check", "160",
+    )  # fmt: skip
+    assert proc.returncode == 137, proc.stderr
+    assert "OOM killer" in proc.stderr and "swap file was full" in proc.stderr, proc.stderr
+    data = json.loads(stats.read_text())
+    assert data["swap"]["oom_kill"] >= 1 and data["signal"] == 9
+    assert not [s for s in _our_swaps() if s.startswith(str(storage))]
+    assert not list(storage.iterdir())
+
+
+@needs_root
 def test_swap_mode_interrupted_cleans_up(storage: Path) -> None:
     proc = subprocess.Popen(
         [

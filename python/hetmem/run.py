@@ -809,10 +809,23 @@ def _run_swap(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> t
         cgs["swap_peak_bytes"] = sampler.peak
         stats["swap"] = cgs
         if cgs.get("oom_kill"):
-            note(
-                "the command was killed by the OOM killer inside the swap cgroup "
-                "(footprint above budget + swap size: raise --swap-size)"
+            # the sampler may miss a short run's peak; v1's memory+swap
+            # high-water mark less the memory limit bounds it from below
+            used = max(
+                int(cgs.get("swap_peak_bytes") or 0),
+                int(cgs.get("memsw_max_usage_bytes") or 0) - int(cgs.get("limit_bytes") or 0),
             )
+            if used + (16 << 20) < cfg.swap_size:
+                # swap was not full: the kernel gave up reclaiming (a working
+                # set above the budget thrashes until reclaim makes no progress)
+                why = (
+                    f"reclaim under the {cfg.budget} B budget made no progress with "
+                    f"{used >> 20} MiB of {cfg.swap_size >> 20} MiB swap in use: the "
+                    "working set is above the budget"
+                )
+            else:
+                why = "the swap file was full: raise --swap-size"
+            note(f"the command was killed by the OOM killer inside the swap cgroup ({why})")
         return rc, wall
     finally:
         state["tearing_down"] = True
