@@ -276,6 +276,15 @@ def _kernel_json(stdout: str) -> dict[str, Any] | None:
     return None
 
 
+def exit_error_kind(mode: str, stats: dict[str, Any] | None) -> str:
+    """Kind of a failed run's error from its `hetmem run --stats`: Linux swap
+    under a tight memory cgroup can OOM-kill the program, and that is the
+    baseline's own result (what a user would get), not a failure of the
+    harness or of hetmem."""
+    oom = ((stats or {}).get("swap") or {}).get("oom_kill")
+    return "baseline-oom" if mode == "swap" and oom else "exit"
+
+
 def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) -> dict[str, Any]:
     """Runs one kernel under one mode and returns its record."""
     from hetmem.kernels import kernel_path
@@ -335,11 +344,7 @@ def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) ->
     error_kind = ""
     if rc != 0:
         error = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
-        # Linux swap under a tight memory cgroup can OOM-kill the program:
-        # that is the baseline's own result (what a user would get), not a
-        # failure of the harness or of hetmem.
-        oom = ((stats or {}).get("swap") or {}).get("oom_kill")
-        error_kind = "baseline-oom" if mode == "swap" and oom else "exit"
+        error_kind = exit_error_kind(mode, stats)
     elif result is None:
         error, error_kind = "kernel printed no JSON result", "output"
     elif not result.get("verified", False):

@@ -486,6 +486,8 @@ def _modes_one(
 ) -> dict[str, Any]:
     import time
 
+    from hetmem import harness
+
     with tempfile.TemporaryDirectory(prefix="hm-lattice-mode-") as tmp:
         res_path, stats_path = Path(tmp) / "result.json", Path(tmp) / "stats.json"
         cmd = ["run", "--mode", mode, "--fast-budget", str(budget), "--stats", str(stats_path)]
@@ -510,19 +512,20 @@ def _modes_one(
             stats = json.loads(stats_path.read_text())
         except (OSError, ValueError):
             pass
-    error = ""
+    error = error_kind = ""
     time_s = None
     if rc != 0:
         error = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
+        error_kind = harness.exit_error_kind(mode, stats)
     elif not result:
-        error = "hm-lattice wrote no JSON result"
+        error, error_kind = "hm-lattice wrote no JSON result", "output"
     else:
         solves = result.get("solves") or []
         ok = bool(solves) and all(s.get("converged") for s in solves)
         time_s = result["phases"]["setup_s"] + sum(s["time_s"] for s in solves)
         result = {**result, "verified": ok, "time_s": time_s}
         if not ok:
-            error = "solve did not converge"
+            error, error_kind = "solve did not converge", "verify"
     return {
         "schema_version": 1,
         "case": name,
@@ -541,6 +544,7 @@ def _modes_one(
         "result": result,
         "run_stats": stats,
         "error": error,
+        "error_kind": error_kind,
         "finished": __import__("time").time(),
     }
 
