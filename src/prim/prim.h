@@ -55,7 +55,7 @@ int _hm_prim_allowed_cpus(int *cpus, int max);
 int _hm_prim_set_thread_cpus(const int *cpus, int n);
 uint64_t _hm_prim_now_ns(void); /* CLOCK_MONOTONIC */
 
-/* ---- Storage tier: files and io_uring (prim/uring.c); _hm_prim_fs_info is
+/* ---- Storage tier: files (prim/storage.c) and io_uring; _hm_prim_fs_info is
  * the one statfs of a storage directory (size, free space, fs type) ---- */
 typedef struct _hm_prim_fsinfo_s {
   uint64_t free_bytes;  /* available to unprivileged users */
@@ -71,16 +71,23 @@ int _hm_prim_fs_info(const char *dir, _hm_prim_fsinfo_t *out);
 int _hm_prim_probe_file(const char *dir, int *fd_out);
 int _hm_prim_fallocate(int fd, uint64_t off, uint64_t len);
 int _hm_prim_close(int fd);
-typedef struct _hm_prim_uring_s _hm_prim_uring_t;
-int _hm_prim_uring_new(unsigned entries, _hm_prim_uring_t **out);
-void _hm_prim_uring_free(_hm_prim_uring_t *r);
-/* Queues one read (write=0) or write; -EBUSY when the submission queue is full. */
-int _hm_prim_uring_queue_rw(_hm_prim_uring_t *r, int write, int fd, void *buf, unsigned len,
-                            uint64_t off, uint64_t tag);
-/* Submits what is queued; returns the number submitted. */
-int _hm_prim_uring_submit(_hm_prim_uring_t *r);
-/* Waits for one completion: its tag and result (bytes or negative errno). */
-int _hm_prim_uring_wait(_hm_prim_uring_t *r, uint64_t *tag, int *res);
+/* io_uring (prim/ring.c), for the storage probe and the pager. */
+typedef struct _hm_prim_ring_s _hm_prim_ring_t;
+int _hm_prim_ring_new(unsigned entries, _hm_prim_ring_t **out);
+void _hm_prim_ring_free(_hm_prim_ring_t *r);
+/* Queue an O_DIRECT read (op 0) or write (HM_PRIM_RING_WRITE), or a
+ * one-shot POLLIN; -EBUSY when full. HM_PRIM_RING_ASYNC hands the I/O to
+ * io_uring's workers instead of issuing it inside the submitting call. */
+#define HM_PRIM_RING_WRITE 1
+#define HM_PRIM_RING_ASYNC 2
+int _hm_prim_ring_rw(_hm_prim_ring_t *r, int op, int fd, void *buf, unsigned len,
+                        uint64_t off, uint64_t tag);
+int _hm_prim_ring_poll(_hm_prim_ring_t *r, int fd, uint64_t tag);
+int _hm_prim_ring_submit(_hm_prim_ring_t *r);
+/* One completion: 1 and its tag/result, 0 if none, or -errno. wait_us 0
+ * only peeks; otherwise submits what is queued and waits up to wait_us
+ * microseconds (< 0: without limit) for one. */
+int _hm_prim_ring_next(_hm_prim_ring_t *r, int wait_us, uint64_t *tag, int *res);
 
 /* ---- Storage directories (prim/fsinfo.c); real paths, never under a root ---- */
 /* 0 if path is a directory this process may create files in; -ENOENT,
@@ -131,23 +138,6 @@ ssize_t _hm_prim_vm_pio(int fd, int write, void *buf, size_t len, uint64_t off);
 int _hm_prim_vm_block_signals(void *old_set);
 int _hm_prim_vm_restore_signals(const void *old_set);
 int _hm_prim_vm_tid(void);
-typedef struct _hm_prim_sdmring_s _hm_prim_sdmring_t;
-int _hm_prim_sdmring_new(unsigned entries, _hm_prim_sdmring_t **out);
-void _hm_prim_sdmring_free(_hm_prim_sdmring_t *r);
-/* Queue an O_DIRECT read (op 0) or write (HM_PRIM_RING_WRITE), or a
- * one-shot POLLIN; -EBUSY when full. HM_PRIM_RING_ASYNC hands the I/O to
- * io_uring's workers instead of issuing it inside the submitting call. */
-#define HM_PRIM_RING_WRITE 1
-#define HM_PRIM_RING_ASYNC 2
-int _hm_prim_sdmring_rw(_hm_prim_sdmring_t *r, int op, int fd, void *buf, unsigned len,
-                        uint64_t off, uint64_t tag);
-int _hm_prim_sdmring_poll(_hm_prim_sdmring_t *r, int fd, uint64_t tag);
-int _hm_prim_sdmring_submit(_hm_prim_sdmring_t *r);
-/* One completion: 1 and its tag/result, 0 if none, or -errno. wait_us 0
- * only peeks; otherwise submits what is queued and waits up to wait_us
- * microseconds (< 0: without limit) for one. */
-int _hm_prim_sdmring_next(_hm_prim_sdmring_t *r, int wait_us, uint64_t *tag, int *res);
-
 /* ---- Access samplers (prim/perf.c) ---- */
 /* perf_event_open(2) with PERF_FLAG_FD_CLOEXEC; attr is a struct
  * perf_event_attr. Returns the descriptor. */

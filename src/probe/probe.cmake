@@ -10,7 +10,7 @@ target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/storage.c
   ${CMAKE_CURRENT_LIST_DIR}/probe.c
   ${CMAKE_CURRENT_LIST_DIR}/../prim/mem.c
-  ${CMAKE_CURRENT_LIST_DIR}/../prim/uring.c
+  ${CMAKE_CURRENT_LIST_DIR}/../prim/storage.c
 )
 set_source_files_properties(
   ${CMAKE_CURRENT_LIST_DIR}/stream.c ${CMAKE_CURRENT_LIST_DIR}/chase.c

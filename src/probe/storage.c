@@ -43,28 +43,34 @@ static const char *hm__human(uint64_t b, char *buf, size_t len) {
   return buf;
 }
 
+/* One completion, waiting as long as it takes: 0, or a negative errno. */
+static int hm__wait(_hm_prim_ring_t *ring, uint64_t *tag, int *res) {
+  int rc = _hm_prim_ring_next(ring, -1, tag, res);
+  return rc == 1 ? 0 : rc < 0 ? rc : -EIO;
+}
+
 /* Streams the whole file in blocks of `block` with `depth` in flight.
  * Returns seconds, or a negative errno. */
-static double hm__seq(hm_ctx_t *ctx, _hm_prim_uring_t *ring, int fd, char *buf, uint64_t size,
+static double hm__seq(hm_ctx_t *ctx, _hm_prim_ring_t *ring, int fd, char *buf, uint64_t size,
                       uint32_t block, uint32_t depth, int write, int *rc) {
   uint64_t nblocks = size / block, issued = 0, done = 0;
   uint64_t t0 = _hm_prim_now_ns();
   for (uint32_t s = 0; s < depth && issued < nblocks; s++, issued++)
-    _hm_prim_uring_queue_rw(ring, write, fd, buf + (size_t)s * block, block, issued * block, s);
-  int r = _hm_prim_uring_submit(ring);
+    _hm_prim_ring_rw(ring, write ? HM_PRIM_RING_WRITE : 0, fd, buf + (size_t)s * block, block, issued * block, s);
+  int r = _hm_prim_ring_submit(ring);
   while (r >= 0 && done < nblocks) {
     uint64_t slot;
     int res;
-    if ((r = _hm_prim_uring_wait(ring, &slot, &res))) break;
+    if ((r = hm__wait(ring, &slot, &res))) break;
     done++;
     if (res != (int)block) {
       r = res < 0 ? res : -EIO;
       break;
     }
     if (issued < nblocks) {
-      _hm_prim_uring_queue_rw(ring, write, fd, buf + slot * block, block, issued * block, slot);
+      _hm_prim_ring_rw(ring, write ? HM_PRIM_RING_WRITE : 0, fd, buf + slot * block, block, issued * block, slot);
       issued++;
-      r = _hm_prim_uring_submit(ring);
+      r = _hm_prim_ring_submit(ring);
     }
   }
   uint64_t t1 = _hm_prim_now_ns();
@@ -73,7 +79,7 @@ static double hm__seq(hm_ctx_t *ctx, _hm_prim_uring_t *ring, int fd, char *buf, 
     for (uint64_t k = done; k < issued; k++) {
       uint64_t slot;
       int res;
-      if (_hm_prim_uring_wait(ring, &slot, &res)) break;
+      if (hm__wait(ring, &slot, &res)) break;
     }
     *rc = _hm_error(ctx, r, "storage: %s failed: %s", write ? "write" : "read", hm_strerror(r));
     return -1;
@@ -87,7 +93,7 @@ static int hm__cmp_u64(const void *a, const void *b) {
 }
 
 /* 4 KiB reads at random aligned offsets with qd in flight for `seconds`. */
-static int hm__randread(hm_ctx_t *ctx, _hm_prim_uring_t *ring, int fd, char *buf,
+static int hm__randread(hm_ctx_t *ctx, _hm_prim_ring_t *ring, int fd, char *buf,
                         uint64_t size, uint32_t qd, double seconds, hm_randread_point_t *pt) {
   uint64_t nblk = size / HM__RAND_BLOCK, seed = 0xD1B54A32D192ED03ULL ^ qd;
   uint64_t start[HM_STORAGE_MAX_QD > 64 ? HM_STORAGE_MAX_QD : 64];
@@ -98,16 +104,16 @@ static int hm__randread(hm_ctx_t *ctx, _hm_prim_uring_t *ring, int fd, char *buf
   int r = 0;
   for (uint32_t s = 0; s < qd; s++) {
     start[s] = _hm_prim_now_ns();
-    _hm_prim_uring_queue_rw(ring, 0, fd, buf + (size_t)s * HM__RAND_BLOCK, HM__RAND_BLOCK,
+    _hm_prim_ring_rw(ring, 0, fd, buf + (size_t)s * HM__RAND_BLOCK, HM__RAND_BLOCK,
                             (hm__rng(&seed) % nblk) * HM__RAND_BLOCK, s);
     inflight++;
   }
-  r = _hm_prim_uring_submit(ring);
+  r = _hm_prim_ring_submit(ring);
   uint64_t now = t0;
   while (r >= 0 && inflight) {
     uint64_t slot;
     int res;
-    if ((r = _hm_prim_uring_wait(ring, &slot, &res))) break;
+    if ((r = hm__wait(ring, &slot, &res))) break;
     inflight--;
     now = _hm_prim_now_ns();
     if (res != (int)HM__RAND_BLOCK) {
@@ -126,16 +132,16 @@ static int hm__randread(hm_ctx_t *ctx, _hm_prim_uring_t *ring, int fd, char *buf
     lat[nlat++] = now - start[slot];
     if (now < deadline) {
       start[slot] = now;
-      _hm_prim_uring_queue_rw(ring, 0, fd, buf + slot * HM__RAND_BLOCK, HM__RAND_BLOCK,
+      _hm_prim_ring_rw(ring, 0, fd, buf + slot * HM__RAND_BLOCK, HM__RAND_BLOCK,
                               (hm__rng(&seed) % nblk) * HM__RAND_BLOCK, slot);
       inflight++;
-      r = _hm_prim_uring_submit(ring);
+      r = _hm_prim_ring_submit(ring);
     }
   }
   while (inflight) {
     uint64_t slot;
     int res;
-    if (_hm_prim_uring_wait(ring, &slot, &res)) break;
+    if (hm__wait(ring, &slot, &res)) break;
     inflight--;
   }
   if (r < 0) {
@@ -209,7 +215,7 @@ int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_r
                      dir);
   if (rc) return _hm_error(ctx, rc, "storage directory '%s': cannot create the probe file: %s",
                            dir, hm_strerror(rc));
-  _hm_prim_uring_t *ring = NULL;
+  _hm_prim_ring_t *ring = NULL;
   char *buf = NULL;
   size_t buflen = (size_t)depth * block;
   if (buflen < (size_t)maxqd * HM__RAND_BLOCK) buflen = (size_t)maxqd * HM__RAND_BLOCK;
@@ -233,7 +239,7 @@ int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_r
     *out = r;
     goto done;
   }
-  if ((rc = _hm_prim_uring_new(maxqd < 8 ? 8 : maxqd, &ring))) {
+  if ((rc = _hm_prim_ring_new(maxqd < 8 ? 8 : maxqd, &ring))) {
     rc = _hm_error(ctx, rc, "storage: io_uring setup failed: %s", hm_strerror(rc));
     goto done;
   }
@@ -274,7 +280,7 @@ int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_r
   r.seq_depth = depth;
   *out = r;
 done:
-  _hm_prim_uring_free(ring);
+  _hm_prim_ring_free(ring);
   if (buf) _hm_prim_unmap(buf, buflen);
   _hm_prim_close(fd);
   return rc;

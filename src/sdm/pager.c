@@ -151,8 +151,8 @@ typedef struct hm__handler_s {
   hm_pager_t *p;
   pthread_t th;
   int started;
-  _hm_prim_sdmring_t *ring;  /* fills and polls */
-  _hm_prim_sdmring_t *wring; /* write-backs of evictions */
+  _hm_prim_ring_t *ring;  /* fills and polls */
+  _hm_prim_ring_t *wring; /* write-backs of evictions */
   hm__op_t *ops, *free_ops;
   unsigned nops;
   char *bounce;
@@ -557,7 +557,7 @@ static void hm__fill_start(hm__handler_t *h, hm__op_t *op) {
    * exist already: the read is issued inline (a worker would only add a
    * thread switch per read, on a machine with few cores a real cost). */
   int async = op->prefetch && p->memfd_mode;
-  if (_hm_prim_sdmring_rw(h->ring, async ? HM_PRIM_RING_ASYNC : 0, op->reg->file, dst,
+  if (_hm_prim_ring_rw(h->ring, async ? HM_PRIM_RING_ASYNC : 0, op->reg->file, dst,
                           (unsigned)len, foff,
                           (uint64_t)(uintptr_t)op) < 0) {
     hm__fill_done(h, op, -EBUSY); /* cannot happen: ops <= ring entries */
@@ -651,11 +651,11 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
     while ((n = hm__run(D[v], p->upages, &i)) > 0) {
       uint64_t off = (uint64_t)S->unit * p->unit + (uint64_t)i * HM_SDM_PAGE;
       uint64_t tag = ((uint64_t)v << 32) | i;
-      while (_hm_prim_sdmring_rw(h->wring, HM_PRIM_RING_WRITE, r->file, src0 + (size_t)i * HM_SDM_PAGE,
+      while (_hm_prim_ring_rw(h->wring, HM_PRIM_RING_WRITE, r->file, src0 + (size_t)i * HM_SDM_PAGE,
                                  n * HM_SDM_PAGE, off, tag) == -EBUSY) {
         uint64_t t;
         int res;
-        if (_hm_prim_sdmring_next(h->wring, -1, &t, &res) == 1) {
+        if (_hm_prim_ring_next(h->wring, -1, &t, &res) == 1) {
           inflight--;
           unsigned vv = (unsigned)(t >> 32);
           if (res < 0) failed[vv] = res;
@@ -669,7 +669,7 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
   while (inflight > 0) {
     uint64_t t;
     int res;
-    int rc = _hm_prim_sdmring_next(h->wring, -1, &t, &res);
+    int rc = _hm_prim_ring_next(h->wring, -1, &t, &res);
     if (rc < 0) break;
     if (rc == 0) continue;
     inflight--;
@@ -1161,30 +1161,30 @@ static void hm__poll_once(hm__handler_t *h, int wait_us) {
   hm_pager_t *p = h->p;
   uint64_t tag;
   int res;
-  int rc = _hm_prim_sdmring_next(h->ring, wait_us, &tag, &res);
+  int rc = _hm_prim_ring_next(h->ring, wait_us, &tag, &res);
   while (rc == 1) {
     if (tag == HM__TAG_UFFD) {
       hm__read_faults(h);
-      (void)_hm_prim_sdmring_poll(h->ring, p->uffd, HM__TAG_UFFD);
+      (void)_hm_prim_ring_poll(h->ring, p->uffd, HM__TAG_UFFD);
     } else if (tag == HM__TAG_EVENT) {
       if (atomic_load(&p->stop)) return;
       uint64_t v;
       if (read(p->evfd, &v, sizeof v) < 0) { /* another handler took it */
       }
       hm__drain_willneed(h);
-      (void)_hm_prim_sdmring_poll(h->ring, p->evfd, HM__TAG_EVENT);
+      (void)_hm_prim_ring_poll(h->ring, p->evfd, HM__TAG_EVENT);
     } else {
       hm__fill_done(h, (hm__op_t *)(uintptr_t)tag, res);
     }
-    rc = _hm_prim_sdmring_next(h->ring, 0, &tag, &res);
+    rc = _hm_prim_ring_next(h->ring, 0, &tag, &res);
   }
 }
 
 static void *hm__handler_main(void *arg) {
   hm__handler_t *h = arg;
   hm_pager_t *p = h->p;
-  (void)_hm_prim_sdmring_poll(h->ring, p->uffd, HM__TAG_UFFD);
-  (void)_hm_prim_sdmring_poll(h->ring, p->evfd, HM__TAG_EVENT);
+  (void)_hm_prim_ring_poll(h->ring, p->uffd, HM__TAG_UFFD);
+  (void)_hm_prim_ring_poll(h->ring, p->evfd, HM__TAG_EVENT);
   while (!atomic_load(&p->stop)) {
     int ready = h->nplans && !h->plan_blocked;
     hm__poll_once(h, ready ? 0 : h->ndef ? 500 : -1);
@@ -1192,7 +1192,7 @@ static void *hm__handler_main(void *arg) {
     /* One prefetch read, then look for faults and completions again. */
     if (h->nplans && !h->plan_blocked) {
       for (int k = 0; k < 8 && h->nplans && !h->plan_blocked; k++) (void)hm__plan_step(h);
-      (void)_hm_prim_sdmring_submit(h->ring);
+      (void)_hm_prim_ring_submit(h->ring);
       hm__read_faults(h);
     }
   }
@@ -1279,8 +1279,8 @@ static int hm__check_dir(hm_ctx_t *ctx, const char *dir) {
 static void hm__free_handlers(hm_pager_t *p) {
   for (unsigned i = 0; i < p->nh; i++) {
     hm__handler_t *h = &p->h[i];
-    _hm_prim_sdmring_free(h->ring);
-    _hm_prim_sdmring_free(h->wring);
+    _hm_prim_ring_free(h->ring);
+    _hm_prim_ring_free(h->wring);
     free(h->ops);
     free(h->def);
     free(h->vec);
@@ -1516,8 +1516,8 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
       rc = -ENOMEM;
       goto oom;
     }
-    rc = _hm_prim_sdmring_new(nops + 4, &h->ring);
-    if (!rc) rc = _hm_prim_sdmring_new(cfg.io_depth, &h->wring);
+    rc = _hm_prim_ring_new(nops + 4, &h->ring);
+    if (!rc) rc = _hm_prim_ring_new(cfg.io_depth, &h->wring);
     if (rc) {
       hm__destroy(p);
       return _hm_error(ctx, rc, "io_uring setup failed: %s", hm_strerror(rc));

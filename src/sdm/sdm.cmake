@@ -4,5 +4,4 @@ target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/prefetch.c
   ${CMAKE_CURRENT_LIST_DIR}/../prim/uffd.c
   ${CMAKE_CURRENT_LIST_DIR}/../prim/vm.c
-  ${CMAKE_CURRENT_LIST_DIR}/../prim/sdm_io.c
 )

@@ -1,7 +1,7 @@
-/* The pager's io_uring wrapper: O_DIRECT reads and writes plus a poll on
- * the userfaultfd, so that one handler thread waits in one place for both
- * faults and I/O completions. Kept apart from prim/uring.c (the probe's
- * blocking wrapper) because the pager needs polls and non-blocking peeks. */
+/* The one io_uring wrapper: O_DIRECT reads and writes, a poll (the pager's
+ * handler waits in one place for faults on its userfaultfd and for I/O
+ * completions), submission, and completions by peek or by wait. The pager
+ * and the storage probe both use it. */
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
@@ -10,19 +10,20 @@
 
 #include "prim/prim.h"
 
-struct _hm_prim_sdmring_s {
+struct _hm_prim_ring_s {
   struct io_uring ring;
 };
 
-int _hm_prim_sdmring_new(unsigned entries, _hm_prim_sdmring_t **out) {
-  _hm_prim_sdmring_t *r = calloc(1, sizeof *r);
+int _hm_prim_ring_new(unsigned entries, _hm_prim_ring_t **out) {
+  _hm_prim_ring_t *r = calloc(1, sizeof *r);
   if (!r) return -ENOMEM;
   int rc = io_uring_queue_init(entries, &r->ring, 0);
   if (rc < 0) {
     free(r);
     return rc;
   }
-  /* Few workers: each read allocates its target pages in one memfd, and
+  /* Few workers, for the I/O handed to them (HM_PRIM_RING_ASYNC): each
+   * pager read in memfd mode allocates its target pages in one memfd, and
    * many workers mostly contend on that file's locks. Best effort. */
   unsigned workers[2] = {2, 2};
   (void)io_uring_register_iowq_max_workers(&r->ring, workers);
@@ -30,13 +31,13 @@ int _hm_prim_sdmring_new(unsigned entries, _hm_prim_sdmring_t **out) {
   return 0;
 }
 
-void _hm_prim_sdmring_free(_hm_prim_sdmring_t *r) {
+void _hm_prim_ring_free(_hm_prim_ring_t *r) {
   if (!r) return;
   io_uring_queue_exit(&r->ring);
   free(r);
 }
 
-int _hm_prim_sdmring_rw(_hm_prim_sdmring_t *r, int op, int fd, void *buf, unsigned len,
+int _hm_prim_ring_rw(_hm_prim_ring_t *r, int op, int fd, void *buf, unsigned len,
                         uint64_t off, uint64_t tag) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
   if (!sqe) return -EBUSY;
@@ -49,7 +50,7 @@ int _hm_prim_sdmring_rw(_hm_prim_sdmring_t *r, int op, int fd, void *buf, unsign
   return 0;
 }
 
-int _hm_prim_sdmring_poll(_hm_prim_sdmring_t *r, int fd, uint64_t tag) {
+int _hm_prim_ring_poll(_hm_prim_ring_t *r, int fd, uint64_t tag) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
   if (!sqe) return -EBUSY;
   io_uring_prep_poll_add(sqe, fd, POLLIN);
@@ -57,7 +58,7 @@ int _hm_prim_sdmring_poll(_hm_prim_sdmring_t *r, int fd, uint64_t tag) {
   return 0;
 }
 
-int _hm_prim_sdmring_submit(_hm_prim_sdmring_t *r) {
+int _hm_prim_ring_submit(_hm_prim_ring_t *r) {
   int rc;
   do {
     rc = io_uring_submit(&r->ring);
@@ -65,7 +66,7 @@ int _hm_prim_sdmring_submit(_hm_prim_sdmring_t *r) {
   return rc;
 }
 
-int _hm_prim_sdmring_next(_hm_prim_sdmring_t *r, int wait_us, uint64_t *tag, int *res) {
+int _hm_prim_ring_next(_hm_prim_ring_t *r, int wait_us, uint64_t *tag, int *res) {
   struct io_uring_cqe *cqe = NULL;
   int rc;
   if (wait_us != 0) {
