@@ -57,7 +57,8 @@ void _hm_sb_json_str(_hm_sb_t *sb, const char *s);
  * the sticky error. */
 int _hm_sb_take(_hm_sb_t *sb, char **out);
 
-/* Size parsing shared by options and the public hm_parse_size. */
-int _hm_parse_size(const char *text, uint64_t *out);
+/* Size parsing shared by options, the public hm_parse_size and the
+ * benchmark kernels. */
+#include "size.h"
 
 #endif

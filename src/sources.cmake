@@ -3,6 +3,7 @@ target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ctx.c
   ${CMAKE_CURRENT_LIST_DIR}/error.c
   ${CMAKE_CURRENT_LIST_DIR}/options.c
+  ${CMAKE_CURRENT_LIST_DIR}/size.c
   ${CMAKE_CURRENT_LIST_DIR}/strbuf.c
   ${CMAKE_CURRENT_LIST_DIR}/prim/fs.c
   ${CMAKE_CURRENT_LIST_DIR}/prim/perf.c

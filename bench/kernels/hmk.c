@@ -12,6 +12,8 @@
 #include <strings.h>
 #include <time.h>
 
+#include "size.h"
+
 static const char *hmk__name = "kernel";
 
 void hmk_fail(int code, const char *fmt, ...) {
@@ -40,34 +42,7 @@ double hmk_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int hmk_parse_size(const char *text, uint64_t *out) {
-  if (!text) return -1;
-  while (isspace((unsigned char)*text)) text++;
-  if (!*text || *text == '-' || *text == '+') return -1;
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(text, &end);
-  if (end == text || errno == ERANGE || !isfinite(v) || v < 0) return -1;
-  while (isspace((unsigned char)*end)) end++;
-  static const struct {
-    const char *sfx;
-    double mult;
-  } tab[] = {
-      {"", 1.0},           {"B", 1.0},           {"K", 1024.0},        {"KiB", 1024.0},
-      {"M", 1048576.0},    {"MiB", 1048576.0},   {"G", 1073741824.0},  {"GiB", 1073741824.0},
-      {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"kB", 1e3},  {"MB", 1e6},
-      {"GB", 1e9},         {"TB", 1e12},
-  };
-  for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
-    if (strcasecmp(end, tab[i].sfx) == 0) {
-      double b = v * tab[i].mult;
-      if (b >= 18446744073709551615.0 || b != floor(b)) return -1;
-      *out = (uint64_t)b;
-      return 0;
-    }
-  }
-  return -1;
-}
+int hmk_parse_size(const char *text, uint64_t *out) { return _hm_parse_size(text, out) ? -1 : 0; }
 
 static int hmk__in_choices(const char *choices, const char *v) {
   size_t n = strlen(v);

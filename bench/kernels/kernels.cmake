@@ -8,10 +8,12 @@ pkg_check_modules(HMK_FFTW REQUIRED IMPORTED_TARGET fftw3)
 find_library(HMK_FFTW_OMP NAMES fftw3_omp HINTS ${HMK_FFTW_LIBRARY_DIRS} REQUIRED)
 
 set(HMK_DIR ${CMAKE_CURRENT_LIST_DIR})
-add_library(hm_kernel_common STATIC ${HMK_DIR}/hmk.c)
+# The size parser is libhetmem's source file, compiled in: the kernels do
+# not link libhetmem (they stand for unmodified applications).
+add_library(hm_kernel_common STATIC ${HMK_DIR}/hmk.c ${PROJECT_SOURCE_DIR}/src/size.c)
 target_compile_options(hm_kernel_common PRIVATE ${HM_WARNINGS} -O3)
 target_compile_definitions(hm_kernel_common PUBLIC _GNU_SOURCE)
-target_include_directories(hm_kernel_common PUBLIC ${HMK_DIR})
+target_include_directories(hm_kernel_common PUBLIC ${HMK_DIR} PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(hm_kernel_common PUBLIC OpenMP::OpenMP_C m)
 
 set(HMK_KERNELS stream poly scan gemm lu fft chase gups)
