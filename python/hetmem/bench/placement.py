@@ -303,7 +303,9 @@ def _measure_alloc(
             raise HetmemError(f"alloc: hetmem advise failed: {proc.stderr.strip()}")
     none: list[float] = []
     flat: list[float] = []
-    for r in range(max(3, args.repeat)):
+    # interleaved, best of at least 5 each: one run is 0.6 s, and the
+    # difference sought (a few %) is within one run's noise on a shared machine
+    for r in range(max(5, args.repeat)):
         _say(f"alloc: no preload / flat (run {r + 1})")
         none.append(
             _program_result(subprocess.run(argv, capture_output=True, text=True), "alloc")[
