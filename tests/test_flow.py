@@ -513,7 +513,7 @@ def test_replay_module_scores_a_saved_sweep_again(tmp_path, capsys):
     inputs = {
         "load": 0.0,
         "ktimes": {"writer": {"1": 0.001}, "reader": {"1": 0.001}},
-        "io": {"dram/p1": dict(io, overlap={"wi": 2.0, "ri": 2.0})},
+        "io": {"dram/p1": dict(io, overlap={"wi": 2.0, "ri": 2.0}, cpu={"wi": 0.5, "ri": 0.5})},
         "concurrency_now": {"io:dram": {"1": 1.0, "2": 1.0}},
     }
     rows = [
@@ -534,6 +534,12 @@ def test_replay_module_scores_a_saved_sweep_again(tmp_path, capsys):
     bb = {r["config"]: r for r in bare[0]["rows"]}
     assert bb["parallel/dram/p1"]["predicted_s"] < by["parallel/dram/p1"]["predicted_s"]
     assert bb["serial/dram/p1"]["predicted_s"] == pytest.approx(by["serial/dram/p1"]["predicted_s"])
+    # without the CPU share parallel mode pays its I/O in full
+    full, _ = replay.evaluate(data, cal, ("cpu",))
+    fb = {r["config"]: r for r in full[0]["rows"]}
+    assert fb["parallel/dram/p1"]["predicted_s"] > by["parallel/dram/p1"]["predicted_s"]
+    assert fb["serial/dram/p1"]["predicted_s"] == pytest.approx(by["serial/dram/p1"]["predicted_s"])
+    assert "cpu" in inputs["io"]["dram/p1"]  # the saved inputs are left alone
     # the advised configuration is the one predicted fastest; its slowdown is measured
     adv = min(results[0]["rows"], key=lambda r: r["predicted_s"])
     assert results[0]["advised"] == adv["config"]

@@ -5,7 +5,7 @@ predictions again with the model as it is now, optionally without one of
 its refinements, then scores them as the sweep does (sweep.summarize):
 
   python -m hetmem.flow.replay SWEEP.json [--calibration CAL.json]
-      [--without mix_now] [--without overlap] [-v]
+      [--without mix_now|overlap|cpu|concurrency_now]... [-v]
 
 The measurements are not touched: only the predictions, and so the advised
 configuration, change.
@@ -22,15 +22,16 @@ from typing import Any
 from hetmem.flow import model, sweep
 from hetmem.flow import spec as specmod
 
-PARTS = ("mix_now", "overlap", "concurrency_now")
+PARTS = ("mix_now", "overlap", "cpu", "concurrency_now")
+IO_PARTS = ("overlap", "cpu")  # kept per tier and rank count in the I/O profile
 
 
 def _strip(inputs: dict[str, Any], without: tuple[str, ...]) -> dict[str, Any]:
     out = dict(inputs)
     for part in without:
-        if part == "overlap":
+        if part in IO_PARTS:
             out["io"] = {
-                k: {a: b for a, b in v.items() if a != "overlap"}
+                k: {a: b for a, b in v.items() if a != part}
                 for k, v in (out.get("io") or {}).items()
             }
         else:
