@@ -52,8 +52,10 @@ typedef struct hm__loader_s {
   const double *base;
   size_t n;            /* doubles in this thread's slice */
   atomic_int *ready;   /* count of loaders that touched their slice */
-  atomic_int *go;      /* 1: count bytes; 2: stop */
-  uint64_t bytes;      /* read while go == 1 */
+  atomic_int *go;      /* 1: stream (say so in running); 3: count bytes; 2: stop */
+  atomic_int *running; /* loaders streaming since go became 1 */
+  atomic_int *counted; /* loaders that counted a chunk since go became 3 */
+  uint64_t bytes;      /* read while go == 3 */
   double sink;         /* keeps the sums alive */
   int rc;
 } hm__loader_t;
@@ -80,11 +82,21 @@ static void *hm__loader_main(void *arg) {
   atomic_fetch_add(l->ready, 1);
   const size_t chunk = (1u << 20) / sizeof(double);
   size_t off = 0;
-  int state;
+  int state, said_running = 0, said_counted = 0;
   while ((state = atomic_load_explicit(l->go, memory_order_relaxed)) != 2) {
     size_t len = l->n - off < chunk ? l->n - off : chunk;
     l->sink += hm__read_sum(l->base + off, len);
-    if (state == 1) l->bytes += len * sizeof(double);
+    if (state >= 1 && !said_running) {
+      said_running = 1;
+      atomic_fetch_add(l->running, 1);
+    }
+    if (state == 3) {
+      l->bytes += len * sizeof(double);
+      if (!said_counted) {
+        said_counted = 1;
+        atomic_fetch_add(l->counted, 1);
+      }
+    }
     off += len;
     if (off >= l->n) off = 0;
   }
@@ -127,7 +139,7 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
   int *loader_cpus = NULL;
   void *lmem = NULL;
   uint64_t lbytes = bytes < (64u << 20) ? (64u << 20) : bytes;
-  atomic_int ready = 0, go = 0;
+  atomic_int ready = 0, go = 0, running = 0, counted = 0;
   if (!cpus || !saved || !perm) {
     rc = _hm_error(ctx, -ENOMEM, "latency: out of memory");
     goto done;
@@ -202,6 +214,8 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
       l->n = per;
       l->ready = &ready;
       l->go = &go;
+      l->running = &running;
+      l->counted = &counted;
       if (pthread_create(&l->tid, NULL, hm__loader_main, l)) {
         rc = _hm_error(ctx, -EAGAIN, "latency: cannot start load threads");
         atomic_store(&go, 2);
@@ -215,7 +229,16 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
   hm__line_t *p = &lines[0];
   p = hm__chase(p, loads < n ? loads : n); /* warm the TLB and page tables */
   double best = INFINITY;
+  /* The chase is timed only once every load thread streams (on a busy
+   * machine one may not have run yet), and the load ends only once each
+   * has counted some of its reads, so that "loaded" means loaded. Both
+   * waits are bounded (2 s): a thread that never runs is reported by a
+   * lower load_gbs, never by a hang. */
+  uint64_t wait_end = _hm_prim_now_ns() + 2000000000ull;
   atomic_store(&go, 1);
+  while (nload && atomic_load(&running) < (int)nload && _hm_prim_now_ns() < wait_end) {
+  }
+  atomic_store(&go, 3);
   uint64_t lt0 = _hm_prim_now_ns();
   for (unsigned k = 0; k < reps; k++) {
     uint64_t t0 = _hm_prim_now_ns();
@@ -223,6 +246,9 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
     uint64_t t1 = _hm_prim_now_ns();
     double ns = (double)(t1 - t0) / (double)loads;
     if (ns < best) best = ns;
+  }
+  wait_end = _hm_prim_now_ns() + 2000000000ull;
+  while (nload && atomic_load(&counted) < (int)nload && _hm_prim_now_ns() < wait_end) {
   }
   atomic_store(&go, 2);
   uint64_t lt1 = _hm_prim_now_ns();
