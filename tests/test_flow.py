@@ -579,11 +579,14 @@ def test_parallel_predictions_take_the_work_at_its_cpu_share(monkeypatch):
     # pipeline of 3 steps: writer 0.08 + 0.01 binds, reader 0.005 + 0.02
     assert par["iteration_s"] == pytest.approx((3 * 0.09 + 0.025) / 3)
     assert par["writer_compute_s"] == pytest.approx(0.08)
-    # the p-rank runs' share counts only what the simulated sharing leaves:
-    # a p-rank stencil at 1.5x on the clock for 1.5x slowdown is all on a CPU
+    # every rank count of a tier takes the one-rank run's share
+    io2 = {
+        f"dram/p{p}": {"put": 0.01, "get": 0.01, "put_touch": 0.0, "get_touch": 0.0} for p in (1, 2)
+    }
+    model.run_profile(s, ["dram"], {"writer": {1: 0.05, 2: 0.03}, "reader": {1: 0.02}}, io2)
+    assert io2["dram/p2"]["cpu"] == io2["dram/p1"]["cpu"] == io["dram/p1"]["cpu"]
     ph = {"io": 0.01, "io_cpu": 0.01, "compute": 0.02, "compute_cpu": 0.02}
     runs = [{"writer": dict(ph, compute=0.15, compute_cpu=0.10), "reader": dict(ph)}]
-    assert model._cpu_share(runs, {"w": 1.5})["w"] == pytest.approx(1.0)
     assert model._cpu_share(runs)["w"] == pytest.approx(0.10 / 0.15)
     # never below half (a run that was mostly descheduled says little)
     runs[0]["writer"]["compute_cpu"] = 0.01
