@@ -46,6 +46,7 @@ CASES = [
     (["flow", "sweep", "small-io", "--repeat", "0"], "--repeat"),
     (["flow", "sweep", "small-io", "--max-ranks", "0"], "--max-ranks"),
     (["flow", "sweep", "small-io", "--repeat", "x"], "--repeat"),
+    (["flow", "sweep", "small-io", "-o", "/nonexistent-hetmem-dir/s.json"], "does not exist"),
     (["flow", "advise", "small-io", "--max-ranks", "0"], "--max-ranks"),
     # hetmem flow bench and its alias hetmem bench flow
     (["flow", "bench", "--steps", "0"], "--steps"),

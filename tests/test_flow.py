@@ -591,3 +591,24 @@ def test_parallel_predictions_take_the_work_at_its_cpu_share(monkeypatch):
     # never below half (a run that was mostly descheduled says little)
     runs[0]["writer"]["compute_cpu"] = 0.01
     assert model._cpu_share(runs)["w"] == 0.5
+
+
+def test_cli_sweep_writes_the_json_it_prints(monkeypatch, tmp_path, capsys):
+    from hetmem import cli
+    from hetmem.flow import calibrate, sweep
+
+    got = {
+        "spec": "small-io",
+        "rows": [{"config": "serial/dram/p1", "error": 0.1, "spread": 0.0}],
+        "advised_slowdown": 1.0,
+        "advised_tied_with_best": True,
+        "advisor_inputs": [{"load": 0.0}],
+    }
+    monkeypatch.setattr(calibrate, "load", lambda: _calib())
+    monkeypatch.setattr(sweep, "sweep", lambda *a, **k: dict(got))
+    out = tmp_path / "s.json"
+    assert cli.main(["flow", "sweep", "small-io", "--repeat", "1", "--json", "-o", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert json.loads(out.read_text()) == printed
+    assert printed["specs"][0]["advisor_inputs"] == [{"load": 0.0}]
+    assert printed["summary"]["specs"] == 1

@@ -4,6 +4,9 @@ advise, sweep, bench)."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 from hetmem import output
@@ -64,6 +67,12 @@ class Command:
             "--calibrate", action="store_true", help="calibrate first (the machine as it is now)"
         )
         p.add_argument("--json", action="store_true", help="print JSON")
+        p.add_argument(
+            "-o",
+            "--output",
+            help="also write the JSON to this file (the advisor's inputs included:"
+            " python -m hetmem.flow.replay judges a model change against it)",
+        )
         p = sub.add_parser("bench", help="the channel against ADIOS2 SST and BP5")
         add_bench_arguments(p)
 
@@ -200,6 +209,12 @@ class Command:
             raise UsageError("--repeat: must be >= 1")
         if args.max_ranks < 1:
             raise UsageError("--max-ranks: must be >= 1")
+        if args.output:
+            parent = Path(args.output).absolute().parent
+            if not parent.is_dir():
+                raise UsageError(f"-o: directory '{parent}' does not exist")
+            if not os.access(parent, os.W_OK):
+                raise UsageError(f"-o: directory '{parent}' is not writable")
         # every spec is read before any calibration or run starts
         specs = [specmod.load(name) for name in args.spec]
         if args.calibrate:
@@ -213,8 +228,11 @@ class Command:
             for spec in specs:
                 results.append(sweep.sweep(spec, calib, args.max_ranks, prog, args.repeat))
         summary = sweep.summarize(results)
+        data = {"schema_version": 1, "specs": results, "summary": summary}
+        if args.output:
+            Path(args.output).write_text(json.dumps(data, indent=2) + "\n")
         if args.json:
-            output.print_json({"schema_version": 1, "specs": results, "summary": summary})
+            output.print_json(data)
             return 0
         con = output.console()
 
