@@ -63,21 +63,21 @@ static void run_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
   CHECK(s1.resident_bytes <= s1.peak_resident_bytes);
   CHECK(s1.faults >= s1.fetches);
 
-  /* A read-only pass writes nothing back where writes are tracked. */
-  bad = 0;
-  for (size_t i = 0; i < n; i++) bad += a[i] != (hm_sdm_mix(i) ^ flags);
-  CHECK_EQ_INT(bad, 0);
-  bad = 0;
-  for (size_t i = 0; i < n; i++) bad += a[i] != (hm_sdm_mix(i) ^ flags);
-  CHECK_EQ_INT(bad, 0);
+  /* A read-only pass writes nothing back where writes are tracked. The
+   * units the write pass left dirty and resident are flushed first (which
+   * of them stay resident through later passes depends on the eviction
+   * order, and their write-back is due whenever they go). */
+  CHECK_EQ_INT(hm_pager_flush(p, NULL, 0), 0);
   hm_pager_stats_t s2 = {.size = sizeof s2};
   CHECK_EQ_INT(hm_pager_stats(p, &s2), 0);
+  bad = 0;
+  for (size_t i = 0; i < n; i++) bad += a[i] != (hm_sdm_mix(i) ^ flags);
+  CHECK_EQ_INT(bad, 0);
+  bad = 0;
+  for (size_t i = 0; i < n; i++) bad += a[i] != (hm_sdm_mix(i) ^ flags);
+  CHECK_EQ_INT(bad, 0);
   if (!(flags & HM_PAGER_NO_WP)) {
-    /* The first read pass may still evict units written by the write pass. */
     hm_pager_stats_t s3 = {.size = sizeof s3};
-    bad = 0;
-    for (size_t i = 0; i < n; i++) bad += a[i] != (hm_sdm_mix(i) ^ flags);
-    CHECK_EQ_INT(bad, 0);
     CHECK_EQ_INT(hm_pager_stats(p, &s3), 0);
     CHECK(s3.evictions > s2.evictions);
     CHECK_EQ_INT(s3.writebacks, s2.writebacks);
