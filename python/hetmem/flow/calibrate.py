@@ -190,25 +190,33 @@ def _worker(kind: str, seconds: float, barrier: Any, q: Any) -> None:
         q.put(f"{type(exc).__name__}: {exc}")
 
 
-def unit_time(kind: str, k: int, seconds: float = 0.6) -> float:
-    """Mean time of one unit of kind over k processes running it at once."""
-    ctx = mp.get_context("fork")
-    barrier = ctx.Barrier(k)
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(kind, seconds, barrier, q)) for _ in range(k)]
+def _gather(procs: list[Any], q: Any, timeout: float) -> list[Any]:
+    """Starts the worker processes and returns what each put on q (a worker
+    that failed puts its error as a string, raised here); stragglers are
+    killed."""
     for p in procs:
         p.start()
     try:
-        got = [q.get(timeout=120) for _ in procs]
+        got = [q.get(timeout=timeout) for _ in procs]
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
     errs = [g for g in got if isinstance(g, str)]
+    errs += [g[1] for g in got if isinstance(g, tuple) and isinstance(g[1], str)]
     if errs:
         raise RuntimeError(f"calibration worker failed: {errs[0]}")
-    return float(np.mean(got))
+    return got
+
+
+def unit_time(kind: str, k: int, seconds: float = 0.6) -> float:
+    """Mean time of one unit of kind over k processes running it at once."""
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(k)
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(kind, seconds, barrier, q)) for _ in range(k)]
+    return float(np.mean(_gather(procs, q, 120)))
 
 
 def concurrency(
@@ -352,18 +360,7 @@ def _mix_once(jobs: list[tuple[str, str, int, int, int]], seconds: float) -> dic
         ctx.Process(target=_mix_worker, args=(j, seconds, barrier, done, len(jobs), q))
         for j in jobs
     ]
-    for p in procs:
-        p.start()
-    try:
-        got = [q.get(timeout=300) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    errs = [g for _, g in got if isinstance(g, str)]
-    if errs:
-        raise RuntimeError(f"calibration worker failed: {errs[0]}")
+    got = _gather(procs, q, 300)
     out: dict[str, list[float]] = {}
     for tag, t in got:
         out.setdefault(tag, []).append(float(t))
