@@ -27,11 +27,12 @@ const cplx lat_gamma[4][4][4] = {
 };
 
 /* GNU vector extensions (GCC, Clang): two complex numbers per vector. The
- * kernels get an AVX2+FMA clone and an AVX-512 one next to the baseline one
- * on x86-64, picked at load time (ifunc), so the binary stays portable. The
- * AVX-512 clone keeps the 256-bit vectors but folds the link and spinor
- * broadcasts into the FMAs (embedded broadcast) and has 32 registers: ~5%
- * faster on 24^4 in double, ~10% when the data are in L2. */
+ * kernels get an AVX2+FMA clone next to the baseline one on x86-64, picked
+ * at load time (ifunc), so the binary stays portable. An AVX-512 clone
+ * (x86-64-v4: embedded broadcasts, 32 registers) was 2-3% faster on the
+ * full operator but made the AMG smoother's block solves 10% slower (quiet
+ * machine, `hetmem bench lattice --parts solve,dirac`: smoother 1.100 ->
+ * 1.215 s per rhs, AMG speed-up over CGNR 5.07x -> 4.76x), so there is none. */
 typedef double v4d __attribute__((vector_size(32), aligned(8)));
 typedef float v4f __attribute__((vector_size(16), aligned(4)));
 typedef long long v4dm __attribute__((vector_size(32)));
@@ -43,7 +44,7 @@ typedef int v4fm __attribute__((vector_size(16)));
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define HM_FAST __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define HM_FAST __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define HM_FAST
 #endif
