@@ -121,13 +121,6 @@ static const char *const hm__dirty_names[] = {"wp_async", "wp_sync", "all"};
 #define HM__GROUP 16               /* most units one prefetch read covers */
 #define HM__HELD 32                /* readahead trigger pages held at once (anonymous mode) */
 #define HM__SUB_PAGES 16u          /* a strided stream's fill: 64 KiB around its page */
-#define HM__DEMQ 1024u             /* units left behind by streams, evicted first */
-
-typedef struct hm__demoted_s {
-  struct _hm_sdm_region_s *reg;
-  uint32_t unit;
-  int32_t slot;
-} hm__demoted_t;
 #define HM__GROUP_BYTES (1u << 20) /* and most bytes, unless one unit is more */
 
 typedef struct hm__op_s {
@@ -215,14 +208,6 @@ struct hm_pager_s {
    * hm__fill_done), HM__HELD of them, a bit per page in use. */
   char *held;
   uint64_t held_used;
-  /* Units a sequential stream has left more than a window behind, evicted
-   * before CLOCK runs (a ring of HM__DEMQ, oldest first). CLOCK alone cannot
-   * tell them from reused data: a stream's units carry the reference bit of
-   * their fault or prefetch, and resident data that is reused never faults,
-   * so a pass over more data than the cache pushed out what the program
-   * comes back to (the hot arrays of a cache-mode run). */
-  hm__demoted_t *demq;
-  uint32_t demq_head, demq_n;
   hm__handler_t *h;
   unsigned nh;
   atomic_int stop;
@@ -351,35 +336,11 @@ static void hm__touched(hm_pager_t *p, _hm_sdm_slot_t *S) {
 
 static void hm__pf_count_issue(hm_pager_t *p) { HM__ADD(p, c_pf_issued, 1); }
 
-/* A sequential stream at unit u of a region larger than the cache: the
- * resident units between one and two windows behind it are queued for
- * eviction first (what it passed cannot all stay until its next pass, so
- * keeping them only pushes out other data). A region that fits is left to
- * CLOCK: its next pass may find it resident. O(window) under the pager
- * lock; a full ring drops its oldest entries. */
-static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
-                              const _hm_sdm_pf_plan_t *pl) {
-  if (!p->demq || (pl->trend != 1 && pl->trend != -1) || r->len <= p->cap) return;
-  int64_t w = pl->window < 2 ? 2 : (int64_t)pl->window;
-  for (int64_t k = w + 1; k <= 2 * w; k++) {
-    int64_t v = (int64_t)u - pl->trend * k;
-    if (v < 0 || v >= (int64_t)r->nunits) break;
-    _hm_sdm_unit_t *V = &r->units[v];
-    if (V->state != HM_U_RES) continue;
-    if (p->demq_n == HM__DEMQ) {
-      p->demq_head = (p->demq_head + 1) % HM__DEMQ;
-      p->demq_n--;
-    }
-    p->demq[(p->demq_head + p->demq_n++) % HM__DEMQ] = (hm__demoted_t){r, (uint32_t)v, V->slot};
-  }
-}
-
 /* Feeds a fault at page pg of unit u to the stream detector. */
 static void hm__pf_feed(hm_pager_t *p, int tid, _hm_sdm_region_t *r, uint32_t u, uint32_t pg,
                         int hit, int seq, uint32_t maxw, _hm_sdm_pf_plan_t *plan) {
   _hm_sdm_pf_fault(&p->pf, tid, r, u, hit, seq, maxw, plan);
   plan->pg = pg;
-  hm__demote_behind(p, r, u, plan);
 }
 
 /* The pages a strided stream (more than one unit per step) fills of a
@@ -652,21 +613,6 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
   uint64_t batch = p->cap / 16 < (2u << 20) ? p->cap / 16 : (2u << 20);
   if (need < batch) need = batch;
   pthread_mutex_lock(&p->lk);
-  while (p->demq_n && nv < HM__MAXVICT && (nv == 0 || freed < need)) {
-    hm__demoted_t e = p->demq[p->demq_head];
-    p->demq_head = (p->demq_head + 1) % HM__DEMQ;
-    p->demq_n--;
-    _hm_sdm_slot_t *S = &p->slots[e.slot];
-    /* still that unit, resident and idle (else: evicted or reused since) */
-    if (!S->used || S->reg != e.reg || S->unit != e.unit || S->pin) continue;
-    _hm_sdm_region_t *r = S->reg;
-    _hm_sdm_unit_t *U = &r->units[S->unit];
-    if (r->dead || U->state != HM_U_RES || U->slot != e.slot) continue;
-    U->state = HM_U_BUSY;
-    r->busy++;
-    vict[nv++] = e.slot;
-    freed += (uint64_t)S->nfilled * HM_SDM_PAGE;
-  }
   for (uint32_t steps = 0; steps < 3 * p->nact + 3 && nv < HM__MAXVICT && (nv == 0 || freed < need);
        steps++) {
     if (p->nact == 0) break;
@@ -1357,7 +1303,6 @@ static void hm__destroy(hm_pager_t *p) {
   if (p->slots) (void)_hm_prim_vm_unmap(p->slots, p->slots_bytes);
   if (p->zeros) (void)_hm_prim_vm_unmap(p->zeros, p->unit);
   if (p->held) (void)_hm_prim_vm_unmap(p->held, (size_t)HM__HELD * HM_SDM_PAGE);
-  if (p->demq) (void)_hm_prim_vm_unmap(p->demq, HM__DEMQ * sizeof(hm__demoted_t));
   if (p->uffd >= 0) close(p->uffd);
   if (p->pagemap >= 0) close(p->pagemap);
   if (p->evfd >= 0) close(p->evfd);
@@ -1536,14 +1481,6 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
     p->slots[i].next_free = i + 1 < p->nslots ? (int32_t)(i + 1) : -1;
   }
   p->free_slot = 0;
-  if (p->cap >= (uint64_t)HM__DEMQ * sizeof(hm__demoted_t) * 8) {
-    /* charged to the budget; a cache too small for it (under 128 KiB) does without */
-    rc = _hm_prim_vm_map(-1, HM__DEMQ * sizeof(hm__demoted_t), &mem);
-    if (rc) goto oom;
-    p->demq = mem;
-    p->own += HM__DEMQ * sizeof(hm__demoted_t);
-    p->cap -= HM__DEMQ * sizeof(hm__demoted_t);
-  }
   if (!p->memfd_mode) {
     rc = _hm_prim_vm_map(-1, unit, &mem);
     if (rc) goto oom;
