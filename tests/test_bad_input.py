@@ -47,6 +47,10 @@ CASES = [
     (["flow", "sweep", "small-io", "--max-ranks", "0"], "--max-ranks"),
     (["flow", "sweep", "small-io", "--repeat", "x"], "--repeat"),
     (["flow", "sweep", "small-io", "-o", "/nonexistent-hetmem-dir/s.json"], "does not exist"),
+    (
+        ["run", "--mode", "dram", "--stats", "/nonexistent-hetmem-dir/s.json", "--", "true"],
+        "--stats: directory",
+    ),
     (["flow", "advise", "small-io", "--max-ranks", "0"], "--max-ranks"),
     # hetmem flow bench and its alias hetmem bench flow
     (["flow", "bench", "--steps", "0"], "--steps"),

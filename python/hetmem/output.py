@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -54,3 +55,18 @@ def progress(enabled: bool = True) -> Iterator[Progress]:
     )
     with p:
         yield p
+
+
+def check_output_dir(path: str | os.PathLike[str], flag: str) -> None:
+    """Refuses, before any work, an output file whose directory is missing
+    or not writable (UsageError naming the option): the file is written
+    when the work is done."""
+    from pathlib import Path
+
+    from hetmem.errors import UsageError
+
+    parent = Path(path).absolute().parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag}: directory '{parent}' does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{flag}: directory '{parent}' is not writable")

@@ -40,6 +40,7 @@ from typing import Any
 from hetmem import _native
 from hetmem import placement as placement_mod
 from hetmem.errors import EnvironmentProblem, HetmemError, NativeError, UsageError
+from hetmem.output import check_output_dir
 from hetmem.sizes import parse_size
 
 SCHEMA_VERSION = 1
@@ -162,9 +163,7 @@ def validate(cfg: RunConfig) -> None:
         cfg.storage = default_storage()
     cfg.storage = cfg.storage.resolve()
     if cfg.stats is not None:
-        parent = cfg.stats.resolve().parent
-        if not parent.is_dir():
-            raise UsageError(f"--stats: directory '{parent}' does not exist")
+        check_output_dir(cfg.stats.resolve(), "--stats")
     if cfg.mode in PLACE_MODES:
         validate_place(cfg)
         return

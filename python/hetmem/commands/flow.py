@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -210,11 +209,7 @@ class Command:
         if args.max_ranks < 1:
             raise UsageError("--max-ranks: must be >= 1")
         if args.output:
-            parent = Path(args.output).absolute().parent
-            if not parent.is_dir():
-                raise UsageError(f"-o: directory '{parent}' does not exist")
-            if not os.access(parent, os.W_OK):
-                raise UsageError(f"-o: directory '{parent}' is not writable")
+            output.check_output_dir(args.output, "-o")
         # every spec is read before any calibration or run starts
         specs = [specmod.load(name) for name in args.spec]
         if args.calibrate:

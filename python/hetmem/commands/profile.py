@@ -18,6 +18,7 @@ from hetmem import output
 from hetmem import profile as prof
 from hetmem import run as hrun
 from hetmem.errors import EnvironmentProblem, UsageError
+from hetmem.output import check_output_dir
 from hetmem.sizes import format_size, parse_size
 from hetmem.symbolize import Symbolizer
 
@@ -291,11 +292,7 @@ def record(
     if not so.exists():
         raise EnvironmentProblem(f"{so} is missing: reinstall hetmem")
     template = output_template(output)
-    parent = Path(template).parent
-    if not parent.is_dir():
-        raise UsageError(f"-o: directory '{parent}' does not exist")
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"-o: directory '{parent}' is not writable")
+    check_output_dir(template, "-o")
     env = dict(os.environ)
     env["LD_PRELOAD"] = str(so) + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
     env["HETMEM_PROFILE"] = str(Path(template).absolute())
