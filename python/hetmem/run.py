@@ -155,6 +155,8 @@ def validate(cfg: RunConfig) -> None:
     if cfg.mode not in MODES:
         raise UsageError(f"unknown mode '{cfg.mode}' (choose from {', '.join(MODES)})")
     resolve_command(cfg.command)
+    if cfg.stats is not None:  # written after the command: checked before it runs
+        check_output_dir(cfg.stats.resolve(), "--stats")
     if cfg.mode == "dram":
         return
     if cfg.budget <= 0:
@@ -162,8 +164,6 @@ def validate(cfg: RunConfig) -> None:
     if cfg.storage is None:
         cfg.storage = default_storage()
     cfg.storage = cfg.storage.resolve()
-    if cfg.stats is not None:
-        check_output_dir(cfg.stats.resolve(), "--stats")
     if cfg.mode in PLACE_MODES:
         validate_place(cfg)
         return
