@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from typing import Any
 
@@ -56,20 +55,9 @@ def evaluate(
             i: model.replay(spec, calib, _strip(inputs[i], without), labels) for i in set(rounds)
         }
         for r in rows:
-            r["predicted_runs_s"] = [made[i][r["config"]] for i in rounds]
-            r["predicted_s"] = statistics.median(r["predicted_runs_s"])
-            r["error"] = r["predicted_s"] / r["measured_s"] - 1.0
-        advised = min(rows, key=lambda r: r["predicted_s"])
-        results.append(
-            dict(
-                res,
-                rows=rows,
-                advised=advised["config"],
-                advised_slowdown=advised["slowdown"],
-                advised_within_5pct=advised["slowdown"] <= 1.05,
-                advised_tied_with_best=advised["config"] in res.get("tied_with_best", []),
-            )
-        )
+            sweep.set_prediction(r, [made[i][r["config"]] for i in rounds])
+        tied = res.get("tied_with_best", [])
+        results.append(dict(res, rows=rows, **sweep.advised_fields(rows, tied)))
     return results, sweep.summarize(results)
 
 

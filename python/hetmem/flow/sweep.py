@@ -88,28 +88,21 @@ def sweep(
     for p in predicted:
         runs_s = measured[p["config"]]
         m = statistics.median(runs_s)
-        pr = statistics.median(preds[p["config"]])
-        rows.append(
-            {
-                "config": p["config"],
-                "mode": p["mode"],
-                "tier": p["tier"],
-                "ranks": p["ranks"],
-                "predicted_s": pr,
-                "predicted_runs_s": preds[p["config"]],
-                "measured_s": m,
-                "measured_runs_s": measured[p["config"]],
-                "spread": (max(runs_s) - min(runs_s)) / m if m > 0 else 0.0,
-                "error": pr / m - 1.0,
-                "within_20pct": abs(pr / m - 1.0) <= 0.20,
-                "reason": reasons[p["config"]],
-            }
-        )
+        row = {
+            "config": p["config"],
+            "mode": p["mode"],
+            "tier": p["tier"],
+            "ranks": p["ranks"],
+            "measured_s": m,
+            "measured_runs_s": measured[p["config"]],
+            "spread": (max(runs_s) - min(runs_s)) / m if m > 0 else 0.0,
+            "reason": reasons[p["config"]],
+        }
+        rows.append(set_prediction(row, preds[p["config"]]))
     best = min(rows, key=lambda r: r["measured_s"])
     for r in rows:
         r["slowdown"] = r["measured_s"] / best["measured_s"]
     rows.sort(key=lambda r: r["measured_s"])
-    advised = min(rows, key=lambda r: r["predicted_s"])
     b_runs = best["measured_runs_s"]
     # configurations the measurement cannot tell from the best: run ranges overlap
     tied = [r["config"] for r in rows if r is not best and min(r["measured_runs_s"]) <= max(b_runs)]
@@ -122,13 +115,35 @@ def sweep(
         "external_load_runs": statistics.median(loads) if loads else None,
         "rows": rows,
         "best": best["config"],
+        **advised_fields(rows, tied),
+        "tied_with_best": tied,
+        "spread": statistics.median(r["spread"] for r in rows),
+        "worst_slowdown": max(r["slowdown"] for r in rows),
+    }
+
+
+def set_prediction(row: dict[str, Any], runs_s: list[float]) -> dict[str, Any]:
+    """A configuration's prediction (the median of its rounds') and its
+    error against the row's measured median."""
+    pr = statistics.median(runs_s)
+    row.update(
+        predicted_runs_s=runs_s,
+        predicted_s=pr,
+        error=pr / row["measured_s"] - 1.0,
+        within_20pct=abs(pr / row["measured_s"] - 1.0) <= 0.20,
+    )
+    return row
+
+
+def advised_fields(rows: list[dict[str, Any]], tied: list[str]) -> dict[str, Any]:
+    """The configuration with the lowest prediction, judged against the
+    measured best (rows carry their slowdown)."""
+    advised = min(rows, key=lambda r: r["predicted_s"])
+    return {
         "advised": advised["config"],
         "advised_slowdown": advised["slowdown"],
         "advised_within_5pct": advised["slowdown"] <= 1.05,
         "advised_tied_with_best": advised["config"] in tied,
-        "tied_with_best": tied,
-        "spread": statistics.median(r["spread"] for r in rows),
-        "worst_slowdown": max(r["slowdown"] for r in rows),
     }
 
 
