@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from typing import Any
 
 import pytest
 
@@ -299,13 +300,19 @@ def test_sweep_readvises_when_the_load_moves(monkeypatch):
     assert len(calls) == 1
 
 
-def test_run_profile_sets_the_level_from_a_serial_run(monkeypatch):
-    s = specmod.parse(TINY)
+def _tiny_figures(touch: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """In-process kernel and I/O figures of TINY at 1 and 2 ranks."""
     kt = {"writer": {1: 0.10, 2: 0.05}, "reader": {1: 0.20, 2: 0.12}}
     io = {
-        f"dram/p{p}": {"put": 0.01 / p, "get": 0.02 / p, "put_touch": 0.5, "get_touch": 0.5}
+        f"dram/p{p}": {"put": 0.01 / p, "get": 0.02 / p, "put_touch": touch, "get_touch": touch}
         for p in (1, 2)
     }
+    return kt, io
+
+
+def test_run_profile_sets_the_level_from_a_serial_run(monkeypatch):
+    s = specmod.parse(TINY)
+    kt, io = _tiny_figures(touch=0.5)
     seen = []
 
     def fake_run(spec):
@@ -346,11 +353,7 @@ def test_run_profile_brings_p_rank_runs_back_to_one_rank_busy(monkeypatch):
     # the simulation applies the slowdown of p ranks busy at once, so the
     # p-rank run's phases are divided by it (else counted twice)
     s = specmod.parse(TINY)
-    kt = {"writer": {1: 0.10, 2: 0.05}, "reader": {1: 0.20, 2: 0.12}}
-    io = {
-        f"dram/p{p}": {"put": 0.01 / p, "get": 0.02 / p, "put_touch": 0.0, "get_touch": 0.0}
-        for p in (1, 2)
-    }
+    kt, io = _tiny_figures(touch=0.0)
 
     def fake_run(spec):
         p = spec.writer.ranks
