@@ -45,17 +45,19 @@ __attribute__((noinline)) static hm__line_t *hm__chase(hm__line_t *p, uint64_t l
 }
 
 /* Loaded latency: threads that stream reads through their own slice of a
- * buffer on the same node while the chase runs. */
+ * buffer on the same node while the chase runs. The chase thread moves
+ * them through these phases (the go word). */
+enum { HM__GO_WAIT = 0, HM__GO_STREAM = 1, HM__GO_STOP = 2, HM__GO_COUNT = 3 };
 typedef struct hm__loader_s {
   pthread_t tid;
   int cpu;
   const double *base;
   size_t n;            /* doubles in this thread's slice */
   atomic_int *ready;   /* count of loaders that touched their slice */
-  atomic_int *go;      /* 1: stream (say so in running); 3: count bytes; 2: stop */
+  atomic_int *go;      /* HM__GO_*: stream (say so in running), count bytes, stop */
   atomic_int *running; /* loaders streaming since go became 1 */
   atomic_int *counted; /* loaders that counted a chunk since go became 3 */
-  uint64_t bytes;      /* read while go == 3 */
+  uint64_t bytes;      /* read while go is HM__GO_COUNT */
   double sink;         /* keeps the sums alive */
   int rc;
 } hm__loader_t;
@@ -83,14 +85,14 @@ static void *hm__loader_main(void *arg) {
   const size_t chunk = (1u << 20) / sizeof(double);
   size_t off = 0;
   int state, said_running = 0, said_counted = 0;
-  while ((state = atomic_load_explicit(l->go, memory_order_relaxed)) != 2) {
+  while ((state = atomic_load_explicit(l->go, memory_order_relaxed)) != HM__GO_STOP) {
     size_t len = l->n - off < chunk ? l->n - off : chunk;
     l->sink += hm__read_sum(l->base + off, len);
-    if (state >= 1 && !said_running) {
+    if (state != HM__GO_WAIT && !said_running) {
       said_running = 1;
       atomic_fetch_add(l->running, 1);
     }
-    if (state == 3) {
+    if (state == HM__GO_COUNT) {
       l->bytes += len * sizeof(double);
       if (!said_counted) {
         said_counted = 1;
@@ -218,7 +220,7 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
       l->counted = &counted;
       if (pthread_create(&l->tid, NULL, hm__loader_main, l)) {
         rc = _hm_error(ctx, -EAGAIN, "latency: cannot start load threads");
-        atomic_store(&go, 2);
+        atomic_store(&go, HM__GO_STOP);
         goto done;
       }
       started++;
@@ -235,10 +237,10 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
    * waits are bounded (2 s): a thread that never runs is reported by a
    * lower load_gbs, never by a hang. */
   uint64_t wait_end = _hm_prim_now_ns() + 2000000000ull;
-  atomic_store(&go, 1);
+  atomic_store(&go, HM__GO_STREAM);
   while (nload && atomic_load(&running) < (int)nload && _hm_prim_now_ns() < wait_end) {
   }
-  atomic_store(&go, 3);
+  atomic_store(&go, HM__GO_COUNT);
   uint64_t lt0 = _hm_prim_now_ns();
   for (unsigned k = 0; k < reps; k++) {
     uint64_t t0 = _hm_prim_now_ns();
@@ -250,7 +252,7 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
   wait_end = _hm_prim_now_ns() + 2000000000ull;
   while (nload && atomic_load(&counted) < (int)nload && _hm_prim_now_ns() < wait_end) {
   }
-  atomic_store(&go, 2);
+  atomic_store(&go, HM__GO_STOP);
   uint64_t lt1 = _hm_prim_now_ns();
   uint64_t lbytes_read = 0;
   for (uint32_t i = 0; i < started; i++) {
@@ -278,7 +280,7 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
   *out = r;
 done:
   if (started) {
-    atomic_store(&go, 2);
+    atomic_store(&go, HM__GO_STOP);
     for (uint32_t i = 0; i < started; i++) pthread_join(loaders[i].tid, NULL);
   }
   _hm_prim_unmap(lmem, lbytes);
