@@ -1470,6 +1470,7 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
   uint64_t mw = (uint64_t)cfg.io_depth * per_read;
   p->maxwin = (uint32_t)(cu / 4 < mw ? cu / 4 : mw);
   if (p->maxwin < 1) p->maxwin = 1;
+  p->pf.share = (uint32_t)(cu / 2 > UINT32_MAX ? UINT32_MAX : cu / 2);
   p->cfg = cfg;
 
   void *mem = NULL;

@@ -79,9 +79,17 @@ typedef struct _hm_sdm_stream_s {
 
 #define HM_SDM_STREAMS 64
 
+/* A stream that has not faulted in this many faults (of any stream) is idle:
+ * it no longer takes a share of the window budget. */
+#define HM_SDM_ACTIVE_FAULTS 64u
+
 typedef struct _hm_sdm_pf_s {
   _hm_sdm_stream_t s[HM_SDM_STREAMS];
   uint64_t clock;
+  /* Units that all active streams' windows may cover together (half of
+   * the cache; 0: no shared limit), split evenly among the streams with a
+   * trend that faulted in the last HM_SDM_ACTIVE_FAULTS faults. */
+  uint32_t share;
 } _hm_sdm_pf_t;
 
 /* Result of feeding one fault to the detector. */
@@ -102,7 +110,8 @@ typedef struct _hm_sdm_pf_plan_s {
 } _hm_sdm_pf_plan_t;
 
 /* Feeds a fault at unit (hit: it landed on a prefetched unit) and returns
- * what to prefetch, capped at max_window units. */
+ * what to prefetch, capped at max_window units and at the stream's share of
+ * pf->share. */
 void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, int hit,
                       int seq_hint, uint32_t max_window, _hm_sdm_pf_plan_t *plan);
 /* Moves a stream's last position (units mapped ahead of its reader). */

@@ -1,0 +1,101 @@
+/* The pager's stream detector (src/sdm/prefetch.c) on its own: a stream's
+ * window grows to max_window; the windows of several active streams share
+ * pf->share units; a stream that stops faulting stops taking a share; a
+ * jump off the trend starts the window over. Faults are fed by hand, so the
+ * figures are exact. */
+#include <stdint.h>
+#include <string.h>
+
+#include "sdm/sdm.h"
+#include "testhelper.h"
+
+static char g_regs[8];
+
+/* Feeds n consecutive faults of stream (tid, reg) from unit u0 on and
+ * returns the window of the last plan. */
+static uint32_t walk(_hm_sdm_pf_t *pf, int tid, int reg, int64_t u0, int n, uint32_t maxw) {
+  _hm_sdm_pf_plan_t plan;
+  uint32_t w = 0;
+  for (int i = 0; i < n; i++) {
+    _hm_sdm_pf_fault(pf, tid, &g_regs[reg], u0 + i, 0, 0, maxw, &plan);
+    if (plan.window) w = plan.window;
+  }
+  return w;
+}
+
+static void one_stream_reaches_max_window(void) {
+  _hm_sdm_pf_t pf;
+  memset(&pf, 0, sizeof pf);
+  pf.share = 1000;
+  CHECK_EQ_INT(walk(&pf, 1, 0, 0, 12, 32), 32);
+  /* the plan asks for units ahead of the fault, along stride 1 */
+  _hm_sdm_pf_plan_t plan;
+  _hm_sdm_pf_fault(&pf, 1, &g_regs[0], 12, 0, 0, 32, &plan);
+  CHECK_EQ_INT(plan.trend, 1);
+}
+
+static void active_streams_share_the_budget(void) {
+  _hm_sdm_pf_t pf;
+  memset(&pf, 0, sizeof pf);
+  pf.share = 54; /* half of a 108-unit cache */
+  /* six streams (2 threads x 3 arrays), interleaved as a STREAM triad faults */
+  uint32_t w[6] = {0};
+  _hm_sdm_pf_plan_t plan;
+  for (int i = 0; i < 16; i++)
+    for (int s = 0; s < 6; s++) {
+      _hm_sdm_pf_fault(&pf, s / 3, &g_regs[s % 3], (int64_t)(s * 1000 + i), 0, 0, 32, &plan);
+      if (plan.window) w[s] = plan.window;
+    }
+  for (int s = 0; s < 6; s++) CHECK_EQ_INT(w[s], 54 / 6);
+  /* alone again: the other five go idle after HM_SDM_ACTIVE_FAULTS faults */
+  uint32_t alone = walk(&pf, 0, 0, 16, (int)HM_SDM_ACTIVE_FAULTS + 8, 32);
+  CHECK_EQ_INT(alone, 32);
+}
+
+static void no_share_means_no_limit(void) {
+  _hm_sdm_pf_t pf;
+  memset(&pf, 0, sizeof pf); /* share 0 */
+  _hm_sdm_pf_plan_t plan;
+  uint32_t w = 0;
+  for (int i = 0; i < 16; i++)
+    for (int s = 0; s < 6; s++) {
+      _hm_sdm_pf_fault(&pf, s, &g_regs[0], (int64_t)(s * 1000 + i), 0, 0, 32, &plan);
+      if (s == 5 && plan.window) w = plan.window;
+    }
+  CHECK_EQ_INT(w, 32);
+}
+
+static void a_small_share_still_prefetches(void) {
+  _hm_sdm_pf_t pf;
+  memset(&pf, 0, sizeof pf);
+  pf.share = 3; /* less than one unit per stream: each keeps a window of 2 */
+  _hm_sdm_pf_plan_t plan;
+  uint32_t w = 0;
+  for (int i = 0; i < 16; i++)
+    for (int s = 0; s < 4; s++) {
+      _hm_sdm_pf_fault(&pf, s, &g_regs[1], (int64_t)(s * 1000 + i), 0, 0, 32, &plan);
+      if (s == 0 && plan.window) w = plan.window;
+    }
+  CHECK_EQ_INT(w, 2);
+}
+
+static void a_jump_restarts_the_window(void) {
+  _hm_sdm_pf_t pf;
+  memset(&pf, 0, sizeof pf);
+  pf.share = 1000;
+  CHECK_EQ_INT(walk(&pf, 1, 2, 0, 12, 32), 32);
+  _hm_sdm_pf_plan_t plan;
+  /* back to the start (a new pass): the majority still reads stride 1 */
+  _hm_sdm_pf_fault(&pf, 1, &g_regs[2], 0, 0, 0, 32, &plan);
+  _hm_sdm_pf_fault(&pf, 1, &g_regs[2], 1, 0, 0, 32, &plan);
+  CHECK(plan.window <= 4);
+}
+
+int main(void) {
+  one_stream_reaches_max_window();
+  active_streams_share_the_budget();
+  no_share_means_no_limit();
+  a_small_share_still_prefetches();
+  a_jump_restarts_the_window();
+  return hm_test_done("test_sdm_prefetch");
+}
