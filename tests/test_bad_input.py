@@ -93,6 +93,7 @@ CASES = [
     ),
     # hetmem demo: the matrix options are refused before the probe runs
     (["demo", "--repeat", "0"], "--repeat"),
+    (["demo", "--fits-repeat", "101"], "--fits-repeat"),
     (["demo", "--sizes", "big"], "--sizes"),
     (["demo", "--fast-budget", "lots"], "--fast-budget"),
     (["demo", "--fast-budget", "1M"], "at least 16MiB"),

@@ -37,6 +37,21 @@ def test_plan_interleaves_and_rotates_modes(tmp_path):
         assert {r["mode"] for r in runs[i : i + 3]} == {"dram", "cache", "swap"}
 
 
+def test_fits_repeat_adds_runs_only_below_the_budget(tmp_path):
+    runs = _plan(tmp_path, repeat=1, fits_repeat=3).runs()
+    reps = {}
+    for r in runs:
+        reps.setdefault((r["case"], r["multiple"], r["mode"]), set()).add(r["rep"])
+    for (_case, mult, _mode), got in reps.items():
+        assert got == ({0, 1, 2} if mult < 1 else {0}), (mult, got)
+    assert len(runs) == 2 * 3 * (3 + 1)
+    # every (case, size, rep) still has all its modes back to back
+    for i in range(0, len(runs), 3):
+        assert {r["mode"] for r in runs[i : i + 3]} == {"dram", "cache", "swap"}
+    # a fits_repeat below repeat changes nothing
+    assert _plan(tmp_path, repeat=2, fits_repeat=1).runs() == _plan(tmp_path, repeat=2).runs()
+
+
 def test_parse_options():
     assert harness.parse_multiples("0.25x, 2x,4") == [0.25, 2.0, 4.0]
     with pytest.raises(UsageError):
@@ -248,6 +263,7 @@ def test_swap_oom_is_the_baselines_result_not_a_failure():
         (["kernels", "stream", "--sizes", "big"], "--sizes"),
         (["kernels", "stream", "--modes", "turbo"], "unknown mode"),
         (["kernels", "stream", "--repeat", "0"], "--repeat"),
+        (["kernels", "stream", "--fits-repeat", "-1"], "--fits-repeat"),
         (["kernels", "stream", "--kernel-min-time", "-1"], "--kernel-min-time"),
         (["imdt", "--storage", "/nonexistent/dir"], "does not exist"),
     ],

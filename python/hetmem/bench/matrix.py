@@ -54,6 +54,14 @@ def add_matrix_arguments(
     parser.add_argument(
         "--repeat", type=int, default=repeat, help=f"repetitions per run ({repeat})"
     )
+    parser.add_argument(
+        "--fits-repeat",
+        type=int,
+        default=0,
+        metavar="N",
+        help="repetitions of the sizes below 1x, when more than --repeat: short runs "
+        "whose time varies most from one process to the next (0: as --repeat)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="kernel threads (all CPUs)")
     parser.add_argument("--storage", metavar="DIR", help="storage tier for cache and swap modes")
     parser.add_argument(
@@ -105,6 +113,8 @@ def make_plan(args: argparse.Namespace, suite: str) -> harness.Plan:
         output.err_console().print(f"note: mode {s}")
     if args.repeat < 1 or args.repeat > 100:
         raise UsageError("--repeat must be 1..100")
+    if not 0 <= args.fits_repeat <= 100:
+        raise UsageError("--fits-repeat must be 0..100")
     if args.kernel_reps < 1:
         raise UsageError("--kernel-reps must be at least 1")
     if not 0 <= args.kernel_min_time <= 600:
@@ -129,6 +139,7 @@ def make_plan(args: argparse.Namespace, suite: str) -> harness.Plan:
         outdir=outdir,
         kernel_reps=args.kernel_reps,
         kernel_min_time=args.kernel_min_time,
+        fits_repeat=args.fits_repeat,
     )
 
 
@@ -150,7 +161,13 @@ def run_matrix(args: argparse.Namespace, suite: str, argv: list[str]) -> dict[st
     n = len(plan.runs())
     output.err_console().print(
         f"hetmem bench {suite}: {len(plan.cases)} case(s) x {len(plan.multiples)} size(s) x "
-        f"{len(plan.modes)} mode(s) x {plan.repeat} rep(s) = {n} runs, "
+        f"{len(plan.modes)} mode(s) x {plan.repeat} rep(s)"
+        + (
+            f" ({plan.fits_repeat} below 1x)"
+            if plan.fits_repeat > plan.repeat and any(m < 1 for m in plan.multiples)
+            else ""
+        )
+        + f" = {n} runs, "
         f"budget {format_size(plan.budget)}, results in {plan.outdir}"
     )
     execute_with_progress(plan, argv, show=not args.json)

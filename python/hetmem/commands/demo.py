@@ -43,6 +43,13 @@ class Command:
         parser.add_argument("--sizes", default="0.5x,2x,4x", metavar="LIST", help="(0.5x,2x,4x)")
         parser.add_argument("--storage", metavar="DIR", help="storage tier directory")
         parser.add_argument("--repeat", type=int, default=1, help="repetitions (1)")
+        parser.add_argument(
+            "--fits-repeat",
+            type=int,
+            default=3,
+            metavar="N",
+            help="repetitions of the sizes below 1x, for the 'data fits' check (3)",
+        )
         parser.add_argument("--skip-probe", action="store_true", help="reuse the cached probe")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -61,6 +68,8 @@ class Command:
             args.sizes,
             "--repeat",
             str(args.repeat),
+            "--fits-repeat",
+            str(args.fits_repeat),
             "--kernel-reps",
             "2",
             "-o",
