@@ -46,9 +46,9 @@ class Command:
         parser.add_argument(
             "--fits-repeat",
             type=int,
-            default=3,
+            default=5,
             metavar="N",
-            help="repetitions of the sizes below 1x, for the 'data fits' check (3)",
+            help="repetitions of the sizes below 1x, for the 'data fits' check (5)",
         )
         parser.add_argument("--skip-probe", action="store_true", help="reuse the cached probe")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
