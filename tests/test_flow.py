@@ -615,3 +615,64 @@ def test_cli_sweep_writes_the_json_it_prints(monkeypatch, tmp_path, capsys):
     assert json.loads(out.read_text()) == printed
     assert printed["specs"][0]["advisor_inputs"] == [{"load": 0.0}]
     assert printed["summary"]["specs"] == 1
+
+
+def test_parallel_reference_sets_parallel_modes_level(monkeypatch):
+    # short parallel runs of the spec on its own tier, one per rank count;
+    # their measured / modelled ratio scales every parallel configuration of
+    # that rank count, on every tier, and nothing else
+    s = specmod.parse(TINY)
+    kt, io = _tiny_figures(touch=0.0)
+    io["file:/x/p1"] = dict(io["dram/p1"])
+    cal = _calib()
+    seen = []
+    measured = {1: 0.5, 2: 100.0}  # p2: far off the model, kept within the range
+
+    def fake_run(spec):
+        seen.append((spec.mode, spec.tier, spec.writer.ranks))
+        it = measured[spec.writer.ranks]
+        w = {"compute": 0.1, "io": 0.01, "wait": 0.0}
+        return {"iteration_s": it, "makespan_s": 2.0, "writer": w, "reader": w}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    ref = model.parallel_reference(s, ["dram", "file:/x"], kt, io, cal, 0.0)
+    assert seen == [("parallel", "dram", 1), ("parallel", "dram", 2)]
+    assert ref["tier"] == "dram"
+    plain = {
+        (m, t, p): model.predict(s, cal, kt, model.Config(m, t, p), io)["iteration_s"]
+        for m in ("serial", "parallel")
+        for t in ("dram", "file:/x")
+        for p in (1, 2)
+        if f"{t}/p{p}" in io
+    }
+    r1 = ref["ranks"]["1"]
+    assert r1["measured_s"] == 0.5
+    assert r1["predicted_s"] == pytest.approx(plain[("parallel", "dram", 1)])
+    assert r1["factor"] == pytest.approx(0.5 / plain[("parallel", "dram", 1)])
+    assert ref["ranks"]["2"]["factor"] == model.PARALLEL_REF_RANGE[1]
+    scaled = dict(cal, parallel_ref=ref)
+    for (m, t, p), base in plain.items():
+        got = model.predict(s, scaled, kt, model.Config(m, t, p), io)
+        f = ref["ranks"][str(p)]["factor"] if m == "parallel" else 1.0
+        assert got["iteration_s"] == pytest.approx(base * f), (m, t, p)
+        assert got["parallel_ref_factor"] == (f if m == "parallel" else None)
+    # replay makes the same predictions from the saved inputs
+    inputs = {
+        "load": 0.0,
+        "ktimes": {r: {str(p): v for p, v in x.items()} for r, x in kt.items()},
+        "io": io,
+        "concurrency_now": None,
+        "mix_now": None,
+        "parallel_ref": ref,
+    }
+    again = model.replay(s, cal, inputs, ["parallel/file:/x/p1", "serial/dram/p2"])
+    assert again["parallel/file:/x/p1"] == pytest.approx(
+        r1["factor"] * plain[("parallel", "file:/x", 1)]
+    )
+    assert again["serial/dram/p2"] == pytest.approx(plain[("serial", "dram", 2)])
+    # a spec whose own tier was not profiled takes the first profiled one
+    seen.clear()
+    model.parallel_reference(
+        s.with_config(tier="file:/x"), ["file:/x", "dram"], kt, {"dram/p1": io["dram/p1"]}, cal, 0.0
+    )
+    assert seen == [("parallel", "dram", 1)]

@@ -171,9 +171,13 @@ class Command:
         spec = specmod.load(args.spec)
         if args.max_ranks < 1:
             raise UsageError("--max-ranks: must be >= 1")
-        rows = model.advise(spec, self._calibration(), max_ranks=args.max_ranks)
+        inputs: dict[str, Any] = {}
+        rows = model.advise(spec, self._calibration(), max_ranks=args.max_ranks, inputs=inputs)
+        ref = inputs.get("parallel_ref") or {}
         if args.json:
-            output.print_json({"schema_version": 1, "spec": spec.name, "ranking": rows})
+            output.print_json(
+                {"schema_version": 1, "spec": spec.name, "ranking": rows, "parallel_ref": ref}
+            )
             return 0
         output.table(
             f"flow advise {spec.name}: predicted iteration time, best first",
@@ -190,6 +194,12 @@ class Command:
                 for r in rows
             ],
         )
+        for p, x in sorted((ref.get("ranks") or {}).items()):
+            output.console().print(
+                f"parallel p{p}: scaled by {x['factor']:.2f} from a reference run on "
+                f"{ref['tier']} ({x['measured_s']:.4f} s/iter measured, "
+                f"{x['predicted_s']:.4f} modelled)"
+            )
         b = rows[0]
         output.console().print(
             f"advice: --mode {b['mode']} --channel {b['tier']} --ranks {b['ranks']} "

@@ -21,7 +21,7 @@ from typing import Any
 from hetmem.flow import model, sweep
 from hetmem.flow import spec as specmod
 
-PARTS = ("mix_now", "overlap", "cpu", "concurrency_now")
+PARTS = ("mix_now", "overlap", "cpu", "concurrency_now", "parallel_ref")
 IO_PARTS = ("overlap", "cpu")  # kept per tier and rank count in the I/O profile
 
 
