@@ -34,18 +34,25 @@ static void one_stream_reaches_max_window(void) {
   CHECK_EQ_INT(plan.trend, 1);
 }
 
+/* n streams (thread s, region regs[s % nreg]) fault in turn, 16 times each,
+ * at units s * 1000 + i; returns each stream's last window in w. */
+static void interleave(_hm_sdm_pf_t *pf, int n, int nreg, int threads, uint32_t *w) {
+  _hm_sdm_pf_plan_t plan;
+  for (int i = 0; i < 16; i++)
+    for (int s = 0; s < n; s++) {
+      int tid = threads ? s / nreg : s;
+      _hm_sdm_pf_fault(pf, tid, &g_regs[s % nreg], (int64_t)(s * 1000 + i), 0, 0, 32, &plan);
+      if (plan.window) w[s] = plan.window;
+    }
+}
+
 static void active_streams_share_the_budget(void) {
   _hm_sdm_pf_t pf;
   memset(&pf, 0, sizeof pf);
   pf.share = 54; /* half of a 108-unit cache */
   /* six streams (2 threads x 3 arrays), interleaved as a STREAM triad faults */
   uint32_t w[6] = {0};
-  _hm_sdm_pf_plan_t plan;
-  for (int i = 0; i < 16; i++)
-    for (int s = 0; s < 6; s++) {
-      _hm_sdm_pf_fault(&pf, s / 3, &g_regs[s % 3], (int64_t)(s * 1000 + i), 0, 0, 32, &plan);
-      if (plan.window) w[s] = plan.window;
-    }
+  interleave(&pf, 6, 3, 1, w);
   for (int s = 0; s < 6; s++) CHECK_EQ_INT(w[s], 54 / 6);
   /* alone again: the other five go idle after HM_SDM_ACTIVE_FAULTS faults */
   uint32_t alone = walk(&pf, 0, 0, 16, (int)HM_SDM_ACTIVE_FAULTS + 8, 32);
@@ -55,28 +62,18 @@ static void active_streams_share_the_budget(void) {
 static void no_share_means_no_limit(void) {
   _hm_sdm_pf_t pf;
   memset(&pf, 0, sizeof pf); /* share 0 */
-  _hm_sdm_pf_plan_t plan;
-  uint32_t w = 0;
-  for (int i = 0; i < 16; i++)
-    for (int s = 0; s < 6; s++) {
-      _hm_sdm_pf_fault(&pf, s, &g_regs[0], (int64_t)(s * 1000 + i), 0, 0, 32, &plan);
-      if (s == 5 && plan.window) w = plan.window;
-    }
-  CHECK_EQ_INT(w, 32);
+  uint32_t w[6] = {0};
+  interleave(&pf, 6, 1, 0, w);
+  CHECK_EQ_INT(w[5], 32);
 }
 
 static void a_small_share_still_prefetches(void) {
   _hm_sdm_pf_t pf;
   memset(&pf, 0, sizeof pf);
   pf.share = 3; /* less than one unit per stream: each keeps a window of 2 */
-  _hm_sdm_pf_plan_t plan;
-  uint32_t w = 0;
-  for (int i = 0; i < 16; i++)
-    for (int s = 0; s < 4; s++) {
-      _hm_sdm_pf_fault(&pf, s, &g_regs[1], (int64_t)(s * 1000 + i), 0, 0, 32, &plan);
-      if (s == 0 && plan.window) w = plan.window;
-    }
-  CHECK_EQ_INT(w, 2);
+  uint32_t w[4] = {0};
+  interleave(&pf, 4, 1, 0, w);
+  CHECK_EQ_INT(w[0], 2);
 }
 
 static void a_jump_restarts_the_window(void) {
