@@ -24,6 +24,7 @@ CASES = [
     # hetmem bench placement
     (["bench", "placement", "--footprint", "lots"], "--footprint"),
     (["bench", "placement", "--footprint", "0"], "--footprint"),
+    (["bench", "placement", "--footprint", "100T"], "half of this machine"),
     (["bench", "placement", "--iters", "0"], "--iters"),
     (["bench", "placement", "--hot-passes", "-1"], "--hot-passes"),
     (["bench", "placement", "--repeat", "0"], "--repeat"),

@@ -123,6 +123,14 @@ def check_arguments(args: argparse.Namespace, footprint: int) -> None:
     page = os.sysconf("SC_PAGE_SIZE")
     if footprint < 4 * page:
         raise UsageError(f"--footprint must be at least {format_size(4 * page)}")
+    # the dram run holds the whole footprint in memory: more than the machine
+    # has fails minutes later, after the other modes' runs
+    total = page * os.sysconf("SC_PHYS_PAGES")
+    if footprint > total // 2:
+        raise UsageError(
+            f"--footprint {format_size(footprint)} is more than half of this machine's "
+            f"memory ({format_size(total)}): the dram run holds all of it"
+        )
     for opt, val in (
         ("--iters", args.iters),
         ("--hot-passes", args.hot_passes),
