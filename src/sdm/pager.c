@@ -120,6 +120,11 @@ static const char *const hm__dirty_names[] = {"wp_async", "wp_sync", "all"};
 
 #define HM__GROUP 16               /* most units one prefetch read covers */
 #define HM__HELD 32                /* readahead trigger pages held at once (anonymous mode) */
+/* The pool's bits in held_used: a free page is a zero bit among these only
+ * (the word has 64 bits; a free index of 32 or more would be past the
+ * pool's mapping). */
+#define HM__HELD_MASK ((1ull << HM__HELD) - 1u)
+_Static_assert(HM__HELD < 64 && HM__HELD < 0x80, "held_used is one word; S->held keeps idx+1 in 7 bits");
 #define HM__SUB_PAGES 16u          /* a strided stream's fill: 64 KiB around its page */
 #define HM__GROUP_BYTES (1u << 20) /* and most bytes, unless one unit is more */
 
@@ -471,12 +476,12 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
     _hm_sdm_slot_t *S = &p->slots[op->slots[k]];
     uint32_t hold = UINT32_MAX;
     if (op->trigger && !p->memfd_mode && op->nu == 1 && op->pg0 == 0 && op->npg == p->upages &&
-        op->npg > 1 && S->prefetched && p->held && ~p->held_used != 0) {
+        op->npg > 1 && S->prefetched && p->held && (~p->held_used & HM__HELD_MASK) != 0) {
       /* Readahead trigger: the stream's first page of this unit is held
        * back (copied aside, ~0.2 us under the lock so that a fault on it
        * never finds the copy half made), so the reader's first touch
        * faults and the next half window is requested (see hm__fault). */
-      unsigned idx = (unsigned)__builtin_ctzll(~p->held_used);
+      unsigned idx = (unsigned)__builtin_ctzll(~p->held_used & HM__HELD_MASK);
       p->held_used |= 1ull << idx;
       hold = op->trigger > 0 ? 0 : p->upages - 1;
       memcpy(p->held + (size_t)idx * HM_SDM_PAGE, dst + (size_t)hold * HM_SDM_PAGE, HM_SDM_PAGE);
@@ -1684,6 +1689,10 @@ int hm_pager_map(hm_pager_t *p, size_t length, void **addr) {
   }
   p->regs[i] = r;
   p->nregs++;
+  /* The unit table is charged to the budget from now on. Units filled
+   * before stay until the next fill evicts: a region mapped while the cache
+   * is full overshoots the budget by its table (a page per 512 units: per
+   * 32 MiB at 64 KiB units) for that long. */
   p->own += r->units_bytes;
   p->cap = (p->cfg.dram_budget - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1);
   pthread_mutex_unlock(&p->lk);
