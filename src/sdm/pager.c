@@ -46,12 +46,15 @@
  * 8 further units that already arrived along the same stream are mapped at
  * once. Accuracy (used / resolved) over 64 prefetches halves or doubles the
  * region's window limit; prefetch never holds more than half the cache
- * untouched. Anonymous mode has no page cache to park prefetched units in:
+ * untouched, and the windows of all streams active at once share half of
+ * it (so six streams in a small cache do not each ask for a quarter of
+ * it). Anonymous mode has no page cache to park prefetched units in:
  * they are installed on arrival and their use is invisible, so a stream
  * would fault only past its window's end and wait there for a demand read
  * with the device idle. Each plan therefore names a readahead trigger half
  * a window before its end (prefetch.c), whose stream-first page is held
- * back in a small pool (HM__HELD pages, charged to the budget): the
+ * back in a small pool (HM__HELD pages, charged to the budget; a plan
+ * that finds the pool full goes without a held page): the
  * reader's touch of it is a fault that installs it without I/O and
  * requests the next half window while half a window is still ahead.
  *
