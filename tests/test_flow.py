@@ -637,7 +637,7 @@ def test_parallel_reference_sets_parallel_modes_level(monkeypatch):
     monkeypatch.setattr(runner, "run", fake_run)
     ref = model.parallel_reference(s, ["dram", "file:/x"], kt, io, cal, 0.0)
     assert seen == [("parallel", "dram", 1), ("parallel", "dram", 2)]
-    assert ref["tier"] == "dram"
+    assert ref["ranks"]["1"]["tier"] == ref["ranks"]["2"]["tier"] == "dram"
     plain = {
         (m, t, p): model.predict(s, cal, kt, model.Config(m, t, p), io)["iteration_s"]
         for m in ("serial", "parallel")
@@ -676,3 +676,9 @@ def test_parallel_reference_sets_parallel_modes_level(monkeypatch):
         s.with_config(tier="file:/x"), ["file:/x", "dram"], kt, {"dram/p1": io["dram/p1"]}, cal, 0.0
     )
     assert seen == [("parallel", "dram", 1)]
+    # the run checks the configuration the model ranks first: here the
+    # other tier's, whose profiled I/O is cheaper
+    seen.clear()
+    io2 = {"dram/p1": dict(io["dram/p1"]), "file:/x/p1": dict(io["dram/p1"], put=1e-4, get=1e-4)}
+    ref = model.parallel_reference(s, ["dram", "file:/x"], kt, io2, cal, 0.0)
+    assert seen == [("parallel", "file:/x", 1)] and ref["ranks"]["1"]["tier"] == "file:/x"

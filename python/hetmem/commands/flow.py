@@ -197,7 +197,7 @@ class Command:
         for p, x in sorted((ref.get("ranks") or {}).items()):
             output.console().print(
                 f"parallel p{p}: scaled by {x['factor']:.2f} from a reference run on "
-                f"{ref['tier']} ({x['measured_s']:.4f} s/iter measured, "
+                f"{x['tier']} ({x['measured_s']:.4f} s/iter measured, "
                 f"{x['predicted_s']:.4f} modelled)"
             )
         b = rows[0]

@@ -308,37 +308,44 @@ def parallel_reference(
     load: float,
 ) -> dict[str, Any]:
     """Parallel mode's level, as run_profile gives serial mode's: for each
-    rank count, short parallel runs of the spec on one tier (its own
-    channel tier when profiled), and the ratio of their median iteration
-    time to what the model predicts for that configuration. predict()
-    scales every parallel configuration of that rank count by it, on every
-    tier. Parallel mode is where the model's pieces meet (the ranks of
+    rank count, short parallel runs of the spec on one tier, and the ratio
+    of their median iteration time to what the model predicts for that
+    configuration. predict() scales every parallel configuration of that
+    rank count by it, on every tier. The tier is the one whose parallel
+    configuration the model ranks first at that rank count (the spec's own
+    channel tier on a tie): the run checks the configuration most likely to
+    be advised. Parallel mode is where the model's pieces meet (the ranks of
     both sides sharing the cores, their caches and memory bandwidth, the
     pipeline's hand-offs), and its predictions erred most: in a 12-spec
     sweep, serial ones were within 8% and parallel ones from -17% to +38%
     (4 ranks on 2 cores: compute-heavy specs slower than the fluid sharing
-    of the cores, small-object ones faster). Returns {"tier", "ranks":
-    {p: {"measured_s", "predicted_s", "factor"}}}."""
+    of the cores, small-object ones faster). Returns {"ranks": {p: {"tier",
+    "measured_s", "predicted_s", "factor"}}}."""
     profiled = [t for t in tiers if f"{t}/p1" in io]
-    if not profiled:
-        return {}
-    tier = spec.tier if spec.tier in profiled else profiled[0]
-    out: dict[str, Any] = {"tier": tier, "ranks": {}}
+    out: dict[str, Any] = {"ranks": {}}
     lo, hi = PARALLEL_REF_RANGE
-    for key in sorted(k for k in io if k.startswith(f"{tier}/p")):
-        p = int(key.rsplit("/p", 1)[1])
+    cal = {k: v for k, v in calib.items() if k != "parallel_ref"}
+    ranks = sorted({int(k.rsplit("/p", 1)[1]) for k in io if k.rsplit("/p", 1)[0] in profiled})
+    for p in ranks:
+        pred = {
+            t: predict(spec, cal, kt, Config("parallel", t, p), io, load)["iteration_s"]
+            for t in profiled
+            if f"{t}/p{p}" in io
+        }
+        if not pred:
+            continue
+        tier = min(pred, key=lambda t: (pred[t], t != spec.tier))
         got = _serial_runs(spec, tier, p, mode="parallel")
         if not got:
             continue
         measured = statistics.median(x["iteration_s"] for x in got)
-        cal = {k: v for k, v in calib.items() if k != "parallel_ref"}
-        pred = predict(spec, cal, kt, Config("parallel", tier, p), io, load)["iteration_s"]
-        if pred <= 0 or measured <= 0:
+        if pred[tier] <= 0 or measured <= 0:
             continue
         out["ranks"][str(p)] = {
+            "tier": tier,
             "measured_s": measured,
-            "predicted_s": pred,
-            "factor": min(hi, max(lo, measured / pred)),
+            "predicted_s": pred[tier],
+            "factor": min(hi, max(lo, measured / pred[tier])),
         }
     return out
 
