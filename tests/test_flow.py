@@ -328,11 +328,12 @@ def test_run_profile_sets_the_level_from_a_serial_run(monkeypatch):
     out = model.run_profile(s, ["dram", "file:/nowhere"], kt, io)
     # only profiled tiers run: one rank, then two ranks of their own
     assert seen == [("serial", "dram", 1), ("serial", "dram", 2)]
-    span = 0.1  # short runs: three, medians (the same figures here)
+    span = 0.1  # short runs: PROFILE_RUNS of them, medians (the same figures here)
     seen.clear()
     kt2 = {"writer": {1: 0.10}, "reader": {1: 0.20}}
     io2 = {"dram/p1": {"put": 0.01, "get": 0.02, "put_touch": 0.0, "get_touch": 0.0}}
-    assert model.run_profile(s, ["dram"], kt2, io2)["dram"]["runs"] == 3 and len(seen) == 3
+    got = model.run_profile(s, ["dram"], kt2, io2)["dram"]["runs"]
+    assert got == model.PROFILE_RUNS and len(seen) == model.PROFILE_RUNS
     assert out["dram"]["put"] == pytest.approx(3.0) and out["dram"]["get"] == pytest.approx(2.0)
     # p2 from its own serial run (the fake gives the same phases at 2 ranks)
     assert io["dram/p2"]["put"] == pytest.approx(0.03) and io["dram/p2"]["put_touch"] == 0.0
