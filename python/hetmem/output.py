@@ -7,11 +7,14 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+
+from hetmem.errors import UsageError
 
 _console: Console | None = None
 
@@ -61,10 +64,6 @@ def check_output_dir(path: str | os.PathLike[str], flag: str) -> None:
     """Refuses, before any work, an output file whose directory is missing
     or not writable (UsageError naming the option): the file is written
     when the work is done."""
-    from pathlib import Path
-
-    from hetmem.errors import UsageError
-
     parent = Path(path).absolute().parent
     if not parent.is_dir():
         raise UsageError(f"{flag}: directory '{parent}' does not exist")

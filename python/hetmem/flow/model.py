@@ -284,7 +284,7 @@ _OVERLAP: dict[tuple[Any, ...], dict[str, float]] = {}
 PROFILE_S, PROFILE_RUNS = 1.0, 5
 
 
-def _serial_runs(spec: Spec, tier: str, ranks: int, mode: str = "serial") -> list[dict[str, Any]]:
+def _profile_runs(spec: Spec, tier: str, ranks: int, mode: str = "serial") -> list[dict[str, Any]]:
     """Runs of the spec (serial unless told) until PROFILE_S of workflow
     time (at most PROFILE_RUNS): a short run is at the mercy of one
     scheduling hiccup."""
@@ -340,7 +340,7 @@ def parallel_reference(
         if not pred:
             continue
         tier = min(pred, key=lambda t: (pred[t], t != spec.tier))
-        got = _serial_runs(spec, tier, p, mode="parallel")
+        got = _profile_runs(spec, tier, p, mode="parallel")
         if not got:
             continue
         measured = statistics.median(x["iteration_s"] for x in got)
@@ -425,7 +425,7 @@ def run_profile(
         key = f"{tier}/p1"
         if key not in io:
             continue
-        got = _serial_runs(spec, tier, 1)
+        got = _profile_runs(spec, tier, 1)
         if not got:
             continue
 
@@ -482,7 +482,7 @@ def _profile_ranks(
             key = f"{tier}/p{p}"
             if key not in io or f"{tier}/p1" not in io:
                 continue
-            got = _serial_runs(spec, tier, p)
+            got = _profile_runs(spec, tier, p)
             if not got:
                 continue
             s_io = slowdown(calib, f"io:{tier}", p) if calib else 1.0
