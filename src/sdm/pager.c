@@ -127,7 +127,7 @@ static const char *const hm__dirty_names[] = {"wp_async", "wp_sync", "all"};
  * (the word has 64 bits; a free index of 32 or more would be past the
  * pool's mapping). */
 #define HM__HELD_MASK ((1ull << HM__HELD) - 1u)
-_Static_assert(HM__HELD < 64 && HM__HELD < 0x80, "held_used is one word; S->held keeps idx+1 in 7 bits");
+_Static_assert(HM__HELD < 64, "held_used is one word (and S->held keeps idx+1 in 7 bits)");
 #define HM__SUB_PAGES 16u          /* a strided stream's fill: 64 KiB around its page */
 #define HM__GROUP_BYTES (1u << 20) /* and most bytes, unless one unit is more */
 

@@ -60,7 +60,8 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
       s = c;
       continue;
     }
-    if (c->reg && c->trend != 0 && pf->clock - c->stamp < HM_SDM_ACTIVE_FAULTS) active++;
+    if (pf->share && c->reg && c->trend != 0 && pf->clock - c->stamp < HM_SDM_ACTIVE_FAULTS)
+      active++;
     if (c->stamp < old->stamp) old = c;
   }
   /* Windows together cover at most pf->share units. Each stream sizing its
