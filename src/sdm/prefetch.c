@@ -131,7 +131,11 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   plan->window = s->window;
   int64_t k0 = 1;
   int64_t ahead = s->next_pf - unit;
-  if (ahead % trend == 0 && ahead / trend > 0) k0 = ahead / trend;
+  /* A miss inside the range already requested: what was prefetched there
+   * was evicted before the reader came (the stream paused while other data
+   * went through the cache), so the rest of it is requested again, not
+   * left to one demand read per unit. */
+  if (ahead % trend == 0 && ahead / trend > 0 && hit) k0 = ahead / trend;
   /* Beyond the window: the stream jumped (a new pass); start over here. */
   if (k0 > (int64_t)s->window + 1) k0 = 1;
   if (k0 > (int64_t)s->window) return; /* already requested far enough */

@@ -41,6 +41,7 @@ typedef struct _hm_sdm_slot_s {
   uint8_t dirty;      /* sync-WP mode: written since the last write-back */
   uint8_t held;       /* anonymous mode: readahead trigger page held back: pool index + 1,
                          0x80 when it is the unit's last page (a backward stream), 0: none */
+  uint8_t demoted;    /* queued for eviction first, behind a stream (reset when reused) */
   uint16_t pin;       /* being mapped or unprotected: not a victim yet */
   uint16_t nfilled;
   int32_t next_free;

@@ -1,7 +1,8 @@
 /* The pager's stream detector (src/sdm/prefetch.c) on its own: a stream's
  * window grows to max_window; the windows of several active streams share
  * pf->share units; a stream that stops faulting stops taking a share; a
- * jump off the trend starts the window over. Faults are fed by hand, so the
+ * jump off the trend starts the window over; a miss inside the requested
+ * range asks for that range again. Faults are fed by hand, so the
  * figures are exact. */
 #include <stdint.h>
 #include <string.h>
@@ -84,10 +85,28 @@ static void a_small_share_still_prefetches(void) {
   CHECK_EQ_INT(w[0], 2);
 }
 
+/* A hit inside the range a stream has requested asks only for what lies
+ * beyond it; a miss there means the units prefetched there were evicted
+ * before the reader came (the stream paused while other data went through
+ * the cache), so the plan asks again from the next unit on. Before, it
+ * asked for nothing, and each of those units became a demand read. */
+static void a_miss_inside_the_window_asks_again(void) {
+  _hm_sdm_pf_t pf;
+  fresh(&pf, 0);
+  CHECK_EQ_INT(walk(&pf, 1, 0, 0, 12, 32), 32);
+  _hm_sdm_pf_plan_t plan;
+  _hm_sdm_pf_fault(&pf, 1, &g_regs[0], 14, 1, 0, 32, &plan);
+  CHECK(plan.count > 0 && plan.from > 15); /* past what was requested */
+  _hm_sdm_pf_fault(&pf, 1, &g_regs[0], 16, 0, 0, 32, &plan);
+  CHECK_EQ_INT(plan.from, 17);
+  CHECK_EQ_INT(plan.count, 32);
+}
+
 int main(void) {
   one_stream_grows_then_restarts();
   active_streams_share_the_budget();
   no_share_means_no_limit();
   a_small_share_still_prefetches();
+  a_miss_inside_the_window_asks_again();
   return hm_test_done("test_sdm_prefetch");
 }
