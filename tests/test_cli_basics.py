@@ -57,3 +57,19 @@ def test_bad_env_value_is_one_line_error(hetmem):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "HETMEM_IO_DEPTH='deep'" in proc.stderr
+
+
+def test_start_up_does_not_load_numpy():
+    # `hetmem run` builds every verb's parser at start-up; numpy (and the
+    # OpenBLAS threads it starts, which spin for a while) belongs to the
+    # verbs that compute, not to the parent of the user's command
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hetmem.cli; hetmem.cli.build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -40,14 +40,13 @@ import numpy as np
 
 from hetmem import cache
 from hetmem.errors import EnvironmentProblem, SchemaError, UsageError
+from hetmem.limits import DEFAULT_TIME_LIMIT_S, MAX_ILP_SITES
 from hetmem.placement import Placement, PModule, PSite, PTier
 from hetmem.profile import Merged, Module
 from hetmem.sizes import format_size
 from hetmem.symbolize import Symbolizer
 
-MAX_ILP_SITES = 10_000
 MAX_INTERVALS = 4096  # per profile, after exact pruning; beyond: coalesced
-DEFAULT_TIME_LIMIT_S = 20.0
 # HiGHS stops when the proven gap to the optimum is below this fraction of
 # the time saved: far below what the cost model can resolve.
 MIP_REL_GAP = 1e-5

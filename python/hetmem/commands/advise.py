@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hetmem import advise as adv
-from hetmem import output
+from hetmem import limits, output
 from hetmem import placement as plc
 from hetmem import profile as prof
 from hetmem.errors import UsageError
@@ -56,14 +55,14 @@ class Command:
         parser.add_argument(
             "--max-ilp-sites",
             type=int,
-            default=adv.MAX_ILP_SITES,
+            default=limits.MAX_ILP_SITES,
             metavar="N",
-            help=f"auto uses the greedy beyond N sites (default {adv.MAX_ILP_SITES})",
+            help=f"auto uses the greedy beyond N sites (default {limits.MAX_ILP_SITES})",
         )
         parser.add_argument(
             "--time-limit",
             type=float,
-            default=adv.DEFAULT_TIME_LIMIT_S,
+            default=limits.DEFAULT_TIME_LIMIT_S,
             metavar="S",
             help="HiGHS time limit; the best solution found is used after it",
         )
@@ -74,13 +73,15 @@ class Command:
             "--benchmark",
             nargs="?",
             type=int,
-            const=adv.MAX_ILP_SITES,
+            const=limits.MAX_ILP_SITES,
             metavar="SITES",
             help="time the exact solver on a synthetic instance (default 10000 sites, 3 tiers) "
             "against the 2 s target, beside the greedy",
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from hetmem import advise as adv  # numpy: not at start-up (see hetmem.limits)
+
         if args.benchmark is not None:
             return self.bench(args)
         if not args.profiles:
@@ -212,6 +213,8 @@ class Command:
         return 0
 
     def bench(self, args: argparse.Namespace) -> int:
+        from hetmem import advise as adv
+
         if args.benchmark < 1:
             raise UsageError("--benchmark needs a positive number of sites")
         r = adv.benchmark(args.benchmark)
