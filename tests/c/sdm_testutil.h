@@ -24,6 +24,19 @@ static inline hm_pager_t *hm_sdm_open(hm_ctx_t *ctx, const hm_pager_config_t *cf
   return p;
 }
 
+/* An anonymous-fill pager (the default mode) of budget bytes over dir,
+ * fetch unit as given (0: the default); NULL as hm_sdm_open. */
+static inline hm_pager_t *hm_sdm_open_anon(hm_ctx_t *ctx, const char *dir, uint64_t budget,
+                                           uint64_t unit) {
+  hm_pager_config_t cfg;
+  hm_pager_config_default(ctx, &cfg);
+  cfg.dram_budget = budget;
+  cfg.backing_dir = dir;
+  if (unit) cfg.fetch_unit = unit;
+  cfg.flags = 0;
+  return hm_sdm_open(ctx, &cfg);
+}
+
 static inline void hm_sdm_rmdir(void) {
   if (!hm_sdm_dir[0]) return;
   DIR *d = opendir(hm_sdm_dir);

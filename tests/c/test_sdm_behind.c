@@ -27,12 +27,7 @@ int main(void) {
   const char *dir = hm_sdm_scratch();
   hm_ctx_t *ctx = NULL;
   CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
-  hm_pager_config_t cfg;
-  hm_pager_config_default(ctx, &cfg);
-  cfg.dram_budget = 32 * MiB;
-  cfg.backing_dir = dir;
-  cfg.flags = 0; /* anonymous fill */
-  hm_pager_t *p = hm_sdm_open(ctx, &cfg);
+  hm_pager_t *p = hm_sdm_open_anon(ctx, dir, 32 * MiB, 0);
   CHECK(p != NULL);
   if (!p) return hm_test_done("test_sdm_behind");
   uint64_t *hot = NULL, *cold = NULL;

@@ -16,18 +16,15 @@
 #define NREG 48
 #define REG_BYTES (4 * MiB)
 #define UNIT (64 * 1024)
+#define BUDGET (32 * MiB)
 
 int main(void) {
   const char *dir = hm_sdm_scratch();
   hm_ctx_t *ctx = NULL;
   CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
-  hm_pager_config_t cfg;
-  hm_pager_config_default(ctx, &cfg);
-  cfg.dram_budget = 32 * MiB; /* the held pool needs budget >= 32 x 32 pages */
-  cfg.backing_dir = dir;
-  cfg.fetch_unit = UNIT;
-  cfg.flags = 0; /* anonymous fill: the mode with held trigger pages */
-  hm_pager_t *p = hm_sdm_open(ctx, &cfg);
+  /* anonymous fill, the mode with held trigger pages, whose pool needs a
+   * budget of at least 32 x 32 pages */
+  hm_pager_t *p = hm_sdm_open_anon(ctx, dir, BUDGET, UNIT);
   CHECK(p != NULL);
   if (!p) return hm_test_done("test_sdm_streams");
   uint64_t *reg[NREG] = {0};
@@ -59,7 +56,7 @@ int main(void) {
          (unsigned long long)(s1.bytes_read - s0.bytes_read),
          (unsigned long long)(s1.faults - s0.faults));
   CHECK(s1.readahead_triggers - s0.readahead_triggers > 2 * NREG);
-  CHECK(s1.peak_resident_bytes + s1.own_bytes <= cfg.dram_budget);
+  CHECK(s1.peak_resident_bytes + s1.own_bytes <= BUDGET);
   for (int k = 0; k < NREG; k++) CHECK_EQ_INT(hm_pager_unmap(p, reg[k], REG_BYTES), 0);
   CHECK_EQ_INT(hm_pager_close(p), 0);
   CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
