@@ -419,35 +419,46 @@ static void hm__sub(const hm_pager_t *p, int64_t stride, uint32_t pg, uint32_t *
   }
 }
 
-/* Maps every filled page of a unit in the application's view (memfd mode).
- * Pages already mapped (EEXIST) are skipped one at a time. */
+/* Installs [a, a+len) in the application's view: UFFDIO_COPY from src in
+ * anonymous mode, UFFDIO_CONTINUE of the memfd's pages when src is NULL.
+ * EAGAIN (a racing zap or fault) goes on from where it stopped; ENOENT on a
+ * run means it crosses a mapping boundary (advice on part of a region split
+ * the mapping), so the rest goes page by page; a page already mapped
+ * (EEXIST), or ENOENT page by page, is skipped. EFAULT stops: the range
+ * changed under us, and the caller's wake makes the thread fault again. */
+static void hm__install(hm_pager_t *p, char *a, const char *src, size_t len, int wp) {
+  int single = 0;
+  while (len > 0) {
+    size_t done = 0, chunk = single ? HM_SDM_PAGE : len;
+    int rc = src ? _hm_prim_uffd_copy(p->uffd, a, src, chunk, wp, &done)
+                 : _hm_prim_uffd_continue(p->uffd, a, chunk, wp, &done);
+    if (rc == 0) done = chunk;
+    if (done > chunk) done = chunk;
+    a += done;
+    if (src) src += done;
+    len -= done;
+    if (rc == 0 || rc == -EAGAIN) continue;
+    if (rc == -ENOENT && !single) {
+      single = 1;
+      continue;
+    }
+    if ((rc == -EEXIST || rc == -ENOENT) && len >= HM_SDM_PAGE) {
+      a += HM_SDM_PAGE;
+      if (src) src += HM_SDM_PAGE;
+      len -= HM_SDM_PAGE;
+      continue;
+    }
+    break;
+  }
+}
+
+/* Maps every filled page of a unit in the application's view (memfd mode). */
 static void hm__map_runs(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, const uint64_t *bits) {
   int wp = p->dirty_mode != HM__DIRTY_ALL;
   char *ub = hm__ubase(r, p, u);
   unsigned i = 0, n;
   while ((n = hm__run(bits, p->upages, &i)) > 0) {
-    char *a = ub + (size_t)i * HM_SDM_PAGE;
-    size_t len = (size_t)n * HM_SDM_PAGE;
-    int single = 0;
-    while (len > 0) {
-      size_t done = 0, chunk = single ? HM_SDM_PAGE : len;
-      int rc = _hm_prim_uffd_continue(p->uffd, a, chunk, wp, &done);
-      if (rc == 0) done = chunk;
-      if (done > chunk) done = chunk;
-      a += done;
-      len -= done;
-      if (rc == 0 || rc == -EAGAIN) continue;
-      if (rc == -ENOENT && !single) {
-        single = 1; /* the run crosses a mapping boundary: page by page */
-        continue;
-      }
-      if ((rc == -EEXIST || (rc == -ENOENT && single)) && len >= HM_SDM_PAGE) {
-        a += HM_SDM_PAGE;
-        len -= HM_SDM_PAGE;
-        continue;
-      }
-      break; /* EFAULT: the range changed under us; the wake retries */
-    }
+    hm__install(p, ub + (size_t)i * HM_SDM_PAGE, NULL, (size_t)n * HM_SDM_PAGE, wp);
     i += n;
   }
 }
@@ -455,32 +466,8 @@ static void hm__map_runs(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, const u
 /* Anonymous mode: installs pages [pg0, pg0+npg) of a unit from src. */
 static void hm__copy_in(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, uint32_t pg0,
                         uint32_t npg, const char *src) {
-  int wp = p->dirty_mode == HM__DIRTY_SYNC;
-  char *a = hm__ubase(r, p, u) + (size_t)pg0 * HM_SDM_PAGE;
-  size_t len = (size_t)npg * HM_SDM_PAGE;
-  int single = 0;
-  while (len > 0) {
-    size_t done = 0;
-    size_t chunk = single ? HM_SDM_PAGE : len;
-    int rc = _hm_prim_uffd_copy(p->uffd, a, src, chunk, wp, &done);
-    if (rc == 0) done = chunk;
-    if (done > chunk) done = chunk;
-    a += done;
-    src += done;
-    len -= done;
-    if (rc == 0 || rc == -EAGAIN) continue;
-    if (rc == -ENOENT && !single) {
-      single = 1; /* the range crosses a mapping boundary: page by page */
-      continue;
-    }
-    if ((rc == -EEXIST || (rc == -ENOENT && single)) && len >= HM_SDM_PAGE) {
-      a += HM_SDM_PAGE;
-      src += HM_SDM_PAGE;
-      len -= HM_SDM_PAGE;
-      continue;
-    }
-    break;
-  }
+  hm__install(p, hm__ubase(r, p, u) + (size_t)pg0 * HM_SDM_PAGE, src, (size_t)npg * HM_SDM_PAGE,
+              p->dirty_mode == HM__DIRTY_SYNC);
 }
 
 /* ------------------------------------------------------------------------
