@@ -228,31 +228,14 @@ def test_bad_input_full_or_read_only_storage(
 ) -> None:
     full, ro = small_tmpfs
     m = tmp_path / "ran"
-    msg = _bad(
-        "--mode",
-        mode,
-        "--fast-budget",
-        "64M",
-        "--storage",
-        str(full),
-        "--",
-        "touch",
-        str(m),
-        marker=m,
-    )
+
+    def bad_storage(storage: Path) -> str:
+        argv = ["--mode", mode, "--fast-budget", "64M", "--storage", str(storage)]
+        return _bad(*argv, "--", "touch", str(m), marker=m)
+
+    msg = bad_storage(full)
     assert "full" in msg or "No space" in msg
-    msg = _bad(
-        "--mode",
-        mode,
-        "--fast-budget",
-        "64M",
-        "--storage",
-        str(ro),
-        "--",
-        "touch",
-        str(m),
-        marker=m,
-    )
+    msg = bad_storage(ro)
     assert "not writable" in msg and "Read-only" in msg
 
 
