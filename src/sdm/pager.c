@@ -2009,6 +2009,17 @@ static int hm__flush_unit(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
   return rc;
 }
 
+/* Writes back units u0..u1 of r, which the caller holds busy, then lets
+ * it go; the first error stays in *rc. */
+static void hm__flush_range(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u0, uint32_t u1,
+                            _hm_prim_page_region_t *vec, int *rc) {
+  for (uint32_t u = u0; u <= u1; u++) {
+    int e = hm__flush_unit(p, r, u, vec);
+    if (e && !*rc) *rc = e;
+  }
+  hm__release(p, r);
+}
+
 int hm_pager_flush(hm_pager_t *p, void *addr, size_t length) {
   if (!p) return -EINVAL;
   _hm_prim_page_region_t *vec = calloc(HM_SDM_MAX_UNIT_PAGES, sizeof *vec);
@@ -2025,14 +2036,7 @@ int hm_pager_flush(hm_pager_t *p, void *addr, size_t length) {
       return _hm_error(p->ctx, -EINVAL, "hm_pager_flush: range is not inside one pager region");
     }
     uint32_t u1 = (uint32_t)((off + (length ? length : 1) - 1) / p->unit);
-    for (uint32_t u = (uint32_t)(off / p->unit); u <= u1; u++) {
-      int e = hm__flush_unit(p, r, u, vec);
-      if (e && !rc) rc = e;
-    }
-    pthread_mutex_lock(&p->lk);
-    r->busy--;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->lk);
+    hm__flush_range(p, r, (uint32_t)(off / p->unit), u1, vec, &rc);
   } else {
     for (size_t i = 0;; i++) {
       pthread_mutex_lock(&p->lk);
@@ -2040,14 +2044,7 @@ int hm_pager_flush(hm_pager_t *p, void *addr, size_t length) {
       if (r) r->busy++;
       pthread_mutex_unlock(&p->lk);
       if (!r) break;
-      for (uint32_t u = 0; u < r->nunits; u++) {
-        int e = hm__flush_unit(p, r, u, vec);
-        if (e && !rc) rc = e;
-      }
-      pthread_mutex_lock(&p->lk);
-      r->busy--;
-      pthread_cond_broadcast(&p->cv);
-      pthread_mutex_unlock(&p->lk);
+      hm__flush_range(p, r, 0, r->nunits - 1, vec, &rc);
     }
   }
   free(vec);
