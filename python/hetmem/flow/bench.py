@@ -120,43 +120,32 @@ def run_adios(py: str, engine: str, n: int, size: int, steps: int) -> dict[str, 
     path = os.path.join(tmp, "stream.bp" if engine == "BP5" else "stream")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     args = [str(n), str(size), str(steps)]
+
+    def side(role: str) -> list[str]:
+        return [py, "-c", _ADIOS_SCRIPT, role, engine, path, *args]
+
+    def run_side(role: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            side(role), capture_output=True, text=True, cwd=tmp, env=env, timeout=600
+        )
+
     try:
         if engine == "SST":
+            # SST streams: the reader must be up while the writer runs
             rd = subprocess.Popen(
-                [py, "-c", _ADIOS_SCRIPT, "reader", engine, path, *args],
+                side("reader"),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
                 cwd=tmp,
                 env=env,
             )
-            wr = subprocess.run(
-                [py, "-c", _ADIOS_SCRIPT, "writer", engine, path, *args],
-                capture_output=True,
-                text=True,
-                cwd=tmp,
-                env=env,
-                timeout=600,
-            )
+            wr = run_side("writer")
             out, err = rd.communicate(timeout=600)
             rrc = rd.returncode
         else:
-            wr = subprocess.run(
-                [py, "-c", _ADIOS_SCRIPT, "writer", engine, path, *args],
-                capture_output=True,
-                text=True,
-                cwd=tmp,
-                env=env,
-                timeout=600,
-            )
-            rd2 = subprocess.run(
-                [py, "-c", _ADIOS_SCRIPT, "reader", engine, path, *args],
-                capture_output=True,
-                text=True,
-                cwd=tmp,
-                env=env,
-                timeout=600,
-            )
+            wr = run_side("writer")
+            rd2 = run_side("reader")
             out, err, rrc = rd2.stdout, rd2.stderr, rd2.returncode
         if wr.returncode or rrc:
             msg = (wr.stderr or err).strip().splitlines()
