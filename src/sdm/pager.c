@@ -225,7 +225,7 @@ struct hm_pager_s {
    * hm__fill_done), HM__HELD of them, a bit per page in use. */
   char *held;
   uint64_t held_used;
-  /* Units a sequential stream has left more than a window behind, evicted
+  /* Units a sequential stream has passed (hm__demote_behind), evicted
    * before CLOCK runs (a ring of HM__DEMQ, oldest first). CLOCK alone cannot
    * tell them from reused data: a stream's units carry the reference bit of
    * their fault or prefetch, and resident data that is reused never faults,
@@ -670,12 +670,12 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
      * taken again: an entry must not outlive the fill it was made for, or a
      * unit evicted and refilled into the same slot would be taken again at
      * once, before its faulting thread ran), resident and idle. */
-    if (!S->used || S->reg != e.reg || S->unit != e.unit || !S->demoted || S->pin) continue;
+    if (!S->used || S->reg != e.reg || S->unit != e.unit || !S->demoted) continue;
+    S->demoted = 0; /* from here on CLOCK's, whether taken now or not */
+    if (S->pin || S->ref) continue; /* in use, or faulted on since it was left behind */
     _hm_sdm_region_t *r = S->reg;
     _hm_sdm_unit_t *U = &r->units[S->unit];
     if (r->dead || U->state != HM_U_RES || U->slot != e.slot) continue;
-    S->demoted = 0;
-    if (S->ref) continue; /* faulted on since it was left behind: CLOCK's */
     U->state = HM_U_BUSY;
     r->busy++;
     vict[nv++] = e.slot;
