@@ -162,6 +162,41 @@ def test_hot_sites_are_served_by_the_fast_tier(
         assert want == 64 << 10  # flat's minimal 8 MiB cache
 
 
+def test_numa_tier_is_bound_with_mbind(profiled: dict[str, Any], tmp_path: Path) -> None:
+    # A slow tier on a NUMA node (CXL, PMem) is served by mapping + mbind.
+    # This machine has one node, so the "CXL" tier is node 0 itself: the
+    # kernel still applies the policy, which the workload reads back from
+    # /proc/self/numa_maps for each of its arrays.
+    tiers = tmp_path / "tiers.json"
+    tiers.write_text(json.dumps({"tiers": [
+        {"name": "dram", "kind": "dram", "bandwidth_gbs": 70, "latency_ns": 90,
+         "capacity_bytes": None, "numa_node": 0},
+        {"name": "cxl", "kind": "cxl", "bandwidth_gbs": 20, "latency_ns": 250,
+         "capacity_bytes": None, "numa_node": 0},
+    ]}))  # fmt: skip
+    placement = tmp_path / "numa.toml"
+    run_hetmem("advise", str(profiled["profile"]), "--tiers", str(tiers), "--fast-budget",
+               str(3 * HOT), "-o", str(placement), check=True)  # fmt: skip
+    placed = _placed(placement)
+    assert placed["alloc_hot_a"] == 0 and placed["alloc_cold_x"] == 1
+    stats = tmp_path / "s.json"
+    proc = _run_place(profiled, "flat", stats, placement, "--numa-policies", "--exit3")
+    assert proc.returncode == 3, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    pol = out["numa_policies"]
+    for name in ("hot_a", "hot_b"):
+        assert pol[name] == "default", pol  # glibc serves the fast tier
+    for name in ("cold_x", "cold_y", "cold_z"):
+        assert pol[name] == "bind:0", pol
+    pl = json.loads(stats.read_text())["placement"]
+    assert pl["tiers"][1]["served_by"] == "mbind" and pl["tiers"][1]["numa_node"] == 0
+    assert pl["unmatched"]["overflows"] == 0
+    assert sum(s["overflows"] for s in pl["sites"]) == 0
+    # the run read its data back: the same checksum as without hetmem
+    plain = subprocess.run(_workload(), capture_output=True, text=True, check=True)
+    assert out["checksum"] == json.loads(plain.stdout.strip().splitlines()[-1])["checksum"]
+
+
 @needs_pager
 def test_full_fast_tier_overflows_to_the_next_tier(
     profiled: dict[str, Any], tmp_path: Path

@@ -16,6 +16,7 @@
  * Prints one JSON line: variant, seconds (the timed iterations or the
  * allocation loop), hot_seconds (of which in the hot passes), bytes, cold
  * bytes touched per iteration, a checksum.
+ * With --numa-policies, also each array's NUMA policy from numa_maps.
  * Exit status 0, or 3 with --exit3 (tests check that it passes through). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -57,6 +58,28 @@ __attribute__((noinline)) static double *alloc_cold_z(size_t n) {
   void *p = NULL;
   if (posix_memalign(&p, 4096, n * sizeof(double))) p = NULL;
   return fill(p, n, 5.0);
+}
+
+/* The NUMA policy of the mapping that holds p, as /proc/self/numa_maps
+ * words it ("default", "bind:1", ...): the line of the highest start
+ * address at or below p. For --numa-policies, which tests use to see a
+ * placement's NUMA tier bound for real (mbind), not only counted. */
+static void numa_policy(const void *p, char *out, size_t cap) {
+  snprintf(out, cap, "unknown");
+  FILE *f = fopen("/proc/self/numa_maps", "r");
+  if (!f) return;
+  char line[512];
+  unsigned long long best = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long start;
+    char pol[64];
+    if (sscanf(line, "%llx %63s", &start, pol) != 2) continue;
+    if (start <= (unsigned long long)(uintptr_t)p && start >= best) {
+      best = start;
+      snprintf(out, cap, "%s", pol);
+    }
+  }
+  fclose(f);
 }
 
 static double sweep(const double *a, size_t n) {
@@ -125,7 +148,7 @@ static int run_alloc(uint64_t pairs, int threads) {
 int main(int argc, char **argv) {
   const char *variant = "sparse";
   size_t footprint = (size_t)256 << 20;
-  int iters = 4, hot_passes = 8, threads = 2, exit3 = 0;
+  int iters = 4, hot_passes = 8, threads = 2, exit3 = 0, policies = 0;
   size_t stride_pages = 2048;
   uint64_t pairs = 10000000;
   for (int i = 1; i < argc; i++) {
@@ -139,11 +162,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--pairs") && v) pairs = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
     else if (!strcmp(a, "--exit3")) exit3 = 1;
+    else if (!strcmp(a, "--numa-policies")) policies = 1;
     else {
       fprintf(stderr,
               "usage: hm-placement [--variant sweep|sparse|alloc] [--footprint BYTES] "
               "[--iters N] [--hot-passes N] [--stride PAGES] [--pairs N] [--threads N] "
-              "[--exit3]\n");
+              "[--exit3] [--numa-policies]\n");
       return 2;
     }
   }
@@ -175,11 +199,19 @@ int main(int argc, char **argv) {
   double t = now_s() - t0;
   check += sweep(ha, nh);
   size_t cold_touched = sw ? 3 * nc * sizeof(double) : 3 * (nc / stride + 1) * 4096;
+  char pol[5][64] = {{0}};
+  const double *arrays[5] = {ha, hb, cx, cy, cz};
+  for (int k = 0; policies && k < 5; k++) numa_policy(arrays[k], pol[k], sizeof pol[k]);
   printf("{\"variant\":\"%s\",\"seconds\":%.6f,\"hot_seconds\":%.6f,\"footprint\":%zu,"
          "\"hot_bytes\":%zu,\"cold_bytes\":%zu,\"cold_touched_per_iter\":%zu,\"iters\":%d,"
-         "\"checksum\":%.6e}\n",
+         "\"checksum\":%.6e",
          variant, t, hot_s, footprint, 2 * nh * sizeof(double), 3 * nc * sizeof(double),
          cold_touched, iters, check);
+  if (policies)
+    printf(",\"numa_policies\":{\"hot_a\":\"%s\",\"hot_b\":\"%s\",\"cold_x\":\"%s\","
+           "\"cold_y\":\"%s\",\"cold_z\":\"%s\"}",
+           pol[0], pol[1], pol[2], pol[3], pol[4]);
+  printf("}\n");
   free(ha);
   free(hb);
   free(cx);
