@@ -131,13 +131,7 @@ static const char *const hm__dirty_names[] = {"wp_async", "wp_sync", "all"};
 #define HM__HELD_MASK ((1ull << HM__HELD) - 1u)
 _Static_assert(HM__HELD < 64, "held_used is one word (and S->held keeps idx+1 in 7 bits)");
 #define HM__SUB_PAGES 16u          /* a strided stream's fill: 64 KiB around its page */
-#define HM__DEMQ 1024u             /* units left behind by streams, evicted first */
-
-typedef struct hm__demoted_s {
-  struct _hm_sdm_region_s *reg;
-  uint32_t unit;
-  int32_t slot;
-} hm__demoted_t;
+#define HM__DEMQ 1024u             /* slots of units left behind by streams, evicted first */
 #define HM__GROUP_BYTES (1u << 20) /* and most bytes, unless one unit is more */
 
 typedef struct hm__op_s {
@@ -225,13 +219,15 @@ struct hm_pager_s {
    * hm__fill_done), HM__HELD of them, a bit per page in use. */
   char *held;
   uint64_t held_used;
-  /* Units a sequential stream has passed (hm__demote_behind), evicted
-   * before CLOCK runs (a ring of HM__DEMQ, oldest first). CLOCK alone cannot
-   * tell them from reused data: a stream's units carry the reference bit of
-   * their fault or prefetch, and resident data that is reused never faults,
-   * so a pass over more data than the cache pushed out what the program
-   * comes back to (the hot arrays of a cache-mode run). */
-  hm__demoted_t *demq;
+  /* Slots of the units a sequential stream has passed (hm__demote_behind),
+   * evicted before CLOCK runs (a ring of HM__DEMQ, oldest first; an entry
+   * counts while its slot's `demoted` flag is set, which a slot taken again
+   * starts without). CLOCK alone cannot tell them from reused data: a
+   * stream's units carry the reference bit of their fault or prefetch, and
+   * resident data that is reused never faults, so a pass over more data
+   * than the cache pushed out what the program comes back to (the hot
+   * arrays of a cache-mode run). */
+  int32_t *demq;
   uint32_t demq_head, demq_n;
   hm__handler_t *h;
   unsigned nh;
@@ -310,7 +306,6 @@ static int32_t hm__slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
   p->free_slot = S->next_free;
   memset(S, 0, sizeof *S);
   S->used = 1;
-  S->demoted = 0;
   S->reg = r;
   S->unit = u;
   S->next_free = -1;
@@ -367,8 +362,10 @@ static void hm__pf_count_issue(hm_pager_t *p) { HM__ADD(p, c_pf_issued, 1); }
  * eviction first (what it passed cannot all stay until its next pass, so
  * keeping them only pushes out other data, first the units prefetched
  * ahead of the streams). A region that fits is left to CLOCK: its next
- * pass may find it resident. O(window) under the pager lock; a full ring
- * drops its oldest entries. */
+ * pass may find it resident. The walk back stops at the first unit queued
+ * already (an earlier fault of the stream queued those beyond it), so a
+ * fault costs O(units passed since the stream's last fault), under the
+ * pager lock it holds anyway; a full ring drops its oldest entries. */
 static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
                               const _hm_sdm_pf_plan_t *pl) {
   if (!p->demq || (pl->trend != 1 && pl->trend != -1) || r->len <= p->cap) return;
@@ -379,20 +376,18 @@ static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
     _hm_sdm_unit_t *V = &r->units[v];
     if (V->state != HM_U_RES) continue;
     _hm_sdm_slot_t *S = &p->slots[V->slot];
-    if (S->pin || S->demoted) continue;
+    if (S->demoted) break;
+    if (S->pin) continue;
     /* Its reference bit is cleared: a fault on it from now on says it is
      * used again, and hm__evict then leaves it to CLOCK. */
     S->demoted = 1;
     S->ref = 0;
     if (p->demq_n == HM__DEMQ) {
-      /* the oldest entry goes back to CLOCK */
-      hm__demoted_t *o = &p->demq[p->demq_head];
-      _hm_sdm_slot_t *O = &p->slots[o->slot];
-      if (O->used && O->reg == o->reg && O->unit == o->unit) O->demoted = 0;
+      p->slots[p->demq[p->demq_head]].demoted = 0; /* the oldest goes back to CLOCK */
       p->demq_head = (p->demq_head + 1) % HM__DEMQ;
       p->demq_n--;
     }
-    p->demq[(p->demq_head + p->demq_n++) % HM__DEMQ] = (hm__demoted_t){r, (uint32_t)v, V->slot};
+    p->demq[(p->demq_head + p->demq_n++) % HM__DEMQ] = V->slot;
   }
 }
 
@@ -662,23 +657,23 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
   if (need < batch) need = batch;
   pthread_mutex_lock(&p->lk);
   while (p->demq_n && nv < HM__MAXVICT && (nv == 0 || freed < need)) {
-    hm__demoted_t e = p->demq[p->demq_head];
+    int32_t e = p->demq[p->demq_head];
     p->demq_head = (p->demq_head + 1) % HM__DEMQ;
     p->demq_n--;
-    _hm_sdm_slot_t *S = &p->slots[e.slot];
-    /* Still that unit, still demoted (the flag is reset when the slot is
-     * taken again: an entry must not outlive the fill it was made for, or a
-     * unit evicted and refilled into the same slot would be taken again at
-     * once, before its faulting thread ran), resident and idle. */
-    if (!S->used || S->reg != e.reg || S->unit != e.unit || !S->demoted) continue;
+    _hm_sdm_slot_t *S = &p->slots[e];
+    /* Still demoted: the flag is reset when the slot is taken again (an
+     * entry must not outlive the fill it was made for, or a unit evicted
+     * and refilled into the same slot would be taken again at once, before
+     * its faulting thread ran) and when an entry for it is consumed. */
+    if (!S->used || !S->demoted) continue;
     S->demoted = 0; /* from here on CLOCK's, whether taken now or not */
     if (S->pin || S->ref) continue; /* in use, or faulted on since it was left behind */
     _hm_sdm_region_t *r = S->reg;
     _hm_sdm_unit_t *U = &r->units[S->unit];
-    if (r->dead || U->state != HM_U_RES || U->slot != e.slot) continue;
+    if (r->dead || U->state != HM_U_RES || U->slot != e) continue;
     U->state = HM_U_BUSY;
     r->busy++;
-    vict[nv++] = e.slot;
+    vict[nv++] = e;
     freed += (uint64_t)S->nfilled * HM_SDM_PAGE;
   }
   for (uint32_t steps = 0; steps < 3 * p->nact + 3 && nv < HM__MAXVICT && (nv == 0 || freed < need);
@@ -1377,7 +1372,7 @@ static void hm__destroy(hm_pager_t *p) {
   if (p->slots) (void)_hm_prim_vm_unmap(p->slots, p->slots_bytes);
   if (p->zeros) (void)_hm_prim_vm_unmap(p->zeros, p->unit);
   if (p->held) (void)_hm_prim_vm_unmap(p->held, (size_t)HM__HELD * HM_SDM_PAGE);
-  if (p->demq) (void)_hm_prim_vm_unmap(p->demq, HM__DEMQ * sizeof(hm__demoted_t));
+  if (p->demq) (void)_hm_prim_vm_unmap(p->demq, HM__DEMQ * sizeof(int32_t));
   if (p->uffd >= 0) close(p->uffd);
   if (p->pagemap >= 0) close(p->pagemap);
   if (p->evfd >= 0) close(p->evfd);
@@ -1557,13 +1552,13 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
     p->slots[i].next_free = i + 1 < p->nslots ? (int32_t)(i + 1) : -1;
   }
   p->free_slot = 0;
-  if (p->cap >= (uint64_t)HM__DEMQ * sizeof(hm__demoted_t) * 8) {
-    /* charged to the budget; a cache too small for it (under 128 KiB) does without */
-    rc = _hm_prim_vm_map(-1, HM__DEMQ * sizeof(hm__demoted_t), &mem);
+  if (p->cap >= (uint64_t)HM__DEMQ * sizeof(int32_t) * 8) {
+    /* charged to the budget; a cache too small for it (under 32 KiB) does without */
+    rc = _hm_prim_vm_map(-1, HM__DEMQ * sizeof(int32_t), &mem);
     if (rc) goto oom;
     p->demq = mem;
-    p->own += HM__DEMQ * sizeof(hm__demoted_t);
-    p->cap -= HM__DEMQ * sizeof(hm__demoted_t);
+    p->own += HM__DEMQ * sizeof(int32_t);
+    p->cap -= HM__DEMQ * sizeof(int32_t);
   }
   if (!p->memfd_mode) {
     rc = _hm_prim_vm_map(-1, unit, &mem);
