@@ -1238,12 +1238,6 @@ static void hm__poll_once(hm__handler_t *h, int wait_us) {
       (void)_hm_prim_ring_poll(h->ring, p->evfd, HM__TAG_EVENT);
     } else {
       hm__fill_done(h, (hm__op_t *)(uintptr_t)tag, res);
-      /* A thread that faulted meanwhile is served before the next
-       * completion: each completion costs a unit's copy (~50 us for 256
-       * KiB), and a batch of them ahead of a fault made the reader wait
-       * for the whole batch, the device idle behind it. A read of the
-       * uffd that finds nothing costs ~1 us. */
-      hm__read_faults(h);
     }
     rc = _hm_prim_ring_next(h->ring, 0, &tag, &res);
   }
