@@ -301,6 +301,14 @@ def test_profile_cli_errors(tmp_path, hetmem):
     assert proc.returncode == 2 and "not found" in proc.stderr
     proc = hetmem("profile")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    # -o FILE writes FILE.RANK.PID per process: naming FILE says which exist
+    (tmp_path / "run.prof.norank.41").write_text(text([site([[0, 1]])]))
+    (tmp_path / "run.prof.norank.42.tmp42").write_text("")
+    proc = hetmem("profile", "show", str(tmp_path / "run.prof"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "one per process: run.prof.norank.41)" in proc.stderr
+    proc = hetmem("advise", str(tmp_path / "run.prof"), "--fast-budget", "1G")
+    assert proc.returncode == 2 and "run.prof.norank.41" in proc.stderr
 
 
 def test_symbolize_by_build_id_from_debug_tree():

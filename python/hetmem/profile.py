@@ -17,8 +17,10 @@ depth still meet.
 
 from __future__ import annotations
 
+import glob
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -277,8 +279,29 @@ def load(path: str | Path) -> Profile:
     p = Path(path)
     try:
         return _parse(str(p), _lines(p))
+    except FileNotFoundError as exc:
+        raise SchemaError(
+            f"{p}: cannot read: {exc.strerror or exc}{_per_process_hint(p)}"
+        ) from None
     except OSError as exc:
         raise SchemaError(f"{p}: cannot read: {exc.strerror or exc}") from None
+
+
+def _per_process_hint(p: Path) -> str:
+    """`hetmem profile -o FILE` writes FILE.RANK.PID, one per process, so a
+    user who then names FILE itself is told which files there are."""
+    try:
+        near = sorted(
+            f.name
+            for f in p.parent.glob(glob.escape(p.name) + ".*.*")
+            if not re.search(r"\.tmp\d+$", f.name)
+        )
+    except OSError:
+        return ""
+    if not near:
+        return ""
+    more = f" and {len(near) - 3} more" if len(near) > 3 else ""
+    return f" (profiles are written one per process: {', '.join(near[:3])}{more})"
 
 
 def _parse(name: str, lines: Iterable[tuple[int, bytes]]) -> Profile:
