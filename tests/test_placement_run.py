@@ -337,3 +337,23 @@ def test_interposer_matches_longest_prefix_like_the_reference(tmp_path: Path) ->
         [(0, f0), (0, f1), (0, 12345)],
     )
     assert ref is not None and ref.id == 4
+
+
+def test_installed_programs_are_symbolized(tmp_path: Path) -> None:
+    # `pip install .` builds Release; its bench programs must keep DWARF (not
+    # be stripped at install), or `profile show` and `advise --explain` name
+    # only module offsets for the workloads users run first.
+    from hetmem.bench import search_dirs
+
+    installed = search_dirs()[-1] / "hm-placement"
+    if not installed.exists():
+        pytest.skip("no installed package")
+    out = tmp_path / "i.prof"
+    argv = [str(installed), "--variant", "sweep", "--footprint", str(8 * MIB), "--iters", "1"]
+    run_hetmem("profile", "-o", str(out), "--", *argv, check=True)
+    (written,) = tmp_path.glob("i.prof.norank.*")
+    show = json.loads(run_hetmem("profile", "show", "--json", str(written), check=True).stdout)
+    sites = _by_function(show)
+    # (at 8 MiB the hot arrays are below the 1 MiB recording threshold)
+    assert {"alloc_cold_x", "alloc_cold_y", "alloc_cold_z"} <= set(sites), show["sites"]
+    assert sites["alloc_cold_z"]["file"].endswith("placement.c")
