@@ -543,6 +543,11 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _controls(cgroup: Path) -> list[str]:
+    """The controllers a v2 cgroup hands to its children."""
+    return (_read(cgroup / "cgroup.subtree_control") or "").split()
+
+
 def _int(text: str | None) -> int | None:
     if text is None:
         return None
@@ -562,27 +567,38 @@ def _kv(text: str | None) -> dict[str, int]:
 
 
 class MemoryCgroup:
-    """A memory cgroup for one run, under hetmem's own (v1 or v2)."""
+    """A memory cgroup for one run, as deep as the kernel allows.
 
-    def __init__(self, name: str) -> None:
+    v1: a child of this process's own memory cgroup. v2: the kernel lets a
+    cgroup hand the memory controller to children only if it has no
+    processes of its own (or is the root), so a child of our own cgroup is
+    impossible where it holds processes (a systemd session scope, a Slurm
+    task). The run's cgroup goes beside it instead, under the nearest
+    ancestor whose cgroup.subtree_control has memory already; failing that,
+    under the nearest one where enabling memory there succeeds. Staying
+    below our own ancestors keeps the run inside their limits (a batch
+    job's, a container's). `root` is the filesystem root (tests give a
+    recorded tree)."""
+
+    def __init__(self, name: str, root: Path = Path("/")) -> None:
         self.name = name
-        self.version, self.parent = self._locate()
+        self.root = root
+        self.version, self.candidates = self._locate()
+        self.parent = self.candidates[0]
         self.path = self.parent / name
 
-    @staticmethod
-    def _mounts() -> list[tuple[str, str, list[str]]]:
+    def _mounts(self) -> list[tuple[str, str, list[str]]]:
         out = []
-        with open("/proc/mounts") as f:
+        with open(self.root / "proc/mounts") as f:
             for line in f:
                 p = line.split()
                 if len(p) >= 4:
                     out.append((p[1], p[2], p[3].split(",")))
         return out
 
-    @staticmethod
-    def _own(controller: str | None) -> str:
+    def _own(self, controller: str | None) -> str:
         """This process's cgroup path in the hierarchy of controller (None: v2)."""
-        with open("/proc/self/cgroup") as f:
+        with open(self.root / "proc/self/cgroup") as f:
             for line in f:
                 hid, ctrls, path = line.rstrip("\n").split(":", 2)
                 if controller is None and hid == "0" and ctrls == "":
@@ -591,24 +607,38 @@ class MemoryCgroup:
                     return path
         return "/"
 
-    def _locate(self) -> tuple[int, Path]:
+    def _locate(self) -> tuple[int, list[Path]]:
         mounts = self._mounts()
         for mnt, fstype, opts in mounts:
             if fstype == "cgroup" and "memory" in opts:
-                return 1, Path(mnt) / self._own("memory").lstrip("/")
+                return 1, [self.root / mnt.lstrip("/") / self._own("memory").lstrip("/")]
         for mnt, fstype, _ in mounts:
-            if fstype == "cgroup2":
-                ctrls = (_read(Path(mnt) / "cgroup.controllers") or "").split()
-                if "memory" in ctrls:
-                    return 2, Path(mnt) / self._own(None).lstrip("/")
+            if fstype != "cgroup2":
+                continue
+            top = self.root / mnt.lstrip("/")
+            if "memory" not in (_read(top / "cgroup.controllers") or "").split():
+                continue
+            own = top / self._own(None).lstrip("/")
+            # the root may have children with controllers whatever it holds;
+            # any other cgroup of ours holds this process
+            chain = [own] if own == top else []
+            a = own
+            while a != top:
+                a = a.parent
+                chain.append(a)
+            ready = [a for a in chain if "memory" in _controls(a)]
+            if ready:
+                return 2, [ready[0]]
+            able = [a for a in chain if "memory" in (_read(a / "cgroup.controllers") or "").split()]
+            if able:
+                return 2, able
+            break
         raise EnvironmentProblem("no memory cgroup controller is mounted (v1 or v2)")
 
     def create(self, limit: int) -> None:
+        if self.version == 2 and "memory" not in _controls(self.parent):
+            self._enable_memory()
         try:
-            if self.version == 2:
-                ctl = self.parent / "cgroup.subtree_control"
-                if "memory" not in (_read(ctl) or "").split():
-                    _write(ctl, "+memory")
             self.path.mkdir()
             if self.version == 1:
                 _write(self.path / "memory.limit_in_bytes", str(limit))
@@ -620,6 +650,24 @@ class MemoryCgroup:
             raise EnvironmentProblem(
                 f"cannot set up memory cgroup {self.path}: {exc.strerror}"
             ) from None
+
+    def _enable_memory(self) -> None:
+        """Enables memory for children at the nearest candidate that lets it
+        (the kernel refuses, EBUSY, where the cgroup holds processes)."""
+        why = ""
+        for a in self.candidates:
+            try:
+                _write(a / "cgroup.subtree_control", "+memory")
+            except OSError as exc:
+                why = f"{a}: {exc.strerror}"
+                continue
+            self.parent, self.path = a, a / self.name
+            return
+        raise EnvironmentProblem(
+            "cgroup v2: no cgroup above this process can give a new cgroup the memory "
+            f"controller (last tried {why}); run hetmem where memory is delegated, "
+            "e.g. under systemd-run --scope -p Delegate=yes"
+        )
 
     def join(self) -> None:
         """Moves the calling process in (runs in the child before exec)."""
