@@ -458,11 +458,22 @@ static void hm__map_runs(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, const u
   }
 }
 
+/* Whether pages filled into S now must be write-protected (anonymous
+ * mode). Not when the unit is dirty already: a dirty unit is unprotected
+ * and written back whole, so its later fills need no WP fault of their own
+ * (FFT at 2x the budget took one per fill, 84k per run, before). Read
+ * under the lock while S is pinned or FILLING: neither eviction nor flush
+ * clears dirty then, and a WP fault that sets it meanwhile only costs the
+ * new pages one more fault. */
+static int hm__fill_wp(const hm_pager_t *p, const _hm_sdm_slot_t *S) {
+  return p->dirty_mode == HM__DIRTY_SYNC && !S->dirty;
+}
+
 /* Anonymous mode: installs pages [pg0, pg0+npg) of a unit from src. */
 static void hm__copy_in(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, uint32_t pg0,
-                        uint32_t npg, const char *src) {
+                        uint32_t npg, const char *src, int wp) {
   hm__install(p, hm__ubase(r, p, u) + (size_t)pg0 * HM_SDM_PAGE, src, (size_t)npg * HM_SDM_PAGE,
-              p->dirty_mode == HM__DIRTY_SYNC);
+              wp);
 }
 
 /* ------------------------------------------------------------------------
@@ -507,7 +518,7 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
   }
   if (!op->zero) HM__ADD(p, c_bytes_read, len);
   uint64_t bits[HM__GROUP][HM_SDM_BITMAP_WORDS];
-  int map[HM__GROUP];
+  int map[HM__GROUP], wp[HM__GROUP];
   uint32_t cpg0 = op->pg0, cnpg = op->npg; /* what copy_in installs (anonymous mode) */
   pthread_mutex_lock(&p->lk);
   for (uint32_t k = 0; k < op->nu; k++) {
@@ -555,6 +566,7 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
       memcpy(bits[k], S->filled, sizeof bits[k]);
     }
     if (p->memfd_mode && map[k]) S->mapped = 1;
+    wp[k] = hm__fill_wp(p, S);
     S->pin++;
   }
   hm__account(p);
@@ -563,7 +575,8 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
     if (p->memfd_mode) {
       if (map[k]) hm__map_runs(p, r, op->unit + k, bits[k]);
     } else {
-      hm__copy_in(p, r, op->unit, cpg0, cnpg, dst + (size_t)(cpg0 - op->pg0) * HM_SDM_PAGE);
+      hm__copy_in(p, r, op->unit, cpg0, cnpg, dst + (size_t)(cpg0 - op->pg0) * HM_SDM_PAGE,
+                  wp[k]);
     }
   }
   hm__wake(p, hm__ubase(r, p, op->unit), (size_t)op->nu * p->unit);
@@ -1064,11 +1077,12 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
       S->ref = 1;
       _hm_sdm_pf_plan_t hplan = {0};
       if (pf_on) hm__pf_feed(p, f->tid, r, u, pg, 1, seq, maxw, &hplan);
+      int wp = hm__fill_wp(p, S);
       S->pin++;
       r->busy++;
       hm__plan_hold(r, &hplan);
       pthread_mutex_unlock(&p->lk);
-      hm__copy_in(p, r, u, pg, 1, p->held + (size_t)idx * HM_SDM_PAGE);
+      hm__copy_in(p, r, u, pg, 1, p->held + (size_t)idx * HM_SDM_PAGE, wp);
       hm__wake(p, ub, p->unit);
       HM__ADD(p, c_ra_triggers, 1);
       HM__ADD(p, c_fault_ns, hm__now() - f->t0);
@@ -1121,6 +1135,12 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
     hm__op_t *op = hm__op_get(h);
     int32_t s = need_slot ? hm__slot_take(p, r, u) : U->slot;
     p->slots[s].ref = 1;
+    /* A write fault on an absent page: the thread would take a WP fault
+     * right after the fill; the unit is dirty now and filled unprotected
+     * (one round trip per unit less for stores first, like initialisation
+     * loops and STREAM's target array). */
+    if ((f->flags & UFFD_PAGEFAULT_FLAG_WRITE) && p->dirty_mode == HM__DIRTY_SYNC)
+      p->slots[s].dirty = 1;
     U->state = HM_U_FILLING;
     r->busy++;
     op->reg = r;

@@ -1,0 +1,111 @@
+/* Fills into a unit that is dirty already, and fills for a write fault,
+ * are installed without write-protection (anonymous mode, sync WP), and
+ * what is written to them is still written back.
+ *
+ * An array of 16 units of 256 KiB, on disk and out of the cache, advised
+ * random so that every fault fills one page. Pass 1 reads then writes one
+ * word of every page, units interleaved: before, every fill came in
+ * protected and its write took a WP fault, 1024 in all; now only a unit's
+ * first write does. Pass 2 writes first: its write faults fill unprotected,
+ * no WP fault at all. After each pass the array is pushed out and every
+ * word must read back as written. */
+#include <stdint.h>
+#include <string.h>
+
+#include "sdm_testutil.h"
+#include "testhelper.h"
+
+#define MiB (1024ull * 1024ull)
+#define UNIT (256 * 1024ull)
+#define UNITS 16u
+#define PAGES (UNIT / 4096)
+#define WPP (4096 / 8) /* words per page */
+
+/* Writes the big array twice, its units in a strided order, so that what
+ * the cache held goes (a sequential sweep would keep the small array). */
+static void push_out(uint64_t *big, size_t bytes) {
+  size_t units = bytes / UNIT;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t j = 0; j < units; j++) {
+      uint64_t *u = big + (j * 7 % units) * (UNIT / 8);
+      for (size_t i = 0; i < UNIT / 8; i += WPP) u[i] += 1;
+    }
+}
+
+static uint64_t wp_faults(hm_pager_t *p) {
+  hm_pager_stats_t s = {.size = sizeof s};
+  return hm_pager_stats(p, &s) == 0 ? s.wp_faults : 0;
+}
+
+/* The word of page k of unit u that the passes touch. */
+static size_t word(uint32_t u, uint32_t k) { return (size_t)u * (UNIT / 8) + (size_t)k * WPP + 5; }
+
+static uint64_t expect(size_t i, int pass) {
+  uint64_t v = hm_sdm_mix(i);
+  if (i % WPP != 5) return v;
+  if (pass >= 1) v ^= 0xA5A5;
+  if (pass >= 2) v = hm_sdm_mix(i + 77);
+  return v;
+}
+
+static uint64_t check_all(const uint64_t *a, size_t n, int pass) {
+  uint64_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += a[i] != expect(i, pass);
+  return bad;
+}
+
+int main(void) {
+  const char *dir = hm_sdm_scratch();
+  hm_ctx_t *ctx = NULL;
+  CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
+  hm_pager_t *p = hm_sdm_open_anon(ctx, dir, 16 * MiB, UNIT);
+  CHECK(p != NULL);
+  if (!p) return hm_test_done("test_sdm_dirtyfill");
+  const size_t abytes = UNITS * UNIT, bbytes = 48 * MiB, n = abytes / 8;
+  uint64_t *a = NULL, *big = NULL;
+  CHECK_EQ_INT(hm_pager_map(p, abytes, (void **)&a), 0);
+  CHECK_EQ_INT(hm_pager_map(p, bbytes, (void **)&big), 0);
+  if (!a || !big) return hm_test_done("test_sdm_dirtyfill");
+  for (size_t i = 0; i < n; i++) a[i] = hm_sdm_mix(i);
+  CHECK_EQ_INT(hm_pager_flush(p, a, abytes), 0);
+  CHECK_EQ_INT(hm_pager_advise(p, a, abytes, HM_ADVICE_RANDOM), 0);
+  push_out(big, bbytes);
+
+  uint64_t w0 = wp_faults(p);
+  for (uint32_t k = 0; k < PAGES; k++)
+    for (uint32_t u = 0; u < UNITS; u++) {
+      size_t i = word(u * 5 % UNITS, k);
+      /* a load, then a store (a[i] ^= x would be one write fault) */
+      uint64_t v = ((volatile uint64_t *)a)[i];
+      __asm__ volatile("" ::: "memory");
+      a[i] = v ^ 0xA5A5;
+    }
+  uint64_t rw = wp_faults(p) - w0;
+  printf("read then write: %llu WP faults for %u pages\n", (unsigned long long)rw,
+         UNITS * (unsigned)PAGES);
+  CHECK(rw >= UNITS / 2); /* a unit's first write still faults */
+  CHECK(rw <= 2 * UNITS);
+  push_out(big, bbytes);
+  CHECK_EQ_INT(check_all(a, n, 1), 0);
+
+  push_out(big, bbytes);
+  w0 = wp_faults(p);
+  for (uint32_t k = 0; k < PAGES; k++)
+    for (uint32_t u = 0; u < UNITS; u++) {
+      size_t i = word(u * 5 % UNITS, k);
+      a[i] = hm_sdm_mix(i + 77);
+    }
+  uint64_t wo = wp_faults(p) - w0;
+  printf("write first: %llu WP faults for %u pages\n", (unsigned long long)wo,
+         UNITS * (unsigned)PAGES);
+  CHECK(wo <= UNITS / 4);
+  push_out(big, bbytes);
+  CHECK_EQ_INT(check_all(a, n, 2), 0);
+
+  CHECK_EQ_INT(hm_pager_unmap(p, a, abytes), 0);
+  CHECK_EQ_INT(hm_pager_unmap(p, big, bbytes), 0);
+  CHECK_EQ_INT(hm_pager_close(p), 0);
+  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+  hm_ctx_free(ctx);
+  return hm_test_done("test_sdm_dirtyfill");
+}
