@@ -42,6 +42,8 @@ typedef struct _hm_sdm_slot_s {
   uint8_t held;       /* anonymous mode: readahead trigger page held back: pool index + 1,
                          0x80 when it is the unit's last page (a backward stream), 0: none */
   uint8_t demoted;    /* queued for eviction first, behind a stream (reset when reused) */
+  uint8_t walk;       /* random fills that each began where the last one ended, in a row */
+  uint16_t walk_next; /* 1 + the page after the last random fill's run, 0: none */
   uint16_t pin;       /* being mapped or unprotected: not a victim yet */
   uint16_t nfilled;
   int32_t next_free;
