@@ -1545,16 +1545,10 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
   size_t bounce = 0;
   if (!p->memfd_mode) {
     /* One bounce buffer per read in flight: up to 8 MiB of them per
-     * handler (the device's sequential depth), at most 1/16 of the budget,
-     * at least 2. They are charged to the budget, so in a small one they
-     * are cache taken away: at 64 MiB, 8 MiB of them (1/4 allowed before)
-     * left OpenBLAS dgemm at 2x the budget re-reading C every pass, where
-     * Linux swap, with all 64 MiB for pages, kept it (hm-kernel-gemm
-     * --bytes 128MiB, cache, 2 rounds: 2.22/2.22 s with 32 reads in
-     * flight, 1.96/1.95 s with 16; fft 1.18/1.37 -> 1.11/1.22 s; a
-     * sequential scan unchanged at 16, 15-25% slower at 8). */
+     * handler (the device's sequential depth), at most 1/4 of the budget,
+     * at least 2. */
     uint64_t lim = (8u << 20) / unit;
-    uint64_t blim = cfg.dram_budget / 16 / unit / p->nh;
+    uint64_t blim = cfg.dram_budget / 4 / unit / p->nh;
     if (lim > blim) lim = blim;
     if (lim < 2) lim = 2;
     nops = nops > lim ? (unsigned)lim : nops;
