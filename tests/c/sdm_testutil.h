@@ -92,4 +92,35 @@ static inline uint64_t hm_sdm_mix(uint64_t x) {
   x ^= x >> 33;
   return x;
 }
+/* Pushes what the cache holds out: writes one word per page of big (a
+ * mapped region larger than the cache) twice, its units of `unit` bytes in
+ * a strided order. A sequential sweep would not do: the units it passes
+ * are evicted first, and the rest of the cache kept (test_sdm_behind). */
+static inline void hm_sdm_push_out(uint64_t *big, size_t bytes, size_t unit) {
+  size_t units = bytes / unit;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t j = 0; j < units; j++) {
+      uint64_t *u = big + (j * 7 % units) * (unit / 8);
+      for (size_t i = 0; i < unit / 8; i += 4096 / 8) u[i] += 1;
+    }
+}
+
+/* A region of abytes holding hm_sdm_mix(i) in word i, on disk, out of the
+ * cache and advised random (each fault fills one page), and the bigger
+ * region that pushed it out; 0, or -1 when something failed. */
+static inline int hm_sdm_cold_random(hm_pager_t *p, size_t abytes, size_t bbytes, size_t unit,
+                                     uint64_t **a, uint64_t **big) {
+  *a = *big = NULL;
+  if (hm_pager_map(p, abytes, (void **)a) || hm_pager_map(p, bbytes, (void **)big)) return -1;
+  for (size_t i = 0; i < abytes / 8; i++) (*a)[i] = hm_sdm_mix(i);
+  if (hm_pager_flush(p, *a, abytes) || hm_pager_advise(p, *a, abytes, HM_ADVICE_RANDOM)) return -1;
+  hm_sdm_push_out(*big, bbytes, unit);
+  return 0;
+}
+
+static inline hm_pager_stats_t hm_sdm_stats(hm_pager_t *p) {
+  hm_pager_stats_t s = {.size = sizeof s};
+  if (hm_pager_stats(p, &s) != 0) memset(&s, 0, sizeof s);
+  return s;
+}
 #endif

@@ -21,21 +21,7 @@
 #define PAGES (UNIT / 4096)
 #define WPP (4096 / 8) /* words per page */
 
-/* Writes the big array twice, its units in a strided order, so that what
- * the cache held goes (a sequential sweep would keep the small array). */
-static void push_out(uint64_t *big, size_t bytes) {
-  size_t units = bytes / UNIT;
-  for (int pass = 0; pass < 2; pass++)
-    for (size_t j = 0; j < units; j++) {
-      uint64_t *u = big + (j * 7 % units) * (UNIT / 8);
-      for (size_t i = 0; i < UNIT / 8; i += WPP) u[i] += 1;
-    }
-}
-
-static uint64_t wp_faults(hm_pager_t *p) {
-  hm_pager_stats_t s = {.size = sizeof s};
-  return hm_pager_stats(p, &s) == 0 ? s.wp_faults : 0;
-}
+static uint64_t wp_faults(hm_pager_t *p) { return hm_sdm_stats(p).wp_faults; }
 
 /* The word of page k of unit u that the passes touch. */
 static size_t word(uint32_t u, uint32_t k) { return (size_t)u * (UNIT / 8) + (size_t)k * WPP + 5; }
@@ -62,14 +48,9 @@ int main(void) {
   CHECK(p != NULL);
   if (!p) return hm_test_done("test_sdm_dirtyfill");
   const size_t abytes = UNITS * UNIT, bbytes = 48 * MiB, n = abytes / 8;
-  uint64_t *a = NULL, *big = NULL;
-  CHECK_EQ_INT(hm_pager_map(p, abytes, (void **)&a), 0);
-  CHECK_EQ_INT(hm_pager_map(p, bbytes, (void **)&big), 0);
+  uint64_t *a, *big;
+  CHECK_EQ_INT(hm_sdm_cold_random(p, abytes, bbytes, UNIT, &a, &big), 0);
   if (!a || !big) return hm_test_done("test_sdm_dirtyfill");
-  for (size_t i = 0; i < n; i++) a[i] = hm_sdm_mix(i);
-  CHECK_EQ_INT(hm_pager_flush(p, a, abytes), 0);
-  CHECK_EQ_INT(hm_pager_advise(p, a, abytes, HM_ADVICE_RANDOM), 0);
-  push_out(big, bbytes);
 
   uint64_t w0 = wp_faults(p);
   for (uint32_t k = 0; k < PAGES; k++)
@@ -85,10 +66,10 @@ int main(void) {
          UNITS * (unsigned)PAGES);
   CHECK(rw >= UNITS / 2); /* a unit's first write still faults */
   CHECK(rw <= 2 * UNITS);
-  push_out(big, bbytes);
+  hm_sdm_push_out(big, bbytes, UNIT);
   CHECK_EQ_INT(check_all(a, n, 1), 0);
 
-  push_out(big, bbytes);
+  hm_sdm_push_out(big, bbytes, UNIT);
   w0 = wp_faults(p);
   for (uint32_t k = 0; k < PAGES; k++)
     for (uint32_t u = 0; u < UNITS; u++) {
@@ -99,7 +80,7 @@ int main(void) {
   printf("write first: %llu WP faults for %u pages\n", (unsigned long long)wo,
          UNITS * (unsigned)PAGES);
   CHECK(wo <= UNITS / 4);
-  push_out(big, bbytes);
+  hm_sdm_push_out(big, bbytes, UNIT);
   CHECK_EQ_INT(check_all(a, n, 2), 0);
 
   CHECK_EQ_INT(hm_pager_unmap(p, a, abytes), 0);

@@ -30,18 +30,6 @@ static uint64_t next(uint64_t *x) {
   return *x;
 }
 
-/* Writes the big array, so that what the cache held goes: twice, its units
- * in a strided order (a sequential sweep's passed units would be evicted
- * first, and the small array kept, as test_sdm_behind wants). */
-static void push_out(uint64_t *big, size_t bytes, uint64_t salt) {
-  size_t units = bytes / UNIT;
-  for (int pass = 0; pass < 2; pass++)
-    for (size_t j = 0; j < units; j++) {
-      uint64_t *u = big + (j * 7 % units) * (UNIT / 8);
-      for (size_t i = 0; i < UNIT / 8; i += WORDS_PER_PAGE) u[i] = salt + i;
-    }
-}
-
 /* The units in a random order in which no two faults in a row are in the
  * same or neighbouring units (as FFT's planes, 2-3 units apart): what the
  * stream detector calls random. */
@@ -66,12 +54,6 @@ static void shuffle_apart(uint32_t *order, uint64_t *x, uint32_t *last) {
   }
 }
 
-static hm_pager_stats_t stats(hm_pager_t *p) {
-  hm_pager_stats_t s = {.size = sizeof s};
-  if (hm_pager_stats(p, &s) != 0) memset(&s, 0, sizeof s);
-  return s;
-}
-
 int main(void) {
   const char *dir = hm_sdm_scratch();
   hm_ctx_t *ctx = NULL;
@@ -80,21 +62,16 @@ int main(void) {
   CHECK(p != NULL);
   if (!p) return hm_test_done("test_sdm_walk");
   const size_t abytes = UNITS * UNIT, bbytes = 48 * MiB;
-  uint64_t *a = NULL, *big = NULL;
-  CHECK_EQ_INT(hm_pager_map(p, abytes, (void **)&a), 0);
-  CHECK_EQ_INT(hm_pager_map(p, bbytes, (void **)&big), 0);
+  /* Advised random: what the detector concluded of FFT's jumps between
+   * planes, here said outright, as a program may (madvise MADV_RANDOM). */
+  uint64_t *a, *big;
+  CHECK_EQ_INT(hm_sdm_cold_random(p, abytes, bbytes, UNIT, &a, &big), 0);
   if (!a || !big) return hm_test_done("test_sdm_walk");
   const size_t na = abytes / 8;
-  for (size_t i = 0; i < na; i++) a[i] = hm_sdm_mix(i);
-  CHECK_EQ_INT(hm_pager_flush(p, a, abytes), 0);
-  push_out(big, bbytes, 1);
-  /* What the detector concluded of FFT's jumps between planes; here said
-   * outright, as a program may (madvise MADV_RANDOM through the pager). */
-  CHECK_EQ_INT(hm_pager_advise(p, a, abytes, HM_ADVICE_RANDOM), 0);
 
   uint64_t bad = 0, x = 0x9E3779B97F4A7C15ull;
   uint32_t last = UINT32_MAX;
-  hm_pager_stats_t s0 = stats(p);
+  hm_pager_stats_t s0 = hm_sdm_stats(p);
   for (uint32_t k = 0; k < PAGES; k++) {
     uint32_t order[UNITS];
     shuffle_apart(order, &x, &last);
@@ -103,7 +80,7 @@ int main(void) {
       bad += a[w] != hm_sdm_mix(w);
     }
   }
-  uint64_t walk = stats(p).fetches - s0.fetches;
+  uint64_t walk = hm_sdm_stats(p).fetches - s0.fetches;
   printf("walk: %llu reads for %u pages\n", (unsigned long long)walk, UNITS * (unsigned)PAGES);
   CHECK(walk >= UNITS);
   CHECK(walk <= UNITS * PAGES / 4);
@@ -111,7 +88,7 @@ int main(void) {
 
   /* Random distinct pages, also never in neighbouring units in a row: no
    * read-ahead to speak of, once the detector has seen a few jumps. */
-  push_out(big, bbytes, 2);
+  hm_sdm_push_out(big, bbytes, UNIT);
   static uint8_t seen[UNITS * PAGES];
   memset(seen, 0, sizeof seen);
   unsigned touched = 0;
@@ -122,11 +99,11 @@ int main(void) {
     if (seen[pg] || (prev != UINT32_MAX && u <= prev + 1 && u + 1 >= prev)) continue;
     seen[pg] = 1;
     prev = u;
-    if (touched++ == 8) read0 = stats(p).bytes_read;
+    if (touched++ == 8) read0 = hm_sdm_stats(p).bytes_read;
     size_t w = (size_t)pg * WORDS_PER_PAGE + 3;
     bad += a[w] != hm_sdm_mix(w);
   }
-  uint64_t pages_read = (stats(p).bytes_read - read0) / 4096;
+  uint64_t pages_read = (hm_sdm_stats(p).bytes_read - read0) / 4096;
   printf("random: %llu pages read for the last 248 touched\n", (unsigned long long)pages_read);
   CHECK(pages_read <= 248 + 248 / 4);
   CHECK_EQ_INT(bad, 0);
