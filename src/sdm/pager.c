@@ -463,9 +463,10 @@ static void hm__install(hm_pager_t *p, char *a, const char *src, size_t len, int
   }
 }
 
-/* Maps every filled page of a unit in the application's view (memfd mode). */
-static void hm__map_runs(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, const uint64_t *bits) {
-  int wp = p->dirty_mode != HM__DIRTY_ALL;
+/* Maps every filled page of a unit in the application's view (memfd mode),
+ * write-protected as hm__fill_wp says. */
+static void hm__map_runs(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, const uint64_t *bits,
+                         int wp) {
   char *ub = hm__ubase(r, p, u);
   unsigned i = 0, n;
   while ((n = hm__run(bits, p->upages, &i)) > 0) {
@@ -474,15 +475,16 @@ static void hm__map_runs(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, const u
   }
 }
 
-/* Whether pages filled into S now must be write-protected (anonymous
- * mode). Not when the unit is dirty already: a dirty unit is unprotected
- * and written back whole, so its later fills need no WP fault of their own
- * (FFT at 2x the budget took one per fill, 84k per run, before). Read
- * under the lock while S is pinned or FILLING: neither eviction nor flush
- * clears dirty then, and a WP fault that sets it meanwhile only costs the
- * new pages one more fault. */
+/* Whether pages installed into S now must be write-protected, for every
+ * fill and map of either mode. wp_async: always (the kernel tracks each
+ * page). sync: not when the unit is dirty already: a dirty unit is
+ * unprotected and written back whole, so its later fills need no WP fault
+ * of their own (FFT at 2x the budget took one per fill, 84k per run,
+ * before). Read under the lock while S is pinned or FILLING: neither
+ * eviction nor flush clears dirty then, and a WP fault that sets it
+ * meanwhile only costs the new pages one more fault. */
 static int hm__fill_wp(const hm_pager_t *p, const _hm_sdm_slot_t *S) {
-  return p->dirty_mode == HM__DIRTY_SYNC && !S->dirty;
+  return p->dirty_mode == HM__DIRTY_ASYNC || (p->dirty_mode == HM__DIRTY_SYNC && !S->dirty);
 }
 
 /* Anonymous mode: installs pages [pg0, pg0+npg) of a unit from src. */
@@ -589,7 +591,7 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
   pthread_mutex_unlock(&p->lk);
   for (uint32_t k = 0; k < op->nu; k++) {
     if (p->memfd_mode) {
-      if (map[k]) hm__map_runs(p, r, op->unit + k, bits[k]);
+      if (map[k]) hm__map_runs(p, r, op->unit + k, bits[k], wp[k]);
     } else {
       hm__copy_in(p, r, op->unit, cpg0, cnpg, dst + (size_t)(cpg0 - op->pg0) * HM_SDM_PAGE,
                   wp[k]);
@@ -1038,6 +1040,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
          * once per unit (the MINOR round trip is mostly scheduling latency
          * on a busy machine). They count as used: the stream walks them. */
         int32_t ahead[8];
+        uint8_t ahead_wp[8];
         unsigned nahead = 0;
         if (map && (hplan.trend == 1 || hplan.trend == -1)) {
           unsigned m = hplan.window / 2 < 8 ? hplan.window / 2 : 8;
@@ -1052,21 +1055,23 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
             T->ref = 1;
             T->mapped = 1;
             T->pin++;
+            ahead_wp[nahead] = (uint8_t)hm__fill_wp(p, T);
             ahead[nahead++] = V->slot;
           }
           if (nahead)
             _hm_sdm_pf_advance(&p->pf, f->tid, r, (int64_t)u + hplan.trend * (int64_t)nahead);
         }
+        int wp = hm__fill_wp(p, S);
         S->pin++;
         r->busy++;
         hm__plan_hold(r, &hplan);
         pthread_mutex_unlock(&p->lk);
         HM__ADD(p, c_minor_hits, 1);
-        if (map) hm__map_runs(p, r, u, bits);
+        if (map) hm__map_runs(p, r, u, bits, wp);
         hm__wake(p, ub, p->unit);
         for (unsigned i = 0; i < nahead; i++) {
           _hm_sdm_slot_t *T = &p->slots[ahead[i]];
-          hm__map_runs(p, r, T->unit, T->filled);
+          hm__map_runs(p, r, T->unit, T->filled, ahead_wp[i]);
         }
         pthread_mutex_lock(&p->lk);
         S->pin--;
