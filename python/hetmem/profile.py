@@ -20,7 +20,9 @@ from __future__ import annotations
 import glob
 import json
 import math
+import os
 import re
+import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,17 +289,34 @@ def load(path: str | Path) -> Profile:
         raise SchemaError(f"{p}: cannot read: {exc.strerror or exc}") from None
 
 
+def output_template(output: str) -> str:
+    """The file-name template handed to the interposer (docs/formats.md)."""
+    return output if "%p" in output else output + ".%r.%p"
+
+
+def written_files(template: str, since: float = 0.0) -> list[str]:
+    """The profiles written for a file-name template: %h, %r and %p expanded
+    as wildcards (the rest taken literally), modified since `since` (a run's
+    start; 0: any)."""
+    pat = glob.escape(template).replace("%%", "\0")
+    pat = pat.replace("%h", glob.escape(socket.gethostname()))
+    pat = pat.replace("%r", "*").replace("%p", "[0-9]*").replace("\0", "%")
+    out = []
+    for f in glob.glob(pat):
+        if re.search(r"\.tmp\d+$", f):
+            continue
+        try:
+            if os.stat(f).st_mtime >= since - 1:
+                out.append(f)
+        except OSError:
+            pass
+    return sorted(out)
+
+
 def _per_process_hint(p: Path) -> str:
     """`hetmem profile -o FILE` writes FILE.RANK.PID, one per process, so a
     user who then names FILE itself is told which files there are."""
-    try:
-        near = sorted(
-            f.name
-            for f in p.parent.glob(glob.escape(p.name) + ".*.*")
-            if not re.search(r"\.tmp\d+$", f.name)
-        )
-    except OSError:
-        return ""
+    near = [Path(f).name for f in written_files(output_template(str(p)))]
     if not near:
         return ""
     more = f" and {len(near) - 3} more" if len(near) > 3 else ""

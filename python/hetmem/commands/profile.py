@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import glob
 import os
-import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -250,29 +247,6 @@ def check_sampler(env: dict[str, str], sampler: str) -> None:
         raise EnvironmentProblem(f"--sampler {sampler} is not available here: {msg}")
 
 
-def output_template(output: str) -> str:
-    """The file-name template handed to the interposer (docs/formats.md)."""
-    return output if "%p" in output else output + ".%r.%p"
-
-
-def written_files(template: str, since: float) -> list[str]:
-    """Profiles the run wrote: the template with %h, %r and %p expanded as
-    wildcards, modified since the run began."""
-    pat = template.replace("%%", "\0")
-    pat = pat.replace("%h", glob.escape(socket.gethostname()))
-    pat = pat.replace("%r", "*").replace("%p", "[0-9]*").replace("\0", "%")
-    out = []
-    for f in glob.glob(pat):
-        if re.search(r"\.tmp\d+$", f):
-            continue
-        try:
-            if os.stat(f).st_mtime >= since - 1:
-                out.append(f)
-        except OSError:
-            pass
-    return sorted(out)
-
-
 def record(
     argv: list[str], output: str, depth: int, threshold: int, sampler: str, period_ms: float
 ) -> int:
@@ -291,7 +265,7 @@ def record(
     so = hrun.preload_path()
     if not so.exists():
         raise EnvironmentProblem(f"{so} is missing: reinstall hetmem")
-    template = output_template(output)
+    template = prof.output_template(output)
     check_output_dir(template, "-o")
     env = dict(os.environ)
     env["LD_PRELOAD"] = str(so) + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
@@ -312,7 +286,7 @@ def record(
     except hrun._Interrupted as exc:
         os.write(2, f"hetmem profile: interrupted by signal {exc.signum}\n".encode())
         return 128 + exc.signum
-    files = written_files(str(Path(template).absolute()), since)
+    files = prof.written_files(str(Path(template).absolute()), since)
     for f in files:
         os.write(2, f"hetmem profile: wrote {f}\n".encode())
     if not files:
