@@ -543,9 +543,10 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _controls(cgroup: Path) -> list[str]:
-    """The controllers a v2 cgroup hands to its children."""
-    return (_read(cgroup / "cgroup.subtree_control") or "").split()
+def _controls(cgroup: Path, which: str = "subtree_control") -> list[str]:
+    """The controllers a v2 cgroup hands to its children (which=
+    "subtree_control") or has itself ("controllers")."""
+    return (_read(cgroup / f"cgroup.{which}") or "").split()
 
 
 def _int(text: str | None) -> int | None:
@@ -616,7 +617,7 @@ class MemoryCgroup:
             if fstype != "cgroup2":
                 continue
             top = self.root / mnt.lstrip("/")
-            if "memory" not in (_read(top / "cgroup.controllers") or "").split():
+            if "memory" not in _controls(top, "controllers"):
                 continue
             own = top / self._own(None).lstrip("/")
             # the root may have children with controllers whatever it holds;
@@ -629,7 +630,7 @@ class MemoryCgroup:
             ready = [a for a in chain if "memory" in _controls(a)]
             if ready:
                 return 2, [ready[0]]
-            able = [a for a in chain if "memory" in (_read(a / "cgroup.controllers") or "").split()]
+            able = [a for a in chain if "memory" in _controls(a, "controllers")]
             if able:
                 return 2, able
             break
