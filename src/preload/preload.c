@@ -379,13 +379,22 @@ __attribute__((constructor)) static void hm__ctor(void) {
   }
 }
 
+/* The mode and its settings, before a large request is routed: a library
+ * constructor that runs before hm__ctor (OpenBLAS allocates its buffers in
+ * one) makes the first large request while the mode is still unset, and
+ * would otherwise be served as in cache mode. Costs one acquire load once
+ * prepared (pthread_once), on large requests only. */
+static void hm__ensure_prepared(void) {
+  pthread_once(&hm__pl.once, hm__prepare);
+  if (hm__pl.prep_rc) hm__die_inside_malloc(hm__pl.prep_msg);
+}
+
 /* The pager is opened on the first large request: processes that never
  * make one (shells, tools the command spawns) never start its threads. */
 static int hm__ensure_pager(void) {
   int s = atomic_load_explicit(&hm__pl.state, memory_order_acquire);
   if (hm_likely(s == HM__READY)) return 0;
-  pthread_once(&hm__pl.once, hm__prepare);
-  if (hm__pl.prep_rc) hm__die_inside_malloc(hm__pl.prep_msg);
+  hm__ensure_prepared();
   for (;;) {
     s = HM__NONE;
     if (atomic_compare_exchange_strong(&hm__pl.state, &s, HM__OPENING)) {
@@ -593,7 +602,10 @@ static int hm__place_want(int site) {
 static void *hm__large_alloc_z(const hm__req_t *req, int zero) {
   if (hm__tls.guard) return NULL;
   hm__tls.guard++;
+  hm__ensure_prepared();
   void *user = NULL;
+  if (req->size < atomic_load_explicit(&hm__threshold, memory_order_relaxed))
+    goto out; /* the threshold was unset too */
   if (hm__pl.mode == HM__M_PROFILE) {
     _hm_pl_stack_t st;
     _hm_pl_capture(&st, hm__pl.depth);
@@ -877,11 +889,13 @@ static int hm__mmap_is_ours(void *addr, size_t length, int prot, int flags) {
                      | MAP_FIXED_NOREPLACE
 #endif
       ;
+  if (!(addr == NULL && length >= hm__thr() && (flags & MAP_TYPE) == MAP_PRIVATE &&
+        (flags & MAP_ANONYMOUS) && !(flags & refuse) && prot == (PROT_READ | PROT_WRITE) &&
+        !hm__tls.guard))
+    return 0;
+  hm__ensure_prepared(); /* the mode is unset before hm__ctor */
   /* profiling and placement leave mmap to the kernel (sites are malloc's) */
-  return hm__pl.mode == HM__M_CACHE && addr == NULL && length >= hm__thr() &&
-         (flags & MAP_TYPE) == MAP_PRIVATE &&
-         (flags & MAP_ANONYMOUS) && !(flags & refuse) &&
-         prot == (PROT_READ | PROT_WRITE) && !hm__tls.guard;
+  return hm__pl.mode == HM__M_CACHE && length >= hm__thr();
 }
 
 void *mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset) {
