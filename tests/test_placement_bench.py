@@ -52,3 +52,21 @@ def test_sweep_target_is_judged_against_the_io_bound() -> None:
     assert 2.2 / overlap <= 1.25
     assert t["measured"] == pytest.approx(2.2 / io)
     assert t["pass"] is False
+
+
+def test_sweep_detail_gives_the_cold_phase_rate() -> None:
+    from hetmem.bench.placement import cold_phase, evaluate
+
+    res = _res(0.5, 0.3)
+    res["modes"]["flat"] = {"seconds": 2.5, "hot_seconds": 0.4}
+    res["modes"]["hybrid"] = {"seconds": 2.2, "hot_seconds": 0.5}
+    moved = res["cold_touched_per_iter"] * 4
+    mode, secs, gbs = cold_phase(res, moved)
+    assert (mode, secs) == ("hybrid", pytest.approx(1.7))
+    assert gbs == pytest.approx(moved / 1.7 / 1e9)
+    (t,) = [x for x in evaluate({"sweep": res}, {"seq_read_gbs": 1.0}, 4, 128 * MiB)
+            if "bound" in x["target"]]  # fmt: skip
+    want = f"hybrid outside its hot passes: 1.7 s, the cold bytes at {round(gbs, 2)} GB/s"
+    assert want in t["detail"]
+    del res["modes"]["hybrid"]["hot_seconds"], res["modes"]["flat"]["hot_seconds"]
+    assert cold_phase(res, moved) is None

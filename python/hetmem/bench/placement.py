@@ -382,6 +382,19 @@ def sweep_bound(
     return max(dram_s, hot_s + max(cold_s, io_s - overlap)), io_s
 
 
+def cold_phase(res: dict[str, Any], moved: int) -> tuple[str, float, float] | None:
+    """The faster of flat and hybrid, the seconds it spent outside the hot
+    passes (the cold sweeps), and the rate it moved the cold bytes at then
+    (GB/s): which part of the sweep time the storage tier's path takes."""
+    runs = [(m, (res.get("modes") or {}).get(m) or {}) for m in ("flat", "hybrid")]
+    runs = [(m, r) for m, r in runs if r.get("seconds") and r.get("hot_seconds") is not None]
+    if not runs or not moved:
+        return None
+    mode, r = min(runs, key=lambda mr: mr[1]["seconds"])
+    cold_s = r["seconds"] - r["hot_seconds"]
+    return (mode, cold_s, moved / cold_s / 1e9) if cold_s > 0 else None
+
+
 def evaluate(
     results: dict[str, Any], device: dict[str, Any], iters: int, budget: int | None = None
 ) -> list[dict[str, Any]]:
@@ -414,6 +427,7 @@ def evaluate(
         best = _fastest(sw, "flat", "hybrid")
         m = best / bound if bound and best else None
         mo = best / overlap_bound if overlap_bound and best else None
+        phase = cold_phase(sw, moved)
         out.append(
             _target(
                 "sweep: best(flat, hybrid) time / bound (cold bytes moved at the probed "
@@ -427,7 +441,13 @@ def evaluate(
                 f"{mo and round(mo, 3)}; "
                 f"{format_size(moved)} moved at {gbs} GB/s: {io_bound and round(io_bound, 3)} s; "
                 f"dram {dram_t} s (hot passes {(sw['modes'].get('dram') or {}).get('hot_seconds')}"
-                f" s); flat {_t(sw, 'flat')} s, hybrid {_t(sw, 'hybrid')} s",
+                f" s); flat {_t(sw, 'flat')} s, hybrid {_t(sw, 'hybrid')} s"
+                + (
+                    f"; {phase[0]} outside its hot passes: {round(phase[1], 3)} s, the cold "
+                    f"bytes at {round(phase[2], 2)} GB/s"
+                    if phase
+                    else ""
+                ),
             )
         )
     for v in ("sparse", "sweep"):
