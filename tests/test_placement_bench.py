@@ -70,3 +70,23 @@ def test_sweep_detail_gives_the_cold_phase_rate() -> None:
     assert want in t["detail"]
     del res["modes"]["hybrid"]["hot_seconds"], res["modes"]["flat"]["hot_seconds"]
     assert cold_phase(res, moved) is None
+
+
+def test_alloc_cost_is_the_median_of_the_paired_ratios() -> None:
+    from hetmem.bench.placement import alloc_cost, evaluate
+
+    # a fast outlier among the no-preload runs: best against best says 23%,
+    # the pairs (each run beside its partner) say 2%
+    al = {
+        "pairs": 10**7,
+        "all_none": [0.77, 1.00, 1.10, 1.20, 1.05],
+        "all_flat": [0.95, 1.02, 1.12, 1.22, 1.03],
+    }
+    al["none_seconds"], al["flat_seconds"] = min(al["all_none"]), min(al["all_flat"])
+    assert alloc_cost(al) == pytest.approx(1.12 / 1.10 - 1)
+    (t,) = [x for x in evaluate({"alloc": al}, {}, 4) if x["target"].startswith("alloc")]
+    assert t["pass"] is True
+    al["all_flat"] = [x * 1.05 for x in al["all_none"]]
+    assert alloc_cost(al) == pytest.approx(0.05)
+    (t,) = [x for x in evaluate({"alloc": al}, {}, 4) if x["target"].startswith("alloc")]
+    assert t["pass"] is False
