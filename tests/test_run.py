@@ -501,3 +501,54 @@ def test_sigterm_is_forwarded_to_the_command() -> None:
     assert proc.returncode == 128 + signal.SIGTERM
     with pytest.raises(ProcessLookupError):
         os.kill(int(kids[0]), 0)
+
+
+# ---------------------------------------------------------------------------
+# a statically linked command: LD_PRELOAD cannot reach it, and hetmem says so
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def static_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp("static")
+    src = d / "st.c"
+    src.write_text(
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+        "int main(void) { char *p = malloc(8 << 20); memset(p, 1, 8 << 20);\n"
+        '  printf("static %d\\n", p[4096]); free(p); return 4; }\n'
+    )
+    exe = d / "st"
+    proc = subprocess.run([cc, "-static", "-O1", str(src), "-o", str(exe)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip("no static libc to link with")
+    return exe
+
+
+def test_static_elf_detection(static_program: Path) -> None:
+    from hetmem.run import is_static_elf
+
+    assert is_static_elf(str(static_program))
+    assert not is_static_elf(sys.executable)  # dynamically linked
+    assert not is_static_elf(shutil.which("sh") or "/bin/sh")
+    script = static_program.parent / "s.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    assert not is_static_elf(str(script))  # not ELF: no claim
+
+
+@needs_pager
+@pytest.mark.parametrize("verb", ["run", "profile"])
+def test_static_command_is_warned_about_and_still_runs(
+    static_program: Path, storage: Path, verb: str
+) -> None:
+    if verb == "run":
+        args = ["run", "--mode", "cache", "--fast-budget", "4M", "--storage", str(storage)]
+    else:
+        args = ["profile", "-o", str(storage / "st.prof")]
+    proc = run_hetmem(*args, "--", str(static_program))
+    assert proc.returncode == 4, proc.stderr  # its exit status and output pass through
+    assert proc.stdout == "static 1\n"
+    warned = [ln for ln in proc.stderr.splitlines() if "statically linked" in ln]
+    assert len(warned) == 1 and warned[0].startswith(f"hetmem {verb}: warning: ")
+    plain = run_hetmem(*args, "--", "true")
+    assert "statically linked" not in plain.stderr

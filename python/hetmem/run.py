@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import threading
@@ -100,13 +101,55 @@ def check_storage(path: Path, need_bytes: int) -> None:
         )
 
 
-def resolve_command(argv: list[str]) -> None:
+def resolve_command(argv: list[str]) -> str:
+    """The path of the command's executable, as the shell would find it."""
     if not argv:
         raise UsageError("no command given: hetmem run [OPTIONS] -- CMD [ARGS...]")
     exe = argv[0]
     found = shutil.which(exe) if "/" not in exe else (exe if os.access(exe, os.X_OK) else None)
     if not found:
         raise UsageError(f"'{exe}': command not found or not executable")
+    return found
+
+
+def is_static_elf(path: str) -> bool:
+    """True for an ELF executable without a program interpreter (PT_INTERP):
+    statically linked, so the dynamic loader never runs and LD_PRELOAD, the
+    interposer's only way in, is ignored. Scripts and unreadable files: False."""
+    try:
+        with open(path, "rb") as f:
+            ident = f.read(64)
+            if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2):
+                return False
+            end = "<" if ident[5] == 1 else ">"
+            if ident[4] == 2:
+                (phoff,) = struct.unpack_from(end + "Q", ident, 32)
+                phentsize, phnum = struct.unpack_from(end + "HH", ident, 54)
+            else:
+                (phoff,) = struct.unpack_from(end + "I", ident, 28)
+                phentsize, phnum = struct.unpack_from(end + "HH", ident, 42)
+            if phnum == 0 or phentsize < 4:
+                return False
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    types = [struct.unpack_from(end + "I", table, i * phentsize)[0] for i in range(phnum)
+             if (i + 1) * phentsize <= len(table)]  # fmt: skip
+    PT_INTERP = 3
+    return PT_INTERP not in types
+
+
+def warn_if_not_interposable(argv: list[str], verb: str) -> None:
+    """One warning when the command's own executable cannot load the interposer."""
+    exe = resolve_command(argv)
+    if is_static_elf(exe):
+        what = "profiled" if verb == "profile" else "tiered"
+        os.write(
+            2,
+            f"hetmem {verb}: warning: {argv[0]} is statically linked: LD_PRELOAD cannot reach "
+            f"its allocations, so its own memory is not {what} (programs it starts may be)\n".encode(),
+        )
 
 
 def preload_path() -> Path:
@@ -345,6 +388,8 @@ def _cache_env(cfg: RunConfig, stats_file: Path | None) -> dict[str, str]:
 def run(cfg: RunConfig) -> int:
     """Validates cfg, runs the command, writes --stats; returns its exit status."""
     validate(cfg)
+    if cfg.mode == "cache" or cfg.mode in PLACE_MODES:
+        warn_if_not_interposable(cfg.command, "run")
     stats: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "hetmem-run",

@@ -261,7 +261,7 @@ def record(
         raise UsageError(
             f"--period must be a number of milliseconds in (0, 3600000], not {period_ms}"
         )
-    hrun.resolve_command(argv)
+    hrun.warn_if_not_interposable(argv, "profile")
     so = hrun.preload_path()
     if not so.exists():
         raise EnvironmentProblem(f"{so} is missing: reinstall hetmem")
