@@ -350,8 +350,9 @@ HM_API void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg)
  *  directory; -EPERM when userfaultfd is not permitted; -ENOSYS when the
  *  kernel lacks it. ctx must outlive the pager.
  *  Fork: regions are MADV_DONTFORK, so a child process does not inherit them
- *  (touching one there raises SIGSEGV) and never reads zeros where the parent
- *  had data; the child must open its own pager (the parent's refuses to map
+ *  (touching one there raises SIGSEGV; libhetmem_preload.so first prints a
+ *  line saying why) and never reads zeros where the parent had data; the
+ *  child must open its own pager (the parent's refuses to map
  *  there, -ECHILD). Signals: handler threads block them, and a faulting
  *  thread that takes one simply retries its access. */
 HM_API HM_NODISCARD int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg,

@@ -552,3 +552,34 @@ def test_static_command_is_warned_about_and_still_runs(
     assert len(warned) == 1 and warned[0].startswith(f"hetmem {verb}: warning: ")
     plain = run_hetmem(*args, "--", "true")
     assert "statically linked" not in plain.stderr
+
+
+# ---------------------------------------------------------------------------
+# fork without exec: the child does not inherit the parent's pager blocks
+# ---------------------------------------------------------------------------
+FORK_MSG = "a forked child does not inherit them"
+
+
+@needs_pager
+@needs_target
+@pytest.mark.parametrize("mode", ["cache", "flat"])
+def test_forked_child_touching_a_pager_block_is_told_why(
+    mode: str, storage: Path, tmp_path: Path
+) -> None:
+    args = ["run", "--mode", mode, "--fast-budget", "4M", "--storage", str(storage)]
+    if mode == "flat":
+        # the 8 MiB block's site does not fit a 4 MiB budget: the pager serves it
+        run_hetmem("profile", "-o", str(tmp_path / "f.prof"), "--", str(TARGET), "forktouch",
+                   "0", check=True)  # fmt: skip
+        (prof,) = tmp_path.glob("f.prof.norank.*")
+        placement = tmp_path / "p.toml"
+        run_hetmem("advise", str(prof), "--fast-budget", "4M", "-o", str(placement), check=True)
+        args += ["--placement", str(placement)]
+    touched = run_hetmem(*args, "--", str(TARGET), "forktouch", "1")
+    assert touched.returncode == 0, touched.stderr  # the parent's data is intact
+    assert touched.stdout == "signal 11\n"
+    said = [ln for ln in touched.stderr.splitlines() if FORK_MSG in ln]
+    assert len(said) == 1 and said[0].startswith("hetmem: this process was forked")
+    untouched = run_hetmem(*args, "--", str(TARGET), "forktouch", "0")
+    assert untouched.returncode == 0 and untouched.stdout == "exit 0\n"
+    assert FORK_MSG not in untouched.stderr

@@ -32,6 +32,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -184,6 +185,77 @@ static void hm__thread_exit(void *unused) {
   hm__tls.registered = 0;
 }
 
+/* A forked child's record of the parent's pager blocks, which it did not
+ * inherit: a touch of one is a SIGSEGV that hm__forked_segv explains before
+ * the default action (a core dump, or a multiprocessing worker dying
+ * unexplained). Set once in the child, read only by the handler. */
+static struct {
+  uintptr_t (*range)[2];
+  size_t n;
+  struct sigaction prev;
+} hm__forked;
+
+static void hm__forked_segv(int sig, siginfo_t *si, void *uc) {
+  uintptr_t a = (uintptr_t)si->si_addr;
+  for (size_t i = 0; i < hm__forked.n; i++) {
+    if (a < hm__forked.range[i][0] || a >= hm__forked.range[i][1]) continue;
+    static const char msg[] =
+        "hetmem: this process was forked (without exec) from one whose large blocks are in "
+        "hetmem's pager, and touched one of them: a forked child does not inherit them. Exec a "
+        "program in the child, or in Python use multiprocessing's 'spawn' start method\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    (void)sigaction(SIGSEGV, &dfl, NULL); /* the access is retried and kills as usual */
+    return;
+  }
+  const struct sigaction *p = &hm__forked.prev; /* not ours: as before us */
+  if ((p->sa_flags & SA_SIGINFO) && p->sa_sigaction) {
+    p->sa_sigaction(sig, si, uc);
+  } else if (p->sa_handler != SIG_IGN && p->sa_handler != SIG_DFL) {
+    p->sa_handler(sig);
+  } else {
+    (void)sigaction(SIGSEGV, p, NULL);
+  }
+}
+
+/* Records the pager blocks the parent had live and installs hm__forked_segv
+ * (only then). Runs in the single-threaded child right after fork: no malloc,
+ * the array comes from mmap. */
+static void hm__forked_watch(void) {
+  size_t cap = _hm_pl_table_capacity(), n = 0, counted = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    n = 0;
+    for (size_t i = 0; i < cap; i++) {
+      _hm_pl_block_t *b = _hm_pl_table_slot(&hm__pl.table, i);
+      uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
+      if (key == HM_PL_KEY_EMPTY || key == HM_PL_KEY_DELETED || b->backend != HM_PL_PAGER)
+        continue;
+      if (pass && n == counted) break;
+      if (pass) {
+        hm__forked.range[n][0] = key - b->off;
+        hm__forked.range[n][1] = key - b->off + b->maplen;
+      }
+      n++;
+    }
+    if (n == 0) return;
+    if (!pass) {
+      counted = n;
+      void *m = hm__sys_mmap(NULL, n * sizeof *hm__forked.range, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) return;
+      hm__forked.range = m;
+    }
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = hm__forked_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGSEGV, &sa, &hm__forked.prev) == 0) hm__forked.n = n;
+}
+
 static void hm__atfork_child(void) {
   /* The pager's regions are MADV_DONTFORK and its threads did not come
    * along: this process has none of the parent's large blocks, and their
@@ -192,8 +264,10 @@ static void hm__atfork_child(void) {
    * that execs starts afresh with a pager of its own. The child is
    * single-threaded here, so nothing races with the clear. */
   if (atomic_load(&hm__pl.state) != HM__NONE) atomic_store(&hm__pl.state, HM__FORKED);
-  if (atomic_load(&hm__pl.large_allocs) != atomic_load(&hm__pl.large_frees))
+  if (atomic_load(&hm__pl.large_allocs) != atomic_load(&hm__pl.large_frees)) {
+    hm__forked_watch();
     _hm_pl_table_clear(&hm__pl.table);
+  }
   atomic_store(&hm__pl.live_bytes, 0);
   atomic_store(&hm__pl.small_exited, 0);
   hm__tls.small = 0;

@@ -7,6 +7,8 @@
  * usage: hm_preload_target check TOTAL_MIB   full check (TOTAL: MiB of large data)
  *        hm_preload_target exit N            prints to stdout and stderr, exits N
  *        hm_preload_target child             what the fork+exec child runs
+ *        hm_preload_target forktouch 0|1     forks; the child touches (1) or not (0)
+ *                                            a large block of the parent's
  *        hm_preload_target hold MIB MARKER   fills MIB of large blocks, creates
  *                                            MARKER, then keeps touching them
  *                                            until killed (at most 120 s)
@@ -241,6 +243,25 @@ static void fork_exec(const char *self) {
   free(big);
 }
 
+/* fork without exec, then the child touches a large block its parent made
+ * (touch = 1) or does not (touch = 0). Prints the child's end ("exit N" or
+ * "signal N"); exit 0 when the parent's data is intact. */
+static int forktouch(int touch) {
+  char *big = malloc(8 * MIB);
+  if (!big) return 1;
+  fill(big, 8 * MIB, 91);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) _exit(touch ? big[12345] == 0x5a : 0);
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) return 1;
+  if (WIFSIGNALED(st)) printf("signal %d\n", WTERMSIG(st));
+  else printf("exit %d\n", WEXITSTATUS(st));
+  int bad = verify(big, 8 * MIB, 91) != 0;
+  free(big);
+  return bad;
+}
+
 /* For the kill tests: a test must kill the process while its pager regions
  * are live, whatever the speed of the machine, so the marker says when the
  * data is in place and the loop keeps faulting until the signal comes. The
@@ -277,8 +298,9 @@ int main(int argc, char **argv) {
     return failures ? 1 : 0;
   }
   if (argc >= 4 && strcmp(argv[1], "hold") == 0) return hold(argv[2], argv[3]);
+  if (argc >= 3 && strcmp(argv[1], "forktouch") == 0) return forktouch(atoi(argv[2]));
   if (argc < 3 || strcmp(argv[1], "check") != 0) {
-    fprintf(stderr, "usage: %s check TOTAL_MIB | exit N | child | hold MIB MARKER\n", argv[0]);
+    fprintf(stderr, "usage: %s check TOTAL_MIB | exit N | child | hold MIB MARKER | forktouch 0|1\n", argv[0]);
     return 2;
   }
   size_t total = (size_t)strtoul(argv[2], NULL, 10);
