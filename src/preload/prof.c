@@ -64,6 +64,10 @@ typedef struct hm__site_s {
   _Atomic uint64_t hash; /* 0 empty, 1 being filled */
   int n;
   uintptr_t a[HM_PL_MAX_DEPTH];
+  /* Each frame's module, resolved when the site is first seen: a module
+   * dlopen'ed and dlclose'd before the profile is written is still named
+   * (the module table keeps its entry). -1: no module holds the frame. */
+  int16_t mod[HM_PL_MAX_DEPTH];
   _Atomic uint64_t allocs, bytes, max_bytes, frees, lt_sum, lt_min, lt_max;
   _Atomic uint64_t loads, stores; /* x HM__FIX */
 } hm__site_t;
@@ -193,6 +197,10 @@ uint32_t _hm_pl_prof_site(const _hm_pl_stack_t *st) {
       if (atomic_compare_exchange_strong(&s->hash, &cur, 1)) {
         s->n = st->n;
         memcpy(s->a, st->a, (size_t)st->n * sizeof(uintptr_t));
+        for (int f = 0; f < st->n; f++) { /* once per site: may rescan the modules */
+          uint64_t off;
+          s->mod[f] = (int16_t)_hm_pl_frame(st->a[f], &off);
+        }
         atomic_store(&s->lt_min, UINT64_MAX);
         atomic_store_explicit(&s->hash, st->hash, memory_order_release);
         atomic_fetch_add(&hm__pf.nsites_used, 1);
@@ -662,9 +670,9 @@ static void hm__write(void) {
     memset(w, 0, sizeof *w);
     w->slot = slot;
     for (int f = 0; f < s->n; f++) {
-      uint64_t off;
-      int lm = _hm_pl_frame(s->a[f], &off);
+      int lm = s->mod[f];
       if (lm < 0) break; /* a frame no module holds ends the stack */
+      uint64_t off = s->a[f] - _hm_pl_module((size_t)lm)->bias;
       if (!remap[lm]) {
         order[nmods] = lm;
         remap[lm] = ++nmods;

@@ -18,7 +18,9 @@
 #include <execinfo.h>
 #include <link.h>
 #include <stdatomic.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -96,7 +98,14 @@ static int hm__scan_cb(struct dl_phdr_info *info, size_t size, void *data) {
     m->is_main = (n == 0);
     if (!m->path[0]) snprintf(m->path, sizeof m->path, "%s", "[main]");
   } else {
-    snprintf(m->path, sizeof m->path, "%s", name);
+    /* dlopen("./libx.so") is named as the loader was given it, relative to
+     * the working directory of the moment: the profile outlives that */
+    char abs[PATH_MAX];
+    const char *use = name;
+    if (name[0] != '/' && realpath(name, abs) && strlen(abs) < sizeof m->path) use = abs;
+    size_t k = strnlen(use, sizeof m->path - 1);
+    memcpy(m->path, use, k);
+    m->path[k] = 0;
   }
   hm__build_id(info, m->build_id, sizeof m->build_id);
   atomic_store_explicit(&hm__mods.n, n + 1, memory_order_release);

@@ -1,6 +1,6 @@
-"""Large allocations made before the interposer's constructor runs.
+"""Libraries loaded before the interposer, and libraries dlopen'ed later.
 
-A library's constructor can run before libhetmem_preload.so's (the program's
+Before: a library's constructor can run before libhetmem_preload.so's (the program's
 dependencies are initialized before LD_PRELOAD objects that do not depend on
 them): OpenBLAS allocates its buffers there. Such a request must be served
 in the mode the user asked for. hm_early_target's library (tests/c/early_lib.c)
@@ -17,8 +17,12 @@ import pytest
 from conftest import CBUILD, needs_pager, run_hetmem
 
 TARGET = CBUILD / "hm_early_target"
+DLOPEN = CBUILD / "hm_dlopen_target"
+PLUGIN = CBUILD / "libhm_plugin.so"
 
-pytestmark = pytest.mark.skipif(not TARGET.exists(), reason=f"{TARGET} not built")
+pytestmark = pytest.mark.skipif(
+    not TARGET.exists() or not DLOPEN.exists(), reason="the C test programs are not built"
+)
 
 
 def _ok(proc) -> None:
@@ -71,4 +75,45 @@ def test_placement_matches_constructor_allocations(tmp_path: Path, mode: str) ->
     placed = json.loads(stats.read_text())["placement"]
     # served through its site, not as an unplaced (cache-mode) block
     assert [s["allocations"] for s in placed["sites"]] == [1]
+    assert placed["unmatched"]["allocations"] == 0
+
+
+def _profile_plugin(tmp_path: Path) -> Path:
+    proc = run_hetmem(
+        "profile", "-o", str(tmp_path / "d.prof"), "--", str(DLOPEN), str(PLUGIN), "4"
+    )
+    assert proc.returncode == 0, proc.stderr
+    (path,) = tmp_path.glob("d.prof.norank.*")
+    return path
+
+
+def test_profile_keeps_the_sites_of_a_dlclosed_plugin(tmp_path: Path) -> None:
+    path = _profile_plugin(tmp_path)
+    show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
+    # (the compiler may clone them: plugin_hot.constprop.0)
+    by = {s["function"].split(".")[0]: s for s in show["sites"]}
+    assert set(by) == {"plugin_hot", "plugin_cold"}
+    assert by["plugin_hot"]["bytes"] == 16 << 20 and by["plugin_cold"]["bytes"] == 64 << 20
+    assert by["plugin_hot"]["file"].endswith("plugin_lib.c")
+    # named by its absolute path, also when dlopen was given a relative one
+    assert by["plugin_hot"]["frames"][0]["module"] == str(PLUGIN.resolve())
+
+
+@needs_pager
+def test_placement_matches_a_plugin_loaded_elsewhere(tmp_path: Path) -> None:
+    path = _profile_plugin(tmp_path)
+    placement = tmp_path / "d.toml"
+    run_hetmem("advise", str(path), "--fast-budget", "20MiB", "-o", str(placement), check=True)
+    stats = tmp_path / "s.json"
+    proc = run_hetmem(
+        "run", "--mode", "flat", "--placement", str(placement), "--fast-budget", "20MiB",
+        "--storage", str(tmp_path), "--stats", str(stats), "--", str(DLOPEN), str(PLUGIN), "300",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    placed = json.loads(stats.read_text())["placement"]
+    # the hot site in DRAM, the cold one on the storage tier, nothing unmatched
+    assert sorted((s["tier"], s["bytes"]) for s in placed["sites"]) == [
+        (0, [16 << 20, 0]),
+        (1, [0, 64 << 20]),
+    ]
     assert placed["unmatched"]["allocations"] == 0
