@@ -331,3 +331,45 @@ def test_symbolize_by_build_id_from_debug_tree():
         assert data["frames"][0]["function"] in aliases | {name}
         return
     pytest.skip("no usable separate debug file under /usr/lib/debug/.build-id")
+
+
+# --------------------------------------------------------------------------
+# C++: sites named by the program's code, not by operator new or the inlined
+# standard library
+
+
+CXX_SRC = """#include <cstdio>
+#include <vector>
+__attribute__((noinline)) std::vector<double> make_hot() {
+  return std::vector<double>(2 << 20, 1.0);  // line 4
+}
+int main() {
+  auto h = make_hot();
+  std::vector<double> grow;
+  for (int i = 0; i < (1 << 20); i++) grow.push_back(i);  // line 9
+  std::printf("%zu %zu\\n", h.size(), grow.size());
+  return 0;
+}
+"""
+
+
+def test_cxx_sites_are_named_by_the_program(tmp_path: Path) -> None:
+    from conftest import run_hetmem
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        pytest.skip("no C++ compiler")
+    src = tmp_path / "v.cpp"
+    src.write_text(CXX_SRC)
+    exe = tmp_path / "v"
+    subprocess.run([cxx, "-g", "-O2", str(src), "-o", str(exe)], check=True)
+    run_hetmem("profile", "-o", str(tmp_path / "v.prof"), "--", str(exe), check=True)
+    (path,) = tmp_path.glob("v.prof.norank.*")
+    show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
+    where = {(s["function"].split("(")[0], Path(s["file"]).name, s["line"]) for s in show["sites"]}
+    # operator new (libstdc++) is skipped; the names are demangled; the line
+    # is the program's call, not the inlined new_allocator.h / alloc_traits.h
+    assert ("make_hot", "v.cpp", 4) in where
+    grow = [s for s in show["sites"] if "_M_realloc_insert" in s["function"]]
+    assert grow and all(s["user_frame"] == 1 for s in show["sites"])
+    assert "main at " + str(src) + ":9" in " ".join(grow[0]["symbols"])

@@ -145,11 +145,11 @@ def warn_if_not_interposable(argv: list[str], verb: str) -> None:
     exe = resolve_command(argv)
     if is_static_elf(exe):
         what = "profiled" if verb == "profile" else "tiered"
-        os.write(
-            2,
+        msg = (
             f"hetmem {verb}: warning: {argv[0]} is statically linked: LD_PRELOAD cannot reach "
-            f"its allocations, so its own memory is not {what} (programs it starts may be)\n".encode(),
+            f"its allocations, so its own memory is not {what} (programs it starts may be)\n"
         )
+        os.write(2, msg.encode())
 
 
 def preload_path() -> Path:

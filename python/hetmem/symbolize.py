@@ -31,6 +31,46 @@ class Location:
         return fn
 
 
+_demangler: Any = None
+_demangled: dict[str, str] = {}
+
+
+def demangle(name: str) -> str:
+    """A C++ symbol as people write it ("make_hot()" for "_Z8make_hotv"),
+    through libstdc++'s own __cxa_demangle; the name itself when it is not
+    mangled or libstdc++ is not there."""
+    global _demangler
+    if not name.startswith("_Z"):
+        return name
+    if name in _demangled:
+        return _demangled[name]
+    if _demangler is None:
+        try:
+            cxx = ctypes.CDLL("libstdc++.so.6")
+            fn = cxx.__cxa_demangle
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.POINTER(ctypes.c_int)]  # fmt: skip
+            fn.restype = ctypes.c_void_p
+            libc = ctypes.CDLL(None)
+            libc.free.argtypes = [ctypes.c_void_p]
+            _demangler = (fn, libc.free)
+        except (OSError, AttributeError):
+            _demangler = False
+    out = name
+    if _demangler:
+        fn, free = _demangler
+        status = ctypes.c_int(-1)
+        ptr = fn(name.encode(), None, None, ctypes.byref(status))
+        if ptr:
+            try:
+                if status.value == 0:
+                    out = ctypes.string_at(ptr).decode(errors="replace")
+            finally:
+                free(ptr)
+    _demangled[name] = out
+    return out
+
+
 def _declare() -> ctypes.CDLL:
     so = lib()
     c_p = ctypes.c_void_p
@@ -108,8 +148,11 @@ class Symbolizer:
                 self.problems[key] = str(exc)
                 continue
             for off, fr in zip(offs, data["frames"], strict=True):
+                fn = fr.get("function")
                 self._cache[(key, off)] = Location(
-                    function=fr.get("function"), file=fr.get("file"), line=int(fr.get("line", 0))
+                    function=demangle(fn) if fn else None,
+                    file=fr.get("file"),
+                    line=int(fr.get("line", 0)),
                 )
 
     def lookup(self, key: str, path: str, bid: str, off: int) -> Location | None:

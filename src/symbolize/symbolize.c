@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
@@ -131,6 +132,70 @@ static int hm__locate(hm_ctx_t *ctx, const char *path, const char *build_id, cha
                    path && *path ? path : "(no path)", *build_id ? build_id : "(none)");
 }
 
+/* The outermost inlined subroutine under parent (through lexical blocks)
+ * whose code holds pc. */
+static int hm__find_inline(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *out) {
+  Dwarf_Die child;
+  if (dwarf_child(parent, &child) != 0) return 0;
+  do {
+    int tag = dwarf_tag(&child);
+    if (tag == DW_TAG_inlined_subroutine && dwarf_haspc(&child, pc) == 1) {
+      *out = child;
+      return 1;
+    }
+    if (tag == DW_TAG_lexical_block && dwarf_haspc(&child, pc) == 1 &&
+        hm__find_inline(&child, pc, out))
+      return 1;
+  } while (dwarf_siblingof(&child, &child) == 0);
+  return 0;
+}
+
+typedef struct {
+  Dwarf_Addr pc;
+  Dwarf_Die fn;
+  int found;
+} hm__fn_search_t;
+
+static int hm__fn_cb(Dwarf_Die *die, void *arg) {
+  hm__fn_search_t *q = arg;
+  if (dwarf_haspc(die, q->pc) != 1) return DWARF_CB_OK; /* abstract, or elsewhere */
+  q->fn = *die;
+  q->found = 1;
+  return DWARF_CB_ABORT;
+}
+
+/* Where the function holding addr made the call that the compiler inlined
+ * there: the outermost inlined scope's DW_AT_call_file:call_line. A site in
+ * make_hot() through inlined std::vector code then reads as make_hot at its
+ * own line, not at new_allocator.h. 0 when addr is in no inlined scope.
+ * (dwarf_getscopes cannot tell: past an inlined instance it follows the
+ * abstract origin's scopes, not the caller's.) */
+static int hm__outer_call(Dwfl_Module *mod, Dwarf_Addr addr, const char **file, int *line,
+                          int *col) {
+  Dwarf_Addr cubias = 0;
+  Dwarf_Die *cu = dwfl_module_addrdie(mod, addr, &cubias);
+  if (!cu) return 0;
+  hm__fn_search_t q = {.pc = addr - cubias, .found = 0};
+  if (dwarf_getfuncs(cu, hm__fn_cb, &q, 0) < 0 || !q.found) return 0;
+  Dwarf_Die in;
+  if (!hm__find_inline(&q.fn, q.pc, &in)) return 0;
+  Dwarf_Attribute a;
+  Dwarf_Word fidx = 0, ln = 0, cn = 0;
+  Dwarf_Files *files = NULL;
+  size_t nf = 0;
+  if (dwarf_formudata(dwarf_attr(&in, DW_AT_call_file, &a), &fidx) != 0 ||
+      dwarf_formudata(dwarf_attr(&in, DW_AT_call_line, &a), &ln) != 0 ||
+      dwarf_getsrcfiles(cu, &files, &nf) != 0 || fidx >= nf)
+    return 0;
+  const char *f = dwarf_filesrc(files, fidx, NULL, NULL);
+  if (!f) return 0;
+  if (dwarf_formudata(dwarf_attr(&in, DW_AT_call_column, &a), &cn) != 0) cn = 0;
+  *file = f;
+  *line = (int)ln;
+  *col = (int)cn;
+  return 1;
+}
+
 static void hm__frame_json(_hm_sb_t *sb, Dwfl_Module *mod, Dwarf_Addr bias, uint64_t offset) {
   Dwarf_Addr addr = (Dwarf_Addr)offset + bias;
   _hm_sb_printf(sb, "{\"offset\":%llu", (unsigned long long)offset);
@@ -147,6 +212,21 @@ static void hm__frame_json(_hm_sb_t *sb, Dwfl_Module *mod, Dwarf_Addr bias, uint
   Dwfl_Line *line = mod ? dwfl_module_getsrc(mod, addr) : NULL;
   int lineno = 0, col = 0;
   const char *src = line ? dwfl_lineinfo(line, NULL, &lineno, &col, NULL, NULL) : NULL;
+  const char *call = NULL;
+  int cline = 0, ccol = 0;
+  if (mod && hm__outer_call(mod, addr, &call, &cline, &ccol)) {
+    /* the line table's place is inside the inlined code: kept beside */
+    _hm_sb_puts(sb, ",\"file\":");
+    _hm_sb_json_str(sb, call);
+    _hm_sb_printf(sb, ",\"line\":%d,\"column\":%d", cline, ccol);
+    if (src) {
+      _hm_sb_puts(sb, ",\"inlined_file\":");
+      _hm_sb_json_str(sb, src);
+      _hm_sb_printf(sb, ",\"inlined_line\":%d", lineno);
+    }
+    _hm_sb_puts(sb, "}");
+    return;
+  }
   _hm_sb_puts(sb, ",\"file\":");
   if (src) {
     _hm_sb_json_str(sb, src);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -40,16 +41,35 @@ def describe_frames(sym: Symbolizer, site: prof.Site, depth: int | None = None) 
     return out
 
 
+# Language runtimes whose allocation entry points (C++'s operator new,
+# libgfortran's) sit between the program's code and malloc: a site is named
+# by its first frame outside them.
+RUNTIME_MODULE = re.compile(
+    r"^(libstdc\+\+|libc\+\+|libc\+\+abi|libc|libgfortran|libgcc_s|ld-linux[-\w]*|"
+    r"libhetmem\w*)\.so"
+)
+
+
+def user_frame(site: prof.Site) -> int:
+    """The index of the site's innermost frame outside the language runtimes
+    (0 when every frame is in one)."""
+    for k, (m, _) in enumerate(site.frames):
+        if not RUNTIME_MODULE.match(m.path.rsplit("/", 1)[-1]):
+            return k
+    return 0
+
+
 def site_rows(p: prof.Profile, sym: Symbolizer) -> list[dict[str, Any]]:
     sym.prefetch(frame_inputs(p.sites))
     rows = []
     for i, s in enumerate(p.sites):
-        loc = sym.lookup(
-            s.frames[0][0].key, s.frames[0][0].path, s.frames[0][0].build_id, s.frames[0][1]
-        )
+        k = user_frame(s)
+        m, off = s.frames[k]
+        loc = sym.lookup(m.key, m.path, m.build_id, off)
         rows.append(
             {
                 "index": i,
+                "user_frame": k,
                 "function": loc.function if loc else None,
                 "file": loc.file if loc else None,
                 "line": loc.line if loc else 0,
@@ -210,7 +230,7 @@ class Command:
             [
                 [
                     r["index"],
-                    r["symbols"][0],
+                    r["symbols"][r["user_frame"]],
                     r["allocs"],
                     format_size(r["bytes"]),
                     format_size(r["peak_live_bytes"]),
