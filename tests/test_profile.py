@@ -373,3 +373,48 @@ def test_cxx_sites_are_named_by_the_program(tmp_path: Path) -> None:
     grow = [s for s in show["sites"] if "_M_realloc_insert" in s["function"]]
     assert grow and all(s["user_frame"] == 1 for s in show["sites"])
     assert "main at " + str(src) + ":9" in " ".join(grow[0]["symbols"])
+
+
+FORTRAN_SRC = """module work
+contains
+  subroutine make(hot, cold)
+    real(8), allocatable, intent(out) :: hot(:), cold(:)
+    allocate(hot(2*1024*1024))
+    allocate(cold(8*1024*1024))
+    hot = 1.0d0
+    cold = 2.0d0
+  end subroutine
+end module
+program main
+  use work
+  real(8), allocatable :: h(:), c(:)
+  integer :: k
+  call make(h, c)
+  do k = 1, 30
+    h = h + 1.0d0
+  end do
+  print *, sum(h) + sum(c)
+end program
+"""
+
+
+def test_fortran_program_is_profiled(tmp_path: Path) -> None:
+    # gfortran's runtime installs a SIGSEGV handler of its own (backtraces):
+    # the portable sampler's faults must not reach it
+    from conftest import run_hetmem
+
+    fc = shutil.which("gfortran")
+    if not fc:
+        pytest.skip("no gfortran")
+    src = tmp_path / "a.f90"
+    src.write_text(FORTRAN_SRC)
+    exe = tmp_path / "a"
+    subprocess.run([fc, "-g", "-O2", str(src), "-o", str(exe)], check=True, cwd=tmp_path)
+    proc = run_hetmem("profile", "-o", str(tmp_path / "a.prof"), "--", str(exe))
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout.split()[0]) == (2 << 20) * 31.0 + (8 << 20) * 2.0
+    (path,) = tmp_path.glob("a.prof.norank.*")
+    show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
+    lines = sorted((Path(s["file"]).name, s["line"], s["bytes"]) for s in show["sites"])
+    assert lines == [("a.f90", 5, 16 << 20), ("a.f90", 6, 64 << 20)]
+    assert show["header"]["sampler"]["handler_lost"] is False

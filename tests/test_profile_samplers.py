@@ -278,3 +278,29 @@ def test_forked_child_leaves_the_parents_sampler_alone(tmp_path: Path) -> None:
     assert parent[0]["sampler"]["name"] == "damon"
     assert read(root, KD + "/0/state") == "off"
     assert read(root, KD + "/nr_kdamonds") == "0"
+
+
+# --------------------------------------------------------------------------
+# The portable sampler beside a program's own SIGSEGV handler (gfortran's
+# runtime installs one for its backtraces; so do many HPC codes)
+
+SEGV_TARGET = CBUILD / "hm_segv_target"
+
+
+@pytest.mark.skipif(not SEGV_TARGET.exists(), reason=f"{SEGV_TARGET} not built")
+@pytest.mark.parametrize("how", ["sigaction", "signal"])
+def test_portable_sampler_keeps_the_programs_segv_handler(tmp_path: Path, how: str) -> None:
+    proc = run_hetmem(
+        "profile", "--sampler", "portable", "-o", str(tmp_path / "p.prof"), "--",
+        str(SEGV_TARGET), how, "400",
+    )  # fmt: skip
+    # the sampler's faults never reached the program's handler, sigaction
+    # read back the program's own, and its own fault went to it
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "handler calls 0, own handler read back 1, caught 1\n"
+    (path,) = profile_files(tmp_path)
+    samp = header(path)["sampler"]
+    assert samp["name"] == "portable" and samp["handler_lost"] is False
+    assert samp["faults"] > 0
+    (site,) = P.load(path).sites
+    assert site.loads + site.stores > 0  # the block's accesses were sampled

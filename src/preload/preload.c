@@ -207,7 +207,7 @@ static void hm__forked_segv(int sig, siginfo_t *si, void *uc) {
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
-    (void)sigaction(SIGSEGV, &dfl, NULL); /* the access is retried and kills as usual */
+    (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL); /* retried: kills as usual */
     return;
   }
   const struct sigaction *p = &hm__forked.prev; /* not ours: as before us */
@@ -216,7 +216,7 @@ static void hm__forked_segv(int sig, siginfo_t *si, void *uc) {
   } else if (p->sa_handler != SIG_IGN && p->sa_handler != SIG_DFL) {
     p->sa_handler(sig);
   } else {
-    (void)sigaction(SIGSEGV, p, NULL);
+    (void)_hm_pl_real_sigaction(SIGSEGV, p, NULL);
   }
 }
 
@@ -253,7 +253,7 @@ static void hm__forked_watch(void) {
   sa.sa_sigaction = hm__forked_segv;
   sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGSEGV, &sa, &hm__forked.prev) == 0) hm__forked.n = n;
+  if (_hm_pl_real_sigaction(SIGSEGV, &sa, &hm__forked.prev) == 0) hm__forked.n = n;
 }
 
 static void hm__atfork_child(void) {
@@ -298,6 +298,8 @@ static int hm__check_dir(const char *dir) {
   return 0;
 }
 
+static void hm__resolve_signals(void); /* with the sigaction hook below */
+
 static void hm__resolve_libc_usable(void) {
   hm__tls.guard++;
   void *sym = dlsym(RTLD_NEXT, "malloc_usable_size");
@@ -313,6 +315,7 @@ static int hm__prepare_common(uint64_t thr) {
   /* dlsym is safe here: we run from our constructor or from a large
    * allocation, both after libc and the loader are up. */
   hm__resolve_libc_usable();
+  hm__resolve_signals();
   atomic_store(&hm__threshold, (size_t)thr);
   return 0;
 }
@@ -1122,6 +1125,53 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)
   int rc = hm__pl.real_pthread_create(thread, attr, hm__tramp, t);
   if (rc) __libc_free(t);
   return rc;
+}
+
+/* SIGSEGV dispositions. While the portable access sampler runs (profile
+ * mode) its handler must stay installed: a program that sets its own
+ * (gfortran's runtime does, for its backtraces) has it kept aside and
+ * called for every fault that is not the sampler's, and reads it back as
+ * its own. Everything else goes to glibc. The real functions are looked up
+ * once at start-up (hm__prepare_common), or here on a call before it. */
+static int (*hm__real_sigaction)(int, const struct sigaction *, struct sigaction *);
+static __sighandler_t (*hm__real_signal)(int, __sighandler_t);
+
+static void hm__resolve_signals(void) {
+  hm__tls.guard++;
+  void *a = dlsym(RTLD_NEXT, "sigaction"), *b = dlsym(RTLD_NEXT, "signal");
+  hm__tls.guard--;
+  if (a) memcpy(&hm__real_sigaction, &a, sizeof a);
+  if (b) memcpy(&hm__real_signal, &b, sizeof b);
+}
+
+int _hm_pl_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+  if (hm_unlikely(!hm__real_sigaction)) hm__resolve_signals();
+  if (!hm__real_sigaction) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return hm__real_sigaction(sig, act, old);
+}
+
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+  if (sig == SIGSEGV && _hm_pl_prof_segv_action(act, old)) return 0;
+  return _hm_pl_real_sigaction(sig, act, old);
+}
+
+__sighandler_t signal(int sig, __sighandler_t handler) {
+  if (sig == SIGSEGV) {
+    struct sigaction sa, was;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sa.sa_flags = SA_RESTART; /* glibc's signal(): BSD semantics */
+    if (_hm_pl_prof_segv_action(&sa, &was)) return was.sa_handler;
+  }
+  if (hm_unlikely(!hm__real_signal)) hm__resolve_signals();
+  if (!hm__real_signal) {
+    errno = ENOSYS;
+    return SIG_ERR;
+  }
+  return hm__real_signal(sig, handler);
 }
 
 /* ------------------------------------------------------------------------

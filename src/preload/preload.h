@@ -13,6 +13,7 @@
 #define HM_PRELOAD_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,7 +43,9 @@
   X(int, madvise, (void *addr, size_t length, int advice))                               \
   X(void *, mremap, (void *old_address, size_t old_size, size_t new_size, int flags, ...)) \
   X(int, pthread_create,                                                                 \
-    (pthread_t * thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg))
+    (pthread_t * thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg))  \
+  X(int, sigaction, (int sig, const struct sigaction *act, struct sigaction *old))         \
+  X(__sighandler_t, signal, (int sig, __sighandler_t handler))
 
 /* Backends that can own a large block. Index 0 is glibc (never in the
  * table). Placement adds tiers here (a NUMA node bound with mbind, ...). */
@@ -232,5 +235,13 @@ void _hm_pl_prof_small(uintptr_t ra, size_t size);
 void _hm_pl_prof_thread(int delta); /* a thread starts (+1) or ends (-1) */
 /* Writes the profile (at exit); stops the sampler first. */
 void _hm_pl_prof_finish(void);
+/* While the portable sampler's SIGSEGV handler is installed, the
+ * application's own SIGSEGV disposition is kept here instead of replacing
+ * it (the handler passes on every fault that is not the sampler's): returns
+ * 1 when it took act and gave the application's old disposition, 0 when
+ * the call is the kernel's. */
+int _hm_pl_prof_segv_action(const struct sigaction *act, struct sigaction *old);
+/* glibc's sigaction, for hetmem's own handlers (the hook would keep them). */
+int _hm_pl_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
 #endif

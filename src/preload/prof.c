@@ -128,7 +128,14 @@ static struct {
   pthread_t thread;
   _Atomic uint64_t faults, armings, periods, sampler_cpu_ns;
   uint64_t fault_cost_ns;
-  struct sigaction prev_segv;
+  /* The application's SIGSEGV disposition: what was there when the
+   * sampler's handler went in, then what the application set since (the
+   * sigaction and signal hooks keep it here rather than replace ours).
+   * A seqlock: writers serialize on app_lk, the handler copies and
+   * retries while app_seq is odd or moved. */
+  struct sigaction app_segv;
+  _Atomic unsigned app_seq;
+  pthread_mutex_t app_lk;
   _Atomic int handler_lost;
   int finished;
 } hm__pf;
@@ -324,6 +331,22 @@ static int hm__claim_fault(uintptr_t page, int write) {
   return found;
 }
 
+static void hm__app_segv_read(struct sigaction *out) {
+  for (;;) {
+    unsigned a = atomic_load_explicit(&hm__pf.app_seq, memory_order_acquire);
+    if (a & 1u) continue;
+    memcpy(out, &hm__pf.app_segv, sizeof *out);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&hm__pf.app_seq, memory_order_relaxed) == a) return;
+  }
+}
+
+static void hm__app_segv_write(const struct sigaction *in) {
+  atomic_fetch_add_explicit(&hm__pf.app_seq, 1, memory_order_acq_rel);
+  memcpy(&hm__pf.app_segv, in, sizeof *in);
+  atomic_fetch_add_explicit(&hm__pf.app_seq, 1, memory_order_release);
+}
+
 static void hm__segv(int sig, siginfo_t *si, void *ucv) {
   int saved = errno;
   uintptr_t page = (uintptr_t)si->si_addr & ~(uintptr_t)(hm__pf.page - 1);
@@ -339,15 +362,42 @@ static void hm__segv(int sig, siginfo_t *si, void *ucv) {
     return;
   }
   errno = saved;
-  /* Not ours: whatever handled SIGSEGV before us does. */
-  struct sigaction *p = &hm__pf.prev_segv;
-  if ((p->sa_flags & SA_SIGINFO) && p->sa_sigaction) {
-    p->sa_sigaction(sig, si, ucv);
-  } else if (p->sa_handler != SIG_IGN && p->sa_handler != SIG_DFL) {
-    p->sa_handler(sig);
-  } else {
-    signal(SIGSEGV, SIG_DFL); /* the faulting access is retried and kills as usual */
+  /* Not ours: the application's disposition, as the kernel would run it. */
+  struct sigaction app;
+  hm__app_segv_read(&app);
+  if (app.sa_handler == SIG_IGN || app.sa_handler == SIG_DFL) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL); /* retried: kills as usual */
+    return;
   }
+  if (app.sa_flags & SA_RESETHAND) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    hm__app_segv_write(&dfl);
+  }
+  sigset_t old;
+  pthread_sigmask(SIG_BLOCK, &app.sa_mask, &old);
+  if (app.sa_flags & SA_SIGINFO)
+    app.sa_sigaction(sig, si, ucv);
+  else
+    app.sa_handler(sig);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+int _hm_pl_prof_segv_action(const struct sigaction *act, struct sigaction *old) {
+  if (!hm__pf.sampling || atomic_load(&hm__pf.handler_lost)) return 0;
+  struct sigaction want;
+  if (act) want = *act; /* read outside the lock: it may be on an armed page */
+  pthread_mutex_lock(&hm__pf.app_lk);
+  struct sigaction was;
+  hm__app_segv_read(&was);
+  if (act) hm__app_segv_write(&want);
+  pthread_mutex_unlock(&hm__pf.app_lk);
+  if (old) *old = was;
+  return 1;
 }
 
 static void hm__disarm_table(hm__armed_t *tab) {
@@ -412,7 +462,7 @@ static uint64_t hm__thread_cpu_ns(void) {
 
 static int hm__handler_is_ours(void) {
   struct sigaction cur;
-  if (sigaction(SIGSEGV, NULL, &cur) != 0) return 0;
+  if (_hm_pl_real_sigaction(SIGSEGV, NULL, &cur) != 0) return 0;
   return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == hm__segv;
 }
 
@@ -569,7 +619,8 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
   sa.sa_sigaction = hm__segv;
   sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGSEGV, &sa, &hm__pf.prev_segv) != 0) {
+  pthread_mutex_init(&hm__pf.app_lk, NULL);
+  if (_hm_pl_real_sigaction(SIGSEGV, &sa, &hm__pf.app_segv) != 0) {
     snprintf(why, len, "cannot install the sampler's SIGSEGV handler: %s", strerror(errno));
     return -errno;
   }
@@ -577,7 +628,7 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
   int rc = pthread_create(&hm__pf.thread, NULL, hm__sampler, NULL);
   if (rc) {
     hm__pf.sampling = 0;
-    sigaction(SIGSEGV, &hm__pf.prev_segv, NULL);
+    _hm_pl_real_sigaction(SIGSEGV, &hm__pf.app_segv, NULL);
     snprintf(why, len, "cannot start the sampler thread: %s", strerror(rc));
     return -rc;
   }
