@@ -417,4 +417,5 @@ def test_fortran_program_is_profiled(tmp_path: Path) -> None:
     show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
     lines = sorted((Path(s["file"]).name, s["line"], s["bytes"]) for s in show["sites"])
     assert lines == [("a.f90", 5, 16 << 20), ("a.f90", 6, 64 << 20)]
+    assert {s["function"] for s in show["sites"]} == {"work::make"}
     assert show["header"]["sampler"]["handler_lost"] is False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -32,14 +33,19 @@ class Location:
 
 
 _demangler: Any = None
+_GFORTRAN_MODULE = re.compile(r"^__(\w+?)_MOD_(\w+)$")
 _demangled: dict[str, str] = {}
 
 
 def demangle(name: str) -> str:
     """A C++ symbol as people write it ("make_hot()" for "_Z8make_hotv"),
-    through libstdc++'s own __cxa_demangle; the name itself when it is not
+    through libstdc++'s own __cxa_demangle, and a gfortran module procedure
+    as "work::make" (for "__work_MOD_make"); the name itself when it is not
     mangled or libstdc++ is not there."""
     global _demangler
+    fortran = _GFORTRAN_MODULE.match(name)
+    if fortran:  # gfortran's module procedures, as gdb shows them
+        return f"{fortran.group(1)}::{fortran.group(2)}"
     if not name.startswith("_Z"):
         return name
     if name in _demangled:
