@@ -326,12 +326,20 @@ def test_build_id_mismatch_warns_and_drops_sites(tmp_path):
     assert len(warnings) == 1 and "build-id differs" in warnings[0] and "2 site(s)" in warnings[0]
     q = PL.parse_compact(out.read_text())
     assert [s.id for s in q.sites] == [1]
-    # The program about to run is checked against the placement's binary.
-    p.modules[0] = PL.PModule("/somewhere/else/app", real)
+    # The program about to run is checked against the placement's binary
+    # when it is that program (the same name: here a copy built elsewhere)...
+    p.modules[0] = PL.PModule("/somewhere/else/true", real)
     PL.save(p, src)
     assert PL.prepare_for_run(src, out, command="/bin/true") == []
     assert len(PL.parse_compact(out.read_text()).sites) == 3
-    assert len(PL.prepare_for_run(src, out, command="/bin/ls")) == 1
+    p.modules[0] = PL.PModule("/somewhere/else/true", "cd" * 20)
+    PL.save(p, src)
+    (w,) = PL.prepare_for_run(src, out, command="/bin/true")
+    assert w.startswith("/bin/true: build-id differs")
+    # ...and not when the command launches it (mpirun, srun, a script): the
+    # recorded path is checked as for any other module (absent here: kept)
+    assert PL.prepare_for_run(src, out, command="/bin/ls") == []
+    assert len(PL.parse_compact(out.read_text()).sites) == 3
     PL.prepare_for_run(src, out, command="/bin/true", fast_capacity=12345)
     assert PL.parse_compact(out.read_text()).tiers[0].capacity_bytes == 12345
 
@@ -371,6 +379,25 @@ def test_advise_cli(tmp_path, hetmem):
     assert p.tiers[0].name == "fast" and p.tiers[0].capacity_bytes == 250
     proc = hetmem("advise", str(prof), "--fast-budget", "250", "--tiers", str(tf), "--explain")
     assert proc.returncode == 0 and "site 3: on fast" in proc.stdout
+
+
+def test_advise_leaves_out_launcher_profiles(tmp_path, hetmem):
+    # `hetmem profile -- mpirun -np 2 app`: two ranks' profiles and mpirun's,
+    # which has no sites; it must neither count as a rank nor be the binary
+    sites = [seg_site(0x10 + i, [(0, 500, 100)], 10 * (i + 1)) for i in range(2)]
+    for r in (0, 1):
+        (tmp_path / f"p.prof.{r}.1{r}").write_text(prof_text(sites, rank=r))
+    hdr = P.default_header(hostname="n1", depth=4, wall_ns=WALL)
+    launcher = P.dumps(hdr, [("/usr/bin/orterun", "ef" * 20)], [])
+    (tmp_path / "p.prof.norank.9").write_text(launcher)
+    out = tmp_path / "p.toml"
+    files = sorted(str(f) for f in tmp_path.glob("p.prof.*"))
+    proc = hetmem("advise", *files, "--fast-budget", "1000", "-o", str(out), "--no-symbols")
+    assert proc.returncode == 0, proc.stderr
+    assert "left out 1 profile(s) with no allocation site" in proc.stdout + proc.stderr
+    p = PL.load(out)
+    assert p.meta["merged_profiles"] == 2 and p.meta["ranks_per_node"] == 2
+    assert p.modules[p.binary].path == "/bin/app"
 
 
 @pytest.mark.parametrize(

@@ -375,7 +375,10 @@ def check_modules(
     bad: set[int] = set()
     for i, m in enumerate(p.modules):
         path = m.path
-        if binary is not None and i == p.binary:
+        if binary is not None and i == p.binary and _same_program(binary, m.path):
+            # the command is the placement's program: a rebuild of it is
+            # checked here; any other command (mpirun, srun, a script) only
+            # launches it, and the recorded path is checked as for any module
             path = binary
         try:
             have = build_id_of(path)
@@ -388,13 +391,24 @@ def check_modules(
     for i in sorted(bad):
         m = p.modules[i]
         n = sum(1 for s in p.sites if any(mi == i for mi, _ in s.frames))
-        where = binary if (binary is not None and i == p.binary) else m.path
+        where = (
+            binary
+            if (binary is not None and i == p.binary and _same_program(binary, m.path))
+            else m.path
+        )
         warnings.append(
             f"{where}: build-id differs from the placement's ({m.build_id[:12]}...): the "
             f"placement was made for another build; ignoring its {n} site(s)"
         )
     kept = [s for s in p.sites if not any(mi in bad for mi, _ in s.frames)]
     return Placement(meta=dict(p.meta), tiers=p.tiers, modules=p.modules, sites=kept), warnings
+
+
+def _same_program(command: str, recorded: str) -> bool:
+    """Whether the command to run is the program a placement was made for
+    (the same file name: a rebuild or a copy elsewhere), rather than a
+    launcher that starts it."""
+    return os.path.basename(command) == os.path.basename(recorded)
 
 
 def compact(p: Placement) -> str:

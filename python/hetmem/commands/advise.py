@@ -94,6 +94,19 @@ class Command:
         if args.max_ilp_sites < 0:
             raise UsageError("--max-ilp-sites must not be negative")
         profiles = [prof.load(p) for p in args.profiles]
+        names = list(args.profiles)
+        dropped_notes = []
+        if any(p.sites for p in profiles):
+            # `hetmem profile -- mpirun ...` also profiles the launcher: no
+            # sites, another binary, and it is no rank sharing the budget
+            empty = [n for n, p in zip(names, profiles, strict=True) if not p.sites]
+            if empty:
+                keep = [(n, p) for n, p in zip(names, profiles, strict=True) if p.sites]
+                names, profiles = [n for n, _ in keep], [p for _, p in keep]
+                dropped_notes.append(
+                    f"left out {len(empty)} profile(s) with no allocation site (a launcher such "
+                    f"as mpirun, or no allocation of at least the threshold): {', '.join(empty)}"
+                )
         merged = prof.merge(profiles)
         if args.tiers:
             tiers, notes = adv.tiers_from_file(args.tiers), []
@@ -112,9 +125,9 @@ class Command:
             time_limit=args.time_limit,
             symbolizer=sym,
             explain_top=args.explain,
-            profile_names=args.profiles,
+            profile_names=names,
         )
-        notes = notes + res.notes
+        notes = dropped_notes + notes + res.notes
         if sym is not None:
             notes += [f"cannot symbolize {k}: {v}" for k, v in sym.problems.items()]
         if res.solution.note:
