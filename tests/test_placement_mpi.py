@@ -1,0 +1,86 @@
+"""Profile-guided placement of an MPI program, launched as users launch it:
+`hetmem profile -- mpirun -np 2 app`, `hetmem advise app.prof.*`,
+`hetmem run --mode hybrid ... -- mpirun -np 2 app`. The launcher is profiled
+too (no sites) and is the command `hetmem run` sees; neither may spoil the
+placement of the ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_pager, run_hetmem
+
+MPICC = shutil.which("mpicc")
+MPIRUN = shutil.which("mpirun")
+
+pytestmark = pytest.mark.skipif(not (MPICC and MPIRUN), reason="no MPI compiler or launcher")
+
+SRC = r"""#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) static double *mk(size_t n, double v) {
+  double *p = malloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) p[i] = v;
+  return p;
+}
+__attribute__((noinline)) static double *mk_hot(size_t n) { return mk(n, 1.0); }
+__attribute__((noinline)) static double *mk_cold(size_t n) { return mk(n, 2.0); }
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  size_t n = (size_t)2 << 20; /* 16 MiB hot, 64 MiB cold per rank */
+  double *h = mk_hot(n), *c = mk_cold(4 * n), s = 0, t = 0;
+  for (int k = 0; k < 40; k++)
+    for (size_t i = 0; i < n; i += 8) s += h[i]++;
+  for (size_t i = 0; i < 4 * n; i += 512) s += c[i];
+  MPI_Reduce(&s, &t, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (!r) printf("%.0f\n", t);
+  free(h);
+  free(c);
+  MPI_Finalize();
+  return 0;
+}
+"""
+
+# the expected sum over 2 ranks: hot lines read at 1..40, cold pages at 2
+WANT = 2 * (sum(1.0 + k for k in range(40)) * ((2 << 20) // 8) + 2.0 * ((8 << 20) // 512))
+
+
+@needs_pager
+def test_mpi_program_is_profiled_advised_and_placed(tmp_path: Path) -> None:
+    exe = tmp_path / "app"
+    subprocess.run([MPICC, "-g", "-O2", "-x", "c", "-", "-o", str(exe)], input=SRC, text=True,
+                   check=True)  # fmt: skip
+    launch = [MPIRUN, "-np", "2", "--oversubscribe", str(exe)]
+    if os.geteuid() == 0:
+        launch.insert(1, "--allow-run-as-root")
+    proc = run_hetmem("profile", "-o", str(tmp_path / "app.prof"), "--", *launch)
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout) == WANT
+    files = sorted(str(f) for f in tmp_path.glob("app.prof.*"))
+    assert len(files) == 3  # ranks 0 and 1, and the launcher
+    placement = tmp_path / "p.toml"
+    proc = run_hetmem("advise", *files, "--fast-budget", "40MiB", "-o", str(placement))
+    assert proc.returncode == 0, proc.stderr
+    assert "left out 1 profile(s)" in proc.stdout + proc.stderr
+    stats = tmp_path / "s.json"
+    proc = run_hetmem(
+        "run", "--mode", "hybrid", "--placement", str(placement), "--fast-budget", "40MiB",
+        "--storage", str(tmp_path), "--stats", str(stats), "--", *launch,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "build-id differs" not in proc.stderr
+    assert float(proc.stdout) == WANT
+    placed = json.loads(stats.read_text())["placement"]
+    by_bytes = {s["bytes"][0] + s["bytes"][1]: s for s in placed["sites"]}
+    # both ranks' hot arrays in DRAM, both cold ones on the storage tier
+    assert by_bytes[2 * (16 << 20)]["bytes"] == [2 * (16 << 20), 0]
+    assert by_bytes[2 * (64 << 20)]["bytes"] == [0, 2 * (64 << 20)]
+    assert placed["unmatched"]["allocations"] == 0
