@@ -217,6 +217,7 @@ static void hm__forked_segv(int sig, siginfo_t *si, void *uc) {
     p->sa_handler(sig);
   } else {
     (void)_hm_pl_real_sigaction(SIGSEGV, p, NULL);
+    if (si->si_code <= 0 && p->sa_handler == SIG_DFL) raise(SIGSEGV); /* kill(), raise() */
   }
 }
 

@@ -369,7 +369,8 @@ static void hm__segv(int sig, siginfo_t *si, void *ucv) {
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
-    (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL); /* retried: kills as usual */
+    (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL); /* a fault is retried: kills as usual */
+    if (si->si_code <= 0 && app.sa_handler == SIG_DFL) raise(SIGSEGV); /* kill(), raise() */
     return;
   }
   if (app.sa_flags & SA_RESETHAND) {
