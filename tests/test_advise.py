@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -336,10 +337,19 @@ def test_build_id_mismatch_warns_and_drops_sites(tmp_path):
     PL.save(p, src)
     (w,) = PL.prepare_for_run(src, out, command="/bin/true")
     assert w.startswith("/bin/true: build-id differs")
-    # ...and not when the command launches it (mpirun, srun, a script): the
-    # recorded path is checked as for any other module (absent here: kept)
-    assert PL.prepare_for_run(src, out, command="/bin/ls") == []
-    assert len(PL.parse_compact(out.read_text()).sites) == 3
+    # ...or is another program (a rebuilt copy under another name)...
+    assert len(PL.prepare_for_run(src, out, command="/bin/ls")) == 1
+    # ...and not when the command launches it (mpirun, srun, env, a script):
+    # the recorded path is checked as for any other module (absent here: kept)
+    launcher = tmp_path / "mpirun"
+    launcher.write_bytes(Path("/bin/ls").read_bytes())
+    launcher.chmod(0o755)
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\nexec true\n")
+    script.chmod(0o755)
+    for cmd in (launcher, script):
+        assert PL.prepare_for_run(src, out, command=str(cmd)) == []
+        assert len(PL.parse_compact(out.read_text()).sites) == 3
     PL.prepare_for_run(src, out, command="/bin/true", fast_capacity=12345)
     assert PL.parse_compact(out.read_text()).tiers[0].capacity_bytes == 12345
 

@@ -404,11 +404,29 @@ def check_modules(
     return Placement(meta=dict(p.meta), tiers=p.tiers, modules=p.modules, sites=kept), warnings
 
 
+# Programs that start the placement's program rather than being it.
+LAUNCHERS = frozenset(
+    ("mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prterun", "prun", "srun", "aprun",
+     "jsrun", "ibrun", "flux", "charmrun", "env", "time", "numactl", "taskset", "nice")
+)  # fmt: skip
+
+
 def _same_program(command: str, recorded: str) -> bool:
-    """Whether the command to run is the program a placement was made for
-    (the same file name: a rebuild or a copy elsewhere), rather than a
-    launcher that starts it."""
-    return os.path.basename(command) == os.path.basename(recorded)
+    """Whether the command to run stands for the program a placement was
+    made for (so a build-id mismatch means another build of it), rather
+    than a launcher that starts it: an MPI or batch launcher, a wrapper
+    such as env or numactl, or a script (not ELF). A program of the same
+    file name always counts as the same."""
+    name = os.path.basename(command)
+    if name == os.path.basename(recorded):
+        return True
+    if name in LAUNCHERS:
+        return False
+    try:
+        with open(command, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def compact(p: Placement) -> str:
