@@ -210,15 +210,31 @@ static void hm__forked_segv(int sig, siginfo_t *si, void *uc) {
     (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL); /* retried: kills as usual */
     return;
   }
-  const struct sigaction *p = &hm__forked.prev; /* not ours: as before us */
-  if ((p->sa_flags & SA_SIGINFO) && p->sa_sigaction) {
-    p->sa_sigaction(sig, si, uc);
-  } else if (p->sa_handler != SIG_IGN && p->sa_handler != SIG_DFL) {
-    p->sa_handler(sig);
-  } else {
-    (void)_hm_pl_real_sigaction(SIGSEGV, p, NULL);
-    if (si->si_code <= 0 && p->sa_handler == SIG_DFL) raise(SIGSEGV); /* kill(), raise() */
+  if ((hm__forked.prev.sa_flags & SA_RESETHAND) && hm__forked.prev.sa_handler != SIG_DFL) {
+    struct sigaction dfl; /* the kernel's reset, as it would have done */
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL);
   }
+  _hm_pl_segv_chain(&hm__forked.prev, sig, si, uc); /* not ours: as before us */
+}
+
+void _hm_pl_segv_chain(const struct sigaction *app, int sig, siginfo_t *si, void *uc) {
+  if (app->sa_handler == SIG_IGN || app->sa_handler == SIG_DFL) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL); /* a fault is retried: kills as usual */
+    if (si->si_code <= 0 && app->sa_handler == SIG_DFL) raise(SIGSEGV); /* kill(), raise() */
+    return;
+  }
+  sigset_t old;
+  pthread_sigmask(SIG_BLOCK, &app->sa_mask, &old);
+  if (app->sa_flags & SA_SIGINFO)
+    app->sa_sigaction(sig, si, uc);
+  else
+    app->sa_handler(sig);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /* Records the pager blocks the parent had live and installs hm__forked_segv

@@ -243,5 +243,9 @@ void _hm_pl_prof_finish(void);
 int _hm_pl_prof_segv_action(const struct sigaction *act, struct sigaction *old);
 /* glibc's sigaction, for hetmem's own handlers (the hook would keep them). */
 int _hm_pl_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+/* Runs the application's SIGSEGV disposition app from one of hetmem's
+ * handlers, as the kernel would: its handler under its mask, or the default
+ * action (a fault is retried and kills; a sent signal is raised again). */
+void _hm_pl_segv_chain(const struct sigaction *app, int sig, siginfo_t *si, void *uc);
 
 #endif

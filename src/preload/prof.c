@@ -365,27 +365,13 @@ static void hm__segv(int sig, siginfo_t *si, void *ucv) {
   /* Not ours: the application's disposition, as the kernel would run it. */
   struct sigaction app;
   hm__app_segv_read(&app);
-  if (app.sa_handler == SIG_IGN || app.sa_handler == SIG_DFL) {
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL); /* a fault is retried: kills as usual */
-    if (si->si_code <= 0 && app.sa_handler == SIG_DFL) raise(SIGSEGV); /* kill(), raise() */
-    return;
-  }
-  if (app.sa_flags & SA_RESETHAND) {
+  if ((app.sa_flags & SA_RESETHAND) && app.sa_handler != SIG_DFL) {
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     hm__app_segv_write(&dfl);
   }
-  sigset_t old;
-  pthread_sigmask(SIG_BLOCK, &app.sa_mask, &old);
-  if (app.sa_flags & SA_SIGINFO)
-    app.sa_sigaction(sig, si, ucv);
-  else
-    app.sa_handler(sig);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  _hm_pl_segv_chain(&app, sig, si, ucv);
 }
 
 int _hm_pl_prof_segv_action(const struct sigaction *act, struct sigaction *old) {
