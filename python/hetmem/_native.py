@@ -114,6 +114,7 @@ class Context:
     """An hm_ctx_t: options plus the filesystem root for /sys and /proc."""
 
     def __init__(self, fsroot: str | None = None) -> None:
+        self._h = ctypes.c_void_p()  # close() is safe however far this got
         self._so = lib()
         handle = ctypes.c_void_p()
         rc = self._so.hm_ctx_new(ctypes.byref(handle), fsroot.encode() if fsroot else None)

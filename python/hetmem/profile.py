@@ -193,6 +193,8 @@ def _parse_header(c: _Ctx, rec: dict[str, Any]) -> dict[str, Any]:
         c.int_(small, "bytes")
     if "threads" in rec:
         c.int_(rec, "threads", 1, 1 << 20)
+    if "stopped_by_signal" in rec:
+        c.int_(rec, "stopped_by_signal", 0, 127)
     return rec
 
 
@@ -311,6 +313,38 @@ def written_files(template: str, since: float = 0.0) -> list[str]:
         except OSError:
             pass
     return sorted(out)
+
+
+def expand(path: str) -> list[str]:
+    """The files a profile argument names. A name that is not a file but was
+    given to `hetmem profile -o` stands for the per-process files of the
+    latest run written under it: the newest file and every file whose process
+    ran at the same time as one of those (an MPI job's ranks and launcher
+    overlap; an earlier run with the same -o does not). Any other name is
+    itself, so a missing file is still reported as missing."""
+    if os.path.exists(path) or "%" in path:
+        return [path]
+    spans: list[tuple[float, float, str]] = []
+    for f in written_files(output_template(path)):
+        try:
+            with open(f, "rb") as fh:
+                hdr = json.loads(fh.readline())
+            start = float(hdr["start_unix"])
+            spans.append((start, start + int(hdr["wall_ns"]) / 1e9, f))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a readable profile: only named files are reported
+    if not spans:
+        return [path]
+    spans.sort(key=lambda s: s[1])
+    lo, _, _ = spans[-1]
+    run = [spans[-1][2]]
+    # walk back in order of end time, joining every process alive within the
+    # run's span so far (tolerance: file write and clock granularity)
+    for start, end, f in reversed(spans[:-1]):
+        if end >= lo - 0.5:
+            run.append(f)
+            lo = min(lo, start)
+    return sorted(run)
 
 
 def _per_process_hint(p: Path) -> str:

@@ -142,6 +142,7 @@ static _Atomic int hm__profiling;
 typedef struct hm__tls_s {
   unsigned guard;
   unsigned registered;
+  unsigned counted; /* in the profile's thread count (hetmem's own are not) */
   uint64_t small;
 } hm__tls_t;
 static __thread hm__tls_t hm__tls __attribute__((tls_model("initial-exec")));
@@ -179,7 +180,8 @@ static _Noreturn void hm__die_inside_malloc(const char *why) {
  * ------------------------------------------------------------------------ */
 static void hm__thread_exit(void *unused) {
   (void)unused;
-  if (atomic_load_explicit(&hm__profiling, memory_order_relaxed)) _hm_pl_prof_thread(-1);
+  if (hm__tls.counted) _hm_pl_prof_thread(-1);
+  hm__tls.counted = 0;
   atomic_fetch_add_explicit(&hm__pl.small_exited, hm__tls.small, memory_order_relaxed);
   hm__tls.small = 0;
   hm__tls.registered = 0;
@@ -381,6 +383,8 @@ static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) 
     if ((rc = _hm_pl_prof_start(&pc, why, sizeof why))) return hm__fail(rc, "%s", why);
     atomic_store(&hm__profiling, 1);
     _hm_pl_prof_thread(+1); /* the main thread */
+    hm__tls.counted = 1;
+    _hm_pl_prof_catch_term();
     return 0;
   }
   hm__pl.mode = HM__M_PLACE;
@@ -791,8 +795,11 @@ __attribute__((noinline, cold)) static void hm__register_thread(void) {
     hm__tls.registered = 1;
     pthread_setspecific(hm__pl.thread_key, (void *)1);
     /* the main thread is counted at start-up */
-    if (atomic_load_explicit(&hm__profiling, memory_order_relaxed) && getpid() != gettid())
+    if (atomic_load_explicit(&hm__profiling, memory_order_relaxed) && getpid() != gettid() &&
+        !hm__tls.guard) {
+      hm__tls.counted = 1;
       _hm_pl_prof_thread(+1);
+    }
   }
 }
 
@@ -1172,6 +1179,8 @@ int _hm_pl_real_sigaction(int sig, const struct sigaction *act, struct sigaction
 
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   if (sig == SIGSEGV && _hm_pl_prof_segv_action(act, old)) return 0;
+  int rc;
+  if (_hm_pl_prof_term_action(sig, act, old, &rc)) return rc;
   return _hm_pl_real_sigaction(sig, act, old);
 }
 
@@ -1182,6 +1191,13 @@ __sighandler_t signal(int sig, __sighandler_t handler) {
     sa.sa_handler = handler;
     sa.sa_flags = SA_RESTART; /* glibc's signal(): BSD semantics */
     if (_hm_pl_prof_segv_action(&sa, &was)) return was.sa_handler;
+  } else {
+    struct sigaction sa, was;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sa.sa_flags = SA_RESTART;
+    int rc;
+    if (_hm_pl_prof_term_action(sig, &sa, &was, &rc)) return rc ? SIG_ERR : was.sa_handler;
   }
   if (hm_unlikely(!hm__real_signal)) hm__resolve_signals();
   if (!hm__real_signal) {

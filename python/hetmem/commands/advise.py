@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from hetmem import limits, output
 from hetmem import placement as plc
@@ -93,9 +94,17 @@ class Command:
             raise UsageError("--ranks-per-node must be at least 1")
         if args.max_ilp_sites < 0:
             raise UsageError("--max-ilp-sites must not be negative")
-        profiles = [prof.load(p) for p in args.profiles]
-        names = list(args.profiles)
+        names = []
         dropped_notes = []
+        for arg in args.profiles:
+            files = prof.expand(arg)
+            if files != [arg]:
+                dropped_notes.append(
+                    f"{arg}: the {len(files)} per-process profile(s) of its latest run: "
+                    f"{', '.join(Path(f).name for f in files)}"
+                )
+            names += files
+        profiles = [prof.load(p) for p in names]
         if any(p.sites for p in profiles):
             # `hetmem profile -- mpirun ...` also profiles the launcher: no
             # sites, another binary, and it is no rank sharing the budget

@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -98,6 +99,13 @@ def site_rows(p: prof.Profile, sym: Symbolizer) -> list[dict[str, Any]]:
     return rows
 
 
+def _signame(sig: int) -> str:
+    try:
+        return f"{signal.Signals(sig).name} ({sig})"
+    except ValueError:
+        return f"signal {sig}"
+
+
 def _ns(ns: float) -> str:
     for unit, div in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
         if ns >= div:
@@ -188,6 +196,16 @@ class Command:
         )
 
     def show(self, path: str, as_json: bool, top: int) -> int:
+        files = prof.expand(path)
+        if len(files) > 1:
+            # a launcher's profile has no site: with one rank, show the rank
+            files = [f for f in files if prof.load(f).sites] or files
+        if len(files) > 1:
+            raise UsageError(
+                f"{path} stands for {len(files)} per-process profiles of one run: "
+                f"{', '.join(files)}; show one of them"
+            )
+        path = files[0]
         p = prof.load(path)
         sym = Symbolizer()
         rows = site_rows(p, sym)
@@ -213,6 +231,12 @@ class Command:
             f"(period {h['sampler']['period']:g})",
             markup=False,
         )
+        if h.get("stopped_by_signal"):
+            output.console().print(
+                f"note: the run was stopped by {_signame(h['stopped_by_signal'])}: the profile "
+                "covers it up to then",
+                markup=False,
+            )
         for key, msg in sym.problems.items():
             output.err_console().print(f"warning: cannot symbolize {key}: {msg}", markup=False)
         output.table(
