@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -424,3 +425,14 @@ def test_fortran_program_is_profiled(tmp_path: Path) -> None:
     assert lines == [("a.f90", 5, 16 << 20), ("a.f90", 6, 64 << 20)]
     assert {s["function"] for s in show["sites"]} == {"work::make"}
     assert show["header"]["sampler"]["handler_lost"] is False
+
+
+def test_interpreter_is_named_as_such(tmp_path, hetmem):
+    # numpy's arrays all come from the same C frames: the user is told
+    script = tmp_path / "s.py"
+    script.write_text("import numpy as np\na = np.ones(1 << 20)\nb = np.ones(1 << 21)\n")
+    proc = hetmem("profile", "-o", str(tmp_path / "py.prof"), "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert "is an interpreter" in proc.stderr
+    proc = hetmem("profile", "-o", str(tmp_path / "c.prof"), "--", "ls", "/")
+    assert "is an interpreter" not in proc.stderr

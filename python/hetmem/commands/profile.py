@@ -16,7 +16,7 @@ from typing import Any
 from hetmem import output
 from hetmem import profile as prof
 from hetmem import run as hrun
-from hetmem.errors import EnvironmentProblem, UsageError
+from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.output import check_output_dir
 from hetmem.sizes import format_size, parse_size
 from hetmem.symbolize import Symbolizer
@@ -291,6 +291,29 @@ def check_sampler(env: dict[str, str], sampler: str) -> None:
         raise EnvironmentProblem(f"--sampler {sampler} is not available here: {msg}")
 
 
+_INTERPRETER = re.compile(r"^(python|pypy|julia|R$|Rscript|node|ruby|perl)")
+
+
+def _note_interpreters(files: list[str]) -> None:
+    """Sites are C call stacks: an interpreter makes every array from the
+    same frames, which a user should hear before trusting a placement."""
+    for f in files:
+        try:
+            p = prof.load(f)
+        except HetmemError:
+            continue
+        name = Path(p.binary.path).name
+        if _INTERPRETER.match(name) and p.sites:
+            os.write(
+                2,
+                f"hetmem profile: note: {name} is an interpreter: its allocations are told "
+                "apart by C call stacks only, so arrays made by different lines of the "
+                "script share a site (flat/hybrid cannot place them apart; cache mode can "
+                "run it)\n".encode(),
+            )
+            return
+
+
 def record(
     argv: list[str], output: str, depth: int, threshold: int, sampler: str, period_ms: float
 ) -> int:
@@ -333,6 +356,7 @@ def record(
     files = prof.written_files(str(Path(template).absolute()), since)
     for f in files:
         os.write(2, f"hetmem profile: wrote {f}\n".encode())
+    _note_interpreters(files)
     if not files:
         os.write(
             2,
