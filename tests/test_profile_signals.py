@@ -92,7 +92,7 @@ def _one_profile(out: Path) -> P.Profile:
     return P.load(files[0])
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "term-to-hetmem", "hup-to-program"])
+@pytest.mark.parametrize("how", ["ctrl-c", "term-to-hetmem", "timeout", "hup-to-program"])
 def test_stopped_run_writes_its_profile_and_dies_of_the_signal(prog, tmp_path, how):
     out = tmp_path / "s.prof"
     proc, pid, _ = _start(prog, out)
@@ -100,9 +100,12 @@ def test_stopped_run_writes_its_profile_and_dies_of_the_signal(prog, tmp_path, h
         if how == "ctrl-c":  # the terminal signals the whole foreground group
             sig = signal.SIGINT
             os.killpg(proc.pid, sig)
-        elif how == "term-to-hetmem":  # `kill`, `timeout`, a batch system
+        elif how == "term-to-hetmem":  # `kill`, a batch system
             sig = signal.SIGTERM
             os.kill(proc.pid, sig)
+        elif how == "timeout":  # signals the group: the program gets it twice
+            sig = signal.SIGTERM
+            os.killpg(proc.pid, sig)
         else:
             sig = signal.SIGHUP
             os.kill(pid, sig)

@@ -35,6 +35,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -143,7 +144,7 @@ static struct {
    * installed for signal s; the pipe to the finisher thread. */
   _Atomic unsigned term_ours;
   _Atomic int term_sig; /* the signal that stopped the run, 0 none */
-  int term_pipe[2];
+  sem_t term_sem;       /* posted by the handler (sem_post is async-signal-safe) */
   pid_t term_pid;       /* the process the finisher belongs to */
 } hm__pf;
 
@@ -969,12 +970,14 @@ void _hm_pl_prof_finish(void) {
  * so a run stopped with Ctrl-C, `kill`, or a batch system's SIGTERM at its
  * time limit would leave no profile at all. While the program leaves
  * SIGINT, SIGTERM or SIGHUP at its default, the profiler catches it: the
- * handler (async-signal-safe: one write(2)) hands the signal to a finisher
- * thread, which writes the profile in an ordinary context (the writer
- * allocates), puts the default action back and raises the signal again on
- * itself, so the process still dies of it and its exit status is what it
- * would have been. A second signal while the profile is written kills at
- * once. A program that sets its own disposition replaces ours, and reads
+ * handler (async-signal-safe: a sem_post, no descriptor the program could
+ * close) wakes a finisher thread, which writes the profile in an ordinary
+ * context (the writer allocates), puts the default action back and raises
+ * the signal again on itself, so the process still dies of it and its exit
+ * status is what it would have been. Further signals meanwhile are absorbed:
+ * they come in pairs (`timeout` signals the whole group, and `hetmem
+ * profile` forwards SIGTERM and SIGHUP too). A program that sets its own
+ * disposition replaces ours, and reads
  * SIG_DFL where ours was (_hm_pl_prof_term_action); its handler decides.
  * A forked child has no finisher: there the handler only re-raises.
  * ------------------------------------------------------------------------ */
@@ -1001,15 +1004,14 @@ static void hm__default_and_raise(int sig) {
 
 static void hm__term(int sig) {
   int saved = errno;
-  int first = 0;
-  if (getpid() == hm__pf.term_pid && atomic_compare_exchange_strong(&hm__pf.term_sig, &first, sig)) {
-    unsigned char b = (unsigned char)sig;
-    if (write(hm__pf.term_pipe[1], &b, 1) == 1) {
-      errno = saved;
-      return;
-    }
+  if (getpid() != hm__pf.term_pid) {
+    hm__default_and_raise(sig); /* a forked child: no finisher there */
+  } else {
+    int first = 0;
+    if (atomic_compare_exchange_strong(&hm__pf.term_sig, &first, sig))
+      sem_post(&hm__pf.term_sem);
+    /* else: the finisher is at work and raises the first one when done */
   }
-  hm__default_and_raise(sig); /* a second signal, a forked child, or no finisher */
   errno = saved;
 }
 
@@ -1018,29 +1020,20 @@ static void *hm__finisher(void *unused) {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
-  unsigned char b = 0;
-  for (;;) {
-    ssize_t n = read(hm__pf.term_pipe[0], &b, 1);
-    if (n == 1) break;
-    if (n < 0 && errno == EINTR) continue;
-    return NULL; /* the program closed our descriptors */
-  }
+  while (sem_wait(&hm__pf.term_sem) != 0)
+    if (errno != EINTR) return NULL;
   _hm_pl_prof_finish();
-  hm__default_and_raise(b);
+  hm__default_and_raise(atomic_load(&hm__pf.term_sig));
   return NULL;
 }
 
 /* Installs the handler for each termination signal the program left at its
  * default (not for one it ignores: nohup, background jobs). */
 void _hm_pl_prof_catch_term(void) {
-  if (pipe2(hm__pf.term_pipe, O_CLOEXEC)) return;
+  if (sem_init(&hm__pf.term_sem, 0, 0)) return;
   hm__pf.term_pid = getpid();
   pthread_t t;
-  if (pthread_create(&t, NULL, hm__finisher, NULL)) {
-    close(hm__pf.term_pipe[0]);
-    close(hm__pf.term_pipe[1]);
-    return;
-  }
+  if (pthread_create(&t, NULL, hm__finisher, NULL)) return;
   pthread_detach(t);
   for (size_t i = 0; i < sizeof hm__term_sigs / sizeof hm__term_sigs[0]; i++) {
     int sig = hm__term_sigs[i];
