@@ -384,7 +384,6 @@ static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) 
     atomic_store(&hm__profiling, 1);
     _hm_pl_prof_thread(+1); /* the main thread */
     hm__tls.counted = 1;
-    _hm_pl_prof_catch_term();
     return 0;
   }
   hm__pl.mode = HM__M_PLACE;
@@ -461,9 +460,14 @@ static int hm__prepare_inner(void) {
   return hm__prepare_common(thr);
 }
 
+static void hm__outputs(void);
+
 static void hm__prepare(void) {
   hm__tls.guard++;
   hm__pl.prep_rc = hm__prepare_inner();
+  /* a run stopped by a signal still writes its profile or statistics */
+  if (!hm__pl.prep_rc && (hm__pl.mode == HM__M_PROFILE || hm__pl.stats_path[0]))
+    _hm_pl_term_catch(hm__outputs);
   hm__tls.guard--;
 }
 
@@ -1180,7 +1184,7 @@ int _hm_pl_real_sigaction(int sig, const struct sigaction *act, struct sigaction
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   if (sig == SIGSEGV && _hm_pl_prof_segv_action(act, old)) return 0;
   int rc;
-  if (_hm_pl_prof_term_action(sig, act, old, &rc)) return rc;
+  if (_hm_pl_term_action(sig, act, old, &rc)) return rc;
   return _hm_pl_real_sigaction(sig, act, old);
 }
 
@@ -1197,7 +1201,7 @@ __sighandler_t signal(int sig, __sighandler_t handler) {
     sa.sa_handler = handler;
     sa.sa_flags = SA_RESTART;
     int rc;
-    if (_hm_pl_prof_term_action(sig, &sa, &was, &rc)) return rc ? SIG_ERR : was.sa_handler;
+    if (_hm_pl_term_action(sig, &sa, &was, &rc)) return rc ? SIG_ERR : was.sa_handler;
   }
   if (hm_unlikely(!hm__real_signal)) hm__resolve_signals();
   if (!hm__real_signal) {
@@ -1270,8 +1274,10 @@ static void hm__stats_json(_hm_sb_t *sb) {
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[n > 0 ? n : 0] = 0;
   uint64_t small = atomic_load(&hm__pl.small_exited) + hm__tls.small;
-  _hm_sb_printf(sb, "{\"schema_version\":1,\"pid\":%ld,\"ppid\":%ld,\"exe\":", (long)getpid(),
-                (long)getppid());
+  _hm_sb_printf(sb,
+                "{\"schema_version\":1,\"pid\":%ld,\"ppid\":%ld,\"stopped_by_signal\":%d,"
+                "\"exe\":",
+                (long)getpid(), (long)getppid(), _hm_pl_term_signal());
   _hm_sb_json_str(sb, exe);
   _hm_sb_printf(sb,
                 ",\"threshold\":%zu,\"budget\":%llu,\"interposer\":{"
@@ -1308,36 +1314,50 @@ static void hm__stats_json(_hm_sb_t *sb) {
   _hm_sb_puts(sb, "}\n");
 }
 
-/* Appends one JSON line per process (a command's children inherit the
- * setting, and each process has its own pager): O_APPEND with a single
- * write keeps concurrent writers' lines whole. The pager is deliberately
- * not closed: other destructors may still touch large blocks, and the
- * kernel reclaims everything (backing files were unlinked at creation). */
-__attribute__((destructor)) static void hm__dtor(void) {
-  if (hm__pl.prep_rc || !hm__pl.ctx) return;
-  int saved = errno;
-  if (hm__pl.mode == HM__M_PROFILE) {
-    hm__tls.guard++;
-    _hm_pl_prof_finish();
-    hm__tls.guard--;
-  }
-  errno = saved;
-  if (!hm__pl.stats_path[0]) return;
-  hm__tls.guard++;
-  _hm_sb_t sb;
-  _hm_sb_init(&sb);
-  hm__stats_json(&sb);
-  char *text = NULL;
-  if (_hm_sb_take(&sb, &text) == 0 && text) {
-    int fd = open(hm__pl.stats_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      size_t len = strlen(text);
-      ssize_t w = write(fd, text, len);
-      (void)w;
-      close(fd);
+/* Writes the profile (profile mode) and appends one JSON line of statistics
+ * per process (a command's children inherit the setting, and each process
+ * has its own pager): O_APPEND with a single write keeps concurrent
+ * writers' lines whole. Once per process: at exit, or on the finisher
+ * thread of a run stopped by a signal (term.c); a second caller waits for
+ * the first rather than let the process end mid-write. The pager is
+ * deliberately not closed: other destructors may still touch large blocks,
+ * and the kernel reclaims everything (backing files were unlinked at
+ * creation). */
+static void hm__outputs(void) {
+  static _Atomic int state; /* 0 not yet, 1 being written, 2 written */
+  int was = 0;
+  if (!atomic_compare_exchange_strong(&state, &was, 1)) {
+    for (int i = 0; i < 10000 && atomic_load(&state) != 2; i++) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
     }
-    hm_free(text);
+    return;
+  }
+  int saved = errno;
+  hm__tls.guard++;
+  if (hm__pl.mode == HM__M_PROFILE) _hm_pl_prof_finish();
+  if (hm__pl.stats_path[0]) {
+    _hm_sb_t sb;
+    _hm_sb_init(&sb);
+    hm__stats_json(&sb);
+    char *text = NULL;
+    if (_hm_sb_take(&sb, &text) == 0 && text) {
+      int fd = open(hm__pl.stats_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        size_t len = strlen(text);
+        ssize_t w = write(fd, text, len);
+        (void)w;
+        close(fd);
+      }
+      hm_free(text);
+    }
   }
   hm__tls.guard--;
+  atomic_store(&state, 2);
   errno = saved;
+}
+
+__attribute__((destructor)) static void hm__dtor(void) {
+  if (hm__pl.prep_rc || !hm__pl.ctx) return;
+  hm__outputs();
 }

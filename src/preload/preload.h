@@ -241,14 +241,15 @@ void _hm_pl_prof_finish(void);
  * 1 when it took act and gave the application's old disposition, 0 when
  * the call is the kernel's. */
 int _hm_pl_prof_segv_action(const struct sigaction *act, struct sigaction *old);
-/* Catches SIGINT, SIGTERM and SIGHUP where the program leaves them at their
- * default, so that a run stopped by one still writes its profile (prof.c). */
-void _hm_pl_prof_catch_term(void);
-/* sigaction on a signal of _hm_pl_prof_catch_term while its handler is in:
- * returns 1 with the call done in *rc (the program's new disposition
- * replaces ours; ours reads back as SIG_DFL), 0 when not such a call. */
-int _hm_pl_prof_term_action(int sig, const struct sigaction *act, struct sigaction *old,
-                            int *rc);
+/* term.c: catches SIGINT, SIGTERM and SIGHUP where the program leaves them
+ * at their default, so that a run stopped by one still writes its outputs:
+ * finish() runs on a thread of its own, then the signal ends the process. */
+void _hm_pl_term_catch(void (*finish)(void));
+int _hm_pl_term_signal(void); /* the signal that stopped the run, 0 none */
+/* sigaction on one of those signals while our handler is in: returns 1 with
+ * the call done in *rc (the program's new disposition replaces ours; ours
+ * reads back as SIG_DFL), 0 when not such a call. */
+int _hm_pl_term_action(int sig, const struct sigaction *act, struct sigaction *old, int *rc);
 /* glibc's sigaction, for hetmem's own handlers (the hook would keep them). */
 int _hm_pl_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 /* Runs the application's SIGSEGV disposition app from one of hetmem's

@@ -35,7 +35,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
-#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -140,12 +139,6 @@ static struct {
   _Atomic int handler_lost;
   /* 0 running, 1 being written, 2 written */
   _Atomic int finished;
-  /* Termination signals (hm__term below): bit s set while our handler is
-   * installed for signal s; the pipe to the finisher thread. */
-  _Atomic unsigned term_ours;
-  _Atomic int term_sig; /* the signal that stopped the run, 0 none */
-  sem_t term_sem;       /* posted by the handler (sem_post is async-signal-safe) */
-  pid_t term_pid;       /* the process the finisher belongs to */
 } hm__pf;
 
 static __thread hm__tbuf_t *hm__tb __attribute__((tls_model("initial-exec")));
@@ -814,7 +807,7 @@ static void hm__write(void) {
                 (unsigned long long)hm__pf.fault_cost_ns, (unsigned long long)cpu,
                 atomic_load(&hm__pf.handler_lost) ? "true" : "false", hm__pf.probed, extra,
                 (unsigned long long)other_count, (unsigned long long)other_bytes,
-                atomic_load(&hm__pf.term_sig));
+                _hm_pl_term_signal());
   for (int m = 0; m < nmods; m++) {
     const _hm_pl_module_t *mod = _hm_pl_module((size_t)order[m]);
     _hm_sb_printf(&sb, "{\"type\":\"module\",\"index\":%d,\"path\":", m);
@@ -961,103 +954,4 @@ void _hm_pl_prof_finish(void) {
   }
   hm__write();
   atomic_store(&hm__pf.finished, 2);
-}
-
-/* ------------------------------------------------------------------------
- * A run stopped by a signal
- *
- * Exit handlers do not run when a signal's default action ends a process,
- * so a run stopped with Ctrl-C, `kill`, or a batch system's SIGTERM at its
- * time limit would leave no profile at all. While the program leaves
- * SIGINT, SIGTERM or SIGHUP at its default, the profiler catches it: the
- * handler (async-signal-safe: a sem_post, no descriptor the program could
- * close) wakes a finisher thread, which writes the profile in an ordinary
- * context (the writer allocates), puts the default action back and raises
- * the signal again on itself, so the process still dies of it and its exit
- * status is what it would have been. Further signals meanwhile are absorbed:
- * they come in pairs (`timeout` signals the whole group, and `hetmem
- * profile` forwards SIGTERM and SIGHUP too). A program that sets its own
- * disposition replaces ours, and reads
- * SIG_DFL where ours was (_hm_pl_prof_term_action); its handler decides.
- * A forked child has no finisher: there the handler only re-raises.
- * ------------------------------------------------------------------------ */
-static const int hm__term_sigs[] = {SIGINT, SIGTERM, SIGHUP};
-
-static int hm__is_term(int sig) {
-  for (size_t i = 0; i < sizeof hm__term_sigs / sizeof hm__term_sigs[0]; i++)
-    if (hm__term_sigs[i] == sig) return 1;
-  return 0;
-}
-
-static void hm__default_and_raise(int sig) {
-  struct sigaction dfl;
-  memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  atomic_fetch_and(&hm__pf.term_ours, ~(1u << sig));
-  (void)_hm_pl_real_sigaction(sig, &dfl, NULL);
-  sigset_t one;
-  sigemptyset(&one);
-  sigaddset(&one, sig);
-  pthread_sigmask(SIG_UNBLOCK, &one, NULL);
-  raise(sig);
-}
-
-static void hm__term(int sig) {
-  int saved = errno;
-  if (getpid() != hm__pf.term_pid) {
-    hm__default_and_raise(sig); /* a forked child: no finisher there */
-  } else {
-    int first = 0;
-    if (atomic_compare_exchange_strong(&hm__pf.term_sig, &first, sig))
-      sem_post(&hm__pf.term_sem);
-    /* else: the finisher is at work and raises the first one when done */
-  }
-  errno = saved;
-}
-
-static void *hm__finisher(void *unused) {
-  (void)unused;
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL);
-  while (sem_wait(&hm__pf.term_sem) != 0)
-    if (errno != EINTR) return NULL;
-  _hm_pl_prof_finish();
-  hm__default_and_raise(atomic_load(&hm__pf.term_sig));
-  return NULL;
-}
-
-/* Installs the handler for each termination signal the program left at its
- * default (not for one it ignores: nohup, background jobs). */
-void _hm_pl_prof_catch_term(void) {
-  if (sem_init(&hm__pf.term_sem, 0, 0)) return;
-  hm__pf.term_pid = getpid();
-  pthread_t t;
-  if (pthread_create(&t, NULL, hm__finisher, NULL)) return;
-  pthread_detach(t);
-  for (size_t i = 0; i < sizeof hm__term_sigs / sizeof hm__term_sigs[0]; i++) {
-    int sig = hm__term_sigs[i];
-    struct sigaction cur, sa;
-    if (_hm_pl_real_sigaction(sig, NULL, &cur) || cur.sa_handler != SIG_DFL) continue;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = hm__term;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    atomic_fetch_or(&hm__pf.term_ours, 1u << sig);
-    if (_hm_pl_real_sigaction(sig, &sa, NULL)) atomic_fetch_and(&hm__pf.term_ours, ~(1u << sig));
-  }
-}
-
-int _hm_pl_prof_term_action(int sig, const struct sigaction *act, struct sigaction *old,
-                            int *rc) {
-  if (!hm__is_term(sig) || !(atomic_load(&hm__pf.term_ours) & (1u << sig))) return 0;
-  if (act) atomic_fetch_and(&hm__pf.term_ours, ~(1u << sig));
-  *rc = _hm_pl_real_sigaction(sig, act, old);
-  if (*rc == 0 && old && old->sa_handler == hm__term) {
-    memset(old, 0, sizeof *old);
-    old->sa_handler = SIG_DFL;
-  } else if (*rc && act) {
-    atomic_fetch_or(&hm__pf.term_ours, 1u << sig); /* refused: ours stays */
-  }
-  return 1;
 }

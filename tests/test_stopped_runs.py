@@ -1,5 +1,6 @@
-"""A profiled run stopped by a signal still leaves its profile, and the
-program still dies of the signal (or handles it, when it set a handler)."""
+"""A run stopped by a signal still leaves its profile (`hetmem profile`) or
+statistics (`hetmem run --stats`), and the program still dies of the
+signal (or handles it, when it set a handler)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_pager
 from hetmem import profile as P
 
 # Holds 8 MiB from one site and touches it until stopped. With "own" it
@@ -59,9 +61,12 @@ def prog(tmp_path_factory) -> str:
     return str(d / "p")
 
 
-def _start(prog: str, out: Path, *args: str) -> tuple[subprocess.Popen[str], int, list[str]]:
+def _start(
+    prog: str, out: Path, *args: str, verb: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[str], int, list[str]]:
+    verb = verb or ("profile", "-o", str(out))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hetmem", "profile", "-o", str(out), "--", prog, *args],
+        [sys.executable, "-m", "hetmem", *verb, "--", prog, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -186,3 +191,23 @@ def test_o_name_stands_for_the_latest_runs_files(tmp_path, hetmem):
     proc = hetmem("profile", "show", name)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "r.prof.0.21" in proc.stderr and "r.prof.1.22" in proc.stderr
+
+
+@needs_pager
+def test_stopped_cache_run_writes_its_statistics(prog, tmp_path):
+    stats = tmp_path / "s.json"
+    verb = ("run", "--mode", "cache", "--fast-budget", "4M", "--stats", str(stats))
+    proc, _, _ = _start(prog, tmp_path / "unused", verb=verb)
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+        rc, _, err = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 143, err
+    data = json.loads(stats.read_text())
+    assert data["exit_code"] == 143 and data["signal"] == 15
+    (one,) = data["processes"]
+    assert one["stopped_by_signal"] == 15
+    # the pager's counters of the run up to then: the 8 MiB block went through it
+    assert data["pager"]["counters"]["faults"] > 0
