@@ -23,6 +23,7 @@ from conftest import CBUILD, needs_pager, run_hetmem
 from hetmem import _native
 from hetmem import placement as placement_mod
 from hetmem import profile as prof
+from hetmem.sizes import format_size
 
 WORKLOAD = CBUILD / "bench" / "hm-placement"
 PRELOAD = _native.library_dir() / "libhetmem_preload.so"
@@ -150,6 +151,7 @@ def test_hot_sites_are_served_by_the_fast_tier(
         assert s["allocations"] == 1 and s["overflows"] == 0
         assert s["bytes"][tier] > 0 and sum(s["bytes"]) == s["bytes"][tier]
     assert pl["unmatched"]["allocations"] == 0
+    assert "found their tier full" not in proc.stderr
     assert pl["tiers"][0]["served_by"] == "glibc" and pl["tiers"][1]["served_by"] == "pager"
     assert data["pager"]["counters"]["faults"] > 0  # cold data went through the pager
     # the slow tier's unit follows its cache: the largest of 256/128/64 KiB
@@ -214,6 +216,15 @@ def test_full_fast_tier_overflows_to_the_next_tier(
     assert len(hot) == 2
     assert sum(s["overflows"] for s in hot) == 1
     assert pl["overflows"] == 1
+    # and the user hears of it at the end of the run, --stats or not
+    assert "1 allocation(s) of placed sites found their tier full" in proc.stderr
+    assert f"({format_size(HOT)}; fast capacity {format_size(HOT + MIB)}" in proc.stderr
+    proc = run_hetmem(
+        "run", "--mode", "flat", "--placement", str(profiled["placement"]),
+        "--fast-budget", str(HOT + MIB), "--storage", str(profiled["storage"]),
+        "--", *_workload(), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "--stats FILE gives them per site" in proc.stderr
 
 
 @needs_pager

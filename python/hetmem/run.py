@@ -42,7 +42,7 @@ from hetmem import _native
 from hetmem import placement as placement_mod
 from hetmem.errors import EnvironmentProblem, HetmemError, NativeError, UsageError
 from hetmem.output import check_output_dir
-from hetmem.sizes import parse_size
+from hetmem.sizes import format_size, parse_size
 
 SCHEMA_VERSION = 1
 MODES = ("dram", "cache", "swap", "flat", "hybrid")
@@ -501,6 +501,21 @@ def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
+def _note_overflows(pl: dict[str, Any] | None, fast: int, have_stats: bool) -> None:
+    """Allocations that a full tier sent to a slower one: the user hears of
+    them at the end of the run, with the bytes that went down."""
+    if not pl or not pl.get("overflows"):
+        return
+    down = 0
+    for s in pl.get("sites", []):
+        down += sum(b for t, b in enumerate(s.get("bytes", [])) if t > s["tier"])
+    note(
+        f"{pl['overflows']} allocation(s) of placed sites found their tier full and went to a "
+        f"slower one ({format_size(down)}; fast capacity {format_size(fast)} per process)"
+        + ("" if have_stats else "; --stats FILE gives them per site")
+    )
+
+
 def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
     assert cfg.placement is not None
     p = placement_mod.load(cfg.placement)
@@ -516,13 +531,15 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         for w in warnings:
             os.write(2, f"hetmem run: warning: {w}\n".encode())
         stats["warnings"] = warnings
-        lines_file = Path(tmp) / "interposer.jsonl" if cfg.stats is not None else None
+        # always read back: a site that did not fit is reported with or
+        # without --stats
+        lines_file = Path(tmp) / "interposer.jsonl"
         env = _cache_env(cfg, lines_file)
         env["HETMEM_PLACEMENT"] = str(compact)
         env["HETMEM_PLACE_MODE"] = cfg.mode
         env.pop("HETMEM_PROFILE", None)
         rc, wall = _spawn(cfg.command, env, state)
-        procs = _read_interposer_stats(lines_file) if lines_file else []
+        procs = _read_interposer_stats(lines_file)
     pagers = [q["pager"] for q in procs if isinstance(q.get("pager"), dict)]
     stats["pager"] = _merge_pagers(pagers) if pagers else None
     stats["interposer"] = (
@@ -531,6 +548,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         else None
     )
     stats["placement"] = _merge_placement(procs)
+    _note_overflows(stats["placement"], fast, cfg.stats is not None)
     if procs and stats["threshold"] is None:
         stats["threshold"] = procs[0].get("threshold")
     stats["processes"] = procs

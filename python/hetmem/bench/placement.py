@@ -66,9 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--iters", type=int, default=4, help="timed iterations (4)")
     parser.add_argument("--hot-passes", type=int, default=8, help="hot passes per iteration (8)")
-    parser.add_argument(
-        "--repeat", type=int, default=5, help="rounds: runs per configuration (5)"
-    )
+    parser.add_argument("--repeat", type=int, default=5, help="rounds: runs per configuration (5)")
     parser.add_argument(
         "--pairs", type=int, default=10_000_000, help="alloc: malloc/free pairs (10^7)"
     )
