@@ -199,6 +199,29 @@ def test_numa_tier_is_bound_with_mbind(profiled: dict[str, Any], tmp_path: Path)
     assert out["checksum"] == json.loads(plain.stdout.strip().splitlines()[-1])["checksum"]
 
 
+def test_placement_for_a_node_this_machine_lacks(profiled: dict[str, Any], tmp_path: Path) -> None:
+    # A placement advised for another machine's tiers (CXL on node 7): the
+    # run says so before it starts, and at its end where the blocks went.
+    tiers = tmp_path / "tiers.json"
+    tiers.write_text(json.dumps({"tiers": [
+        {"name": "dram", "kind": "dram", "bandwidth_gbs": 70, "latency_ns": 90,
+         "capacity_bytes": None, "numa_node": 0},
+        {"name": "cxl", "kind": "cxl", "bandwidth_gbs": 20, "latency_ns": 250,
+         "capacity_bytes": None, "numa_node": 7},
+    ]}))  # fmt: skip
+    placement = tmp_path / "far.toml"
+    run_hetmem("advise", str(profiled["profile"]), "--tiers", str(tiers), "--fast-budget",
+               str(3 * HOT), "-o", str(placement), check=True)  # fmt: skip
+    proc = run_hetmem(
+        "run", "--mode", "flat", "--placement", str(placement), "--fast-budget", str(3 * HOT),
+        "--", *_workload("--exit3"), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 3 and '"variant":"sweep"' in proc.stdout, proc.stderr
+    assert "tier 1 (cxl, cxl) is NUMA node 7, which this machine has no memory on" in proc.stderr
+    assert "3 site(s) go to the next tier" in proc.stderr
+    assert "3 large allocation(s) could not be served by any tier" in proc.stderr
+
+
 @needs_pager
 def test_full_fast_tier_overflows_to_the_next_tier(
     profiled: dict[str, Any], tmp_path: Path

@@ -508,13 +508,28 @@ def prepare_for_run(
     command: str | None = None,
     build_id_of: Callable[[str], str | None] | None = None,
     fast_capacity: int | None = None,
+    memory_nodes: Callable[[], list[int]] | None = None,
 ) -> list[str]:
     """What `hetmem run --placement FILE` does before launching: validates
     the placement, checks build-ids (command: the program to run, resolved
-    on PATH), writes the compact table, returns the warnings to print.
-    fast_capacity: bytes per process for the fastest tier, replacing the
-    placement's (`hetmem run --fast-budget` divided by the ranks per node)."""
+    on PATH) and the NUMA nodes of its tiers, writes the compact table,
+    returns the warnings to print. fast_capacity: bytes per process for the
+    fastest tier, replacing the placement's (`hetmem run --fast-budget`
+    divided by the ranks per node)."""
     p = load(placement_path)
+    if memory_nodes is None:
+        from hetmem.probe import memory_nodes
+    here = memory_nodes()
+    node_warnings = []
+    for i, t in enumerate(p.tiers):
+        if t.numa_node >= 0 and t.numa_node not in here:
+            n = sum(1 for s in p.sites if s.tier == i)
+            node_warnings.append(
+                f"tier {i} ({t.name}, {t.kind}) is NUMA node {t.numa_node}, which this machine "
+                f"has no memory on (nodes {','.join(map(str, here))}): its {n} site(s) go to "
+                "the next tier, or to glibc's memory if none is slower (a placement made "
+                "for another machine? advise again here)"
+            )
     if fast_capacity is not None:
         if fast_capacity < 0:
             raise SchemaError("fast-tier capacity must not be negative")
@@ -525,6 +540,7 @@ def prepare_for_run(
     if command is not None:
         binary = command if os.sep in command else shutil.which(command)
     checked, warnings = check_modules(p, build_id_of, binary)
+    warnings = node_warnings + warnings
     tmp = Path(f"{compact_path}.tmp{os.getpid()}")
     try:
         tmp.write_text(compact(checked), encoding="utf-8")

@@ -501,10 +501,18 @@ def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
-def _note_overflows(pl: dict[str, Any] | None, fast: int, have_stats: bool) -> None:
-    """Allocations that a full tier sent to a slower one: the user hears of
-    them at the end of the run, with the bytes that went down."""
-    if not pl or not pl.get("overflows"):
+def _note_overflows(pl: dict[str, Any] | None, fallbacks: int, fast: int, have_stats: bool) -> None:
+    """Allocations that a full tier sent to a slower one, or that no tier
+    could serve: the user hears of them at the end of the run."""
+    if not pl:
+        return
+    if fallbacks:
+        note(
+            f"{fallbacks} large allocation(s) could not be served by any tier of the "
+            "placement and came from glibc's memory"
+            + ("" if have_stats else "; --stats FILE gives the run's counters")
+        )
+    if not pl.get("overflows"):
         return
     down = 0
     for s in pl.get("sites", []):
@@ -548,7 +556,8 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         else None
     )
     stats["placement"] = _merge_placement(procs)
-    _note_overflows(stats["placement"], fast, cfg.stats is not None)
+    fallbacks = (stats["interposer"] or {}).get("fallbacks", 0)
+    _note_overflows(stats["placement"], fallbacks, fast, cfg.stats is not None)
     if procs and stats["threshold"] is None:
         stats["threshold"] = procs[0].get("threshold")
     stats["processes"] = procs
