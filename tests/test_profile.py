@@ -436,3 +436,16 @@ def test_interpreter_is_named_as_such(tmp_path, hetmem):
     assert "is an interpreter" in proc.stderr
     proc = hetmem("profile", "-o", str(tmp_path / "c.prof"), "--", "ls", "/")
     assert "is an interpreter" not in proc.stderr
+
+
+def test_a_run_lists_only_its_own_profiles(tmp_path, hetmem):
+    # two runs in a row with the same -o: the second names only its file,
+    # not the first one's (written less than a second before)
+    out = str(tmp_path / "t.prof")
+    first = hetmem("profile", "-o", out, "--", "/bin/true")
+    second = hetmem("profile", "-o", out, "--", "/bin/true")
+    assert first.returncode == 0 and second.returncode == 0, second.stderr
+    (a,) = re.findall(r"wrote (\S+)", first.stderr)
+    (b,) = re.findall(r"wrote (\S+)", second.stderr)
+    assert a != b
+    assert "estimated overhead" in first.stderr  # the sampler's, as the profile records it

@@ -308,11 +308,24 @@ def written_files(template: str, since: float = 0.0) -> list[str]:
         if re.search(r"\.tmp\d+$", f):
             continue
         try:
-            if os.stat(f).st_mtime >= since - 1:
-                out.append(f)
+            if os.stat(f).st_mtime < since - 1:  # slack: coarse file-system clocks
+                continue
+            if since and _started(f) < since - 0.1:
+                continue  # an earlier run's file, rewritten or not: its process began before
+            out.append(f)
         except OSError:
             pass
     return sorted(out)
+
+
+def _started(path: str) -> float:
+    """A profile's start_unix (the process's start), +inf when unreadable
+    (then the file's time alone decides)."""
+    try:
+        with open(path, "rb") as f:
+            return float(json.loads(f.readline())["start_unix"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return math.inf
 
 
 def expand(path: str) -> list[str]:

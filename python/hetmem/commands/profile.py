@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -228,7 +229,12 @@ class Command:
         output.console().print(
             f"{path}: {p.binary.path} (pid {h['pid']}{rank} on {h['hostname'] or '?'}), "
             f"{len(p.sites)} sites, wall {_ns(h['wall_ns'])}, sampler {h['sampler']['name']} "
-            f"(period {h['sampler']['period']:g})",
+            f"(period {h['sampler']['period']:g}"
+            + (
+                f", estimated overhead {h['sampler']['overhead']:.1%})"
+                if isinstance(h["sampler"].get("overhead"), int | float)
+                else ")"
+            ),
             markup=False,
         )
         if h.get("stopped_by_signal"):
@@ -289,6 +295,20 @@ def check_sampler(env: dict[str, str], sampler: str) -> None:
         msg = msg.removeprefix("hetmem: cannot start profile mode: ")
         msg = msg.removeprefix(f"sampler '{sampler}' is not available here: ")
         raise EnvironmentProblem(f"--sampler {sampler} is not available here: {msg}")
+
+
+def _overhead_of(path: str) -> str:
+    """' (sampler X, estimated overhead Y% of the run)' from a profile's
+    header, or '' when it has none (no sampler, unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            samp = json.loads(f.readline()).get("sampler") or {}
+        ov = float(samp["overhead"])
+        if samp["name"] == "none":
+            return ""
+        return f" (sampler {samp['name']}, estimated overhead {ov:.1%} of the run)"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
 
 
 _INTERPRETER = re.compile(r"^(python|pypy|julia|R$|Rscript|node|ruby|perl)")
@@ -355,7 +375,7 @@ def record(
         return 128 + exc.signum
     files = prof.written_files(str(Path(template).absolute()), since)
     for f in files:
-        os.write(2, f"hetmem profile: wrote {f}\n".encode())
+        os.write(2, f"hetmem profile: wrote {f}{_overhead_of(f)}\n".encode())
     _note_interpreters(files)
     if not files:
         os.write(
