@@ -37,6 +37,10 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, &old);
     printf("old=%s\n", old.sa_handler == SIG_DFL ? "dfl" : "other");
   }
+  if (argc > 1 && strcmp(argv[1], "toggle") == 0) { /* ignored a while, then the default */
+    signal(SIGTERM, SIG_IGN);
+    printf("old=%s\n", signal(SIGTERM, SIG_DFL) == SIG_IGN ? "ign" : "other");
+  }
   char *a = hold(8u << 20);
   printf("ready %d\n", (int)getpid());
   fflush(stdout);
@@ -132,6 +136,20 @@ def test_stopped_run_writes_its_profile_and_dies_of_the_signal(prog, tmp_path, h
         timeout=120,
     )
     assert shown.returncode == 0 and f"stopped by {sig.name}" in shown.stdout, shown
+
+
+def test_default_set_again_is_still_caught(prog, tmp_path):
+    out = tmp_path / "t.prof"
+    proc, pid, lines = _start(prog, out, "toggle")
+    try:
+        assert "old=ign" in lines
+        os.kill(pid, signal.SIGTERM)
+        rc, _, err = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 143, err
+    assert _one_profile(out).header["stopped_by_signal"] == signal.SIGTERM
 
 
 def test_program_with_its_own_handler_keeps_it(prog, tmp_path):

@@ -13,7 +13,8 @@
  * pairs (`timeout` signals the whole group, and `hetmem profile`/`run`
  * forward SIGTERM and SIGHUP too). A program that sets its own disposition
  * replaces ours, and reads SIG_DFL where ours was (_hm_pl_term_action); its
- * handler decides, and a normal exit writes the outputs as usual. A forked
+ * handler decides, and a normal exit writes the outputs as usual; setting
+ * SIG_DFL again puts ours back. A forked
  * child has no finisher: there the handler only re-raises. Cost: one thread
  * blocked in sem_wait for the life of the process; nothing on any hook. */
 #include <errno.h>
@@ -28,7 +29,6 @@
 
 static struct {
   void (*finish)(void);
-  _Atomic unsigned ours; /* bit s: our handler is installed for signal s */
   _Atomic int sig;       /* the signal that stopped the run, 0 none */
   sem_t sem;
   pid_t pid; /* the process the finisher belongs to */
@@ -47,7 +47,6 @@ static void hm__default_and_raise(int sig) {
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
-  atomic_fetch_and(&hm__t.ours, ~(1u << sig));
   (void)_hm_pl_real_sigaction(sig, &dfl, NULL);
   sigset_t one;
   sigemptyset(&one);
@@ -96,22 +95,32 @@ void _hm_pl_term_catch(void (*finish)(void)) {
     sa.sa_handler = hm__handler;
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    atomic_fetch_or(&hm__t.ours, 1u << sig);
-    if (_hm_pl_real_sigaction(sig, &sa, NULL)) atomic_fetch_and(&hm__t.ours, ~(1u << sig));
+    (void)_hm_pl_real_sigaction(sig, &sa, NULL);
   }
 }
 
 int _hm_pl_term_signal(void) { return atomic_load(&hm__t.sig); }
 
 int _hm_pl_term_action(int sig, const struct sigaction *act, struct sigaction *old, int *rc) {
-  if (!hm__is_term(sig) || !(atomic_load(&hm__t.ours) & (1u << sig))) return 0;
-  if (act) atomic_fetch_and(&hm__t.ours, ~(1u << sig));
-  *rc = _hm_pl_real_sigaction(sig, act, old);
+  if (!hm__is_term(sig) || !hm__t.finish) return 0;
+  const struct sigaction *use = act;
+  struct sigaction mine;
+  /* A program that ignored the signal for a while and sets the default
+   * again gets our stand-in for the default back. A forked child has no
+   * finisher: there the default is the kernel's. */
+  int dfl = act && getpid() == hm__t.pid && !(act->sa_flags & SA_SIGINFO) &&
+            act->sa_handler == SIG_DFL;
+  if (dfl) {
+    memset(&mine, 0, sizeof mine);
+    mine.sa_handler = hm__handler;
+    mine.sa_flags = SA_RESTART;
+    sigemptyset(&mine.sa_mask);
+    use = &mine;
+  }
+  *rc = _hm_pl_real_sigaction(sig, use, old);
   if (*rc == 0 && old && old->sa_handler == hm__handler) {
-    memset(old, 0, sizeof *old);
+    memset(old, 0, sizeof *old); /* ours stands for the default */
     old->sa_handler = SIG_DFL;
-  } else if (*rc && act) {
-    atomic_fetch_or(&hm__t.ours, 1u << sig); /* refused: ours stays */
   }
   return 1;
 }
