@@ -31,7 +31,7 @@ Targets: sparse: flat or hybrid >= 90% of dram speed; sweep: flat or
 hybrid within 1.25x of the bound; both: flat or hybrid >= 2x faster than
 swap, hybrid no more than 5% slower than the better of flat and cache;
 profiling overhead <= 10%; alloc: flat mode <= 3% slower than no preload
-(at least 7 runs of each, interleaved; judged on the median of the pairs'
+(at least 15 runs of each, interleaved; judged on the median of the pairs'
 ratios, since the machine's speed drifts by more than 3% within the bench).
 """
 
@@ -331,11 +331,13 @@ def _measure_alloc(
             raise HetmemError(f"alloc: hetmem advise failed: {proc.stderr.strip()}")
     none: list[float] = []
     flat: list[float] = []
-    # interleaved pairs, at least 7: one run is 0.6-1.2 s, and the difference
+    # interleaved pairs, at least 15: one run is 0.6-1.2 s, and the difference
     # sought (a few %) is within one run's noise on a shared machine, whose
     # speed also drifts over a bench's minute; the two runs of a pair share
     # that drift, so the target is judged on the median of the pairs' ratios
-    for r in range(max(7, args.repeat)):
+    # (with 7, two runs of one build 2 minutes apart gave medians of 1.4% and
+    # 8.8%: single pairs ranged over 0.74..1.55)
+    for r in range(max(15, args.repeat)):
         _say(f"alloc: no preload / flat (run {r + 1})")
         none.append(
             _program_result(subprocess.run(argv, capture_output=True, text=True), "alloc")[
