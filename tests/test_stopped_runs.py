@@ -229,3 +229,60 @@ def test_stopped_cache_run_writes_its_statistics(prog, tmp_path):
     assert one["stopped_by_signal"] == 15
     # the pager's counters of the run up to then: the 8 MiB block went through it
     assert data["pager"]["counters"]["faults"] > 0
+
+
+# Three threads allocate and free 1 MiB blocks without pause while the
+# profile is written: by the finisher after a signal, or at exit() from main.
+CHURN = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static void *work(void *arg) {
+  (void)arg;
+  for (unsigned i = 0;; i++) {
+    size_t n = (1u << 20) + (i % 7) * 4096;
+    volatile char *p = malloc(n);
+    p[0] = 1;
+    p[n - 1] = 2;
+    free((void *)p);
+  }
+  return NULL;
+}
+int main(int argc, char **argv) {
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, work, NULL);
+  printf("ready %d\n", (int)getpid());
+  fflush(stdout);
+  if (argc > 1) {
+    usleep(500000);
+    exit(0);
+  }
+  for (;;) pause();
+}
+"""
+
+
+@pytest.mark.parametrize("how", ["signal", "exit"])
+def test_profile_written_while_threads_allocate(tmp_path, how):
+    if not shutil.which("gcc"):
+        pytest.skip("gcc is not installed")
+    (tmp_path / "c.c").write_text(CHURN)
+    exe = str(tmp_path / "churn")
+    subprocess.run(["gcc", "-O0", "-pthread", "-o", exe, str(tmp_path / "c.c")], check=True)
+    out = tmp_path / "c.prof"
+    proc, _, _ = _start(exe, out, *(["exit"] if how == "exit" else []))
+    try:
+        if how == "signal":
+            os.kill(proc.pid, signal.SIGTERM)
+        rc, _, err = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == (143 if how == "signal" else 0), err
+    # readable: the blocks allocated after the profile's end are not in its
+    # live series (they made it unreadable: 'live' times beyond wall_ns)
+    p = _one_profile(out)
+    (site,) = p.sites
+    assert site.allocs > 100 and all(t <= p.wall_ns for t, _ in site.live)

@@ -752,12 +752,15 @@ static void hm__write(void) {
   hm__ev_t *ev = nev ? malloc(nev * sizeof *ev) : NULL;
   if (nev && !ev) nev = 0;
   size_t k = 0;
+  /* Other threads may still allocate while this runs (a signal's finisher,
+   * or exit() while workers run): only what happened up to `wall` is
+   * the run's, and the counters read below may be a little ahead of it. */
   for (hm__tbuf_t *tb = atomic_load(&hm__pf.threads); tb && ev; tb = tb->next)
     for (hm__chunk_t *c = tb->head; c; c = c->next) {
       size_t n = atomic_load(&c->n);
       if (k + n > nev) n = nev - k;
-      memcpy(ev + k, c->ev, n * sizeof *ev);
-      k += n;
+      for (size_t i = 0; i < n; i++)
+        if (c->ev[i].t <= wall) ev[k++] = c->ev[i];
     }
   nev = k;
   if (nev) qsort(ev, nev, sizeof *ev, hm__ev_cmp);
@@ -866,7 +869,11 @@ static void hm__write(void) {
     uint64_t allocs = atomic_load(&s->allocs), frees = atomic_load(&s->frees);
     uint64_t bytes = atomic_load(&s->bytes);
     if (frees > allocs) frees = allocs;
-    if ((uint64_t)peak > bytes) peak = (int64_t)bytes;
+    int series = 1;
+    if ((uint64_t)peak > bytes) { /* an allocation's event seen before its count */
+      peak = (int64_t)bytes;
+      series = 0;
+    }
     _hm_sb_puts(&sb, "{\"type\":\"site\",\"frames\":[");
     for (int f = 0; f < w->nfr; f++)
       _hm_sb_printf(&sb, "%s[%d,%llu]", f ? "," : "", w->mod[f], (unsigned long long)w->off[f]);
@@ -875,10 +882,10 @@ static void hm__write(void) {
                   "\"peak_live_bytes\":%lld,\"live\":[%s]",
                   (unsigned long long)allocs, (unsigned long long)bytes,
                   (unsigned long long)atomic_load(&s->max_bytes), (long long)peak,
-                  livetxt && (uint64_t)peak <= bytes ? livetxt : "");
+                  livetxt && series ? livetxt : "");
     free(livetxt);
-    if (frees) {
-      uint64_t mn = atomic_load(&s->lt_min), mx = atomic_load(&s->lt_max);
+    uint64_t mn = atomic_load(&s->lt_min), mx = atomic_load(&s->lt_max);
+    if (frees && mn <= mx) { /* mn > mx: a release still being recorded */
       double mean = (double)atomic_load(&s->lt_sum) / (double)frees;
       if (mean < (double)mn) mean = (double)mn;
       if (mean > (double)mx) mean = (double)mx;
