@@ -42,6 +42,7 @@ int main(int argc, char **argv) {
     printf("old=%s\n", signal(SIGTERM, SIG_DFL) == SIG_IGN ? "ign" : "other");
   }
   char *a = hold(8u << 20);
+  memset(a, 1, 8u << 20); /* touched before "ready": a stopped cache run has faulted */
   printf("ready %d\n", (int)getpid());
   fflush(stdout);
   for (unsigned i = 0; !stop; i++) {
