@@ -80,7 +80,7 @@ typedef struct hm__ev_s {
 } hm__ev_t;
 
 typedef struct hm__chunk_s {
-  struct hm__chunk_s *next;
+  struct hm__chunk_s *_Atomic next; /* linked by the owner, read by the writer */
   _Atomic size_t n;
   hm__ev_t ev[HM__CHUNK];
 } hm__chunk_t;
@@ -92,7 +92,8 @@ typedef struct hm__small_s {
 
 typedef struct hm__tbuf_s {
   struct hm__tbuf_s *next; /* every thread's buffer, pushed once */
-  hm__chunk_t *head, *cur;
+  hm__chunk_t *_Atomic head; /* set by the owner, read by the writer */
+  hm__chunk_t *cur;
   _Atomic uint64_t other_count, other_bytes; /* small table full */
   hm__small_t small[HM__SMALL];
 } hm__tbuf_t;
@@ -170,8 +171,8 @@ static void hm__event(uint32_t site, int64_t delta) {
   if (!c || atomic_load_explicit(&c->n, memory_order_relaxed) == HM__CHUNK) {
     hm__chunk_t *nc = _hm_prim_map_raw(sizeof *nc);
     if (!nc) return;
-    if (c) c->next = nc;
-    else tb->head = nc;
+    if (c) atomic_store_explicit(&c->next, nc, memory_order_release);
+    else atomic_store_explicit(&tb->head, nc, memory_order_release);
     tb->cur = c = nc;
   }
   size_t i = atomic_load_explicit(&c->n, memory_order_relaxed);
@@ -748,7 +749,8 @@ static void hm__write(void) {
   /* events, sorted per site then time */
   size_t nev = 0;
   for (hm__tbuf_t *tb = atomic_load(&hm__pf.threads); tb; tb = tb->next)
-    for (hm__chunk_t *c = tb->head; c; c = c->next) nev += atomic_load(&c->n);
+    for (hm__chunk_t *c = atomic_load(&tb->head); c; c = atomic_load(&c->next))
+      nev += atomic_load(&c->n);
   hm__ev_t *ev = nev ? malloc(nev * sizeof *ev) : NULL;
   if (nev && !ev) nev = 0;
   size_t k = 0;
@@ -756,7 +758,7 @@ static void hm__write(void) {
    * or exit() while workers run): only what happened up to `wall` is
    * the run's, and the counters read below may be a little ahead of it. */
   for (hm__tbuf_t *tb = atomic_load(&hm__pf.threads); tb && ev; tb = tb->next)
-    for (hm__chunk_t *c = tb->head; c; c = c->next) {
+    for (hm__chunk_t *c = atomic_load(&tb->head); c; c = atomic_load(&c->next)) {
       size_t n = atomic_load(&c->n);
       if (k + n > nev) n = nev - k;
       for (size_t i = 0; i < n; i++)
