@@ -164,21 +164,27 @@ def test_hot_sites_are_served_by_the_fast_tier(
         assert want == 64 << 10  # flat's minimal 8 MiB cache
 
 
-def test_numa_tier_is_bound_with_mbind(profiled: dict[str, Any], tmp_path: Path) -> None:
-    # A slow tier on a NUMA node (CXL, PMem) is served by mapping + mbind.
-    # This machine has one node, so the "CXL" tier is node 0 itself: the
-    # kernel still applies the policy, which the workload reads back from
-    # /proc/self/numa_maps for each of its arrays.
+def _advise_cxl(profiled: dict[str, Any], tmp_path: Path, node: int) -> Path:
+    """A placement for DRAM on node 0 and a CXL tier on `node`."""
     tiers = tmp_path / "tiers.json"
     tiers.write_text(json.dumps({"tiers": [
         {"name": "dram", "kind": "dram", "bandwidth_gbs": 70, "latency_ns": 90,
          "capacity_bytes": None, "numa_node": 0},
         {"name": "cxl", "kind": "cxl", "bandwidth_gbs": 20, "latency_ns": 250,
-         "capacity_bytes": None, "numa_node": 0},
+         "capacity_bytes": None, "numa_node": node},
     ]}))  # fmt: skip
-    placement = tmp_path / "numa.toml"
+    placement = tmp_path / f"cxl{node}.toml"
     run_hetmem("advise", str(profiled["profile"]), "--tiers", str(tiers), "--fast-budget",
                str(3 * HOT), "-o", str(placement), check=True)  # fmt: skip
+    return placement
+
+
+def test_numa_tier_is_bound_with_mbind(profiled: dict[str, Any], tmp_path: Path) -> None:
+    # A slow tier on a NUMA node (CXL, PMem) is served by mapping + mbind.
+    # This machine has one node, so the "CXL" tier is node 0 itself: the
+    # kernel still applies the policy, which the workload reads back from
+    # /proc/self/numa_maps for each of its arrays.
+    placement = _advise_cxl(profiled, tmp_path, 0)
     placed = _placed(placement)
     assert placed["alloc_hot_a"] == 0 and placed["alloc_cold_x"] == 1
     stats = tmp_path / "s.json"
@@ -202,16 +208,7 @@ def test_numa_tier_is_bound_with_mbind(profiled: dict[str, Any], tmp_path: Path)
 def test_placement_for_a_node_this_machine_lacks(profiled: dict[str, Any], tmp_path: Path) -> None:
     # A placement advised for another machine's tiers (CXL on node 7): the
     # run says so before it starts, and at its end where the blocks went.
-    tiers = tmp_path / "tiers.json"
-    tiers.write_text(json.dumps({"tiers": [
-        {"name": "dram", "kind": "dram", "bandwidth_gbs": 70, "latency_ns": 90,
-         "capacity_bytes": None, "numa_node": 0},
-        {"name": "cxl", "kind": "cxl", "bandwidth_gbs": 20, "latency_ns": 250,
-         "capacity_bytes": None, "numa_node": 7},
-    ]}))  # fmt: skip
-    placement = tmp_path / "far.toml"
-    run_hetmem("advise", str(profiled["profile"]), "--tiers", str(tiers), "--fast-budget",
-               str(3 * HOT), "-o", str(placement), check=True)  # fmt: skip
+    placement = _advise_cxl(profiled, tmp_path, 7)
     proc = run_hetmem(
         "run", "--mode", "flat", "--placement", str(placement), "--fast-budget", str(3 * HOT),
         "--", *_workload("--exit3"), timeout=300,
