@@ -206,27 +206,18 @@ static void hm__forked_segv(int sig, siginfo_t *si, void *uc) {
         "hetmem's pager, and touched one of them: a forked child does not inherit them. Exec a "
         "program in the child, or in Python use multiprocessing's 'spawn' start method\n";
     (void)!write(2, msg, sizeof msg - 1);
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL); /* retried: kills as usual */
+    _hm_pl_set_default(SIGSEGV); /* retried: kills as usual */
     return;
   }
   if ((hm__forked.prev.sa_flags & SA_RESETHAND) && hm__forked.prev.sa_handler != SIG_DFL) {
-    struct sigaction dfl; /* the kernel's reset, as it would have done */
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL);
+    _hm_pl_set_default(SIGSEGV); /* the kernel's reset, as it would have done */
   }
   _hm_pl_segv_chain(&hm__forked.prev, sig, si, uc); /* not ours: as before us */
 }
 
 void _hm_pl_segv_chain(const struct sigaction *app, int sig, siginfo_t *si, void *uc) {
   if (app->sa_handler == SIG_IGN || app->sa_handler == SIG_DFL) {
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    (void)_hm_pl_real_sigaction(SIGSEGV, &dfl, NULL); /* a fault is retried: kills as usual */
+    _hm_pl_set_default(SIGSEGV); /* a fault is retried: kills as usual */
     if (si->si_code <= 0 && app->sa_handler == SIG_DFL) raise(SIGSEGV); /* kill(), raise() */
     return;
   }
@@ -1155,21 +1146,20 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)
   return rc;
 }
 
-/* SIGSEGV dispositions. While the portable access sampler runs (profile
- * mode) its handler must stay installed: a program that sets its own
- * (gfortran's runtime does, for its backtraces) has it kept aside and
+/* Signal dispositions. While the portable access sampler runs (profile
+ * mode) its SIGSEGV handler must stay installed: a program that sets its
+ * own (gfortran's runtime does, for its backtraces) has it kept aside and
  * called for every fault that is not the sampler's, and reads it back as
- * its own. Everything else goes to glibc. The real functions are looked up
- * once at start-up (hm__prepare_common), or here on a call before it. */
+ * its own. SIGINT, SIGTERM and SIGHUP at their default are term.c's.
+ * Everything else goes to glibc. The real sigaction is looked up once at
+ * start-up (hm__prepare_common), or here on a call before it. */
 static int (*hm__real_sigaction)(int, const struct sigaction *, struct sigaction *);
-static __sighandler_t (*hm__real_signal)(int, __sighandler_t);
 
 static void hm__resolve_signals(void) {
   hm__tls.guard++;
-  void *a = dlsym(RTLD_NEXT, "sigaction"), *b = dlsym(RTLD_NEXT, "signal");
+  void *a = dlsym(RTLD_NEXT, "sigaction");
   hm__tls.guard--;
   if (a) memcpy(&hm__real_sigaction, &a, sizeof a);
-  if (b) memcpy(&hm__real_signal, &b, sizeof b);
 }
 
 int _hm_pl_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
@@ -1181,6 +1171,13 @@ int _hm_pl_real_sigaction(int sig, const struct sigaction *act, struct sigaction
   return hm__real_sigaction(sig, act, old);
 }
 
+void _hm_pl_set_default(int sig) {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  (void)_hm_pl_real_sigaction(sig, &dfl, NULL);
+}
+
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   if (sig == SIGSEGV && _hm_pl_prof_segv_action(act, old)) return 0;
   int rc;
@@ -1189,26 +1186,15 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
 }
 
 __sighandler_t signal(int sig, __sighandler_t handler) {
-  if (sig == SIGSEGV) {
-    struct sigaction sa, was;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = handler;
-    sa.sa_flags = SA_RESTART; /* glibc's signal(): BSD semantics */
-    if (_hm_pl_prof_segv_action(&sa, &was)) return was.sa_handler;
-  } else {
-    struct sigaction sa, was;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = handler;
-    sa.sa_flags = SA_RESTART;
-    int rc;
-    if (_hm_pl_term_action(sig, &sa, &was, &rc)) return rc ? SIG_ERR : was.sa_handler;
-  }
-  if (hm_unlikely(!hm__real_signal)) hm__resolve_signals();
-  if (!hm__real_signal) {
-    errno = ENOSYS;
-    return SIG_ERR;
-  }
-  return hm__real_signal(sig, handler);
+  /* glibc's signal() is sigaction with BSD semantics: the hook above
+   * decides for both */
+  struct sigaction sa, was;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, sig);
+  return sigaction(sig, &sa, &was) ? SIG_ERR : was.sa_handler;
 }
 
 /* ------------------------------------------------------------------------

@@ -252,6 +252,8 @@ int _hm_pl_term_signal(void); /* the signal that stopped the run, 0 none */
 int _hm_pl_term_action(int sig, const struct sigaction *act, struct sigaction *old, int *rc);
 /* glibc's sigaction, for hetmem's own handlers (the hook would keep them). */
 int _hm_pl_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+/* Sets sig's disposition to the default, past the hooks (async-signal-safe). */
+void _hm_pl_set_default(int sig);
 /* Runs the application's SIGSEGV disposition app from one of hetmem's
  * handlers, as the kernel would: its handler under its mask, or the default
  * action (a fault is retried and kills; a sent signal is raised again). */

@@ -138,8 +138,7 @@ static struct {
   _Atomic unsigned app_seq;
   pthread_mutex_t app_lk;
   _Atomic int handler_lost;
-  /* 0 running, 1 being written, 2 written */
-  _Atomic int finished;
+  int finished; /* called once per process (preload.c's hm__outputs) */
 } hm__pf;
 
 static __thread hm__tbuf_t *hm__tb __attribute__((tls_model("initial-exec")));
@@ -940,17 +939,8 @@ out_free:
 }
 
 void _hm_pl_prof_finish(void) {
-  if (!hm__pf.sites) return;
-  int was = 0;
-  if (!atomic_compare_exchange_strong(&hm__pf.finished, &was, 1)) {
-    /* Another thread writes it (the finisher, for a signal that came as
-     * the program was ending): wait for it rather than exit mid-write. */
-    for (int i = 0; i < 10000 && atomic_load(&hm__pf.finished) != 2; i++) {
-      struct timespec ts = {0, 1000000};
-      nanosleep(&ts, NULL);
-    }
-    return;
-  }
+  if (hm__pf.finished || !hm__pf.sites) return;
+  hm__pf.finished = 1;
   if (hm__pf.precise) _hm_smp_halt();
   if (hm__pf.sampling) {
     atomic_store(&hm__pf.stop, 1);
@@ -962,5 +952,4 @@ void _hm_pl_prof_finish(void) {
     hm__pf.sampling = 0;
   }
   hm__write();
-  atomic_store(&hm__pf.finished, 2);
 }

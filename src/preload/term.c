@@ -14,9 +14,9 @@
  * forward SIGTERM and SIGHUP too). A program that sets its own disposition
  * replaces ours, and reads SIG_DFL where ours was (_hm_pl_term_action); its
  * handler decides, and a normal exit writes the outputs as usual; setting
- * SIG_DFL again puts ours back. A forked
- * child has no finisher: there the handler only re-raises. Cost: one thread
- * blocked in sem_wait for the life of the process; nothing on any hook. */
+ * SIG_DFL again puts ours back. A forked child has no finisher: there the
+ * handler only re-raises. Cost: one thread blocked in sem_wait for the life
+ * of the process; nothing on any hook. */
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -44,15 +44,22 @@ static int hm__is_term(int sig) {
 
 /* Async-signal-safe. */
 static void hm__default_and_raise(int sig) {
-  struct sigaction dfl;
-  memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  (void)_hm_pl_real_sigaction(sig, &dfl, NULL);
+  _hm_pl_set_default(sig);
   sigset_t one;
   sigemptyset(&one);
   sigaddset(&one, sig);
   pthread_sigmask(SIG_UNBLOCK, &one, NULL);
   raise(sig);
+}
+
+static void hm__handler(int sig);
+
+/* Our stand-in for the default action. */
+static void hm__ours(struct sigaction *sa) {
+  memset(sa, 0, sizeof *sa);
+  sa->sa_handler = hm__handler;
+  sa->sa_flags = SA_RESTART;
+  sigemptyset(&sa->sa_mask);
 }
 
 static void hm__handler(int sig) {
@@ -91,10 +98,7 @@ void _hm_pl_term_catch(void (*finish)(void)) {
     struct sigaction cur, sa;
     /* not for one the program ignores: nohup, background jobs */
     if (_hm_pl_real_sigaction(sig, NULL, &cur) || cur.sa_handler != SIG_DFL) continue;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = hm__handler;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
+    hm__ours(&sa);
     (void)_hm_pl_real_sigaction(sig, &sa, NULL);
   }
 }
@@ -111,10 +115,7 @@ int _hm_pl_term_action(int sig, const struct sigaction *act, struct sigaction *o
   int dfl = act && getpid() == hm__t.pid && !(act->sa_flags & SA_SIGINFO) &&
             act->sa_handler == SIG_DFL;
   if (dfl) {
-    memset(&mine, 0, sizeof mine);
-    mine.sa_handler = hm__handler;
-    mine.sa_flags = SA_RESTART;
-    sigemptyset(&mine.sa_mask);
+    hm__ours(&mine);
     use = &mine;
   }
   *rc = _hm_pl_real_sigaction(sig, use, old);
