@@ -310,7 +310,8 @@ def written_files(template: str, since: float = 0.0) -> list[str]:
         try:
             if os.stat(f).st_mtime < since - 1:  # slack: coarse file-system clocks
                 continue
-            if since and _started(f) < since - 0.1:
+            span = _span(f) if since else None
+            if span and span[0] < since - 0.1:
                 continue  # an earlier run's file, rewritten or not: its process began before
             out.append(f)
         except OSError:
@@ -318,14 +319,25 @@ def written_files(template: str, since: float = 0.0) -> list[str]:
     return sorted(out)
 
 
-def _started(path: str) -> float:
-    """A profile's start_unix (the process's start), +inf when unreadable
-    (then the file's time alone decides)."""
+def read_header(path: str | Path) -> dict[str, Any] | None:
+    """A profile's header record, read without the rest of the file (for
+    listing runs); None when it is not readable as one. load() validates."""
     try:
         with open(path, "rb") as f:
-            return float(json.loads(f.readline())["start_unix"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return math.inf
+            hdr = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    return hdr if isinstance(hdr, dict) else None
+
+
+def _span(path: str) -> tuple[float, float] | None:
+    """(start, end) in seconds since the epoch of a profile's process."""
+    hdr = read_header(path)
+    try:
+        start = float(hdr["start_unix"])  # type: ignore[index]
+        return start, start + int(hdr["wall_ns"]) / 1e9  # type: ignore[index]
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def expand(path: str) -> list[str]:
@@ -337,15 +349,7 @@ def expand(path: str) -> list[str]:
     itself, so a missing file is still reported as missing."""
     if os.path.exists(path) or "%" in path:
         return [path]
-    spans: list[tuple[float, float, str]] = []
-    for f in written_files(output_template(path)):
-        try:
-            with open(f, "rb") as fh:
-                hdr = json.loads(fh.readline())
-            start = float(hdr["start_unix"])
-            spans.append((start, start + int(hdr["wall_ns"]) / 1e9, f))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not a readable profile: only named files are reported
+    spans = [(*sp, f) for f in written_files(output_template(path)) if (sp := _span(f))]
     if not spans:
         return [path]
     spans.sort(key=lambda s: s[1])

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import output
+from hetmem import profile as prof
 from hetmem.bench import find_program
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.sizes import format_size, parse_size
@@ -252,8 +253,7 @@ def _measure(
                     written = sorted(work.glob(f"{v}.prof.norank.*"))
                     if not written:
                         raise EnvironmentProblem(f"{v}: hetmem profile wrote no profile")
-                    with open(written[-1]) as f:
-                        res["sampler"] = json.loads(f.readline()).get("sampler")
+                    res["sampler"] = (prof.read_header(written[-1]) or {}).get("sampler")
                     if r == 0:
                         proc = _hetmem(
                             "advise",
@@ -419,11 +419,18 @@ def cold_phase(res: dict[str, Any], moved: int) -> tuple[str, float, float] | No
     return (mode, cold_s, moved / cold_s / 1e9) if cold_s > 0 else None
 
 
-def per_round(res: dict[str, Any], f: Callable[[dict[str, float]], float | None]) -> float | None:
-    """The median over the bench's rounds (each ran every configuration
-    once) of a ratio between a round's runs; None without rounds."""
+def near_equal(
+    res: dict[str, Any], f: Callable[[dict[str, float]], float | None]
+) -> tuple[float | None, str]:
+    """A ratio between configurations: the median over the bench's rounds
+    (each ran every configuration once) of f of a round's times, or f of the
+    best times when there are no rounds (an older results file); with how it
+    was taken."""
     vals = [x for x in (f(r) for r in res.get("rounds") or []) if x is not None]
-    return statistics.median(vals) if vals else None
+    if vals:
+        return statistics.median(vals), f"median of {len(vals)} rounds' ratios"
+    best = {m: v["seconds"] for m, v in (res.get("modes") or {}).items() if v.get("seconds")}
+    return f(best), "best times"
 
 
 def _div(a: float | None, b: float | None) -> float | None:
@@ -448,11 +455,7 @@ def evaluate(
     sp = results.get("sparse")
     if sp:
         dram = _t(sp, "dram")
-        best = _fastest(sp, "flat", "hybrid")
-        m = per_round(sp, lambda r: _div(r.get("dram"), _least(r, "flat", "hybrid")))
-        how = f"median of {len(sp['rounds'])} rounds' ratios" if m is not None else "best times"
-        if m is None:
-            m = dram / best if dram and best else None
+        m, how = near_equal(sp, lambda r: _div(r.get("dram"), _least(r, "flat", "hybrid")))
         out.append(
             _target(
                 "sparse: speed of best(flat, hybrid) / dram",
@@ -517,11 +520,7 @@ def evaluate(
             )
         )
         hyb = _t(res, "hybrid")
-        ref = _fastest(res, "flat", "cache")
-        m = per_round(res, lambda r: _div(r.get("hybrid"), _least(r, "flat", "cache")))
-        how = f"median of {len(res['rounds'])} rounds' ratios" if m is not None else "best times"
-        if m is None:
-            m = hyb / ref if hyb and ref else None
+        m, how = near_equal(res, lambda r: _div(r.get("hybrid"), _least(r, "flat", "cache")))
         out.append(
             _target(
                 f"{v}: hybrid / best(flat, cache)",
@@ -533,10 +532,7 @@ def evaluate(
             )
         )
         dram, prof = _t(res, "dram"), _t(res, "profile")
-        m = per_round(res, lambda r: _div(r.get("profile"), r.get("dram")))
-        how = f"median of {len(res['rounds'])} rounds' ratios" if m is not None else "best times"
-        if m is None:
-            m = prof / dram if dram and prof else None
+        m, how = near_equal(res, lambda r: _div(r.get("profile"), r.get("dram")))
         m = None if m is None else m - 1
         samp = res.get("sampler") or {}
         out.append(

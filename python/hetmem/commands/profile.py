@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -197,17 +196,16 @@ class Command:
         )
 
     def show(self, path: str, as_json: bool, top: int) -> int:
-        files = prof.expand(path)
-        if len(files) > 1:
+        loaded = {f: prof.load(f) for f in prof.expand(path)}
+        if len(loaded) > 1:
             # a launcher's profile has no site: with one rank, show the rank
-            files = [f for f in files if prof.load(f).sites] or files
-        if len(files) > 1:
+            loaded = {f: p for f, p in loaded.items() if p.sites} or loaded
+        if len(loaded) > 1:
             raise UsageError(
-                f"{path} stands for {len(files)} per-process profiles of one run: "
-                f"{', '.join(files)}; show one of them"
+                f"{path} stands for {len(loaded)} per-process profiles of one run: "
+                f"{', '.join(loaded)}; show one of them"
             )
-        path = files[0]
-        p = prof.load(path)
+        ((path, p),) = loaded.items()
         sym = Symbolizer()
         rows = site_rows(p, sym)
         if top > 0:
@@ -300,15 +298,13 @@ def check_sampler(env: dict[str, str], sampler: str) -> None:
 def _overhead_of(path: str) -> str:
     """' (sampler X, estimated overhead Y% of the run)' from a profile's
     header, or '' when it has none (no sampler, unreadable)."""
+    samp = (prof.read_header(path) or {}).get("sampler")
     try:
-        with open(path, "rb") as f:
-            samp = json.loads(f.readline()).get("sampler") or {}
-        ov = float(samp["overhead"])
-        if samp["name"] == "none":
-            return ""
-        return f" (sampler {samp['name']}, estimated overhead {ov:.1%} of the run)"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        ov = float(samp["overhead"])  # type: ignore[index]
+        name = samp["name"]  # type: ignore[index]
+    except (KeyError, TypeError, ValueError):
         return ""
+    return "" if name == "none" else f" (sampler {name}, estimated overhead {ov:.1%} of the run)"
 
 
 _INTERPRETER = re.compile(r"^(python|pypy|julia|R$|Rscript|node|ruby|perl)")
