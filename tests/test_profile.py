@@ -98,6 +98,10 @@ def test_missing_series_means_peak_all_run():
         (lambda t: "", "empty"),
         (lambda t: t.replace("[[0, 4096], [10, 0]]", "[[10, 4096], [10, 0]]"), "increase"),
         (lambda t: t.replace("[[0, 4096], [10, 0]]", "[[0, 9999999], [10, 0]]"), "peak_live"),
+        (
+            lambda t: t.replace('"threads": 1', '"threads": 1, "stopped_by_signal": 300'),
+            "'stopped_by_signal'",
+        ),
     ],
 )
 def test_bad_profiles_are_one_line_schema_errors(mutate, message):
@@ -292,6 +296,14 @@ def test_profile_show_symbolizes(app, tmp_path, hetmem):
 
 
 def test_profile_cli_errors(tmp_path, hetmem):
+    stopped = tmp_path / "stopped.prof"
+    stopped.write_text(text([site([[0, 1]])], stopped_by_signal=-2))
+    proc = hetmem("profile", "show", str(stopped))
+    assert (
+        proc.returncode == 2
+        and proc.stderr.count("\n") == 1
+        and "stopped_by_signal" in (proc.stderr)
+    )
     bad = tmp_path / "bad.prof"
     bad.write_text(text([site([[0, 1]])])[:-10])
     proc = hetmem("profile", "show", str(bad))
