@@ -92,6 +92,69 @@ def test_alloc_cost_is_the_median_of_the_paired_ratios() -> None:
     assert t["pass"] is False
 
 
+def _abba(a: list[float], b: list[float]) -> list[float]:
+    """Slice times in the workload's order: slice s is the program's malloc
+    (from a) when (s ^ s >> 1) & 1 == 0, glibc's own (from b) otherwise."""
+    ia, ib = iter(a), iter(b)
+    return [next(ib) if (s ^ (s >> 1)) & 1 else next(ia) for s in range(len(a) + len(b))]
+
+
+def test_ab_ratio_pairs_neighbouring_slices() -> None:
+    from hetmem.bench.placement import ab_ratio
+
+    # the machine slows down by 40% halfway, and two slices of the
+    # program's malloc are hit by a neighbour's burst: the pairs still say 2%
+    b = [0.030] * 10 + [0.042] * 10
+    a = [x * 1.02 for x in b]
+    a[3] *= 3
+    a[15] *= 2
+    assert ab_ratio(_abba(a, b)) == pytest.approx(1.02)
+    # sums would have been thrown off by the bursts
+    assert sum(a) / sum(b) > 1.05
+    # the order matters: the same slices read as glibc-first say 1/1.02
+    assert ab_ratio(_abba(b, a)) == pytest.approx(1 / 1.02)
+
+
+def _ab_runs(kind: str, ratios: list[float]) -> list[dict]:
+    """One --ab run per ratio: 8 slices whose pairs all have that ratio."""
+    b = [0.015] * 4
+    return [{"kind": kind, "slice_seconds": _abba([x * r for x in b], b)} for r in ratios]
+
+
+def test_alloc_target_is_judged_side_by_side_in_slices() -> None:
+    from hetmem.bench.placement import alloc_ab_cost, evaluate
+
+    # whole runs say 8% (the machine's noise); the slices, 1.5% over a
+    # control that reads 1.005
+    al = {
+        "pairs": 10**7,
+        "all_none": [1.0, 1.0, 1.0],
+        "all_flat": [1.08, 1.08, 1.08],
+        "none_seconds": 1.0,
+        "flat_seconds": 1.08,
+        "ab": {"slices": 8, "pairs_per_slice": 250000, "control": [1.005, 1.004, 1.009],
+               "flat": [1.02, 1.0201, 1.03]},
+    }  # fmt: skip
+    al["ab"]["runs"] = _ab_runs("control", al["ab"]["control"]) + _ab_runs("flat", al["ab"]["flat"])
+    assert alloc_ab_cost(al) == pytest.approx(1.0201 / 1.005 - 1)
+    (t,) = [x for x in evaluate({"alloc": al}, {}, 4) if x["target"].startswith("alloc")]
+    assert t["pass"] is True
+    assert "slices" in t["target"]
+    assert "whole runs" in t["detail"] and "0.0800" in t["detail"]
+    # the cost is of all slice pairs pooled, not of the runs' medians: one
+    # flat run at 1.02 and two at 1.05 read 1.05
+    al["ab"]["runs"] = _ab_runs("control", [1.0, 1.0]) + _ab_runs("flat", [1.02, 1.05, 1.05])
+    assert alloc_ab_cost(al) == pytest.approx(0.05)
+    (t,) = [x for x in evaluate({"alloc": al}, {}, 4) if x["target"].startswith("alloc")]
+    assert t["pass"] is False
+    # a results file from before the slices: judged on the whole runs
+    del al["ab"]
+    assert alloc_ab_cost(al) is None
+    (t,) = [x for x in evaluate({"alloc": al}, {}, 4) if x["target"].startswith("alloc")]
+    assert t["measured"] == pytest.approx(0.08)
+    assert t["pass"] is False
+
+
 def test_near_equal_targets_are_judged_per_round() -> None:
     from hetmem.bench.placement import evaluate
 

@@ -388,3 +388,30 @@ def test_installed_programs_are_symbolized(tmp_path: Path) -> None:
     # (at 8 MiB the hot arrays are below the 1 MiB recording threshold)
     assert {"alloc_cold_x", "alloc_cold_y", "alloc_cold_z"} <= set(sites), show["sites"]
     assert sites["alloc_cold_z"]["file"].endswith("placement.c")
+
+
+def test_alloc_slices_alternate_the_interposer_and_glibc(tmp_path: Path) -> None:
+    """The alloc target's sliced measure compares what it says it does: under
+    flat mode, the program's malloc slices go through the interposer (which
+    counts them) and the others straight to glibc (which it never sees)."""
+    placement = tmp_path / "empty.toml"
+    # a placement with no sites: every allocation is the interposer's small path
+    prof_out = tmp_path / "a.prof"
+    argv = [str(WORKLOAD), "--variant", "alloc", "--pairs", "40000", "--threads", "2"]
+    run_hetmem("profile", "-o", str(prof_out), "--", *argv, check=True)
+    (written,) = sorted(tmp_path.glob("a.prof.norank.*"))
+    run_hetmem("advise", str(written), "--fast-budget", "64MiB", "-o", str(placement), check=True)
+    stats = tmp_path / "stats.json"
+    proc = run_hetmem(
+        "run", "--mode", "flat", "--placement", str(placement), "--fast-budget", "64MiB",
+        "--storage", str(tmp_path), "--stats", str(stats), "--", *argv, "--ab", "6",
+        check=True,
+    )  # fmt: skip
+    res = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
+    slices = res["ab"]["slice_seconds"]
+    assert len(slices) == 8  # rounded up to whole ABBA groups
+    assert all(s > 0 for s in slices)
+    assert res["ab"]["pairs_per_slice"] * 8 == 2 * 40000  # each kind makes --pairs pairs
+    small = json.loads(stats.read_text())["interposer"]["small_allocations"]
+    # the program's half (40000), plus start-up's few; glibc's half not seen
+    assert 40000 <= small < 40000 + 1000

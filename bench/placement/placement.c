@@ -11,7 +11,9 @@
  *                  fetch units of a pager are not touched either).
  * --variant alloc: the allocation-heavy benchmark: --threads threads make
  * --pairs malloc/free pairs in all of mixed sizes (16 B .. 64 KiB, skewed
- * small, a window of live blocks per thread).
+ * small, a window of live blocks per thread); with --ab SLICES, in as many
+ * slices alternating the program's malloc/free with glibc's own (each kind
+ * making --pairs pairs), each slice timed (see ab_worker).
  *
  * Prints one JSON line: variant, seconds (the timed iterations or the
  * allocation loop), hot_seconds (of which in the hot passes), bytes, cold
@@ -94,16 +96,26 @@ static double sparse(const double *a, size_t n, size_t stride_elems, size_t phas
   return s;
 }
 
-typedef struct {
-  uint64_t pairs, seed, sum;
-} alloc_arg_t;
+/* glibc's own entry points, which an interposer's malloc also ends in:
+ * --ab calls them directly for its reference slices. */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
 
-static void *alloc_worker(void *p) {
-  alloc_arg_t *a = p;
+typedef struct {
+  void *(*alloc)(size_t);
+  void (*release)(void *);
+} alloc_api_t;
+
+typedef struct {
+  uint64_t pairs, x, sum;
+  void *live[64];
+} alloc_state_t;
+
+/* pairs malloc/free pairs through api; a window of 64 live blocks */
+static void alloc_loop(alloc_state_t *st, const alloc_api_t *api, uint64_t pairs) {
   enum { WINDOW = 64 };
-  void *live[WINDOW] = {0};
-  uint64_t x = a->seed | 1, sum = 0;
-  for (uint64_t i = 0; i < a->pairs; i++) {
+  uint64_t x = st->x;
+  for (uint64_t i = 0; i < pairs; i++) {
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
@@ -111,44 +123,119 @@ static void *alloc_worker(void *p) {
     size_t sz = (size_t)16 << (x % 13);
     sz += (x >> 8) % sz;
     unsigned k = (unsigned)((x >> 32) % WINDOW);
-    free(live[k]);
-    char *q = malloc(sz);
-    if (!q) return NULL;
+    api->release(st->live[k]);
+    char *q = api->alloc(sz);
+    if (!q) {
+      fprintf(stderr, "hm-placement: out of memory\n");
+      exit(1);
+    }
     q[0] = (char)i;
-    sum += (uint64_t)(unsigned char)q[0];
-    live[k] = q;
+    st->sum += (uint64_t)(unsigned char)q[0];
+    st->live[k] = q;
   }
-  for (unsigned k = 0; k < WINDOW; k++) free(live[k]);
-  a->sum = sum;
+  st->x = x;
+}
+
+static void alloc_drain(alloc_state_t *st, const alloc_api_t *api) {
+  for (unsigned k = 0; k < 64; k++) {
+    api->release(st->live[k]);
+    st->live[k] = NULL;
+  }
+}
+
+/* --ab: the same loop in slices that alternate between the program's
+ * malloc/free (an interposer's, when one is preloaded) and glibc's own,
+ * in the order ABBA ABBA ... so that a linear drift of the machine's speed
+ * weighs on both alike; all threads run the same kind of slice at a time
+ * (a barrier between slices) and thread 0 times each one. A slice is tens
+ * of milliseconds, so both kinds see the same state of a shared machine:
+ * the ratio of the two is the interposer's cost per call, with the noise
+ * of whole runs (tens of percent here) gone. */
+typedef struct {
+  alloc_state_t st;
+  int id, slices;
+  uint64_t per_slice;
+  pthread_barrier_t *bar;
+  double *slice_s;
+} ab_arg_t;
+
+static void *ab_worker(void *p) {
+  ab_arg_t *a = p;
+  const alloc_api_t apis[2] = {{malloc, free}, {__libc_malloc, __libc_free}};
+  for (int s = 0; s < a->slices; s++) {
+    const alloc_api_t *api = &apis[(s ^ (s >> 1)) & 1];
+    pthread_barrier_wait(a->bar);
+    double t0 = now_s();
+    alloc_loop(&a->st, api, a->per_slice);
+    alloc_drain(&a->st, api);
+    pthread_barrier_wait(a->bar);
+    if (a->id == 0) a->slice_s[s] = now_s() - t0;
+  }
   return NULL;
 }
 
-static int run_alloc(uint64_t pairs, int threads) {
+static void *alloc_worker(void *p) {
+  alloc_state_t *st = p;
+  const alloc_api_t api = {malloc, free};
+  alloc_loop(st, &api, st->pairs);
+  alloc_drain(st, &api);
+  return NULL;
+}
+
+static int run_alloc(uint64_t pairs, int threads, int ab_slices) {
   pthread_t th[64];
-  alloc_arg_t args[64];
+  static alloc_state_t st[64];
+  static ab_arg_t ab[64];
+  pthread_barrier_t bar;
+  double *slice_s = NULL;
   if (threads < 1) threads = 1;
   if (threads > 64) threads = 64;
+  if (ab_slices) {
+    ab_slices = (ab_slices + 3) / 4 * 4; /* whole ABBA groups */
+    slice_s = calloc((size_t)ab_slices, sizeof *slice_s);
+    if (!slice_s || pthread_barrier_init(&bar, NULL, (unsigned)threads)) return 1;
+  }
   double t0 = now_s();
   for (int i = 0; i < threads; i++) {
-    args[i] = (alloc_arg_t){pairs / (uint64_t)threads, 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1), 0};
-    pthread_create(&th[i], NULL, alloc_worker, &args[i]);
+    uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) | 1;
+    if (ab_slices) {
+      /* each kind makes `pairs` pairs in all */
+      ab[i] = (ab_arg_t){.st = {.x = seed}, .id = i, .slices = ab_slices, .bar = &bar,
+                         .slice_s = slice_s,
+                         .per_slice = pairs * 2 / (uint64_t)ab_slices / (uint64_t)threads};
+      pthread_create(&th[i], NULL, ab_worker, &ab[i]);
+    } else {
+      st[i] = (alloc_state_t){.pairs = pairs / (uint64_t)threads, .x = seed};
+      pthread_create(&th[i], NULL, alloc_worker, &st[i]);
+    }
   }
   uint64_t sum = 0;
   for (int i = 0; i < threads; i++) {
     pthread_join(th[i], NULL);
-    sum += args[i].sum;
+    sum += ab_slices ? ab[i].st.sum : st[i].sum;
   }
   double t = now_s() - t0;
   printf("{\"variant\":\"alloc\",\"seconds\":%.6f,\"pairs\":%llu,\"threads\":%d,"
-         "\"checksum\":%llu}\n",
+         "\"checksum\":%llu",
          t, (unsigned long long)pairs, threads, (unsigned long long)sum);
+  if (ab_slices) {
+    /* slice s ran the program's malloc when (s ^ s >> 1) & 1 == 0 */
+    printf(",\"ab\":{\"pairs_per_slice\":%llu,\"slice_kind\":\"ABBA: A = malloc/free, "
+           "B = __libc_malloc/__libc_free\",\"slice_seconds\":[",
+           (unsigned long long)(ab[0].per_slice * (uint64_t)threads));
+    for (int s = 0; s < ab_slices; s++) printf("%s%.6f", s ? "," : "", slice_s[s]);
+    printf("]}");
+    pthread_barrier_destroy(&bar);
+  }
+  printf("}\n");
+  free(slice_s);
   return 0;
 }
 
 int main(int argc, char **argv) {
   const char *variant = "sparse";
   size_t footprint = (size_t)256 << 20;
-  int iters = 4, hot_passes = 8, threads = 2, exit3 = 0, policies = 0;
+  int iters = 4, hot_passes = 8, threads = 2, exit3 = 0, policies = 0, ab_slices = 0;
   size_t stride_pages = 2048;
   uint64_t pairs = 10000000;
   for (int i = 1; i < argc; i++) {
@@ -161,18 +248,19 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--stride") && v) stride_pages = (size_t)strtoull(argv[++i], NULL, 0);
     else if (!strcmp(a, "--pairs") && v) pairs = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
+    else if (!strcmp(a, "--ab") && v) ab_slices = atoi(argv[++i]);
     else if (!strcmp(a, "--exit3")) exit3 = 1;
     else if (!strcmp(a, "--numa-policies")) policies = 1;
     else {
       fprintf(stderr,
               "usage: hm-placement [--variant sweep|sparse|alloc] [--footprint BYTES] "
               "[--iters N] [--hot-passes N] [--stride PAGES] [--pairs N] [--threads N] "
-              "[--exit3] [--numa-policies]\n");
+              "[--ab SLICES] [--exit3] [--numa-policies]\n");
       return 2;
     }
   }
   if (!strcmp(variant, "alloc")) {
-    int rc = run_alloc(pairs, threads);
+    int rc = run_alloc(pairs, threads, ab_slices < 0 ? 0 : ab_slices);
     return rc ? rc : exit3 ? 3 : 0;
   }
   if (strcmp(variant, "sweep") && strcmp(variant, "sparse")) {
