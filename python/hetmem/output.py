@@ -19,15 +19,30 @@ from hetmem.errors import UsageError
 _console: Console | None = None
 
 
+# Output that goes to a file or a pipe (`hetmem profile show > sites.txt`,
+# `| less`) is not cut to rich's 80 columns, which truncated site names in
+# tables and folded one-line notes; COLUMNS, when set, still decides.
+PIPE_WIDTH = 200
+
+
+def _width(stream: Any) -> int | None:
+    if "COLUMNS" in os.environ:
+        return None
+    try:
+        return None if stream.isatty() else PIPE_WIDTH
+    except (AttributeError, ValueError):
+        return PIPE_WIDTH
+
+
 def console() -> Console:
     global _console
     if _console is None:
-        _console = Console(highlight=False)
+        _console = Console(highlight=False, width=_width(sys.stdout))
     return _console
 
 
 def err_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 
 def print_json(data: Any) -> None:

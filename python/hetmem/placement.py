@@ -30,6 +30,7 @@ except ModuleNotFoundError:  # Python 3.10: no TOML reader in the standard libra
     tomllib = None  # type: ignore[assignment]
 
 from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError
+from hetmem.sitenames import distinct_labels, first_user_frame
 
 KIND = "hetmem-placement"
 SCHEMA_VERSION = 1
@@ -149,11 +150,11 @@ def dumps(p: Placement, comment: Sequence[str] = ()) -> str:
             f"path = {_tstr(m.path)}",
             f"build_id = {_tstr(m.build_id)}",
         ]
-    for s in p.sites:
+    for s, label in zip(p.sites, site_labels(p), strict=True):
         frames = ", ".join(f"[{mi}, 0x{off:x}]" for mi, off in s.frames)
         lines += [
             "",
-            "[[sites]]",
+            f"[[sites]]  # {label}" if label else "[[sites]]",
             f"id = {s.id}",
             f"tier = {s.tier}  # {p.tiers[s.tier].name}",
             f"frames = [{frames}]  # [module, offset], innermost first",
@@ -167,6 +168,23 @@ def dumps(p: Placement, comment: Sequence[str] = ()) -> str:
         if s.reason:
             lines.append(f"reason = {_tstr(s.reason)}")
     return "\n".join(lines) + "\n"
+
+
+def site_labels(p: Placement) -> list[str]:
+    """Each site's name as `profile show` gives it (hetmem.sitenames): its
+    innermost frame outside the language runtimes, and the caller frame that
+    tells it apart when other sites share that frame."""
+    frames, starts = [], []
+    for s in p.sites:
+        paths = [p.modules[mi].path if 0 <= mi < len(p.modules) else "?" for mi, _ in s.frames]
+        text = []
+        for k, (path, (_, off)) in enumerate(zip(paths, s.frames, strict=True)):
+            raw = f"{path.rsplit('/', 1)[-1]}+0x{off:x}"
+            sym = s.symbols[k] if k < len(s.symbols) else ""
+            text.append(f"{sym} ({raw})" if sym and sym != raw else raw)
+        frames.append(text)
+        starts.append(first_user_frame(paths))
+    return distinct_labels(frames, starts)
 
 
 def save(p: Placement, path: str | Path, comment: Sequence[str] = ()) -> None:

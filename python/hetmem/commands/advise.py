@@ -10,6 +10,7 @@ from hetmem import limits, output
 from hetmem import placement as plc
 from hetmem import profile as prof
 from hetmem.errors import UsageError
+from hetmem.sitenames import short
 from hetmem.sizes import format_size, parse_size
 from hetmem.symbolize import Symbolizer
 
@@ -212,19 +213,20 @@ class Command:
             ],
         )
         top = res.placement.sites[: max(10, args.explain)]
+        labels = plc.site_labels(res.placement)
         output.table(
             "sites by benefit",
             ["site", "where", "tier", "peak live", "est. accesses", "benefit s"],
             [
                 [
                     s.id,
-                    (s.symbols[0] if s.symbols else f"frame 0x{s.frames[0][1]:x}"),
+                    short(label),
                     res.placement.tiers[s.tier].name,
                     format_size(s.peak_live_bytes),
                     f"{s.est_accesses:.3g}",
                     f"{s.benefit_s:.3g}",
                 ]
-                for s in top
+                for s, label in zip(top, labels, strict=False)
             ],
         )
         if args.explain:

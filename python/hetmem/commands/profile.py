@@ -18,6 +18,7 @@ from hetmem import profile as prof
 from hetmem import run as hrun
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.output import check_output_dir
+from hetmem.sitenames import distinct_labels, first_user_frame, short
 from hetmem.sizes import format_size, parse_size
 from hetmem.symbolize import Symbolizer
 
@@ -42,22 +43,10 @@ def describe_frames(sym: Symbolizer, site: prof.Site, depth: int | None = None) 
     return out
 
 
-# Language runtimes whose allocation entry points (C++'s operator new,
-# libgfortran's) sit between the program's code and malloc: a site is named
-# by its first frame outside them.
-RUNTIME_MODULE = re.compile(
-    r"^(libstdc\+\+|libc\+\+|libc\+\+abi|libc|libgfortran|libgcc_s|ld-linux[-\w]*|"
-    r"libhetmem\w*)\.so"
-)
-
-
 def user_frame(site: prof.Site) -> int:
     """The index of the site's innermost frame outside the language runtimes
     (0 when every frame is in one)."""
-    for k, (m, _) in enumerate(site.frames):
-        if not RUNTIME_MODULE.match(m.path.rsplit("/", 1)[-1]):
-            return k
-    return 0
+    return first_user_frame([m.path for m, _ in site.frames])
 
 
 def site_rows(p: prof.Profile, sym: Symbolizer) -> list[dict[str, Any]]:
@@ -95,6 +84,12 @@ def site_rows(p: prof.Profile, sym: Symbolizer) -> list[dict[str, Any]]:
                 "small": {"count": s.small_count, "bytes": s.small_bytes},
             }
         )
+    for r, label in zip(
+        rows,
+        distinct_labels([r["symbols"] for r in rows], [r["user_frame"] for r in rows]),
+        strict=True,
+    ):
+        r["label"] = label
     rows.sort(key=lambda r: -r["est_accesses"])
     return rows
 
@@ -258,7 +253,7 @@ class Command:
             [
                 [
                     r["index"],
-                    r["symbols"][r["user_frame"]],
+                    short(r["label"]),
                     r["allocs"],
                     format_size(r["bytes"]),
                     format_size(r["peak_live_bytes"]),
