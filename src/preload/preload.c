@@ -813,22 +813,42 @@ __attribute__((noinline)) static void *hm__malloc_large(size_t size) {
   return p ? p : __libc_malloc(size);
 }
 
+/* malloc's small path when it has more to do than count: a thread's first
+ * small allocation, or profiling. Out of line, so that the common case is
+ * a tail call with no stack frame. */
+__attribute__((noinline)) static void *hm__malloc_small_slow(size_t size, void *ra, int first) {
+  if (first) hm__register_thread();
+  if (atomic_load_explicit(&hm__profiling, memory_order_relaxed) && !hm__tls.guard)
+    _hm_pl_prof_small((uintptr_t)ra, size);
+  return __libc_malloc(size);
+}
+
+/* Cost of a small malloc: a compare with the threshold, a TLS increment,
+ * one relaxed load, and a tail call to glibc (no stack frame). */
 void *malloc(size_t size) {
   if (hm_likely(size < hm__thr())) {
-    hm__count_small(__builtin_return_address(0), size);
+    int first = hm__tls.small++ == 0;
+    if (hm_unlikely(first | atomic_load_explicit(&hm__profiling, memory_order_relaxed)))
+      return hm__malloc_small_slow(size, __builtin_return_address(0), first);
     return __libc_malloc(size);
   }
   return hm__malloc_large(size);
 }
 
+__attribute__((noinline)) static void hm__free_maybe_ours(void *ptr) {
+  _hm_pl_block_t *b = _hm_pl_table_find(&hm__pl.table, ptr);
+  if (b) hm__large_free(b);
+  else __libc_free(ptr);
+}
+
+/* Cost of freeing a glibc block: one byte of the table's 2 MiB-granule map
+ * and a tail call to glibc (no stack frame). */
 void free(void *ptr) {
   if (hm_likely(!_hm_pl_table_maybe(&hm__pl.table, ptr))) {
     __libc_free(ptr);
     return;
   }
-  _hm_pl_block_t *b = _hm_pl_table_find(&hm__pl.table, ptr);
-  if (b) hm__large_free(b);
-  else __libc_free(ptr);
+  hm__free_maybe_ours(ptr);
 }
 
 void *calloc(size_t nmemb, size_t size) {
