@@ -18,7 +18,9 @@ program's own (the timed iterations, not start-up); the best of each
 configuration is shown. Targets that compare two configurations within a
 few percent (sparse speed against dram, hybrid against flat and cache,
 profiling overhead) are judged on the median over the rounds of the round's
-ratio, since the machine's speed drifts by more than that within the bench.
+ratio, since the machine's speed drifts by more than that within the bench;
+"the better of" two modes is the one with the lower median time over the
+rounds (see better_mode).
 The storage tier is probed in the same run (O_DIRECT sequential read) for
 the sweep bound, as the issue states it: the time the cold bytes moved (per
 iteration x iterations) take at the probed bandwidth, or the all-DRAM time
@@ -495,6 +497,28 @@ def _least(r: dict[str, float], *modes: str) -> float | None:
     return min((r[m] for m in modes if r.get(m)), default=None)
 
 
+def better_mode(res: dict[str, Any], *modes: str) -> str | None:
+    """Which of the modes is the better one on this workload: the lowest
+    median time over the rounds (the best time without rounds).
+
+    A target against "the better of A and B" compares with that mode round
+    by round. Taking each round's faster of the two instead compares with
+    the minimum of two noisy times, which is below either mode's typical
+    time whenever the two are near-equal: on the sweep, where flat, cache
+    and hybrid are all bound by the device, five rounds of one run gave
+    hybrid / min(flat, cache) a median of 1.078 although cache, the better
+    mode, had a median of 2.38 s and hybrid of 2.33 s."""
+    rounds = res.get("rounds") or []
+    typical: dict[str, float] = {}
+    for m in modes:
+        ts = [r[m] for r in rounds if r.get(m)]
+        if ts:
+            typical[m] = statistics.median(ts)
+        elif not rounds and _t(res, m):
+            typical[m] = _t(res, m) or 0.0
+    return min(typical, key=lambda m: typical[m]) if typical else None
+
+
 def alloc_cost(al: dict[str, Any]) -> float:
     """The interposer's cost on the allocation benchmark from whole runs:
     the median over the interleaved (no preload, flat) pairs of flat / no
@@ -525,15 +549,16 @@ def evaluate(
     sp = results.get("sparse")
     if sp:
         dram = _t(sp, "dram")
-        m, how = near_equal(sp, lambda r: _div(r.get("dram"), _least(r, "flat", "hybrid")))
+        bm = better_mode(sp, "flat", "hybrid")
+        m, how = near_equal(sp, lambda r: _div(r.get("dram"), r.get(bm) if bm else None))
         out.append(
             _target(
                 "sparse: speed of best(flat, hybrid) / dram",
                 m,
                 ">= 0.90",
                 None if m is None else m >= 0.90,
-                f"{how}; best times: dram {dram} s, flat {_t(sp, 'flat')} s, "
-                f"hybrid {_t(sp, 'hybrid')} s",
+                f"{how}, against {bm} (the better by median time); best times: dram {dram} s, "
+                f"flat {_t(sp, 'flat')} s, hybrid {_t(sp, 'hybrid')} s",
             )
         )
     sw = results.get("sweep")
@@ -590,15 +615,18 @@ def evaluate(
             )
         )
         hyb = _t(res, "hybrid")
-        m, how = near_equal(res, lambda r: _div(r.get("hybrid"), _least(r, "flat", "cache")))
+        bm = better_mode(res, "flat", "cache")
+        m, how = near_equal(res, lambda r, bm=bm: _div(r.get("hybrid"), r.get(bm) if bm else None))
+        lucky, _ = near_equal(res, lambda r: _div(r.get("hybrid"), _least(r, "flat", "cache")))
         out.append(
             _target(
                 f"{v}: hybrid / best(flat, cache)",
                 m,
                 "<= 1.05",
                 None if m is None else m <= 1.05,
-                f"{how}; best times: hybrid {hyb} s, flat {_t(res, 'flat')} s, "
-                f"cache {_t(res, 'cache')} s",
+                f"{how}, against {bm} (the better by median time; against each round's "
+                f"faster of the two: {lucky and round(lucky, 3)}); best times: hybrid {hyb} s, "
+                f"flat {_t(res, 'flat')} s, cache {_t(res, 'cache')} s",
             )
         )
         dram, prof = _t(res, "dram"), _t(res, "profile")
