@@ -3,7 +3,9 @@ it into .venv); C tests come from the CMake build tree in $HETMEM_CBUILD."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +51,28 @@ def run_hetmem(
 @pytest.fixture
 def hetmem():
     return run_hetmem
+
+
+def fortran_program(tmp_path: Path, name: str, source: str) -> Path:
+    """Builds source as tmp_path/name with gfortran -g -O2 (the test is
+    skipped where there is no gfortran)."""
+    fc = shutil.which("gfortran")
+    if not fc:
+        pytest.skip("no gfortran")
+    src = tmp_path / f"{name}.f90"
+    src.write_text(source)
+    exe = tmp_path / name
+    subprocess.run([fc, "-g", "-O2", str(src), "-o", str(exe)], check=True, cwd=tmp_path)
+    return exe
+
+
+def profile_and_show(
+    tmp_path: Path, name: str, *cmd: str
+) -> tuple[subprocess.CompletedProcess[str], Path, dict]:
+    """`hetmem profile -o tmp_path/name.prof -- cmd`, then `profile show
+    --json` of the one file it wrote: (the profile run, the file, the show)."""
+    proc = run_hetmem("profile", "-o", str(tmp_path / f"{name}.prof"), "--", *cmd)
+    written = sorted(tmp_path.glob(f"{name}.prof.norank.*"))
+    assert len(written) == 1, proc.stderr
+    show = json.loads(run_hetmem("profile", "show", "--json", str(written[0]), check=True).stdout)
+    return proc, written[0], show

@@ -372,7 +372,7 @@ int main() {
 
 
 def test_cxx_sites_are_named_by_the_program(tmp_path: Path) -> None:
-    from conftest import run_hetmem
+    from conftest import profile_and_show
 
     cxx = shutil.which("g++") or shutil.which("c++")
     if not cxx:
@@ -381,9 +381,8 @@ def test_cxx_sites_are_named_by_the_program(tmp_path: Path) -> None:
     src.write_text(CXX_SRC)
     exe = tmp_path / "v"
     subprocess.run([cxx, "-g", "-O2", str(src), "-o", str(exe)], check=True)
-    run_hetmem("profile", "-o", str(tmp_path / "v.prof"), "--", str(exe), check=True)
-    (path,) = tmp_path.glob("v.prof.norank.*")
-    show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
+    proc, _, show = profile_and_show(tmp_path, "v", str(exe))
+    assert proc.returncode == 0, proc.stderr
     where = {(s["function"].split("(")[0], Path(s["file"]).name, s["line"]) for s in show["sites"]}
     # operator new (libstdc++) is skipped; the names are demangled; the line
     # is the program's call, not the inlined new_allocator.h / alloc_traits.h
@@ -419,20 +418,12 @@ end program
 def test_fortran_program_is_profiled(tmp_path: Path) -> None:
     # gfortran's runtime installs a SIGSEGV handler of its own (backtraces):
     # the portable sampler's faults must not reach it
-    from conftest import run_hetmem
+    from conftest import fortran_program, profile_and_show
 
-    fc = shutil.which("gfortran")
-    if not fc:
-        pytest.skip("no gfortran")
-    src = tmp_path / "a.f90"
-    src.write_text(FORTRAN_SRC)
-    exe = tmp_path / "a"
-    subprocess.run([fc, "-g", "-O2", str(src), "-o", str(exe)], check=True, cwd=tmp_path)
-    proc = run_hetmem("profile", "-o", str(tmp_path / "a.prof"), "--", str(exe))
+    exe = fortran_program(tmp_path, "a", FORTRAN_SRC)
+    proc, _, show = profile_and_show(tmp_path, "a", str(exe))
     assert proc.returncode == 0, proc.stderr
     assert float(proc.stdout.split()[0]) == (2 << 20) * 31.0 + (8 << 20) * 2.0
-    (path,) = tmp_path.glob("a.prof.norank.*")
-    show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
     lines = sorted((Path(s["file"]).name, s["line"], s["bytes"]) for s in show["sites"])
     assert lines == [("a.f90", 5, 16 << 20), ("a.f90", 6, 64 << 20)]
     assert {s["function"] for s in show["sites"]} == {"work::make"}

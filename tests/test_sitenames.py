@@ -3,12 +3,7 @@ show, advise and the placement file make of them."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from pathlib import Path
-
-import pytest
 
 from hetmem.sitenames import distinct_labels, first_user_frame, short
 
@@ -70,30 +65,19 @@ end module
 program heat
   use fields
   real(8), allocatable :: u(:), v(:)
-  integer :: it
   call make_hot(u, 1024*1024)
   call make_hot(v, 2*1024*1024)
-  do it = 1, 10
-    u = u + 1.0d0
-  end do
   print *, sum(u) + sum(v)
 end program
 """
 
 
 def test_a_helper_called_twice_is_two_sites_by_name(tmp_path: Path) -> None:
-    from conftest import run_hetmem
+    from conftest import fortran_program, profile_and_show, run_hetmem
 
-    fc = shutil.which("gfortran")
-    if not fc:
-        pytest.skip("no gfortran")
+    exe = fortran_program(tmp_path, "heat", FORTRAN_SRC)
     src = tmp_path / "heat.f90"
-    src.write_text(FORTRAN_SRC)
-    exe = tmp_path / "heat"
-    subprocess.run([fc, "-g", "-O2", str(src), "-o", str(exe)], check=True, cwd=tmp_path)
-    run_hetmem("profile", "-o", str(tmp_path / "h.prof"), "--", str(exe), check=True)
-    (path,) = tmp_path.glob("h.prof.norank.*")
-    show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
+    _, path, show = profile_and_show(tmp_path, "h", str(exe))
     sites = [s for s in show["sites"] if s["function"] == "fields::make_hot"]
     assert len(sites) == 2
     a, b = (s["label"] for s in sites)
