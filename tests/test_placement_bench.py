@@ -1,6 +1,9 @@
-"""The sweep bound of `hetmem bench placement` (pure arithmetic, no runs)."""
+"""`hetmem bench placement`: its targets' arithmetic (the sweep bound, the
+statistics over rounds and slices), its per-round device probe and its rounds."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +55,48 @@ def test_sweep_target_is_judged_against_the_io_bound() -> None:
     assert 2.2 / overlap <= 1.25
     assert t["measured"] == pytest.approx(2.2 / io)
     assert t["pass"] is False
+
+
+def test_sweep_target_takes_each_rounds_own_bound() -> None:
+    from hetmem.bench.placement import evaluate, sweep_rounds
+
+    # the bench opened with a probe of 1.0 GB/s; around its rounds' flat and
+    # hybrid runs the device read 2.0, 1.0 and 1.5 GB/s. 1.6 GiB moved.
+    moved = 400 * MiB * 4
+    res = _rounds(
+        dram=[0.5, 0.5, 0.5],
+        flat=[1.2, 2.3, 1.5],
+        hybrid=[1.0, 2.0, 1.3],
+        cache=[1.1, 2.1, 1.4],
+    )
+    res["cold_touched_per_iter"], res["hot_bytes"] = 400 * MiB, 100 * MiB
+    res["round_device_gbs"] = [2.0, 1.0, 1.5]
+    m, mode, gbs = sweep_rounds(res, moved)
+    assert mode == "hybrid" and gbs == [2.0, 1.0, 1.5]
+    ratios = [1.0 / (moved / 2e9), 2.0 / (moved / 1e9), 1.3 / (moved / 1.5e9)]
+    assert m == pytest.approx(sorted(ratios)[1])
+    (t,) = [x for x in evaluate({"sweep": res}, {"seq_read_gbs": 1.0}, 4, 128 * MiB)
+            if "bound" in x["target"]]  # fmt: skip
+    assert t["measured"] == pytest.approx(m)
+    assert t["pass"] is (m <= 1.25)
+    # the opening probe alone would have judged the best time, 1.0 s,
+    # against 1.68 s of I/O: 0.6, where the rounds say 1.19
+    assert "against the bench's opening probe alone, best times: 0.596" in t["detail"]
+    # a round whose probes both failed is left out; none at all: the opening probe
+    res["round_device_gbs"] = [None, 1.0, None]
+    assert sweep_rounds(res, moved) == (pytest.approx(2.0 / (moved / 1e9)), "hybrid", [1.0])
+    del res["round_device_gbs"]
+    assert sweep_rounds(res, moved) is None
+
+
+def test_round_probe_reads_the_storage_tier(tmp_path: Path) -> None:
+    from hetmem.bench.placement import _quick_read_gbs
+
+    # a real O_DIRECT read of a 256 MiB probe file
+    gbs = _quick_read_gbs(str(tmp_path))
+    assert gbs is not None and gbs > 0.01
+    assert list(tmp_path.iterdir()) == []  # the probe file is gone
+    assert _quick_read_gbs(str(tmp_path / "missing")) is None
 
 
 def test_sweep_detail_gives_the_cold_phase_rate() -> None:
