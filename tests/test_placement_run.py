@@ -297,6 +297,31 @@ def test_placement_for_another_binary_warns_and_ignores(
     assert "build-id differs" in proc.stderr and "ignoring" in proc.stderr
     pl = json.loads(stats.read_text())["placement"]
     assert pl["sites"] == [] and pl["unmatched"]["allocations"] == 5
+    assert "5 large allocation(s) (" in proc.stderr and "matched no site" in proc.stderr
+
+
+@needs_pager
+def test_allocations_of_sites_the_profile_lacks_are_reported(
+    profiled: dict[str, Any], tmp_path: Path
+) -> None:
+    # a placement without the site of cold_z: the run's cold_z matches no site
+    p = placement_mod.load(profiled["placement"])
+    p.sites = [s for s in p.sites if not s.symbols[0].startswith("alloc_cold_z")]
+    partial = tmp_path / "partial.toml"
+    placement_mod.save(p, partial)
+    stats = tmp_path / "s.json"
+    proc = _run_place(profiled, "flat", stats, partial)
+    assert proc.returncode == 0, proc.stderr
+    um = json.loads(stats.read_text())["placement"]["unmatched"]
+    assert um["allocations"] == 1
+    cold = (FOOTPRINT // 8 - 2 * (FOOTPRINT // 8 // 10)) // 3 * 8
+    assert sum(um["bytes"]) == cold
+    slowest = p.tiers[-1].name
+    want = f"1 large allocation(s) ({format_size(cold)}) matched no site of the placement and "
+    assert want + f"went to its slowest tier, {slowest}" in proc.stderr
+    # with the whole placement, nothing to say
+    proc = _run_place(profiled, "flat", stats)
+    assert "matched no site" not in proc.stderr
 
 
 def test_bad_placement_file_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -501,11 +501,22 @@ def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
-def _note_overflows(pl: dict[str, Any] | None, fallbacks: int, fast: int, have_stats: bool) -> None:
-    """Allocations that a full tier sent to a slower one, or that no tier
-    could serve: the user hears of them at the end of the run."""
+def _note_overflows(
+    pl: dict[str, Any] | None, fallbacks: int, fast: int, have_stats: bool, slowest: str
+) -> None:
+    """Allocations that a full tier sent to a slower one, that no tier could
+    serve, or that matched no site (and went to the slowest tier): the user
+    hears of them at the end of the run."""
     if not pl:
         return
+    um = pl.get("unmatched") or {}
+    if um.get("allocations"):
+        note(
+            f"{um['allocations']} large allocation(s) ({format_size(sum(um.get('bytes', [])))}) "
+            f"matched no site of the placement and went to its slowest tier, {slowest}: their "
+            "call stacks were not in the profiled run; a profile of a run that makes them "
+            "places them"
+        )
     if fallbacks:
         note(
             f"{fallbacks} large allocation(s) could not be served by any tier of the "
@@ -557,7 +568,13 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
     )
     stats["placement"] = _merge_placement(procs)
     fallbacks = (stats["interposer"] or {}).get("fallbacks", 0)
-    _note_overflows(stats["placement"], fallbacks, fast, cfg.stats is not None)
+    _note_overflows(
+        stats["placement"],
+        fallbacks,
+        fast,
+        cfg.stats is not None,
+        p.tiers[-1].name if p.tiers else "?",
+    )
     if procs and stats["threshold"] is None:
         stats["threshold"] = procs[0].get("threshold")
     stats["processes"] = procs
