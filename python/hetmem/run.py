@@ -513,9 +513,8 @@ def _note_overflows(
     if um.get("allocations"):
         note(
             f"{um['allocations']} large allocation(s) ({format_size(sum(um.get('bytes', [])))}) "
-            f"matched no site of the placement and went to its slowest tier, {slowest}: their "
-            "call stacks were not in the profiled run; a profile of a run that makes them "
-            "places them"
+            f"matched no site of the placement and went to its slowest tier, {slowest}; a "
+            "profile of a run of this build that makes them places them"
         )
     if fallbacks:
         note(
