@@ -138,7 +138,6 @@ static struct {
   _Atomic unsigned app_seq;
   pthread_mutex_t app_lk;
   _Atomic int handler_lost;
-  int finished; /* called once per process (preload.c's hm__outputs) */
 } hm__pf;
 
 static __thread hm__tbuf_t *hm__tb __attribute__((tls_model("initial-exec")));
@@ -938,9 +937,9 @@ out_free:
   free(order);
 }
 
+/* Called once per process (preload.c's hm__outputs runs the writers once). */
 void _hm_pl_prof_finish(void) {
-  if (hm__pf.finished || !hm__pf.sites) return;
-  hm__pf.finished = 1;
+  if (!hm__pf.sites) return;
   if (hm__pf.precise) _hm_smp_halt();
   if (hm__pf.sampling) {
     atomic_store(&hm__pf.stop, 1);
