@@ -43,6 +43,7 @@ from hetmem.errors import EnvironmentProblem, SchemaError, UsageError
 from hetmem.limits import DEFAULT_TIME_LIMIT_S, MAX_ILP_SITES
 from hetmem.placement import Placement, PModule, PSite, PTier
 from hetmem.profile import Merged, Module
+from hetmem.sitenames import raw_frame
 from hetmem.sizes import format_size
 from hetmem.symbolize import Symbolizer
 
@@ -875,7 +876,7 @@ def advise(
         if sym is not None:
             for m, off in s.frames:
                 loc = sym.lookup(m.key, m.path, m.build_id, off)
-                symbols.append(str(loc) if loc else f"{m.path.rsplit('/', 1)[-1]}+0x{off:x}")
+                symbols.append(str(loc) if loc else raw_frame(m.path, off))
         reason = ""
         if rank_i < explain_top:
             reason = explain(problem, sol, tiers, i, int(dens_rank[i]))

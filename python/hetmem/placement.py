@@ -30,7 +30,7 @@ except ModuleNotFoundError:  # Python 3.10: no TOML reader in the standard libra
     tomllib = None  # type: ignore[assignment]
 
 from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError
-from hetmem.sitenames import distinct_labels, first_user_frame
+from hetmem.sitenames import distinct_labels, first_user_frame, frame_text
 
 KIND = "hetmem-placement"
 SCHEMA_VERSION = 1
@@ -177,12 +177,8 @@ def site_labels(p: Placement) -> list[str]:
     frames, starts = [], []
     for s in p.sites:
         paths = [p.modules[mi].path if 0 <= mi < len(p.modules) else "?" for mi, _ in s.frames]
-        text = []
-        for k, (path, (_, off)) in enumerate(zip(paths, s.frames, strict=True)):
-            raw = f"{path.rsplit('/', 1)[-1]}+0x{off:x}"
-            sym = s.symbols[k] if k < len(s.symbols) else ""
-            text.append(f"{sym} ({raw})" if sym and sym != raw else raw)
-        frames.append(text)
+        syms = [*s.symbols, *[None] * len(s.frames)]  # symbols may be fewer (--no-symbols)
+        frames.append([frame_text(paths[k], off, syms[k]) for k, (_, off) in enumerate(s.frames)])
         starts.append(first_user_frame(paths))
     return distinct_labels(frames, starts)
 

@@ -26,6 +26,18 @@ RUNTIME_MODULE = re.compile(
 )
 
 
+def raw_frame(module_path: str, offset: int) -> str:
+    """A frame as 'module+0xoffset' (the module by its file name)."""
+    return f"{module_path.rsplit('/', 1)[-1]}+0x{offset:x}"
+
+
+def frame_text(module_path: str, offset: int, symbol: str | None) -> str:
+    """A frame as 'function at file:line (module+0xoffset)', or the raw form
+    alone when it has no symbol."""
+    raw = raw_frame(module_path, offset)
+    return f"{symbol} ({raw})" if symbol and symbol != raw else raw
+
+
 def first_user_frame(module_paths: Sequence[str]) -> int:
     """The index of the innermost frame outside the language runtimes (0
     when every frame is in one), given each frame's module path."""

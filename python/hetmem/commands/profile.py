@@ -18,7 +18,7 @@ from hetmem import profile as prof
 from hetmem import run as hrun
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.output import check_output_dir
-from hetmem.sitenames import distinct_labels, first_user_frame, short
+from hetmem.sitenames import distinct_labels, first_user_frame, frame_text, short
 from hetmem.sizes import format_size, parse_size
 from hetmem.symbolize import Symbolizer
 
@@ -34,12 +34,13 @@ def frame_inputs(
 
 
 def describe_frames(sym: Symbolizer, site: prof.Site, depth: int | None = None) -> list[str]:
-    """Each frame as 'function at file:line' or 'module+0xoffset'."""
+    """Each frame as 'function at file:line (module+0xoffset)' or
+    'module+0xoffset'."""
     out = []
     for m, off in site.frames[:depth]:
         loc = sym.lookup(m.key, m.path, m.build_id, off)
-        raw = f"{m.path.rsplit('/', 1)[-1]}+0x{off:x}"
-        out.append(f"{loc} ({raw})" if loc and (loc.function or loc.file) else raw)
+        known = loc is not None and bool(loc.function or loc.file)
+        out.append(frame_text(m.path, off, str(loc) if known else None))
     return out
 
 
