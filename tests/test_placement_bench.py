@@ -177,15 +177,17 @@ def test_alloc_target_is_judged_side_by_side_in_slices() -> None:
         "all_flat": [1.08, 1.08, 1.08],
         "none_seconds": 1.0,
         "flat_seconds": 1.08,
-        "ab": {"slices": 8, "pairs_per_slice": 250000, "control": [1.005, 1.004, 1.009],
-               "flat": [1.02, 1.0201, 1.03]},
-    }  # fmt: skip
-    al["ab"]["runs"] = _ab_runs("control", al["ab"]["control"]) + _ab_runs("flat", al["ab"]["flat"])
+        "ab": {"slices": 8, "pairs_per_slice": 250000},
+    }
+    al["ab"]["runs"] = _ab_runs("control", [1.005, 1.004, 1.009]) + _ab_runs(
+        "flat", [1.02, 1.0201, 1.03]
+    )
     assert alloc_ab_cost(al) == pytest.approx(1.0201 / 1.005 - 1)
     (t,) = [x for x in evaluate({"alloc": al}, {}, 4) if x["target"].startswith("alloc")]
     assert t["pass"] is True
     assert "slices" in t["target"]
     assert "whole runs" in t["detail"] and "0.0800" in t["detail"]
+    assert "flat runs' malloc / glibc 1.0200, 1.0201, 1.0300" in t["detail"]
     # the cost is of all slice pairs pooled, not of the runs' medians: one
     # flat run at 1.02 and two at 1.05 read 1.05
     al["ab"]["runs"] = _ab_runs("control", [1.0, 1.0]) + _ab_runs("flat", [1.02, 1.05, 1.05])

@@ -501,7 +501,7 @@ def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
-def _note_overflows(
+def _note_outcomes(
     pl: dict[str, Any] | None, fallbacks: int, fast: int, have_stats: bool, slowest: str
 ) -> None:
     """Allocations that a full tier sent to a slower one, that no tier could
@@ -567,7 +567,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
     )
     stats["placement"] = _merge_placement(procs)
     fallbacks = (stats["interposer"] or {}).get("fallbacks", 0)
-    _note_overflows(
+    _note_outcomes(
         stats["placement"],
         fallbacks,
         fast,

@@ -402,7 +402,7 @@ def _measure_alloc(
                 none.append(_program_result(proc, "alloc")["seconds"])
             else:
                 flat.append(_program_result(_hetmem(*flat_argv, *argv), "alloc flat")["seconds"])
-    ab: dict[str, Any] = {"slices": AB_SLICES, "control": [], "flat": [], "runs": []}
+    ab: dict[str, Any] = {"slices": AB_SLICES, "runs": []}
     ab_argv = [*argv, "--ab", str(AB_SLICES)]
     for r in range(AB_RUNS):
         _say(f"alloc: slices of malloc against glibc's own, no preload / flat (run {r + 1})")
@@ -412,7 +412,6 @@ def _measure_alloc(
             else:
                 proc = _hetmem(*flat_argv, *ab_argv)
             res = _program_result(proc, f"alloc --ab {kind}")["ab"]
-            ab[kind].append(ab_ratio(res["slice_seconds"]))
             ab["pairs_per_slice"] = res["pairs_per_slice"]
             ab["runs"].append({"kind": kind, "slice_seconds": res["slice_seconds"]})
     return {
@@ -738,13 +737,18 @@ def evaluate(
             target, m, detail = "median of the interleaved whole runs' ratios", whole, runs
         else:
             ab = al["ab"]
+            own = {
+                kind: ", ".join(
+                    f"{ab_ratio(r['slice_seconds']):.4f}" for r in ab["runs"] if r["kind"] == kind
+                )
+                for kind in ("flat", "control")
+            }
             target = "side by side in slices: interposer / glibc, over the same without preload"
             detail = (
-                f"{len(ab['flat'])} runs of each kind, {ab['slices']} slices of "
+                f"{len(ab['runs']) // 2} runs of each kind, {ab['slices']} slices of "
                 f"{ab['pairs_per_slice']} pairs, the median of all their slice pairs; "
-                f"each run's own median: flat runs' malloc / glibc "
-                f"{', '.join(f'{x:.4f}' for x in ab['flat'])}; without preload "
-                f"{', '.join(f'{x:.4f}' for x in ab['control'])}; {runs}"
+                f"each run's own median: flat runs' malloc / glibc {own['flat']}; "
+                f"without preload {own['control']}; {runs}"
             )
         out.append(
             _target(
