@@ -322,6 +322,14 @@ def test_profile_cli_errors(tmp_path, hetmem):
     assert proc.returncode == 0 and "run.prof.norank.41" in proc.stdout, proc.stderr
     proc = hetmem("advise", str(tmp_path / "run.prof"), "--fast-budget", "1G")
     assert proc.returncode == 0 and "run.prof.norank.41" in proc.stdout + proc.stderr
+    # an MPI run: two ranks with sites at the same time; show needs one of them
+    for rank, pid in ((0, 51), (1, 52)):
+        (tmp_path / f"mpi.prof.{rank}.{pid}").write_text(text([site([[0, 1]])], rank=rank))
+    proc = hetmem("profile", "show", str(tmp_path / "mpi.prof"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "stands for 2 per-process profiles" in proc.stderr and "mpi.prof.1.52" in proc.stderr
+    proc = hetmem("profile", "show", str(tmp_path / "mpi.prof.1.52"))
+    assert proc.returncode == 0, proc.stderr
     # a damaged one is still named in a one-line error
     (tmp_path / "run.prof.norank.41").write_text(text([site([[0, 1]])])[:-10])
     proc = hetmem("advise", str(tmp_path / "run.prof"), "--fast-budget", "1G")
