@@ -405,6 +405,8 @@ typedef struct hm_pager_stats_s {
   uint64_t own_bytes;       /* the pager's own memory charged to the budget */
   uint64_t budget_bytes;    /* the configured budget */
   uint64_t readahead_triggers; /* anonymous mode: held-back trigger pages a stream reached */
+  uint64_t successor_prefetches; /* a stream reached a region's end and the region that
+                                    followed it last time was requested at once */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

@@ -59,6 +59,9 @@
  * that finds the pool full goes without a held page): the
  * reader's touch of it is a fault that installs it without I/O and
  * requests the next half window while half a window is still ahead.
+ * Across regions, the pager learns which region's stream follows the end of
+ * another's (region successors, see prefetch.c) and requests the next
+ * region's first window when a stream nears the end of the one before.
  *
  * Fault path cost: a handler thread reads up to 64 uffd_msg per read(2),
  * takes the pager mutex for O(1) bookkeeping (region lookup by binary
@@ -176,6 +179,11 @@ typedef struct hm__handler_s {
   hm__plan_t plans[32];
   unsigned nplans;
   int plan_blocked; /* the next plan step waits for a free op */
+  /* A successor prefetch chosen under the pager lock by hm__pf_feed, queued
+   * by the next hm__prefetch_plan once the lock is dropped (its region
+   * holds a busy reference until then). */
+  _hm_sdm_pf_plan_t succ;
+  _hm_sdm_region_t *succ_reg;
   _hm_prim_page_region_t *vec;
 } hm__handler_t;
 
@@ -235,7 +243,7 @@ struct hm_pager_s {
   /* counters (relaxed atomics) */
   atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
       c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
-      c_io_errors, c_wp_faults, c_ra_triggers;
+      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ;
 };
 
 #define HM__ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)
@@ -391,11 +399,66 @@ static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
   }
 }
 
-/* Feeds a fault at page pg of unit u to the stream detector. */
-static void hm__pf_feed(hm_pager_t *p, int tid, _hm_sdm_region_t *r, uint32_t u, uint32_t pg,
+/* Units from..end of r are all resident or being filled; only looked at
+ * within HM__TAIL units of the end, so O(HM__TAIL) at most (pager lock). */
+#define HM__TAIL 64
+static int hm__tail_present(const _hm_sdm_region_t *r, int64_t from) {
+  if (from < 0 || (int64_t)r->nunits - from > HM__TAIL) return 0;
+  for (int64_t v = from; v < (int64_t)r->nunits; v++)
+    if (r->units[v].state == HM_U_NONE) return 0;
+  return 1;
+}
+
+/* A forward stream of thread tid reached the end of r, whose successor is
+ * known: the successor's first window (the stream's own) is chosen for
+ * prefetch and its stream seeded (pager lock held; see prefetch.c). Only
+ * across regions: a new pass over the same region starts with what the
+ * cache still holds of it. */
+static void hm__pf_successor(hm__handler_t *h, int tid, _hm_sdm_region_t *r, uint32_t window) {
+  hm_pager_t *p = h->p;
+  if (!r->succ_addr || h->succ_reg) return;
+  _hm_sdm_region_t *q = hm__find(p, r->succ_addr);
+  if (!q || q->dead || q == r) return;
+  uint64_t u = (r->succ_addr - (uint64_t)(uintptr_t)q->base) / p->unit;
+  uint32_t count = window < 2 ? 2 : window;
+  if (u + count > q->nunits) count = (uint32_t)(q->nunits - u);
+  if (count == 0 || _hm_sdm_pf_seed(&p->pf, tid, q, (int64_t)u, count) < 0) return;
+  _hm_sdm_pf_plan_t *pl = &h->succ;
+  memset(pl, 0, sizeof *pl);
+  pl->stride = 1;
+  pl->trend = 1;
+  pl->from = (int64_t)u;
+  pl->count = count;
+  pl->window = count;
+  /* Its trigger, as along any forward stream: half a window before its end. */
+  int64_t k = (int64_t)count - 1 - (int64_t)(count / 2);
+  pl->trigger = pl->from + (k > 0 ? k : 0);
+  q->busy++;
+  h->succ_reg = q;
+  HM__ADD(p, c_pf_succ, 1);
+}
+
+/* Feeds a fault at page pg of unit u to the stream detector, and learns or
+ * uses region successors (pager lock held). */
+static void hm__pf_feed(hm__handler_t *h, int tid, _hm_sdm_region_t *r, uint32_t u, uint32_t pg,
                         int hit, int seq, uint32_t maxw, _hm_sdm_pf_plan_t *plan) {
+  hm_pager_t *p = h->p;
   _hm_sdm_pf_fault(&p->pf, tid, r, u, hit, seq, maxw, plan);
   plan->pg = pg;
+  if (plan->pred) {
+    /* Streams of an unmapped region are forgotten: pred is a live region. */
+    _hm_sdm_region_t *e = (_hm_sdm_region_t *)(uintptr_t)plan->pred;
+    e->succ_addr = (uint64_t)(uintptr_t)hm__ubase(r, p, u);
+  }
+  /* What the stream has requested reaches within a window of the region's
+   * end, or what lies beyond it is there already (the tail of the last
+   * pass, which eviction leaves behind the units a stream passes): the
+   * reader may fault no more before the end. */
+  int64_t reach = plan->count ? plan->from + (int64_t)plan->count : (int64_t)u + 1;
+  if (plan->trend == 1 &&
+      (reach + (int64_t)plan->window >= (int64_t)r->nunits || hm__tail_present(r, reach)) &&
+      _hm_sdm_pf_end(&p->pf, tid, r))
+    hm__pf_successor(h, tid, r, plan->window);
   hm__demote_behind(p, r, u, plan);
 }
 
@@ -918,7 +981,7 @@ static void hm__release(hm_pager_t *p, _hm_sdm_region_t *r) {
 
 /* Queues a plan; the caller took a busy reference on r (hm__plan_hold) so
  * that an unmap cannot free r before the plan has run (or been dropped). */
-static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
+static void hm__queue_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
   if (pl->stride == 0 || pl->count == 0) return;
   if (h->nplans == sizeof h->plans / sizeof h->plans[0]) {
     hm__release(h->p, h->plans[0].reg); /* the oldest is the least useful */
@@ -933,6 +996,17 @@ static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_s
   h->plans[h->nplans].pg = pl->pg;
   h->plans[h->nplans].k = 0;
   h->nplans++;
+}
+
+/* Queues a fault's plan, then the successor prefetch it chose, if any (no
+ * lock held). */
+static void hm__prefetch_plan(hm__handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
+  hm__queue_plan(h, r, pl);
+  if (h->succ_reg) {
+    _hm_sdm_region_t *q = h->succ_reg;
+    h->succ_reg = NULL;
+    hm__queue_plan(h, q, &h->succ);
+  }
 }
 
 /* Runs one read of the oldest plan; 1 if plans remain. */
@@ -995,7 +1069,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
            * keep running ahead of a reader that caught up with it. */
           hm__touched(p, S);
           S->ref = 1;
-          if (pf_on) hm__pf_feed(p, f->tid, r, u, pg, 1, seq, maxw, &lplan);
+          if (pf_on) hm__pf_feed(h, f->tid, r, u, pg, 1, seq, maxw, &lplan);
         }
       }
       hm__plan_hold(r, &lplan);
@@ -1034,7 +1108,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
         uint64_t bits[HM_SDM_BITMAP_WORDS];
         memcpy(bits, S->filled, sizeof bits);
         _hm_sdm_pf_plan_t hplan = {0};
-        if (hit && pf_on) hm__pf_feed(p, f->tid, r, u, pg, 1, seq, maxw, &hplan);
+        if (hit && pf_on) hm__pf_feed(h, f->tid, r, u, pg, 1, seq, maxw, &hplan);
         /* A confirmed sequential stream: units that arrived ahead of the
          * reader are mapped now, so that it does not wait for this thread
          * once per unit (the MINOR round trip is mostly scheduling latency
@@ -1097,7 +1171,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
       hm__account(p);
       S->ref = 1;
       _hm_sdm_pf_plan_t hplan = {0};
-      if (pf_on) hm__pf_feed(p, f->tid, r, u, pg, 1, seq, maxw, &hplan);
+      if (pf_on) hm__pf_feed(h, f->tid, r, u, pg, 1, seq, maxw, &hplan);
       int wp = hm__fill_wp(p, S);
       S->pin++;
       r->busy++;
@@ -1119,7 +1193,7 @@ static int hm__fault(hm__handler_t *h, const hm__fault_t *f) {
     /* A miss: the unit is absent, or this page of it is. */
     int random = (U->flags & HM_UF_RANDOM) != 0;
     if (p->cfg.prefetch != HM_PREFETCH_OFF && !random && !fed) {
-      hm__pf_feed(p, f->tid, r, u, pg, 0, seq, maxw, &plan);
+      hm__pf_feed(h, f->tid, r, u, pg, 0, seq, maxw, &plan);
       fed = 1;
     }
     random |= plan.random;
@@ -1307,6 +1381,8 @@ static void *hm__handler_main(void *arg) {
     hm__release(p, h->plans[h->nplans - 1].reg);
     h->nplans--;
   }
+  if (h->succ_reg) hm__release(p, h->succ_reg);
+  h->succ_reg = NULL;
   return NULL;
 }
 
@@ -2107,6 +2183,7 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   s.wp_faults = HM__GET(p, c_wp_faults);
   s.io_errors = HM__GET(p, c_io_errors);
   s.readahead_triggers = HM__GET(p, c_ra_triggers);
+  s.successor_prefetches = HM__GET(p, c_pf_succ);
   pthread_mutex_lock(&p->lk);
   s.resident_bytes = p->resident;
   s.peak_resident_bytes = p->peak;
@@ -2146,7 +2223,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       "\"writebacks\": %llu, \"bytes_read\": %llu, \"bytes_written\": %llu, "
       "\"resident_bytes\": %llu, \"peak_resident_bytes\": %llu, \"fault_ns\": %llu, "
       "\"zero_fills\": %llu, \"minor_hits\": %llu, \"wp_faults\": %llu, \"io_errors\": %llu, "
-      "\"own_bytes\": %llu, \"readahead_triggers\": %llu}}",
+      "\"own_bytes\": %llu, \"readahead_triggers\": %llu, \"successor_prefetches\": %llu}}",
       (unsigned long long)s.faults, (unsigned long long)s.fetches,
       (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
       (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
@@ -2155,6 +2232,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       (unsigned long long)s.peak_resident_bytes, (unsigned long long)s.fault_ns,
       (unsigned long long)s.zero_fills, (unsigned long long)s.minor_hits,
       (unsigned long long)s.wp_faults, (unsigned long long)s.io_errors,
-      (unsigned long long)s.own_bytes, (unsigned long long)s.readahead_triggers);
+      (unsigned long long)s.own_bytes, (unsigned long long)s.readahead_triggers,
+      (unsigned long long)s.successor_prefetches);
   return _hm_sb_take(&sb, out);
 }

@@ -13,9 +13,19 @@
  * end (Linux's async readahead mark): a reader reaching it has half a window
  * still requested ahead, so the next half is read while it walks that, and
  * the device never idles at a window's end. The windows of all active
- * streams share half of the cache. Cost: O(64) per fault (the stream
- * table is scanned), under the pager lock that the fault path already
- * holds. */
+ * streams share half of the cache.
+ * Successors: when a forward stream's requests reach its region's end, the
+ * stream is marked ended; the same thread's next miss that starts a stream
+ * in another region names that region (plan->pred), and the pager keeps the
+ * miss as the region's successor. Next time the stream reaches the end, the
+ * pager requests the successor's first window at once and seeds its stream
+ * (_hm_sdm_pf_seed), so an application sweeping its arrays in the same
+ * order every iteration finds each array's head already read, with no
+ * demand miss and no window ramp-up at each array's start, and the device
+ * reads the next array while the program computes on data in DRAM between
+ * sweeps. Cost: O(64) per fault (the stream table is scanned), under the
+ * pager lock that the fault path already holds. */
+#include <errno.h>
 #include <string.h>
 
 #include "sdm/sdm.h"
@@ -47,6 +57,17 @@ static void hm__set_trigger(_hm_sdm_pf_plan_t *plan, uint32_t window) {
   plan->trigger = plan->from + (k > 0 ? k : 0) * plan->stride;
 }
 
+/* A fault at unit inside the range already requested along the trend
+ * continues the stream: units that arrived in between were mapped without
+ * faulting (mapped ahead, or installed at once in anonymous mode), so the
+ * gap is the stream's progress, not a jump. */
+static int hm__continues(const _hm_sdm_stream_t *s, int64_t unit) {
+  int64_t delta = unit - s->last;
+  if (s->trend == 0 || delta == 0) return 0;
+  return delta % s->trend == 0 && delta / s->trend > 0 &&
+         delta / s->trend <= (s->next_pf - s->last) / s->trend;
+}
+
 void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, int hit,
                       int seq_hint, uint32_t max_window, _hm_sdm_pf_plan_t *plan) {
   memset(plan, 0, sizeof *plan);
@@ -71,6 +92,24 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   if (pf->share && max_window > pf->share / active)
     max_window = pf->share / active > 2 ? pf->share / active : 2;
   pf->clock++;
+  /* A miss that starts a stream (a new one, or a jump off the trend) right
+   * after this thread's stream in another region reached that region's
+   * end: the pager learns it as what comes after that region. */
+  int starts =
+      !s || (unit != s->last && unit - s->last != s->trend && !hm__continues(s, unit));
+  if (!hit && starts) {
+    /* Only the thread's latest stream: if it went on elsewhere after an
+     * end (an array whose end went unseen), this miss follows that. */
+    _hm_sdm_stream_t *e = NULL;
+    for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
+      _hm_sdm_stream_t *c = &pf->s[i];
+      if (c->reg && c->tid == tid && (!e || c->stamp > e->stamp)) e = c;
+    }
+    if (e && e->ended) {
+      e->ended = 0;
+      if (e != s) plan->pred = e->reg;
+    }
+  }
   if (!s) {
     s = old;
     memset(s, 0, sizeof *s);
@@ -92,13 +131,8 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   s->stamp = pf->clock;
   int64_t delta = unit - s->last;
   if (delta == 0) return;
-  /* A fault inside the range already requested along the trend confirms
-   * it: units that arrived in between were mapped without faulting (mapped
-   * ahead, or installed at once in anonymous mode), so the gap is the
-   * stream's progress, not a jump. */
-  if (s->trend != 0 && delta % s->trend == 0 && delta / s->trend > 0 &&
-      delta / s->trend <= (s->next_pf - s->last) / s->trend)
-    delta = s->trend;
+  if (hm__continues(s, unit)) delta = s->trend;
+  else if (delta < 0) s->ended = 0; /* back behind itself: a new pass */
   s->last = unit;
   s->hist[s->pos] = delta;
   s->pos = (uint8_t)((s->pos + 1u) % 8u);
@@ -144,6 +178,48 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   plan->count = (uint32_t)((int64_t)s->window - k0 + 1);
   s->next_pf = unit + ((int64_t)s->window + 1) * trend;
   hm__set_trigger(plan, s->window);
+}
+
+int _hm_sdm_pf_end(_hm_sdm_pf_t *pf, int tid, const void *reg) {
+  for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
+    _hm_sdm_stream_t *c = &pf->s[i];
+    if (c->reg == reg && c->tid == tid) {
+      if (c->ended) return 0;
+      c->ended = 1;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+#define HM__SEED_RECENT 8u
+
+int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, uint32_t window) {
+  _hm_sdm_stream_t *s = NULL, *old = &pf->s[0];
+  for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
+    _hm_sdm_stream_t *c = &pf->s[i];
+    if (c->reg == reg && c->tid == tid) s = c;
+    if (c->stamp < old->stamp) old = c;
+  }
+  /* Arrays read in one loop fault in turn: a stream seen a few faults ago
+   * is still being walked. In its middle, its head is no use now; near its
+   * end (the arrays end together and the next pass starts over), its head
+   * is, but moving the stream would turn its last faults into jumps. */
+  if (s && s->trend != 0 && pf->clock - s->stamp < HM__SEED_RECENT) return s->ended ? 1 : -EBUSY;
+  if (!s) s = old;
+  memset(s, 0, sizeof *s);
+  s->tid = tid;
+  s->reg = reg;
+  s->last = from - 1;
+  for (unsigned i = 0; i < 8; i++) s->hist[i] = 1;
+  s->n = 8;
+  s->trend = 1;
+  s->window = window ? window : 1;
+  s->next_pf = from + (int64_t)window;
+  /* Not newer than the stream now ending, which stays the thread's latest:
+   * if the thread goes elsewhere after all, that miss is learned instead. */
+  s->stamp = pf->clock ? pf->clock - 1 : 0;
+  return 0;
 }
 
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg) {

@@ -65,6 +65,11 @@ typedef struct _hm_sdm_region_s {
   /* Prefetch accuracy, per region (pager lock): resolved prefetches and the
    * used ones among them in the current epoch, and the window limit. */
   uint32_t pf_issued, pf_used, pf_limit;
+  /* Where the next stream began (a unit's address in the application's
+   * view) after a stream last reached this region's end, 0: not known. An
+   * address, not a pointer: the region there may have been unmapped since,
+   * and one mapped there later is looked up afresh (pager lock). */
+  uint64_t succ_addr;
 } _hm_sdm_region_t;
 
 /* Per-thread, per-region stream detector (prefetch.c). */
@@ -78,6 +83,9 @@ typedef struct _hm_sdm_stream_s {
   int64_t next_pf; /* first unit not yet requested along the stream */
   int64_t trend;   /* the stride last found, 0 if none */
   uint64_t stamp;
+  /* Its requests reached the end of its region (_hm_sdm_pf_end): the
+   * thread's next miss that starts a stream elsewhere is what followed. */
+  uint8_t ended;
 } _hm_sdm_stream_t;
 
 #define HM_SDM_STREAMS 64
@@ -110,6 +118,10 @@ typedef struct _hm_sdm_pf_plan_s {
    * next half window is requested while the rest is still ahead of it. */
   int64_t trigger;
   uint32_t pg; /* set by the pager: the faulting page within its unit */
+  /* A miss that started a stream in another region than the one whose
+   * stream this thread last ended: that region (the pager learns this
+   * fault as its successor), else NULL. */
+  const void *pred;
 } _hm_sdm_pf_plan_t;
 
 /* Feeds a fault at unit (hit: it landed on a prefetched unit) and returns
@@ -119,6 +131,16 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
                       int seq_hint, uint32_t max_window, _hm_sdm_pf_plan_t *plan);
 /* Moves a stream's last position (units mapped ahead of its reader). */
 void _hm_sdm_pf_advance(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit);
+/* The (tid, reg) stream's requests reached the end of its region: 1 the
+ * first time since it last started over, else 0. */
+int _hm_sdm_pf_end(_hm_sdm_pf_t *pf, int tid, const void *reg);
+/* Makes (tid, reg) a forward stream whose reader is about to start at unit
+ * from, with window units requested ahead of it (a successor prefetch), so
+ * that its first faults confirm the trend instead of starting it over: 0.
+ * 1 when the thread is still reading the end of reg (left as it is; the
+ * prefetch is still worth it), -EBUSY when it is in the middle of reg (no
+ * prefetch). */
+int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, uint32_t window);
 /* Forgets the streams of a region being unmapped. */
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg);
 
