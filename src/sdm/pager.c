@@ -399,12 +399,13 @@ static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
   }
 }
 
-/* Units from..end of r are all resident or being filled; only looked at
- * within HM__TAIL units of the end, so O(HM__TAIL) at most (pager lock). */
-#define HM__TAIL 64
+/* Units from..end of r are all resident or being filled. Walked from the
+ * end, so it stops at once when the last unit is absent (a stream evicts
+ * what it passed): O(resident tail) at most, which is O(1) along a region
+ * larger than the cache, under the pager lock. */
 static int hm__tail_present(const _hm_sdm_region_t *r, int64_t from) {
-  if (from < 0 || (int64_t)r->nunits - from > HM__TAIL) return 0;
-  for (int64_t v = from; v < (int64_t)r->nunits; v++)
+  if (from < 0) return 0;
+  for (int64_t v = (int64_t)r->nunits - 1; v >= from; v--)
     if (r->units[v].state == HM_U_NONE) return 0;
   return 1;
 }

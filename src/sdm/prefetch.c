@@ -94,7 +94,10 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   pf->clock++;
   /* A miss that starts a stream (a new one, or a jump off the trend) right
    * after this thread's stream in another region reached that region's
-   * end: the pager learns it as what comes after that region. */
+   * end: the pager learns it as what comes after that region. Hits are
+   * left out: one inside a successor's window whose trigger page went
+   * unseen reads as a jump, and would teach a point past the head; a wrong
+   * guess is corrected at the next miss that it causes. */
   int starts =
       !s || (unit != s->last && unit - s->last != s->trend && !hm__continues(s, unit));
   if (!hit && starts) {
@@ -105,9 +108,11 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
       _hm_sdm_stream_t *c = &pf->s[i];
       if (c->reg && c->tid == tid && (!e || c->stamp > e->stamp)) e = c;
     }
-    if (e && e->ended) {
+    /* The ended stream itself jumping (forward past its requests; back to
+     * start a new pass is handled below) learns nothing. */
+    if (e && e->ended && e != s) {
       e->ended = 0;
-      if (e != s) plan->pred = e->reg;
+      plan->pred = e->reg;
     }
   }
   if (!s) {
@@ -132,7 +137,9 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   int64_t delta = unit - s->last;
   if (delta == 0) return;
   if (hm__continues(s, unit)) delta = s->trend;
-  else if (delta < 0) s->ended = 0; /* back behind itself: a new pass */
+  /* Back behind itself by more than a window: a new pass (faults handled a
+   * little out of order by two handler threads are not). */
+  else if (delta < -(int64_t)(s->window > 2 ? s->window : 2)) s->ended = 0;
   s->last = unit;
   s->hist[s->pos] = delta;
   s->pos = (uint8_t)((s->pos + 1u) % 8u);

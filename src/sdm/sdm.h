@@ -118,9 +118,9 @@ typedef struct _hm_sdm_pf_plan_s {
    * next half window is requested while the rest is still ahead of it. */
   int64_t trigger;
   uint32_t pg; /* set by the pager: the faulting page within its unit */
-  /* A miss that started a stream in another region than the one whose
-   * stream this thread last ended: that region (the pager learns this
-   * fault as its successor), else NULL. */
+  /* A miss that started a stream in another region right after this
+   * thread's stream in that region ended: that region (the pager learns
+   * this fault as its successor), else NULL. */
   const void *pred;
 } _hm_sdm_pf_plan_t;
 
