@@ -65,8 +65,9 @@
  *
  * Fault path cost: a handler thread reads up to 64 uffd_msg per read(2),
  * takes the pager mutex for O(1) bookkeeping (region lookup by binary
- * search, unit state, CLOCK slot, stream detector: ~0.2-0.5 us), and does
- * every ioctl and I/O outside it. A hit on a prefetched unit is a MINOR
+ * search, unit state, CLOCK slot, stream detector: ~0.2-0.5 us; a stream
+ * whose region's last unit is resident also reads up to 512 unit states
+ * to see whether its end is near), and does every ioctl and I/O outside it. A hit on a prefetched unit is a MINOR
  * fault resolved by one UFFDIO_CONTINUE of the unit (~2-4 us round trip); a
  * miss adds one O_DIRECT read through io_uring (queue depth cfg.io_depth,
  * many misses in flight at once). Faults that arrive while their unit is
@@ -401,10 +402,12 @@ static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
 
 /* Units from..end of r are all resident or being filled. Walked from the
  * end, so it stops at once when the last unit is absent (a stream evicts
- * what it passed): O(resident tail) at most, which is O(1) along a region
- * larger than the cache, under the pager lock. */
+ * what it passed); at most HM__TAIL units are read (a longer resident tail
+ * is not seen, and the end is then missed for this pass), under the pager
+ * lock. */
+#define HM__TAIL 512
 static int hm__tail_present(const _hm_sdm_region_t *r, int64_t from) {
-  if (from < 0) return 0;
+  if (from < 0 || (int64_t)r->nunits - from > HM__TAIL) return 0;
   for (int64_t v = (int64_t)r->nunits - 1; v >= from; v--)
     if (r->units[v].state == HM_U_NONE) return 0;
   return 1;
