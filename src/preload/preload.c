@@ -798,12 +798,21 @@ __attribute__((noinline, cold)) static void hm__register_thread(void) {
   }
 }
 
+/* The rare part of counting a small allocation: a thread's first one, or
+ * profiling. Out of line, so that the common case stays a few instructions
+ * (malloc saves one register and ends in a jump to glibc). */
+__attribute__((noinline)) static void hm__count_small_slow(void *ra, size_t size, int first) {
+  if (first) hm__register_thread();
+  if (atomic_load_explicit(&hm__profiling, memory_order_relaxed) && !hm__tls.guard)
+    _hm_pl_prof_small((uintptr_t)ra, size);
+}
+
 /* Cost: a TLS increment, one relaxed load and a branch; while profiling,
  * also a probe of this thread's caller table (prof.c). */
 static inline void hm__count_small(void *ra, size_t size) {
-  if (hm_unlikely(hm__tls.small++ == 0)) hm__register_thread();
-  if (hm_unlikely(atomic_load_explicit(&hm__profiling, memory_order_relaxed)) && !hm__tls.guard)
-    _hm_pl_prof_small((uintptr_t)ra, size);
+  int first = hm__tls.small++ == 0;
+  if (hm_unlikely(first | atomic_load_explicit(&hm__profiling, memory_order_relaxed)))
+    hm__count_small_slow(ra, size, first);
 }
 
 /* Kept out of line so that the small path of malloc needs no stack frame. */
@@ -813,23 +822,11 @@ __attribute__((noinline)) static void *hm__malloc_large(size_t size) {
   return p ? p : __libc_malloc(size);
 }
 
-/* malloc's small path when it has more to do than count: a thread's first
- * small allocation, or profiling. Out of line, so that the common case is
- * a tail call with no stack frame. */
-__attribute__((noinline)) static void *hm__malloc_small_slow(size_t size, void *ra, int first) {
-  if (first) hm__register_thread();
-  if (atomic_load_explicit(&hm__profiling, memory_order_relaxed) && !hm__tls.guard)
-    _hm_pl_prof_small((uintptr_t)ra, size);
-  return __libc_malloc(size);
-}
-
-/* Cost of a small malloc: a compare with the threshold, a TLS increment,
- * one relaxed load, and a tail call to glibc (no stack frame). */
+/* Cost of a small malloc: a compare with the threshold, hm__count_small,
+ * and a tail call to glibc. */
 void *malloc(size_t size) {
   if (hm_likely(size < hm__thr())) {
-    int first = hm__tls.small++ == 0;
-    if (hm_unlikely(first | atomic_load_explicit(&hm__profiling, memory_order_relaxed)))
-      return hm__malloc_small_slow(size, __builtin_return_address(0), first);
+    hm__count_small(__builtin_return_address(0), size);
     return __libc_malloc(size);
   }
   return hm__malloc_large(size);
