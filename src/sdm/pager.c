@@ -426,17 +426,7 @@ static void hm__pf_successor(hm__handler_t *h, int tid, _hm_sdm_region_t *r, uin
   uint64_t u = (r->succ_addr - (uint64_t)(uintptr_t)q->base) / p->unit;
   uint32_t count = window < 2 ? 2 : window;
   if (u + count > q->nunits) count = (uint32_t)(q->nunits - u);
-  if (count == 0 || _hm_sdm_pf_seed(&p->pf, tid, q, (int64_t)u, count) < 0) return;
-  _hm_sdm_pf_plan_t *pl = &h->succ;
-  memset(pl, 0, sizeof *pl);
-  pl->stride = 1;
-  pl->trend = 1;
-  pl->from = (int64_t)u;
-  pl->count = count;
-  pl->window = count;
-  /* Its trigger, as along any forward stream: half a window before its end. */
-  int64_t k = (int64_t)count - 1 - (int64_t)(count / 2);
-  pl->trigger = pl->from + (k > 0 ? k : 0);
+  if (_hm_sdm_pf_seed(&p->pf, tid, q, (int64_t)u, count, &h->succ) < 0) return;
   q->busy++;
   h->succ_reg = q;
   HM__ADD(p, c_pf_succ, 1);

@@ -201,7 +201,11 @@ int _hm_sdm_pf_end(_hm_sdm_pf_t *pf, int tid, const void *reg) {
 
 #define HM__SEED_RECENT 8u
 
-int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, uint32_t window) {
+int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, uint32_t window,
+                    _hm_sdm_pf_plan_t *plan) {
+  memset(plan, 0, sizeof *plan);
+  plan->trigger = -1;
+  if (window == 0) return -EINVAL;
   _hm_sdm_stream_t *s = NULL, *old = &pf->s[0];
   for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
     _hm_sdm_stream_t *c = &pf->s[i];
@@ -212,7 +216,14 @@ int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, ui
    * is still being walked. In its middle, its head is no use now; near its
    * end (the arrays end together and the next pass starts over), its head
    * is, but moving the stream would turn its last faults into jumps. */
-  if (s && s->trend != 0 && pf->clock - s->stamp < HM__SEED_RECENT) return s->ended ? 1 : -EBUSY;
+  int keep = s && s->trend != 0 && pf->clock - s->stamp < HM__SEED_RECENT;
+  if (keep && !s->ended) return -EBUSY;
+  /* The window at once, with its trigger as along any forward stream. */
+  plan->stride = 1;
+  plan->from = from;
+  plan->count = window;
+  hm__set_trigger(plan, window);
+  if (keep) return 1;
   if (!s) s = old;
   memset(s, 0, sizeof *s);
   s->tid = tid;
@@ -221,7 +232,7 @@ int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, ui
   for (unsigned i = 0; i < 8; i++) s->hist[i] = 1;
   s->n = 8;
   s->trend = 1;
-  s->window = window ? window : 1;
+  s->window = window;
   s->next_pf = from + (int64_t)window;
   /* Not newer than the stream now ending, which stays the thread's latest:
    * if the thread goes elsewhere after all, that miss is learned instead. */

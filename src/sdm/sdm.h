@@ -134,13 +134,14 @@ void _hm_sdm_pf_advance(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit
 /* The (tid, reg) stream's requests reached the end of its region: 1 the
  * first time since it last started over, else 0. */
 int _hm_sdm_pf_end(_hm_sdm_pf_t *pf, int tid, const void *reg);
-/* Makes (tid, reg) a forward stream whose reader is about to start at unit
- * from, with window units requested ahead of it (a successor prefetch), so
- * that its first faults confirm the trend instead of starting it over: 0.
- * 1 when the thread is still reading the end of reg (left as it is; the
- * prefetch is still worth it), -EBUSY when it is in the middle of reg (no
- * prefetch). */
-int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, uint32_t window);
+/* A successor prefetch: the plan for window units of reg from unit from,
+ * and (tid, reg) made a forward stream whose reader is about to start
+ * there, so that its first faults confirm the trend instead of starting it
+ * over: 0. 1 when the thread is still reading the end of reg (its stream
+ * is left as it is; the plan is still worth it), -EBUSY when it is in the
+ * middle of reg (no plan). */
+int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, uint32_t window,
+                    _hm_sdm_pf_plan_t *plan);
 /* Forgets the streams of a region being unmapped. */
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg);
 
