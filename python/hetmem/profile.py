@@ -330,6 +330,16 @@ def read_header(path: str | Path) -> dict[str, Any] | None:
     return hdr if isinstance(hdr, dict) else None
 
 
+def sampler_overhead(header: dict[str, Any] | None) -> tuple[str, float] | None:
+    """(sampler name, its estimated overhead as a fraction of the run) from
+    a profile's header; None without a sampler or an estimate."""
+    samp = (header or {}).get("sampler")
+    if not isinstance(samp, dict) or samp.get("name") in (None, "none"):
+        return None
+    ov = samp.get("overhead")
+    return (str(samp["name"]), float(ov)) if isinstance(ov, int | float) else None
+
+
 def _span(path: str) -> tuple[float, float] | None:
     """(start, end) in seconds since the epoch of a profile's process."""
     hdr = read_header(path)

@@ -224,11 +224,7 @@ class Command:
             f"{path}: {p.binary.path} (pid {h['pid']}{rank} on {h['hostname'] or '?'}), "
             f"{len(p.sites)} sites, wall {_ns(h['wall_ns'])}, sampler {h['sampler']['name']} "
             f"(period {h['sampler']['period']:g}"
-            + (
-                f", estimated overhead {h['sampler']['overhead']:.1%})"
-                if isinstance(h["sampler"].get("overhead"), int | float)
-                else ")"
-            ),
+            + (f", estimated overhead {ov[1]:.1%})" if (ov := prof.sampler_overhead(h)) else ")"),
             markup=False,
         )
         if h.get("stopped_by_signal"):
@@ -294,13 +290,8 @@ def check_sampler(env: dict[str, str], sampler: str) -> None:
 def _overhead_of(path: str) -> str:
     """' (sampler X, estimated overhead Y% of the run)' from a profile's
     header, or '' when it has none (no sampler, unreadable)."""
-    samp = (prof.read_header(path) or {}).get("sampler")
-    try:
-        ov = float(samp["overhead"])  # type: ignore[index]
-        name = samp["name"]  # type: ignore[index]
-    except (KeyError, TypeError, ValueError):
-        return ""
-    return "" if name == "none" else f" (sampler {name}, estimated overhead {ov:.1%} of the run)"
+    ov = prof.sampler_overhead(prof.read_header(path))
+    return f" (sampler {ov[0]}, estimated overhead {ov[1]:.1%} of the run)" if ov else ""
 
 
 _INTERPRETER = re.compile(r"^(python|pypy|julia|R$|Rscript|node|ruby|perl)")
