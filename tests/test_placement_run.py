@@ -440,3 +440,17 @@ def test_alloc_slices_alternate_the_interposer_and_glibc(tmp_path: Path) -> None
     small = json.loads(stats.read_text())["interposer"]["small_allocations"]
     # the program's half (40000), plus start-up's few; glibc's half not seen
     assert 40000 <= small < 40000 + 1000
+
+
+@pytest.mark.parametrize("bad", ["x", "0", "-4", "8k"])
+def test_alloc_slices_refuse_a_bad_count(bad: str) -> None:
+    proc = subprocess.run(
+        [str(WORKLOAD), "--variant", "alloc", "--pairs", "1000", "--ab", bad],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.strip() == (
+        f"hm-placement: --ab takes a number of slices (1..1000000), not '{bad}'"
+    )

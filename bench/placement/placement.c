@@ -106,14 +106,15 @@ typedef struct {
   void (*release)(void *);
 } alloc_api_t;
 
+enum { ALLOC_WINDOW = 64 }; /* live blocks per thread */
+
 typedef struct {
   uint64_t pairs, x, sum;
-  void *live[64];
+  void *live[ALLOC_WINDOW];
 } alloc_state_t;
 
-/* pairs malloc/free pairs through api; a window of 64 live blocks */
+/* pairs malloc/free pairs through api, over a window of live blocks */
 static void alloc_loop(alloc_state_t *st, const alloc_api_t *api, uint64_t pairs) {
-  enum { WINDOW = 64 };
   uint64_t x = st->x;
   for (uint64_t i = 0; i < pairs; i++) {
     x ^= x << 13;
@@ -122,7 +123,7 @@ static void alloc_loop(alloc_state_t *st, const alloc_api_t *api, uint64_t pairs
     /* sizes: 16 B .. 64 KiB, log-uniform (skewed small) */
     size_t sz = (size_t)16 << (x % 13);
     sz += (x >> 8) % sz;
-    unsigned k = (unsigned)((x >> 32) % WINDOW);
+    unsigned k = (unsigned)((x >> 32) % ALLOC_WINDOW);
     api->release(st->live[k]);
     char *q = api->alloc(sz);
     if (!q) {
@@ -137,7 +138,7 @@ static void alloc_loop(alloc_state_t *st, const alloc_api_t *api, uint64_t pairs
 }
 
 static void alloc_drain(alloc_state_t *st, const alloc_api_t *api) {
-  for (unsigned k = 0; k < 64; k++) {
+  for (unsigned k = 0; k < ALLOC_WINDOW; k++) {
     api->release(st->live[k]);
     st->live[k] = NULL;
   }
@@ -248,7 +249,16 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--stride") && v) stride_pages = (size_t)strtoull(argv[++i], NULL, 0);
     else if (!strcmp(a, "--pairs") && v) pairs = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
-    else if (!strcmp(a, "--ab") && v) ab_slices = atoi(argv[++i]);
+    else if (!strcmp(a, "--ab") && v) {
+      char *end;
+      long n = strtol(argv[++i], &end, 10);
+      if (*end || n < 1 || n > 1000000) {
+        fprintf(stderr, "hm-placement: --ab takes a number of slices (1..1000000), not '%s'\n",
+                argv[i]);
+        return 2;
+      }
+      ab_slices = (int)n;
+    }
     else if (!strcmp(a, "--exit3")) exit3 = 1;
     else if (!strcmp(a, "--numa-policies")) policies = 1;
     else {
@@ -260,7 +270,7 @@ int main(int argc, char **argv) {
     }
   }
   if (!strcmp(variant, "alloc")) {
-    int rc = run_alloc(pairs, threads, ab_slices < 0 ? 0 : ab_slices);
+    int rc = run_alloc(pairs, threads, ab_slices);
     return rc ? rc : exit3 ? 3 : 0;
   }
   if (strcmp(variant, "sweep") && strcmp(variant, "sparse")) {
