@@ -16,16 +16,21 @@
  * The portable sampler. This machine has no precise-address PMU sampling
  * and DAMON without virtual-address monitoring, so accesses are observed
  * with page protection: every period (HETMEM_SAMPLE_PERIOD, default 10 ms)
- * a sampler thread picks up to HM__PAGES_PER_BLOCK random whole pages of
- * each live large block and makes them PROT_NONE; the first access of any
+ * a sampler thread makes a run of up to HM__PAGES_PER_BLOCK consecutive
+ * whole pages of each live large block PROT_NONE, from a random page and
+ * wrapping to the block's start (every page is in with the same chance, so
+ * the weights stay unbiased; one call per block, two when the run wraps,
+ * since taking access away costs an IPI to every CPU running the program);
+ * the first access of any
  * thread faults, the SIGSEGV handler restores the page, and the access is
  * credited to the block's site (a store when the fault's error code says
  * write, else a load), weighted by block pages / sampled pages. Pages not
  * touched by the next period are restored by the sampler. So one sample
  * says "this page was touched in this period"; the profile's period (the
  * accesses one sample stands for) is page size / 64 (each touched page
- * counts as one pass over its cache lines). Costs: one mprotect per armed
- * page and period, one fault + signal + mprotect per touched armed page
+ * counts as one pass over its cache lines). Costs: one mprotect (and TLB
+ * shootdown) per block and period, one fault + signal + mprotect (no
+ * shootdown: access is given, not taken) per touched armed page
  * (measured at start, reported in the profile as `overhead`). Caveats
  * (documented): a system call that writes into an armed page (read(2) into a
  * large buffer) fails with EFAULT instead of faulting; a program that
@@ -105,6 +110,18 @@ typedef struct hm__armed_s {
   uint32_t weight;        /* x HM__FIX */
 } hm__armed_t;
 
+/* One block's pages armed in a round: consecutive, given in one call. */
+typedef struct hm__run_s {
+  uintptr_t page;
+  unsigned n;
+  hm__armed_t *e[HM__PAGES_PER_BLOCK];
+} hm__run_t;
+
+typedef struct hm__runs_s {
+  size_t n;
+  hm__run_t run[HM__ARMED];
+} hm__runs_t;
+
 enum { HM__A_FREE = 0, HM__A_ARMED = 1, HM__A_CONSUMED = 2, HM__A_IDLE = 3 };
 
 static struct {
@@ -125,6 +142,7 @@ static struct {
   int sampling;
   size_t page;
   hm__armed_t *armed[2];
+  hm__runs_t *runs; /* [2], one per table; the sampler thread's */
   _Atomic int stop, stopped;
   pthread_t thread;
   _Atomic uint64_t faults, armings, periods, sampler_cpu_ns;
@@ -297,9 +315,11 @@ static size_t hm__ahash(uintptr_t page) {
   return (size_t)(((page >> 12) * 0x9E3779B97F4A7C15ull) >> 40) & (HM__ARMED - 1);
 }
 
-static int hm__mprotect(uintptr_t page, int prot) {
-  return (int)syscall(SYS_mprotect, (void *)page, hm__pf.page, prot);
+static int hm__mprotect_span(uintptr_t page, size_t pages, int prot) {
+  return (int)syscall(SYS_mprotect, (void *)page, pages * hm__pf.page, prot);
 }
+
+static int hm__mprotect(uintptr_t page, int prot) { return hm__mprotect_span(page, 1, prot); }
 
 /* Async-signal-safe: atomics and raw syscalls only. */
 static int hm__claim_fault(uintptr_t page, int write) {
@@ -387,17 +407,6 @@ int _hm_pl_prof_segv_action(const struct sigaction *act, struct sigaction *old) 
   return 1;
 }
 
-static void hm__disarm_table(hm__armed_t *tab) {
-  for (size_t i = 0; i < HM__ARMED; i++) {
-    hm__armed_t *e = &tab[i];
-    uintptr_t p = atomic_load(&e->page);
-    if (!p) continue;
-    int st = HM__A_ARMED;
-    if (atomic_compare_exchange_strong(&e->state, &st, HM__A_IDLE))
-      hm__mprotect(p, PROT_READ | PROT_WRITE);
-  }
-}
-
 static void hm__disarm_range(uintptr_t lo, uintptr_t hi) {
   for (int t = 0; t < 2; t++) {
     hm__armed_t *tab = hm__pf.armed[t];
@@ -412,25 +421,69 @@ static void hm__disarm_range(uintptr_t lo, uintptr_t hi) {
   }
 }
 
-static int hm__arm(hm__armed_t *tab, uintptr_t page, uint32_t site, uint32_t weight) {
+/* A table slot for `page`, filled and ARMED, or NULL (chosen already this
+ * round, or the probe chain is full). */
+static hm__armed_t *hm__slot(hm__armed_t *tab, uintptr_t page, uint32_t site, uint32_t weight) {
   size_t h = hm__ahash(page);
   for (size_t i = 0; i < HM__ARMED / 2; i++) {
     hm__armed_t *e = &tab[(h + i) & (HM__ARMED - 1)];
     uintptr_t p = atomic_load(&e->page);
-    if (p == page) return 0; /* already chosen this period */
+    if (p == page) return NULL;
     if (p) continue;
     e->site = site;
     e->weight = weight;
     atomic_store(&e->state, HM__A_ARMED);
     atomic_store_explicit(&e->page, page, memory_order_release);
-    if (hm__mprotect(page, PROT_NONE) != 0) {
-      int st = HM__A_ARMED;
-      atomic_compare_exchange_strong(&e->state, &st, HM__A_IDLE);
-      return 0;
-    }
-    return 1;
+    return e;
   }
-  return 0;
+  return NULL;
+}
+
+/* Arms up to n consecutive pages from `page` with one mprotect and records
+ * them as one run of table t. Taking access away costs a TLB shootdown, an
+ * IPI to every CPU running the program (20-30 us here, in a VM, against
+ * 2-4 us to give it back, which needs none); one call per run pays it once
+ * per block and round instead of once per page. Returns the pages armed. */
+static unsigned hm__arm_run(int t, uintptr_t page, unsigned n, uint32_t site, uint32_t weight) {
+  hm__runs_t *rs = &hm__pf.runs[t];
+  if (rs->n >= HM__ARMED) return 0;
+  hm__run_t *r = &rs->run[rs->n];
+  unsigned k = 0;
+  while (k < n && k < HM__PAGES_PER_BLOCK) {
+    hm__armed_t *e = hm__slot(hm__pf.armed[t], page + k * hm__pf.page, site, weight);
+    if (!e) break;
+    r->e[k++] = e;
+  }
+  if (!k) return 0;
+  if (hm__mprotect_span(page, k, PROT_NONE) != 0) {
+    for (unsigned j = 0; j < k; j++) {
+      int st = HM__A_ARMED;
+      atomic_compare_exchange_strong(&r->e[j]->state, &st, HM__A_IDLE);
+    }
+    return 0;
+  }
+  r->page = page;
+  r->n = k;
+  rs->n++;
+  return k;
+}
+
+/* Gives back the pages of table t's runs that are still armed, each
+ * stretch of them in one call; the sampler thread's only. A page the fault
+ * handler or a release (hm__disarm_range) took first is theirs to give. */
+static void hm__disarm_runs(int t) {
+  hm__runs_t *rs = &hm__pf.runs[t];
+  for (size_t i = 0; i < rs->n; i++) {
+    hm__run_t *r = &rs->run[i];
+    unsigned from = 0;
+    for (unsigned j = 0; j <= r->n; j++) {
+      int st = HM__A_ARMED;
+      if (j < r->n && atomic_compare_exchange_strong(&r->e[j]->state, &st, HM__A_IDLE)) continue;
+      if (j > from) hm__mprotect_span(r->page + from * hm__pf.page, j - from, PROT_READ | PROT_WRITE);
+      from = j + 1;
+    }
+  }
+  rs->n = 0;
 }
 
 static uint64_t hm__rng;
@@ -460,15 +513,16 @@ static uint64_t hm__calibrate(void) {
   if (!page) return 0;
   uint64_t best = UINT64_MAX;
   for (int r = 0; r < 5; r++) {
-    hm__armed_t *tab = hm__pf.armed[1];
-    memset(tab, 0, HM__ARMED * sizeof *tab);
-    if (!hm__arm(tab, page, 0, 0)) break;
+    memset(hm__pf.armed[1], 0, HM__ARMED * sizeof(hm__armed_t));
+    hm__pf.runs[1].n = 0;
+    if (!hm__arm_run(1, page, 1, 0, 0)) break;
     uint64_t t = hm__mono();
     *(volatile char *)page = 1;
     uint64_t d = hm__mono() - t;
     if (d < best) best = d;
   }
   memset(hm__pf.armed[1], 0, HM__ARMED * sizeof(hm__armed_t));
+  hm__pf.runs[1].n = 0;
   syscall(SYS_munmap, (void *)page, hm__pf.page);
   atomic_store(&hm__pf.faults, 0);
   return best == UINT64_MAX ? 0 : best;
@@ -486,9 +540,10 @@ static void *hm__sampler(void *unused) {
     if (atomic_load(&hm__pf.stop)) break;
     /* restore what the last period armed and nobody touched; clear the
      * table of two periods ago (long disarmed) and fill it */
-    hm__disarm_table(hm__pf.armed[(k + 1) & 1]);
-    hm__armed_t *tab = hm__pf.armed[k & 1];
-    hm__disarm_table(tab);
+    hm__disarm_runs((int)((k + 1) & 1));
+    int t = (int)(k & 1);
+    hm__armed_t *tab = hm__pf.armed[t];
+    hm__disarm_runs(t);
     for (size_t i = 0; i < HM__ARMED; i++) {
       atomic_store(&tab[i].page, 0);
       atomic_store(&tab[i].state, HM__A_FREE);
@@ -513,8 +568,13 @@ static void *hm__sampler(void *unused) {
         if (npages && site) {
           unsigned want = npages < HM__PAGES_PER_BLOCK ? (unsigned)npages : HM__PAGES_PER_BLOCK;
           uint32_t w = (uint32_t)((npages * HM__FIX) / want);
-          for (unsigned j = 0; j < want; j++)
-            armed += (uint64_t)hm__arm(tab, first + (hm__rand() % npages) * pg, site, w);
+          /* `want` consecutive pages from a random one, wrapping to the
+           * block's start, so that every page is in with the same chance
+           * (want / npages) and the weight stays unbiased */
+          size_t s0 = hm__rand() % npages;
+          unsigned n1 = npages - s0 < want ? (unsigned)(npages - s0) : want;
+          armed += hm__arm_run(t, first + s0 * pg, n1, site, w);
+          if (n1 < want) armed += hm__arm_run(t, first, want - n1, site, w);
           b->sampled = 1;
         }
       }
@@ -525,8 +585,8 @@ static void *hm__sampler(void *unused) {
     atomic_store(&hm__pf.sampler_cpu_ns, hm__thread_cpu_ns());
     k++;
   }
-  hm__disarm_table(hm__pf.armed[0]);
-  hm__disarm_table(hm__pf.armed[1]);
+  hm__disarm_runs(0);
+  hm__disarm_runs(1);
   atomic_store(&hm__pf.sampler_cpu_ns, hm__thread_cpu_ns());
   atomic_store(&hm__pf.stopped, 1);
   return NULL;
@@ -600,6 +660,11 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
     return -ENOMEM;
   }
   hm__pf.armed[1] = hm__pf.armed[0] + HM__ARMED;
+  hm__pf.runs = _hm_prim_map_raw(2 * sizeof(hm__runs_t));
+  if (!hm__pf.runs) {
+    snprintf(why, len, "cannot reserve the sampler's tables");
+    return -ENOMEM;
+  }
   hm__rng = hm__pf.t0 | 1;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
