@@ -579,12 +579,25 @@ static int hm__tier_reserve(int t, size_t req) {
 }
 
 /* The pager's mapping for a large request, or NULL. */
+/* Where a block without an alignment of its own starts in its mapping:
+ * 16 bytes in, where glibc puts the blocks it serves from an mmap of their
+ * own (behind its chunk header). A page-aligned start changes what
+ * alignment-sensitive code does: FFTW plans other codelets for data that is
+ * 32-byte aligned, and a 128^3 transform ran 8-10% slower on it here, in
+ * cache mode with data that fits. Keeping glibc's placement within the page
+ * leaves the program computing as it does without hetmem. Alignments asked
+ * for (posix_memalign, aligned_alloc, mmap) are kept as asked. */
+static size_t hm__lead(const hm__req_t *req) {
+  return req->align <= 16 && !(req->flags & HM_PL_FROM_MMAP) ? 2 * sizeof(size_t) : 0;
+}
+
 static void *hm__pager_block(const hm__req_t *req, size_t *maplen_out, uint32_t *off_out) {
   if (hm__ensure_pager() != 0) return NULL;
   size_t unit = (size_t)hm__pl.fetch_unit;
   size_t pad = req->align > hm__pl.page ? req->align : 0;
-  if (req->size > SIZE_MAX - pad - unit) return NULL;
-  size_t maplen = (req->size + pad + unit - 1) / unit * unit;
+  size_t lead = hm__lead(req);
+  if (req->size > SIZE_MAX - pad - lead - unit) return NULL;
+  size_t maplen = (req->size + pad + lead + unit - 1) / unit * unit;
   void *base = NULL;
   int rc = hm_pager_map(hm__pl.pager, maplen, &base);
   if (rc) {
@@ -593,6 +606,7 @@ static void *hm__pager_block(const hm__req_t *req, size_t *maplen_out, uint32_t 
   }
   uintptr_t key = (uintptr_t)base;
   if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
+  key += lead;
   *maplen_out = maplen;
   *off_out = (uint32_t)(key - (uintptr_t)base);
   return (void *)key;
@@ -603,8 +617,9 @@ static void *hm__numa_block(const hm__req_t *req, int node, size_t *maplen_out,
                             uint32_t *off_out) {
   size_t pg = hm__pl.page;
   size_t pad = req->align > pg ? req->align : 0;
-  if (req->size > SIZE_MAX - pad - pg) return NULL;
-  size_t maplen = (req->size + pad + pg - 1) / pg * pg;
+  size_t lead = hm__lead(req);
+  if (req->size > SIZE_MAX - pad - lead - pg) return NULL;
+  size_t maplen = (req->size + pad + lead + pg - 1) / pg * pg;
   void *base = hm__sys_mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                             -1, 0);
   if (base == MAP_FAILED) return NULL;
@@ -614,6 +629,7 @@ static void *hm__numa_block(const hm__req_t *req, int node, size_t *maplen_out,
   }
   uintptr_t key = (uintptr_t)base;
   if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
+  key += lead;
   *maplen_out = maplen;
   *off_out = (uint32_t)(key - (uintptr_t)base);
   return (void *)key;

@@ -12,6 +12,8 @@
  *        hm_preload_target hold MIB MARKER   fills MIB of large blocks, creates
  *                                            MARKER, then keeps touching them
  *                                            until killed (at most 120 s)
+ *        hm_preload_target layout            prints where fresh large blocks
+ *                                            start within their page
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -285,7 +287,30 @@ static int hold(const char *mib_arg, const char *marker) {
   return 3;
 }
 
+/* Where each kind of large block starts within its page, for blocks of
+ * sizes not freed before (glibc serves them with mmap). Without an
+ * interposer this is glibc's placement, which hetmem must keep. */
+static int layout(void) {
+  void *m = malloc(8 * MIB), *c = calloc(1, 9 * MIB), *r = realloc(NULL, 10 * MIB);
+  void *a = NULL;
+  if (posix_memalign(&a, 64, 11 * MIB)) a = NULL;
+  void *p = aligned_alloc(4096, 12 * MIB);
+  void *q = mmap(NULL, 13 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (!m || !c || !r || !a || !p || q == MAP_FAILED) return 1;
+  printf("malloc %lu calloc %lu realloc %lu posix_memalign64 %lu aligned_alloc4096 %lu mmap %lu\n",
+         (unsigned long)((uintptr_t)m % 4096), (unsigned long)((uintptr_t)c % 4096),
+         (unsigned long)((uintptr_t)r % 4096), (unsigned long)((uintptr_t)a % 64),
+         (unsigned long)((uintptr_t)p % 4096), (unsigned long)((uintptr_t)q % 4096));
+  free(m);
+  free(c);
+  free(r);
+  free(a);
+  free(p);
+  return munmap(q, 13 * MIB) ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "layout") == 0) return layout();
   if (argc >= 3 && strcmp(argv[1], "exit") == 0) {
     printf("to stdout\n");
     fprintf(stderr, "to stderr\n");
@@ -300,7 +325,7 @@ int main(int argc, char **argv) {
   if (argc >= 4 && strcmp(argv[1], "hold") == 0) return hold(argv[2], argv[3]);
   if (argc >= 3 && strcmp(argv[1], "forktouch") == 0) return forktouch(atoi(argv[2]));
   if (argc < 3 || strcmp(argv[1], "check") != 0) {
-    fprintf(stderr, "usage: %s check TOTAL_MIB | exit N | child | hold MIB MARKER | forktouch 0|1\n", argv[0]);
+    fprintf(stderr, "usage: %s check TOTAL_MIB | exit N | child | hold MIB MARKER | forktouch 0|1 | layout\n", argv[0]);
     return 2;
   }
   size_t total = (size_t)strtoul(argv[2], NULL, 10);
