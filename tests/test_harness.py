@@ -4,6 +4,7 @@ report built from run records."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -275,3 +276,24 @@ def test_bench_bad_input_is_one_line_exit_2(hetmem, tmp_path, args, words):
     assert len(lines) == 1 and words in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out" / "runs.jsonl").exists()
+
+
+def test_fits_checks_judge_the_paired_median_when_there_are_three_pairs():
+    # one lucky dram process (0.564) against steady ones: best times say
+    # 1.06, the runs side by side say the modes are equal
+    dram = [0.633, 0.615, 0.617, 0.636, 0.564]
+    cache = [0.615, 0.629, 0.618, 0.629, 0.599]
+    runs = [_record("scan-read", 0.5, "dram", i, t) for i, t in enumerate(dram)]
+    runs += [_record("scan-read", 0.5, "cache", i, t) for i, t in enumerate(cache)]
+    rows = harness.efficiency_table(runs)
+    (check,) = report.fits_checks(rows)
+    assert check["detail"]["best_times_ratio"] == pytest.approx(0.599 / 0.564)
+    paired = sorted(c / d for c, d in zip(cache, dram, strict=True))
+    assert check["ratio"] == pytest.approx(1 / statistics.median(1 / r for r in paired))
+    assert check["pass"] and "median of 5 paired repetitions" in check["rule"]
+    # a mode slower in most pairs fails, however lucky its best process
+    slow = [_record("scan-read", 0.5, "cache", i, t * 1.1) for i, t in enumerate(dram)]
+    slow[0]["time_s"] = 0.5
+    rows = harness.efficiency_table([r for r in runs if r["mode"] == "dram"] + slow)
+    (check,) = report.fits_checks(rows)
+    assert check["detail"]["best_times_ratio"] < 1.0 and not check["pass"]

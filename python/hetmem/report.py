@@ -298,13 +298,30 @@ FITS_TOLERANCE = 0.05
 
 
 def fits_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One check per case, mode and size below the budget: t_mode / t_dram."""
+    """One check per case, mode and size below the budget: t_mode / t_dram.
+
+    Judged on the median over the repetitions of t_mode / t_dram, each
+    repetition's modes run back to back (efficiency_median), when there are
+    at least 3 such pairs; else on the best times. With data that fits, the
+    runs of one mode differ from process to process by more than the 5%
+    sought, in both directions (a 0.6 ms scan: dram's best processes 0.564
+    and 0.615-0.636 ms, cache's 0.599-0.629): a best-of-N over processes is
+    then the luckiest process of each mode, not how the modes compare. The
+    best-times ratio is kept beside it."""
     checks = []
     for r in rows:
         if r["mode"] == "dram" or r["multiple"] >= 1.0:
             continue
         eff = r["efficiency"]
-        ratio = 1.0 / eff if eff else None
+        best = 1.0 / eff if eff else None
+        med = r.get("efficiency_median")
+        paired = (r.get("pairs") or 0) >= 3 and bool(med)
+        ratio = 1.0 / med if paired else best
+        how = "best times"
+        if paired:
+            how = f"median of {r['pairs']} paired repetitions"
+            if best is not None:
+                how += f" (best times: {best:.2f})"
         checks.append(
             {
                 "check": f"data fits: {r['case']} {r['mode']} {r['multiple']:g}x",
@@ -312,8 +329,8 @@ def fits_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "model": 1.0,
                 "ratio": ratio,
                 "pass": ratio is not None and ratio <= 1.0 + FITS_TOLERANCE,
-                "rule": f"t_mode/t_dram <= {1 + FITS_TOLERANCE:g}, "
-                f"{r.get('efficiency_stat', 'best')} times",
+                "rule": f"t_mode/t_dram <= {1 + FITS_TOLERANCE:g}, {how}",
+                "detail": {"best_times_ratio": best},
             }
         )
     return checks
