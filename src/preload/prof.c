@@ -18,24 +18,24 @@
  * with page protection: every period (HETMEM_SAMPLE_PERIOD, default 10 ms)
  * a sampler thread makes a run of up to HM__PAGES_PER_BLOCK consecutive
  * whole pages of each live large block PROT_NONE, from a random page and
- * wrapping to the block's start (every page is in with the same chance, so
- * the weights stay unbiased; one call per block, two when the run wraps,
- * since taking access away costs an IPI to every CPU running the program);
- * the first access of any
- * thread faults, the SIGSEGV handler restores the page, and the access is
- * credited to the block's site (a store when the fault's error code says
- * write, else a load), weighted by block pages / sampled pages. Pages not
- * touched by the next period are restored by the sampler. So one sample
- * says "this page was touched in this period"; the profile's period (the
- * accesses one sample stands for) is page size / 64 (each touched page
- * counts as one pass over its cache lines). Costs: one mprotect (and TLB
- * shootdown) per block and period, one fault + signal + mprotect (no
- * shootdown: access is given, not taken) per touched armed page
- * (measured at start, reported in the profile as `overhead`). Caveats
- * (documented): a system call that writes into an armed page (read(2) into a
- * large buffer) fails with EFAULT instead of faulting; a program that
- * installs its own SIGSEGV handler later takes over the faults (the sampler
- * notices and stops arming). --sampler none disables it. */
+ * wrapping to the block's start, so that every page is in with the same
+ * chance and the weights stay unbiased. One call per block (two when the
+ * run wraps), not one per page: taking access away costs an IPI to every
+ * CPU running the program. The first access of any thread faults, the
+ * SIGSEGV handler restores the page, and the access is credited to the
+ * block's site (a store when the fault's error code says write, else a
+ * load), weighted by block pages / sampled pages. Pages not touched by the
+ * next period are restored by the sampler. So one sample says "this page
+ * was touched in this period"; the profile's period (the accesses one
+ * sample stands for) is page size / 64 (each touched page counts as one
+ * pass over its cache lines). Costs: one mprotect and TLB shootdown per
+ * block and period, one fault + signal + mprotect (no shootdown: access is
+ * given, not taken) per touched armed page (measured at start, reported in
+ * the profile as `overhead`). Caveats (documented): a system call that
+ * writes into an armed page (read(2) into a large buffer) fails with
+ * EFAULT instead of faulting; a program that installs its own SIGSEGV
+ * handler later takes over the faults (the sampler notices and stops
+ * arming). --sampler none disables it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
