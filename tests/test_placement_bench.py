@@ -287,3 +287,21 @@ def test_bench_runs_every_configuration_in_each_round(hetmem) -> None:
     for mode, m in sp["modes"].items():
         assert m["seconds"] == min(r[mode] for r in sp["rounds"])
     assert proc.stderr.index("dram (run 2)") > proc.stderr.index("hybrid (run 1)")
+
+
+def test_rounds_rotate_with_flat_and_hybrid_together() -> None:
+    from hetmem.bench.placement import round_order
+
+    modes = ["dram", "cache", "swap", "flat", "hybrid"]
+    first = round_order(modes, 0)
+    # round 0 profiles before the placed modes, which need its placement
+    assert first == ["dram", "profile", "cache", "swap", "flat", "hybrid"]
+    orders = [round_order(modes, r) for r in range(5)]
+    for o in orders:
+        assert sorted(o) == sorted(first)
+        i = o.index("flat")
+        assert o[i + 1] == "hybrid"  # the device probes enclose just these two
+    # over 5 rounds each of the 5 units leads once
+    assert sorted(o[0] for o in orders) == ["cache", "dram", "flat", "profile", "swap"]
+    assert round_order(modes, 5) == first
+    assert round_order(["dram", "cache"], 1) == ["profile", "cache", "dram"]

@@ -13,7 +13,8 @@ footprint, so the hot arrays' peak fits and the cold data does not.
 For each of sparse and sweep, one run measures: dram (no hetmem), the same
 under `hetmem profile` (profiling overhead), `hetmem advise` of the first
 profile at the budget, then cache, swap, flat and hybrid at the budget, in
---repeat rounds that each run every configuration once. Times are the
+--repeat rounds that each run every configuration once, in an order that
+rotates from round to round (see round_order). Times are the
 program's own (the timed iterations, not start-up); the best of each
 configuration is shown. Targets that compare two configurations within a
 few percent (sparse speed against dram, hybrid against flat and cache,
@@ -250,6 +251,27 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(t["pass"] is False for t in targets) else 0
 
 
+def round_order(modes: list[str], r: int) -> list[str]:
+    """The configurations of round r, in the order they run.
+
+    Round 0 runs dram, the profiled run, then every other mode, flat and
+    hybrid last (the placement comes from round 0's profile). Later rounds
+    rotate that order by one place each, so that no configuration always
+    runs in the same place in the sequence: on some days a run's place
+    mattered here (the dram runs, always first, read 0.520-0.534 s in every
+    round of one bench while the same program run apart from it read
+    0.463-0.528 s). Flat and hybrid rotate as one unit, so that the device
+    probes taken before the first and after the last of them enclose just
+    those two runs."""
+    placed = [m for m in modes if m in ("flat", "hybrid")]
+    units: list[list[str]] = [["dram"], ["profile"]]
+    units += [[m] for m in modes if m not in ("dram", "flat", "hybrid")]
+    if placed:
+        units.append(placed)
+    k = r % len(units)
+    return [m for u in units[k:] + units[:k] for m in u]
+
+
 def _measure(
     args: argparse.Namespace,
     prog: str,
@@ -278,10 +300,10 @@ def _measure(
         round_gbs: list[list[float | None]] = []
         # Rounds: each runs every configuration once, so that the machine's
         # drift over the bench hits them alike and a round's ratios compare
-        # runs minutes apart at most. The placement comes from round 1's
-        # profiled run.
+        # runs minutes apart at most; the order rotates (round_order). The
+        # placement comes from round 1's profiled run.
         for r in range(args.repeat):
-            for mode in order:
+            for mode in round_order(modes, r):
                 _say(f"{v}: {mode} (run {r + 1})")
                 if mode == "dram":
                     proc = subprocess.run(argv, capture_output=True, text=True)
