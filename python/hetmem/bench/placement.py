@@ -262,8 +262,13 @@ def round_order(modes: list[str], r: int) -> list[str]:
     round of one bench while the same program run apart from it read
     0.463-0.528 s). Flat and hybrid rotate as one unit, so that the device
     probes taken before the first and after the last of them enclose just
-    those two runs."""
+    those two runs; within it their order alternates, so that neither
+    always runs just after the other (hybrid, always second, read 1.04-1.07
+    x flat in the rounds' median of two benches, and 0.997 in 8 triples
+    with the order alternated)."""
     placed = [m for m in modes if m in ("flat", "hybrid")]
+    if r % 2:
+        placed.reverse()
     units: list[list[str]] = [["dram"], ["profile"]]
     units += [[m] for m in modes if m not in ("dram", "flat", "hybrid")]
     if placed:
@@ -295,15 +300,16 @@ def _measure(
         order = ["dram", "profile", *(m for m in modes if m != "dram")]
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in order}
         placement = work / f"{v}.toml"
-        placed = [m for m in order if m in ("flat", "hybrid")]
-        first_placed, last_placed = (placed[0], placed[-1]) if placed else (None, None)
         round_gbs: list[list[float | None]] = []
         # Rounds: each runs every configuration once, so that the machine's
         # drift over the bench hits them alike and a round's ratios compare
         # runs minutes apart at most; the order rotates (round_order). The
         # placement comes from round 1's profiled run.
         for r in range(args.repeat):
-            for mode in round_order(modes, r):
+            this_round = round_order(modes, r)
+            placed = [m for m in this_round if m in ("flat", "hybrid")]
+            first_placed, last_placed = (placed[0], placed[-1]) if placed else (None, None)
+            for mode in this_round:
                 _say(f"{v}: {mode} (run {r + 1})")
                 if mode == "dram":
                     proc = subprocess.run(argv, capture_output=True, text=True)
