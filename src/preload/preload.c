@@ -578,7 +578,6 @@ static int hm__tier_reserve(int t, size_t req) {
   return 1;
 }
 
-/* The pager's mapping for a large request, or NULL. */
 /* Where a block without an alignment of its own starts in its mapping:
  * 16 bytes in, where glibc puts the blocks it serves from an mmap of their
  * own (behind its chunk header). A page-aligned start changes what
@@ -591,6 +590,7 @@ static size_t hm__lead(const hm__req_t *req) {
   return req->align <= 16 && !(req->flags & HM_PL_FROM_MMAP) ? 2 * sizeof(size_t) : 0;
 }
 
+/* The pager's mapping for a large request, or NULL. */
 static void *hm__pager_block(const hm__req_t *req, size_t *maplen_out, uint32_t *off_out) {
   if (hm__ensure_pager() != 0) return NULL;
   size_t unit = (size_t)hm__pl.fetch_unit;
