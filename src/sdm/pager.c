@@ -66,10 +66,11 @@
  * Fault path cost: a handler thread reads up to 64 uffd_msg per read(2),
  * takes the pager mutex for O(1) bookkeeping (region lookup by binary
  * search, unit state, CLOCK slot, stream detector: ~0.2-0.5 us; a stream
- * whose region's last unit is resident also reads up to 512 unit states
- * to see whether its end is near), and does every ioctl and I/O outside it. A hit on a prefetched unit is a MINOR
- * fault resolved by one UFFDIO_CONTINUE of the unit (~2-4 us round trip); a
- * miss adds one O_DIRECT read through io_uring (queue depth cfg.io_depth,
+ * not yet at its end whose region's last unit is resident also reads up
+ * to 512 unit states to see whether its end is near), and does every ioctl
+ * and I/O outside it. A hit on a prefetched unit is a MINOR fault
+ * resolved by one UFFDIO_CONTINUE of the unit (~2-4 us round trip); a miss
+ * adds one O_DIRECT read through io_uring (queue depth cfg.io_depth,
  * many misses in flight at once). Faults that arrive while their unit is
  * being filled or evicted are dropped: every such transition ends with a
  * UFFDIO_WAKE of the whole unit, after which the thread retries the access
@@ -449,7 +450,7 @@ static void hm__pf_feed(hm__handler_t *h, int tid, _hm_sdm_region_t *r, uint32_t
    * pass, which eviction leaves behind the units a stream passes): the
    * reader may fault no more before the end. */
   int64_t reach = plan->count ? plan->from + (int64_t)plan->count : (int64_t)u + 1;
-  if (plan->trend == 1 &&
+  if (plan->trend == 1 && !plan->ended &&
       (reach + (int64_t)plan->window >= (int64_t)r->nunits || hm__tail_present(r, reach)) &&
       _hm_sdm_pf_end(&p->pf, tid, r))
     hm__pf_successor(h, tid, r, plan->window);

@@ -74,9 +74,11 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   plan->trigger = -1;
   if (max_window == 0) max_window = 1;
   _hm_sdm_stream_t *s = NULL, *old = &pf->s[0];
+  _hm_sdm_stream_t *latest = NULL; /* this thread's most recent stream */
   uint32_t active = 1; /* this stream, and the others with a trend */
   for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
     _hm_sdm_stream_t *c = &pf->s[i];
+    if (c->reg && c->tid == tid && (!latest || c->stamp > latest->stamp)) latest = c;
     if (c->reg == reg && c->tid == tid) {
       s = c;
       continue;
@@ -100,20 +102,13 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
    * guess is corrected at the next miss that it causes. */
   int starts =
       !s || (unit != s->last && unit - s->last != s->trend && !hm__continues(s, unit));
-  if (!hit && starts) {
-    /* Only the thread's latest stream: if it went on elsewhere after an
-     * end (an array whose end went unseen), this miss follows that. */
-    _hm_sdm_stream_t *e = NULL;
-    for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
-      _hm_sdm_stream_t *c = &pf->s[i];
-      if (c->reg && c->tid == tid && (!e || c->stamp > e->stamp)) e = c;
-    }
-    /* The ended stream itself jumping (forward past its requests; back to
-     * start a new pass is handled below) learns nothing. */
-    if (e && e->ended && e != s) {
-      e->ended = 0;
-      plan->pred = e->reg;
-    }
+  /* Only the thread's latest stream: if it went on elsewhere after an end
+   * (an array whose end went unseen), this miss follows that. The ended
+   * stream itself jumping (forward past its requests; back to start a new
+   * pass is handled below) learns nothing. */
+  if (!hit && starts && latest && latest->ended && latest != s) {
+    latest->ended = 0;
+    plan->pred = latest->reg;
   }
   if (!s) {
     s = old;
@@ -170,6 +165,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   s->window = w > max_window ? max_window : w;
   plan->trend = trend;
   plan->window = s->window;
+  plan->ended = s->ended;
   int64_t k0 = 1;
   int64_t ahead = s->next_pf - unit;
   /* A miss inside the range already requested: what was prefetched there

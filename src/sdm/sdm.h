@@ -122,6 +122,9 @@ typedef struct _hm_sdm_pf_plan_s {
    * thread's stream in that region ended: that region (the pager learns
    * this fault as its successor), else NULL. */
   const void *pred;
+  /* The stream had already reached its region's end (_hm_sdm_pf_end): the
+   * pager need not look for the end again on this pass. */
+  uint8_t ended;
 } _hm_sdm_pf_plan_t;
 
 /* Feeds a fault at unit (hit: it landed on a prefetched unit) and returns
