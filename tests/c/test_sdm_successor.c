@@ -74,9 +74,11 @@ static void run(uint32_t flags, const char *mode) {
          (unsigned long long)(s1.successor_prefetches - succ0));
   /* First pass: what follows z is not known yet when x begins. */
   CHECK(head_fetches[0] >= 1);
-  /* Every transition has been seen (pass 1 is left a margin). */
-  CHECK_EQ_INT(head_fetches[2], 0);
-  CHECK_EQ_INT(head_fetches[3], 0);
+  /* Every transition has been seen (pass 1 is left a margin). One stray
+   * miss over passes 2-3 is allowed: on a loaded 2-core machine about 1 run
+   * in 15 had one (timing: the reader got to a head before the successor's
+   * read was issued); without successors these passes miss 6. */
+  CHECK(head_fetches[2] + head_fetches[3] <= 1);
   /* x->y and y->z in every pass, z->x in passes 0-2 at least. */
   CHECK(s1.successor_prefetches - succ0 >= PASSES * (NREG - 1) + PASSES - 1);
   /* The program changes its order (x, z, y): the wrong guesses cost one
@@ -100,8 +102,9 @@ static void run(uint32_t flags, const char *mode) {
   CHECK(again[0] >= 1);
   /* A wrong guess is corrected by the miss it causes, unless the head it
    * missed was still resident from another guess; a predictor that kept
-   * its old guesses would miss every head of every pass (3 per pass). */
-  CHECK(again[1] + again[2] + again[3] <= NREG);
+   * its old guesses would miss every head of every pass (3 per pass, 9 in
+   * all). Typically 2 or 3; one stray miss is allowed, as above. */
+  CHECK(again[1] + again[2] + again[3] <= NREG + 1);
   CHECK(s1.peak_resident_bytes + s1.own_bytes <= BUDGET);
   for (int k = 0; k < NREG; k++) CHECK_EQ_INT(hm_pager_unmap(p, reg[k], REG_BYTES), 0);
   CHECK_EQ_INT(hm_pager_close(p), 0);
