@@ -297,8 +297,7 @@ def _measure(
         argv = [prog, "--variant", v, *common]
         res: dict[str, Any] = {"modes": {}}
         prof_file = work / f"{v}.prof"
-        order = ["dram", "profile", *(m for m in modes if m != "dram")]
-        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in order}
+        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in round_order(modes, 0)}
         placement = work / f"{v}.toml"
         round_gbs: list[list[float | None]] = []
         # Rounds: each runs every configuration once, so that the machine's
