@@ -30,6 +30,8 @@ typedef enum _hm_opt_kind_e {
   X(SAMPLE_PERIOD, sample_period, COUNT, "10000", "access sampler period, microseconds")      \
   X(PLACEMENT, placement, STR, "", "compact placement table (flat/hybrid modes); on if set") \
   X(PLACE_MODE, place_mode, STR, "flat", "flat (pager gets a minimal cache) or hybrid")       \
+  X(HUGE_PAGES, huge_pages, STR, "auto",                                                     \
+    "flat/hybrid: huge pages on large DRAM/NUMA blocks: auto (if no pager tier), on, off")   \
   X(VERBOSE, verbose, BOOL, "0", "print diagnostics to stderr")
 
 typedef enum _hm_opt_id_e {

@@ -171,6 +171,11 @@ PRELOAD_CASES = [
     ({"HETMEM_PLACEMENT": "{tmp}/missing.compact"}, "placement", "cannot read placement table"),
     ({"HETMEM_PLACEMENT": "{tmp}/t.compact", "HETMEM_PLACE_MODE": "weird"}, "placement", "weird"),
     ({"HETMEM_PLACEMENT": "{tmp}/t.compact", "HETMEM_PROFILE_DEPTH": "99"}, "placement", "1..64"),
+    (
+        {"HETMEM_PLACEMENT": "{tmp}/t.compact", "HETMEM_HUGE_PAGES": "sometimes"},
+        "placement",
+        "huge_pages must be auto, on or off, not 'sometimes'",
+    ),
 ]
 
 

@@ -18,7 +18,8 @@
  * Prints one JSON line: variant, seconds (the timed iterations or the
  * allocation loop), hot_seconds (of which in the hot passes), bytes, cold
  * bytes touched per iteration, a checksum.
- * With --numa-policies, also each array's NUMA policy from numa_maps.
+ * With --numa-policies, also each array's NUMA policy from numa_maps; with
+ * --huge-pages, the KiB of each array that transparent huge pages back.
  * Exit status 0, or 3 with --exit3 (tests check that it passes through). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -82,6 +83,29 @@ static void numa_policy(const void *p, char *out, size_t cap) {
     }
   }
   fclose(f);
+}
+
+/* KiB of [p, p + bytes) on transparent huge pages: the AnonHugePages of
+ * the mappings in /proc/self/smaps that overlap it. A mapping that also
+ * holds other data counts whole (the kernel merges adjacent anonymous
+ * mappings alike), so a figure may include a neighbour's. For --huge-pages,
+ * which tests use to see a placement's huge-page advice take effect. */
+static unsigned long long huge_kib(const void *p, size_t bytes) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return 0;
+  char line[512];
+  unsigned long long total = 0, kib;
+  int inside = 0;
+  uintptr_t a = (uintptr_t)p, e = a + bytes;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long lo, hi;
+    if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+      inside = lo < e && hi > a;
+    else if (inside && sscanf(line, "AnonHugePages: %llu kB", &kib) == 1)
+      total += kib;
+  }
+  fclose(f);
+  return total;
 }
 
 static double sweep(const double *a, size_t n) {
@@ -236,7 +260,7 @@ static int run_alloc(uint64_t pairs, int threads, int ab_slices) {
 int main(int argc, char **argv) {
   const char *variant = "sparse";
   size_t footprint = (size_t)256 << 20;
-  int iters = 4, hot_passes = 8, threads = 2, exit3 = 0, policies = 0, ab_slices = 0;
+  int iters = 4, hot_passes = 8, threads = 2, exit3 = 0, policies = 0, huge = 0, ab_slices = 0;
   size_t stride_pages = 2048;
   uint64_t pairs = 10000000;
   for (int i = 1; i < argc; i++) {
@@ -261,11 +285,12 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(a, "--exit3")) exit3 = 1;
     else if (!strcmp(a, "--numa-policies")) policies = 1;
+    else if (!strcmp(a, "--huge-pages")) huge = 1;
     else {
       fprintf(stderr,
               "usage: hm-placement [--variant sweep|sparse|alloc] [--footprint BYTES] "
               "[--iters N] [--hot-passes N] [--stride PAGES] [--pairs N] [--threads N] "
-              "[--ab SLICES] [--exit3] [--numa-policies]\n");
+              "[--ab SLICES] [--exit3] [--numa-policies] [--huge-pages]\n");
       return 2;
     }
   }
@@ -309,6 +334,12 @@ int main(int argc, char **argv) {
     printf(",\"numa_policies\":{\"hot_a\":\"%s\",\"hot_b\":\"%s\",\"cold_x\":\"%s\","
            "\"cold_y\":\"%s\",\"cold_z\":\"%s\"}",
            pol[0], pol[1], pol[2], pol[3], pol[4]);
+  if (huge)
+    printf(",\"huge_kib\":{\"hot_a\":%llu,\"hot_b\":%llu,\"cold_x\":%llu,\"cold_y\":%llu,"
+           "\"cold_z\":%llu}",
+           huge_kib(ha, nh * sizeof(double)), huge_kib(hb, nh * sizeof(double)),
+           huge_kib(cx, nc * sizeof(double)), huge_kib(cy, nc * sizeof(double)),
+           huge_kib(cz, nc * sizeof(double)));
   printf("}\n");
   free(ha);
   free(hb);

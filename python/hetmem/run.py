@@ -465,6 +465,8 @@ def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
         "place_mode": pls[0].get("place_mode"),
         "pager_budget": pls[0].get("pager_budget"),
         "processes": len(pls),
+        "huge_page_size": pls[0].get("huge_page_size", 0),
+        "huge_page_bytes": sum(pl.get("huge_page_bytes", 0) for pl in pls),
     }
     tiers: list[dict[str, Any]] = [dict(t) for t in pls[0].get("tiers", [])]
     for pl in pls[1:]:
