@@ -223,7 +223,13 @@ class Command:
         output.console().print(
             f"{path}: {p.binary.path} (pid {h['pid']}{rank} on {h['hostname'] or '?'}), "
             f"{len(p.sites)} sites, wall {_ns(h['wall_ns'])}, sampler {h['sampler']['name']} "
-            f"(period {h['sampler']['period']:g}"
+            f"({h['sampler']['period']:g} accesses per sample"
+            # the portable sampler's rounds; a precise sampler's interval only drains buffers
+            + (
+                f", every {iv / 1000:g} ms"
+                if h["sampler"]["name"] == "portable" and (iv := h["sampler"].get("interval_us"))
+                else ""
+            )
             + (f", estimated overhead {ov[1]:.1%})" if (ov := prof.sampler_overhead(h)) else ")"),
             markup=False,
         )
