@@ -54,8 +54,13 @@ static inline void hm_sdm_rmdir(void) {
   hm_sdm_dir[0] = 0;
 }
 
-/* Creates the scratch directory under $HETMEM_TEST_STORAGE or /var/tmp. */
+/* Creates the scratch directory under $HETMEM_TEST_STORAGE or /var/tmp,
+ * removed at exit. A test that asks for another one (a second pager
+ * configuration) gets the previous one removed first: only one name is
+ * kept, and a second run of a test left its first directory behind. */
 static inline const char *hm_sdm_scratch(void) {
+  static int registered;
+  hm_sdm_rmdir();
   const char *base = getenv("HETMEM_TEST_STORAGE");
   if (!base || !*base) base = "/var/tmp";
   snprintf(hm_sdm_dir, sizeof hm_sdm_dir, "%s/hetmem-sdm-test-XXXXXX", base);
@@ -63,7 +68,7 @@ static inline const char *hm_sdm_scratch(void) {
     perror("mkdtemp");
     exit(2);
   }
-  atexit(hm_sdm_rmdir);
+  if (!registered++) atexit(hm_sdm_rmdir);
   return hm_sdm_dir;
 }
 
