@@ -57,6 +57,9 @@ struct hm_ctx_s;
  * reported through ctx and leave the default in place (the run goes on). */
 int _hm_options_init(struct hm_ctx_s *ctx, _hm_options_t *opts);
 const char *_hm_opt_str(const struct hm_ctx_s *ctx, _hm_opt_id_t id);
+/* The reading of a BOOL option: 1/true/on/yes -> 1, 0/false/off/no/"" -> 0,
+ * else -EINVAL. For options with a third value too (huge_pages: auto). */
+int _hm_parse_bool(const char *text, uint64_t *out);
 uint64_t _hm_opt_u64(const struct hm_ctx_s *ctx, _hm_opt_id_t id);
 
 #endif

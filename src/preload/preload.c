@@ -348,17 +348,6 @@ static uint64_t hm__place_unit(uint64_t cache) {
   return 64u << 10;
 }
 
-/* 1 for 1/on/yes/true, 0 for 0/off/no/false, -1 otherwise. */
-static int hm__onoff(const char *t) {
-  static const char *const on[] = {"1", "on", "yes", "true"};
-  static const char *const off[] = {"0", "off", "no", "false"};
-  for (size_t i = 0; i < 4; i++) {
-    if (!strcasecmp(t, on[i])) return 1;
-    if (!strcasecmp(t, off[i])) return 0;
-  }
-  return -1;
-}
-
 /* The size of a transparent huge page when the kernel backs with them only
  * ranges advised MADV_HUGEPAGE (the usual default), else 0: with "always"
  * every large anonymous range gets them anyway, with "never" none does.
@@ -420,8 +409,9 @@ static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) 
   if ((rc = _hm_pl_place_load(place, why, sizeof why))) return hm__fail(rc, "%s", why);
   char hp[32];
   if (hm_option_get(hm__pl.ctx, "huge_pages", hp, sizeof hp)) snprintf(hp, sizeof hp, "(too long)");
-  int huge = hm__onoff(hp);
-  if (huge < 0 && strcmp(hp, "auto"))
+  uint64_t huge = 0;
+  int huge_auto = strcmp(hp, "auto") == 0;
+  if (!huge_auto && _hm_parse_bool(hp, &huge))
     return hm__fail(-EINVAL, "huge_pages must be auto, on or off, not '%s'", hp);
   char pm[16];
   if (hm_option_get(hm__pl.ctx, "place_mode", pm, sizeof pm)) snprintf(pm, sizeof pm, "flat");
@@ -459,7 +449,7 @@ static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) 
     if (hm__pl.ctx->opts.origin[HM_OPT_FETCH_UNIT] == HM_ORIGIN_DEFAULT)
       hm__pl.fetch_unit = hm__place_unit(hm__pl.pager_budget);
   }
-  if (huge < 0) huge = !has_storage;
+  if (huge_auto) huge = !has_storage;
   hm__pl.huge = huge ? hm__thp_advise_size(hm_ctx_fsroot(hm__pl.ctx)) : 0;
   return 0;
 }
