@@ -30,7 +30,7 @@ int hm_parse_size(const char *text, uint64_t *out) {
   return _hm_parse_size(text, out);
 }
 
-int _hm_parse_bool(const char *t, uint64_t *out) {
+static int hm__parse_bool(const char *t, uint64_t *out) {
   static const char *const yes[] = {"1", "true", "on", "yes"};
   static const char *const no[] = {"0", "false", "off", "no", ""};
   for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
@@ -44,7 +44,7 @@ static int hm__parse_value(_hm_opt_kind_t kind, const char *text, uint64_t *num)
   switch (kind) {
   case HM_OPTK_STR: *num = 0; return 0;
   case HM_OPTK_SIZE: return _hm_parse_size(text, num);
-  case HM_OPTK_BOOL: return _hm_parse_bool(text, num);
+  case HM_OPTK_BOOL: return hm__parse_bool(text, num);
   case HM_OPTK_COUNT: {
     char *end = NULL;
     if (!*text || *text == '-') return -EINVAL;

@@ -30,8 +30,8 @@ typedef enum _hm_opt_kind_e {
   X(SAMPLE_PERIOD, sample_period, COUNT, "10000", "access sampler period, microseconds")      \
   X(PLACEMENT, placement, STR, "", "compact placement table (flat/hybrid modes); on if set") \
   X(PLACE_MODE, place_mode, STR, "flat", "flat (pager gets a minimal cache) or hybrid")       \
-  X(HUGE_PAGES, huge_pages, STR, "auto",                                                     \
-    "flat/hybrid: huge pages on large DRAM/NUMA blocks: auto (if no pager tier), on, off")   \
+  X(HUGE_PAGES, huge_pages, BOOL, "1",                                                       \
+    "flat/hybrid: transparent huge pages on large DRAM and NUMA-tier blocks")                 \
   X(VERBOSE, verbose, BOOL, "0", "print diagnostics to stderr")
 
 typedef enum _hm_opt_id_e {
@@ -57,9 +57,6 @@ struct hm_ctx_s;
  * reported through ctx and leave the default in place (the run goes on). */
 int _hm_options_init(struct hm_ctx_s *ctx, _hm_options_t *opts);
 const char *_hm_opt_str(const struct hm_ctx_s *ctx, _hm_opt_id_t id);
-/* The reading of a BOOL option: 1/true/on/yes -> 1, 0/false/off/no/"" -> 0,
- * else -EINVAL. For options with a third value too (huge_pages: auto). */
-int _hm_parse_bool(const char *text, uint64_t *out);
 uint64_t _hm_opt_u64(const struct hm_ctx_s *ctx, _hm_opt_id_t id);
 
 #endif

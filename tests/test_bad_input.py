@@ -173,8 +173,8 @@ PRELOAD_CASES = [
     ({"HETMEM_PLACEMENT": "{tmp}/t.compact", "HETMEM_PROFILE_DEPTH": "99"}, "placement", "1..64"),
     (
         {"HETMEM_PLACEMENT": "{tmp}/t.compact", "HETMEM_HUGE_PAGES": "sometimes"},
-        "placement",
-        "huge_pages must be auto, on or off, not 'sometimes'",
+        "",
+        "HETMEM_HUGE_PAGES",
     ),
 ]
 

@@ -277,16 +277,49 @@ def test_the_better_mode_is_chosen_by_its_median_not_per_round() -> None:
 def test_bench_runs_every_configuration_in_each_round(hetmem) -> None:
     import json
 
+    # with --huge-pages-ab flat and hybrid also run with HETMEM_HUGE_PAGES=0
     proc = hetmem(
-        "bench", "placement", "--footprint", "32MiB", "--iters", "1", "--repeat", "2",
-        "--variants", "sparse", "--modes", "dram,flat,hybrid", "--no-device-probe", "--json",
+        "bench", "placement", "--footprint", "64MiB", "--iters", "1", "--repeat", "2",
+        "--variants", "sparse", "--modes", "dram,flat,hybrid", "--no-device-probe",
+        "--huge-pages-ab", "--json",
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr  # 1: a target missed (tiny, noisy sizes)
     sp = json.loads(proc.stdout)["results"]["sparse"]
-    assert [sorted(r) for r in sp["rounds"]] == [["dram", "flat", "hybrid", "profile"]] * 2
+    every = ["dram", "flat", "flat-nothp", "hybrid", "hybrid-nothp", "profile"]
+    assert [sorted(r) for r in sp["rounds"]] == [every] * 2
     for mode, m in sp["modes"].items():
         assert m["seconds"] == min(r[mode] for r in sp["rounds"])
     assert proc.stderr.index("dram (run 2)") > proc.stderr.index("hybrid (run 1)")
+    # huge pages on the fast tier's blocks by default (6.4 MiB hot arrays:
+    # each holds an aligned huge page), none in the twins
+    assert sp["modes"]["flat-nothp"]["huge_page_bytes"] == 0
+    assert sp["modes"]["hybrid-nothp"]["huge_page_bytes"] == 0
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp.exists() and "[madvise]" in thp.read_text():
+        assert sp["modes"]["hybrid"]["huge_page_bytes"] > 0
+    ab = sp["huge_pages_ab"]
+    assert set(ab) == {"flat", "hybrid"} and ab["hybrid"]["rounds"] == 2
+    assert ab["hybrid"]["seconds"] > 0 and ab["hybrid"]["hot_seconds"] > 0
+
+
+def test_huge_pages_ab_is_the_median_of_the_rounds_ratios() -> None:
+    from hetmem.bench.placement import huge_pages_ab
+
+    def runs(*pairs: tuple[float, float]) -> list[dict]:
+        return [{"seconds": t, "hot_seconds": h} for t, h in pairs]
+
+    got = huge_pages_ab(
+        {
+            "hybrid": runs((2.2, 0.4), (2.2, 0.45), (1.8, 0.6)),
+            "hybrid-nothp": runs((2.0, 0.5), (2.2, 0.5), (2.0, 0.6)),
+            "flat": runs((3.0, 0.5)),
+        }
+    )
+    assert set(got) == {"hybrid"}  # flat ran without its twin
+    assert got["hybrid"]["rounds"] == 3
+    assert got["hybrid"]["seconds"] == pytest.approx(1.0)  # of 1.1, 1.0, 0.9
+    assert got["hybrid"]["hot_seconds"] == pytest.approx(0.9)  # of 0.8, 0.9, 1.0
+    assert huge_pages_ab({"flat": runs((1.0, 0.1))}) == {}
 
 
 def test_rounds_rotate_with_flat_and_hybrid_together() -> None:
@@ -309,3 +342,12 @@ def test_rounds_rotate_with_flat_and_hybrid_together() -> None:
     assert round_order(modes, 5) == ["dram", "profile", "cache", "swap", "hybrid", "flat"]
     assert round_order(modes, 10) == first
     assert round_order(["dram", "cache"], 1) == ["profile", "cache", "dram"]
+    # --huge-pages-ab: the twins are a unit of their own, alternating too,
+    # so the device probes still enclose just flat and hybrid
+    twins = [*modes, "flat-nothp", "hybrid-nothp"]
+    assert round_order(twins, 0)[-4:] == ["flat-nothp", "hybrid-nothp", "flat", "hybrid"]
+    for r in range(6):
+        o = round_order(twins, r)
+        i = o.index("flat-nothp" if r % 2 == 0 else "hybrid-nothp")
+        assert o[i + 1] == ("hybrid-nothp" if r % 2 == 0 else "flat-nothp")
+        assert abs(o.index("flat") - o.index("hybrid")) == 1

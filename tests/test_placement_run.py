@@ -218,8 +218,9 @@ def _thp_madvise() -> bool:
 @pytest.mark.skipif(not _thp_madvise(), reason="transparent huge pages are not in madvise mode")
 def test_huge_pages_back_the_fast_and_numa_tiers(profiled: dict[str, Any], tmp_path: Path) -> None:
     # With THP in madvise mode a plain run gets none; placement advises its
-    # DRAM and NUMA blocks (huge_pages=auto when no tier is the pager, on),
-    # and the workload reads back from /proc/self/smaps what the kernel did.
+    # DRAM and NUMA blocks (HETMEM_HUGE_PAGES, on by default) and the pager
+    # leaves its own alone; the workload reads back from /proc/self/smaps
+    # what the kernel did.
     hpage = int((THP / "hpage_pmd_size").read_text())
 
     def run(placement: Path, value: str | None) -> tuple[dict[str, int], dict[str, Any]]:
@@ -237,22 +238,21 @@ def test_huge_pages_back_the_fast_and_numa_tiers(profiled: dict[str, Any], tmp_p
     hot, cold = ("hot_a", "hot_b"), ("cold_x", "cold_y", "cold_z")
     plain = subprocess.run(_workload("--huge-pages"), capture_output=True, text=True, check=True)
     assert set(json.loads(plain.stdout.strip().splitlines()[-1])["huge_kib"].values()) == {0}
-    numa = _advise_cxl(profiled, tmp_path, 0)  # DRAM (glibc) and node 0 (mbind): no pager
+    numa = _advise_cxl(profiled, tmp_path, 0)  # DRAM (glibc) and node 0 (mbind)
     kib, pl = run(numa, None)
     assert all(kib[a] > 0 for a in hot + cold), kib
     assert pl["huge_page_size"] == hpage
     # every array's huge-page-aligned interior was advised (each loses less
     # than one huge page at either end)
     assert pl["huge_page_bytes"] >= 2 * HOT + 3 * (FOOTPRINT - 2 * HOT) // 3 - 10 * hpage, pl
-    kib, pl = run(numa, "off")
+    kib, pl = run(numa, "0")
     assert set(kib.values()) == {0} and pl["huge_page_bytes"] == 0, (kib, pl)
-    # with the pager serving the cold sites, auto leaves huge pages off; on
-    # gives them to the fast tier only (the pager keeps 4 KiB pages)
+    # the pager serving the cold sites keeps small pages
     kib, pl = run(profiled["placement"], None)
-    assert set(kib.values()) == {0} and pl["huge_page_size"] == 0, (kib, pl)
-    kib, pl = run(profiled["placement"], "on")
     assert all(kib[a] > 0 for a in hot) and all(kib[a] == 0 for a in cold), kib
     assert 2 * HOT - 4 * hpage <= pl["huge_page_bytes"] <= 2 * HOT, pl
+    kib, pl = run(profiled["placement"], "0")
+    assert set(kib.values()) == {0} and pl["huge_page_size"] == 0, (kib, pl)
 
 
 def test_placement_for_a_node_this_machine_lacks(profiled: dict[str, Any], tmp_path: Path) -> None:

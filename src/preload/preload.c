@@ -352,15 +352,14 @@ static uint64_t hm__place_unit(uint64_t cache) {
  * ranges advised MADV_HUGEPAGE (the usual default), else 0: with "always"
  * every large anonymous range gets them anyway, with "never" none does.
  *
- * Placement advises the large blocks of its DRAM and NUMA tiers (huge_pages
- * on, or auto without a storage tier): the sites put there are the hot
- * ones, and the placement workload's hot passes (bench placement, hybrid)
- * ran about 15% faster on huge pages here: 0.44-0.49 s against 0.52-0.58 s.
- * auto leaves them off when the pager serves a tier. Beside huge-page hot
- * arrays the pager's cold sweep in hybrid mode (26 MiB cache, 256 KiB
- * units) was slower in all of 14 alternating pairs, by a median of 8-10%,
- * more than the hot passes gained; with 64 KiB units (flat mode's) it was
- * 7-9% faster. The cause was not found. */
+ * Placement advises the large blocks of its DRAM and NUMA tiers
+ * (huge_pages, on by default): the sites put there are the hot ones. In
+ * `hetmem bench placement --huge-pages-ab` (huge pages on / off, median of
+ * 5 rounds) the workload's hot passes took 0.70-0.89 of their time and
+ * whole runs 0.82-0.84 (sparse), 0.86-1.00 (sweep, flat) and 0.95-1.00
+ * (sweep, hybrid). The pager's regions keep small pages; a cold sweep
+ * alone through hybrid's pager (no hot passes) ran 8-10% slower beside
+ * huge-page arrays in ad-hoc pairs here, for a cause not found. */
 static size_t hm__thp_advise_size(const char *root) {
   char mode[128];
   uint64_t size = 0;
@@ -407,12 +406,6 @@ static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) 
   }
   hm__pl.mode = HM__M_PLACE;
   if ((rc = _hm_pl_place_load(place, why, sizeof why))) return hm__fail(rc, "%s", why);
-  char hp[32];
-  if (hm_option_get(hm__pl.ctx, "huge_pages", hp, sizeof hp)) snprintf(hp, sizeof hp, "(too long)");
-  uint64_t huge = 0;
-  int huge_auto = strcmp(hp, "auto") == 0;
-  if (!huge_auto && _hm_parse_bool(hp, &huge))
-    return hm__fail(-EINVAL, "huge_pages must be auto, on or off, not '%s'", hp);
   char pm[16];
   if (hm_option_get(hm__pl.ctx, "place_mode", pm, sizeof pm)) snprintf(pm, sizeof pm, "flat");
   if (strcmp(pm, "flat") && strcmp(pm, "hybrid"))
@@ -449,7 +442,8 @@ static int hm__prepare_sites(uint64_t thr, const char *prof, const char *place) 
     if (hm__pl.ctx->opts.origin[HM_OPT_FETCH_UNIT] == HM_ORIGIN_DEFAULT)
       hm__pl.fetch_unit = hm__place_unit(hm__pl.pager_budget);
   }
-  if (huge_auto) huge = !has_storage;
+  uint64_t huge = 1;
+  if (hm_option_get_u64(hm__pl.ctx, "huge_pages", &huge)) huge = 1;
   hm__pl.huge = huge ? hm__thp_advise_size(hm_ctx_fsroot(hm__pl.ctx)) : 0;
   return 0;
 }

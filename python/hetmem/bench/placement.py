@@ -39,6 +39,15 @@ hybrid within 1.25x of the bound; both: flat or hybrid >= 2x faster than
 swap, hybrid no more than 5% slower than the better of flat and cache;
 profiling overhead <= 10%; alloc: flat mode <= 3% slower than no preload.
 
+Flat and hybrid put their DRAM tier's large blocks on transparent huge
+pages (HETMEM_HUGE_PAGES, on by default; the dram run, a program run as is,
+has them only where the kernel's THP mode is "always"). With
+--huge-pages-ab every round also runs flat and hybrid with
+HETMEM_HUGE_PAGES=0 (configurations flat-nothp, hybrid-nothp), and the
+bench shows, per variant, the median over the rounds of on / off for the
+whole run and for its hot passes. Not a target: it is the measure behind
+that default.
+
 The alloc cost is judged side by side within runs, not between them: whole
 runs of the same binary differ by tens of percent here (single runs 0.78 to
 1.34 s), ten times the cost sought. So the workload also runs with --ab,
@@ -78,6 +87,7 @@ help = "flat and hybrid placement vs dram, cache and swap on skewed workloads, w
 description = __doc__.split("\n\n", 1)[1] if __doc__ else ""
 
 ALL_MODES = ("dram", "cache", "swap", "flat", "hybrid")
+NOTHP = "-nothp"  # flat and hybrid with HETMEM_HUGE_PAGES=0 (--huge-pages-ab)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +108,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--storage", metavar="DIR", help="storage tier (default as hetmem run)")
     parser.add_argument(
+        "--huge-pages-ab",
+        action="store_true",
+        help="also run flat and hybrid with HETMEM_HUGE_PAGES=0 in every round and show "
+        "huge pages on / off, whole run and hot passes",
+    )
+    parser.add_argument(
         "--no-device-probe",
         action="store_true",
         help="use the cached probe for the storage bandwidth instead of measuring it",
@@ -106,12 +122,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
-def _hetmem(*args: str, capture: bool = True) -> subprocess.CompletedProcess[str]:
+def _hetmem(
+    *args: str, capture: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hetmem", *args],
         capture_output=capture,
         text=True,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **env} if env else None,
     )
 
 
@@ -217,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
     if "swap" in modes and os.geteuid() != 0:
         modes.remove("swap")
         _say("note: swap mode needs root: skipped")
+    if args.huge_pages_ab:
+        modes += [m + NOTHP for m in ("flat", "hybrid") if m in modes]
     variants = [v for v in args.variants.split(",") if v]
     storage = str(Path(args.storage or hrun.default_storage()).resolve())
     prog = str(find_program("hm-placement"))
@@ -265,14 +286,18 @@ def round_order(modes: list[str], r: int) -> list[str]:
     those two runs; within it their order alternates, so that neither
     always runs just after the other (hybrid, always second, read 1.04-1.07
     x flat in the rounds' median of two benches, and 0.997 in 8 triples
-    with the order alternated)."""
+    with the order alternated). Their twins without huge pages
+    (--huge-pages-ab) are a unit of their own, outside the probes, alike."""
     placed = [m for m in modes if m in ("flat", "hybrid")]
+    twins = [m for m in modes if m.endswith(NOTHP)]
     if r % 2:
         placed.reverse()
+        twins.reverse()
     units: list[list[str]] = [["dram"], ["profile"]]
-    units += [[m] for m in modes if m not in ("dram", "flat", "hybrid")]
-    if placed:
-        units.append(placed)
+    units += [[m] for m in modes if m not in ("dram", "flat", "hybrid") and m not in twins]
+    for unit in (twins, placed):
+        if unit:
+            units.append(unit)
     k = r % len(units)
     return [m for u in units[k:] + units[:k] for m in u]
 
@@ -339,20 +364,23 @@ def _measure(
                 probe_round = v == "sweep" and not args.no_device_probe
                 if probe_round and mode == first_placed:
                     round_gbs.append([_quick_read_gbs(storage)])
-                opts = ["--mode", mode, "--fast-budget", str(budget), "--storage", storage]
-                if mode in ("flat", "hybrid"):
+                base = mode.removesuffix(NOTHP)
+                opts = ["--mode", base, "--fast-budget", str(budget), "--storage", storage]
+                if base in ("flat", "hybrid"):
                     opts += ["--placement", str(placement)]
                 if mode == "swap":
                     opts += ["--swap-size", str(2 * footprint)]
                 stats = work / f"{v}-{mode}-{r}.json"
-                proc = _hetmem("run", *opts, "--stats", str(stats), "--", *argv)
+                env = {"HETMEM_HUGE_PAGES": "0"} if mode != base else None
+                proc = _hetmem("run", *opts, "--stats", str(stats), "--", *argv, env=env)
                 one = _program_result(proc, f"{v} {mode}")
-                if mode in ("flat", "hybrid"):
+                if base in ("flat", "hybrid"):
                     st = json.loads(stats.read_text())
                     pl = st.get("placement") or {}
                     one["overflows"] = pl.get("overflows")
                     one["fast_sites"] = sum(1 for s in pl.get("sites", []) if s["tier"] == 0)
                     one["pager_budget"] = pl.get("pager_budget")
+                    one["huge_page_bytes"] = pl.get("huge_page_bytes")
                 runs[mode].append(one)
                 if probe_round and mode == last_placed and round_gbs:
                     round_gbs[-1].append(_quick_read_gbs(storage))
@@ -374,17 +402,44 @@ def _measure(
                     "all_seconds": [x["seconds"] for x in rs],
                     **{
                         k: best[k]
-                        for k in ("overflows", "fast_sites", "pager_budget", "hot_seconds")
+                        for k in (
+                            "overflows",
+                            "fast_sites",
+                            "pager_budget",
+                            "huge_page_bytes",
+                            "hot_seconds",
+                        )
                         if k in best
                     },
                 }
                 res["cold_touched_per_iter"] = best.get("cold_touched_per_iter")
                 res["cold_bytes"] = best.get("cold_bytes")
                 res["hot_bytes"] = best.get("hot_bytes")
+        if ab := huge_pages_ab(runs):
+            res["huge_pages_ab"] = ab
         results[v] = res
     if "alloc" in variants:
         results["alloc"] = _measure_alloc(args, prog, work, storage, budget, placement_any)
     return results
+
+
+def huge_pages_ab(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """For flat and hybrid, each run beside its twin without huge pages in
+    every round (--huge-pages-ab): the median over the rounds of on / off
+    (the default run's time over the twin's), for the whole run (`seconds`)
+    and for its hot passes (`hot_seconds`), with the number of rounds. {}
+    when no twin ran."""
+    out: dict[str, dict[str, Any]] = {}
+    for base in ("flat", "hybrid"):
+        pairs = list(zip(runs.get(base) or [], runs.get(base + NOTHP) or [], strict=False))
+        if not pairs:
+            continue
+        row: dict[str, Any] = {"rounds": len(pairs)}
+        for key in ("seconds", "hot_seconds"):
+            ratios = [a[key] / b[key] for a, b in pairs if a.get(key) and b.get(key)]
+            row[key] = statistics.median(ratios) if ratios else None
+        out[base] = row
+    return out
 
 
 def _measure_alloc(
@@ -818,6 +873,18 @@ def _print(data: dict[str, Any]) -> None:
         ["variant", "mode", "seconds", "speed vs dram", "fast sites", "overflows"],
         rows,
     )
+    for v, res in data["results"].items():
+        for base, ab in (res.get("huge_pages_ab") or {}).items():
+            parts = [
+                f"{what} {ab[key]:.3f}"
+                for key, what in (("seconds", "whole run"), ("hot_seconds", "hot passes"))
+                if ab.get(key) is not None
+            ]
+            console.print(
+                f"huge pages on / off, {v} {base}: {', '.join(parts)} "
+                f"(median of {ab['rounds']} rounds' ratios)",
+                markup=False,
+            )
     output.table(
         "placement targets",
         ["target", "measured", "goal", "", "detail"],
