@@ -355,9 +355,9 @@ static uint64_t hm__place_unit(uint64_t cache) {
  * Placement advises the large blocks of its DRAM and NUMA tiers
  * (huge_pages, on by default): the sites put there are the hot ones. In
  * `hetmem bench placement --huge-pages-ab` (huge pages on / off, median of
- * 5 rounds) the workload's hot passes took 0.70-0.89 of their time and
- * whole runs 0.82-0.84 (sparse), 0.86-1.00 (sweep, flat) and 0.95-1.00
- * (sweep, hybrid). The pager's regions keep small pages; a cold sweep
+ * 5 rounds, four benches) the workload's hot passes took 0.70-0.89 of their
+ * time and whole runs 0.74-0.84 (sparse), 0.84-1.00 (sweep, flat) and
+ * 0.95-1.00 (sweep, hybrid). The pager's regions keep small pages; a cold sweep
  * alone through hybrid's pager (no hot passes) ran 8-10% slower beside
  * huge-page arrays in ad-hoc pairs here, for a cause not found. */
 static size_t hm__thp_advise_size(const char *root) {
