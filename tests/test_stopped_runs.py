@@ -287,3 +287,33 @@ def test_profile_written_while_threads_allocate(tmp_path, how):
     p = _one_profile(out)
     (site,) = p.sites
     assert site.allocs > 100 and all(t <= p.wall_ns for t, _ in site.live)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_while_the_child_starts_reaches_it(monkeypatch, sig):
+    # A SIGTERM that reaches hetmem after the child exists but before it is
+    # known (a busy child can starve hetmem that long on 2 cores) used to
+    # stop hetmem alone and leave the program running. Here it arrives
+    # exactly then: the program must get it and hetmem report its death.
+    from hetmem import run as hrun
+
+    real = subprocess.Popen
+    started: list[subprocess.Popen[bytes]] = []
+
+    def popen_then_signal(*a, **kw):
+        p = real(*a, **kw)
+        started.append(p)
+        os.kill(os.getpid(), sig)  # Python runs the handler before returning
+        return p
+
+    monkeypatch.setattr(hrun.subprocess, "Popen", popen_then_signal)
+    state: dict = {}
+    try:
+        with hrun._signals(state):
+            rc, _ = hrun._spawn(["sleep", "60"], dict(os.environ), state)
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert rc == 128 + sig and "pending" not in state

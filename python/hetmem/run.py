@@ -299,6 +299,13 @@ def _signals(state: dict[str, Any]) -> Iterator[None]:
                 with suppress(ProcessLookupError):
                     proc.send_signal(signum)
             return
+        if state.get("spawning"):
+            # The child may exist while Popen has not returned yet (a busy
+            # child can starve this process on a small machine): _spawn
+            # forwards it once the child is known, or raises it if none came.
+            if signum in _FORWARDED:
+                state.setdefault("pending", signum)
+            return
         if state.get("tearing_down"):
             state["late_signal"] = signum
             return
@@ -320,11 +327,20 @@ def _spawn(
 ) -> tuple[int, float]:
     """Runs argv with inherited fds; returns (exit status as a shell gives it, wall s)."""
     t0 = time.perf_counter()
+    state["spawning"] = True
     try:
         proc = subprocess.Popen(argv, env=env, preexec_fn=preexec)
     except OSError as exc:
+        state["spawning"] = False
+        if "pending" in state:
+            raise _Interrupted(state.pop("pending")) from None
         raise UsageError(f"cannot run '{argv[0]}': {exc.strerror}") from None
     state["proc"] = proc
+    state["spawning"] = False
+    pending = state.pop("pending", None)
+    if pending is not None:
+        with suppress(ProcessLookupError):
+            proc.send_signal(pending)
     rc = proc.wait()
     wall = time.perf_counter() - t0
     state["proc"] = None
