@@ -355,11 +355,19 @@ static uint64_t hm__place_unit(uint64_t cache) {
  * Placement advises the large blocks of its DRAM and NUMA tiers
  * (huge_pages, on by default): the sites put there are the hot ones. In
  * `hetmem bench placement --huge-pages-ab` (huge pages on / off, median of
- * 5 rounds, four benches) the workload's hot passes took 0.70-0.89 of their
+ * 5 rounds, five benches) the workload's hot passes took 0.70-0.89 of their
  * time and whole runs 0.74-0.84 (sparse), 0.84-1.00 (sweep, flat) and
- * 0.95-1.00 (sweep, hybrid). The pager's regions keep small pages; a cold sweep
- * alone through hybrid's pager (no hot passes) ran 8-10% slower beside
- * huge-page arrays in ad-hoc pairs here, for a cause not found. */
+ * 0.95-1.01 (sweep, hybrid). The pager's regions keep small pages. A cold
+ * sweep alone through hybrid's pager runs 0-20% slower beside huge-page
+ * arrays: not the pages themselves (advised but refused with
+ * PR_SET_THP_DISABLE, it read as without), but the pager's readahead
+ * triggers, of which a run falls by timing into one every unit or two (a
+ * fault each): 2,100-4,400 over the sweep in all 13 runs with huge pages,
+ * and without them 500-1,400 in 8 runs of 13, 2,500-3,000 in the other 5.
+ * Naming one per half window instead cut hybrid's sweep to 0.90 of its time
+ * but cost cache mode's hot passes 20% (the units a stream passed are
+ * demoted only at its faults, so CLOCK evicted hot units meanwhile); one
+ * per 4 units changed neither. The pager is left as it was. */
 static size_t hm__thp_advise_size(const char *root) {
   char mode[128];
   uint64_t size = 0;
