@@ -363,11 +363,12 @@ static uint64_t hm__place_unit(uint64_t cache) {
  * PR_SET_THP_DISABLE, it read as without), but the pager's readahead
  * triggers, of which a run falls by timing into one every unit or two (a
  * fault each): 2,100-4,400 over the sweep in all 13 runs with huge pages,
- * and without them 500-1,400 in 8 runs of 13, 2,500-3,000 in the other 5.
- * Naming one per half window instead cut hybrid's sweep to 0.90 of its time
- * but cost cache mode's hot passes 20% (the units a stream passed are
- * demoted only at its faults, so CLOCK evicted hot units meanwhile); one
- * per 4 units changed neither. The pager is left as it was. */
+ * and without them 500-1,750 in 8 runs of 13, 2,500-3,050 in the other 5.
+ * Naming a new one only once the reader reached the last cut hybrid's sweep
+ * to 0.90 of its time but cost cache mode's hot passes 20% (the units a
+ * stream passed are demoted only at its faults, so CLOCK evicted hot units
+ * meanwhile); one per half window or per 8 units kept most of that cost,
+ * one per 4 units changed neither. The pager is left as it was. */
 static size_t hm__thp_advise_size(const char *root) {
   char mode[128];
   uint64_t size = 0;
