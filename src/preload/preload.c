@@ -353,22 +353,10 @@ static uint64_t hm__place_unit(uint64_t cache) {
  * every large anonymous range gets them anyway, with "never" none does.
  *
  * Placement advises the large blocks of its DRAM and NUMA tiers
- * (huge_pages, on by default): the sites put there are the hot ones. In
- * `hetmem bench placement --huge-pages-ab` (huge pages on / off, median of
- * 5 rounds, five benches) the workload's hot passes took 0.70-0.89 of their
- * time and whole runs 0.74-0.84 (sparse), 0.84-1.00 (sweep, flat) and
- * 0.95-1.01 (sweep, hybrid). The pager's regions keep small pages. A cold
- * sweep alone through hybrid's pager runs 0-20% slower beside huge-page
- * arrays: not the pages themselves (advised but refused with
- * PR_SET_THP_DISABLE, it read as without), but the pager's readahead
- * triggers, of which a run falls by timing into one every unit or two (a
- * fault each): 2,100-4,400 over the sweep in all 13 runs with huge pages,
- * and without them 500-1,750 in 8 runs of 13, 2,500-3,050 in the other 5.
- * Naming a new one only once the reader reached the last cut hybrid's sweep
- * to 0.90 of its time but cost cache mode's hot passes 20% (the units a
- * stream passed are demoted only at its faults, so CLOCK evicted hot units
- * meanwhile); one per half window or per 8 units kept most of that cost,
- * one per 4 units changed neither. The pager is left as it was. */
+ * (huge_pages, on by default): the sites put there are the hot ones, and
+ * `hetmem bench placement --huge-pages-ab` measures it side by side (hot
+ * passes 0.70-0.89 of their time with huge pages here). The pager's regions
+ * keep small pages: it installs them 4 KiB at a time (UFFDIO_COPY). */
 static size_t hm__thp_advise_size(const char *root) {
   char mode[128];
   uint64_t size = 0;
