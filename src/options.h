@@ -18,6 +18,9 @@ typedef enum _hm_opt_kind_e {
   X(FSROOT, fsroot, STR, "/", "filesystem root for every /sys and /proc read")               \
   X(STORAGE, storage, STR, "", "storage-tier directory (empty: $TMPDIR, else /var/tmp)")     \
   X(FAST_BUDGET, fast_budget, SIZE, "0", "fast-tier (DRAM) budget per process; 0 = none")    \
+  X(BUDGET_OVER_RAM, budget_over_ram, BOOL, "0",                                            \
+    "allow a pager budget above this machine's physical memory (refused by default: a typo "  \
+    "such as 1T would take the node's memory)")                                               \
   X(FETCH_UNIT, fetch_unit, SIZE, "256KiB", "pager fetch unit (64KiB..2MiB)")               \
   X(IO_DEPTH, io_depth, COUNT, "32", "io_uring queue depth for storage-tier I/O")           \
   X(PREFETCH, prefetch, STR, "auto", "pager prefetch policy: auto, off, sequential")        \

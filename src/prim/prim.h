@@ -138,6 +138,8 @@ ssize_t _hm_prim_vm_pio(int fd, int write, void *buf, size_t len, uint64_t off);
 int _hm_prim_vm_block_signals(void *old_set);
 int _hm_prim_vm_restore_signals(const void *old_set);
 int _hm_prim_vm_tid(void);
+/* Physical memory of the machine in bytes (sysconf _SC_PHYS_PAGES). */
+int _hm_prim_vm_phys_mem(uint64_t *out);
 /* ---- Access samplers (prim/perf.c) ---- */
 /* perf_event_open(2) with PERF_FLAG_FD_CLOEXEC; attr is a struct
  * perf_event_attr. Returns the descriptor. */

@@ -109,3 +109,10 @@ int _hm_prim_vm_restore_signals(const void *old_set) {
 }
 
 int _hm_prim_vm_tid(void) { return (int)gettid(); }
+
+int _hm_prim_vm_phys_mem(uint64_t *out) {
+  long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || pg <= 0) return -ENOSYS;
+  *out = (uint64_t)pages * (uint64_t)pg;
+  return 0;
+}

@@ -219,7 +219,8 @@ struct hm_pager_s {
   uint32_t nslots, hand;
   uint32_t *act; /* slots in use, densely: the CLOCK walks this, not all slots */
   uint32_t nact;
-  int32_t free_slot;
+  int32_t free_slot;   /* slots used before and given back, a list through next_free */
+  uint32_t slot_fresh; /* slots at and above this index were never used (see hm__slot_take) */
   uint64_t pf_untouched;
   _hm_sdm_pf_t pf;
   hm__wq_t wq[HM__WQ];
@@ -310,10 +311,20 @@ static int hm__reserve(hm_pager_t *p, uint64_t bytes, uint32_t want_slots) {
   return 1;
 }
 
+/* A slot for unit u of r (a reservation made room for it). Slots given
+ * back are reused first; otherwise the next never-used one is taken from
+ * the bump index slot_fresh, so the slot table (sized for the budget, up
+ * to ~108 bytes per 8 KiB of it, reserved MAP_NORESERVE) is touched only
+ * as far as the most slots in use at once: RSS follows use, not the budget,
+ * and opening a pager touches none of it. Cost on the fault path: one
+ * compare beside the list pop, under the pager lock as before. */
 static int32_t hm__slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
   int32_t s = p->free_slot;
+  if (s >= 0)
+    p->free_slot = p->slots[s].next_free;
+  else
+    s = (int32_t)p->slot_fresh++; /* below nslots: hm__reserve counted nact */
   _hm_sdm_slot_t *S = &p->slots[s];
-  p->free_slot = S->next_free;
   memset(S, 0, sizeof *S);
   S->used = 1;
   S->reg = r;
@@ -1514,7 +1525,8 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
     return _hm_error(ctx, -EINVAL, "io_depth %u is above 4096", cfg.io_depth);
   if (cfg.prefetch > HM_PREFETCH_SEQUENTIAL)
     return _hm_error(ctx, -EINVAL, "unknown prefetch policy %d", (int)cfg.prefetch);
-  int rc = hm__check_dir(ctx, cfg.backing_dir);
+  int rc = _hm_sdm_check_budget(ctx, cfg.dram_budget);
+  if (!rc) rc = hm__check_dir(ctx, cfg.backing_dir);
   if (rc) return rc;
 
   hm_pager_t *p = calloc(1, sizeof *p);
@@ -1657,10 +1669,8 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
   if (rc) goto oom;
   p->slots = mem;
   p->act = (uint32_t *)(void *)(p->slots + p->nslots);
-  for (uint32_t i = 0; i < p->nslots; i++) {
-    p->slots[i].next_free = i + 1 < p->nslots ? (int32_t)(i + 1) : -1;
-  }
-  p->free_slot = 0;
+  p->free_slot = -1; /* every slot is fresh: hm__slot_take */
+  p->slot_fresh = 0;
   if (p->cap >= (uint64_t)HM__DEMQ * sizeof(int32_t) * 8) {
     /* charged to the budget; a cache too small for it (under 32 KiB) does without */
     rc = _hm_prim_vm_map(-1, HM__DEMQ * sizeof(int32_t), &mem);
