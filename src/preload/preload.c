@@ -1377,7 +1377,8 @@ static void hm__stats_json(_hm_sb_t *sb) {
 /* Writes the profile (profile mode) and appends one JSON line of statistics
  * per process (a command's children inherit the setting, and each process
  * has its own pager): O_APPEND with a single write keeps concurrent
- * writers' lines whole. Once per process: at exit, or on the finisher
+ * writers' lines whole, and never through a symbolic link (outfile.c).
+ * Once per process: at exit, or on the finisher
  * thread of a run stopped by a signal (term.c); a second caller waits for
  * the first rather than let the process end mid-write. The pager is
  * deliberately not closed: other destructors may still touch large blocks,
@@ -1402,12 +1403,11 @@ static void hm__outputs(void) {
     hm__stats_json(&sb);
     char *text = NULL;
     if (_hm_sb_take(&sb, &text) == 0 && text) {
-      int fd = open(hm__pl.stats_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        size_t len = strlen(text);
-        ssize_t w = write(fd, text, len);
-        (void)w;
-        close(fd);
+      char why[256], msg[HM_PATH_MAX + 320];
+      if (_hm_pl_out_append(hm__pl.stats_path, text, why, sizeof why) != 0) {
+        snprintf(msg, sizeof msg, "warning: statistics not written to '%s': %s",
+                 hm__pl.stats_path, why);
+        hm__say(msg);
       }
       hm_free(text);
     }

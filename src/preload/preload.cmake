@@ -11,6 +11,7 @@ add_library(hetmem_preload SHARED
   ${HM_PRELOAD_DIR}/place.c
   ${HM_PRELOAD_DIR}/prof.c
   ${HM_PRELOAD_DIR}/term.c
+  ${HM_PRELOAD_DIR}/outfile.c
   ${HM_PRELOAD_DIR}/sampler.c
   ${HM_PRELOAD_DIR}/sampler_perf.c
   ${HM_PRELOAD_DIR}/sampler_damon.c)

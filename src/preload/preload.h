@@ -259,4 +259,14 @@ void _hm_pl_set_default(int sig);
  * action (a fault is retried and kills; a sent signal is raised again). */
 void _hm_pl_segv_chain(const struct sigaction *app, int sig, siginfo_t *si, void *uc);
 
+/* outfile.c: output files in directories other users may write. Each
+ * returns 0 or a negative errno with the reason in why. */
+/* -EPERM when path's directory is writable by all without the sticky bit. */
+int _hm_pl_out_dir_check(const char *path, char *why, size_t len);
+/* Writes text to a new exclusive file beside path and renames it over path. */
+int _hm_pl_out_replace(const char *path, const char *text, char *why, size_t len);
+/* Appends text (one write) to path: never through a symbolic link, created
+ * 0600, an existing file must be a regular file of this user. */
+int _hm_pl_out_append(const char *path, const char *text, char *why, size_t len);
+
 #endif

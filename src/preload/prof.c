@@ -629,6 +629,15 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
       return drc;
     }
   }
+  /* and one where another user could swap the file (checked again at exit) */
+  if (!strchr(hm__pf.path_template, '%')) {
+    char dwhy[HM_PATH_MAX + 256];
+    int drc = _hm_pl_out_dir_check(hm__pf.path_template, dwhy, sizeof dwhy);
+    if (drc) {
+      snprintf(why, len, "cannot write the profile: %s", dwhy);
+      return drc;
+    }
+  }
   hm__pf.sites = _hm_prim_map_raw(HM__SITES * sizeof(hm__site_t));
   if (!hm__pf.sites) {
     snprintf(why, len, "cannot reserve the site table");
@@ -833,9 +842,8 @@ static void hm__write(void) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
   const char *rank = hm__rank();
-  char path[HM_PATH_MAX], tmp[HM_PATH_MAX + 32];
+  char path[HM_PATH_MAX];
   hm__expand(hm__pf.path_template, path, sizeof path, host, rank);
-  snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
 
   _hm_sb_t sb;
   _hm_sb_init(&sb);
@@ -968,30 +976,14 @@ static void hm__write(void) {
   _hm_sb_printf(&sb, "{\"type\":\"end\",\"sites\":%zu,\"modules\":%d}\n", nused, nmods);
   char *text = NULL;
   if (_hm_sb_take(&sb, &text) == 0 && text) {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int ok = fd >= 0;
-    size_t left = strlen(text);
-    const char *p = text;
-    while (ok && left) {
-      ssize_t wr = write(fd, p, left);
-      if (wr <= 0) ok = 0;
-      else {
-        p += wr;
-        left -= (size_t)wr;
-      }
-    }
-    if (fd >= 0 && close(fd) != 0) ok = 0;
-    if (ok && rename(tmp, path) == 0) {
-      /* written */
-    } else {
-      char msg[HM_PATH_MAX + 64];
-      int n = snprintf(msg, sizeof msg, "hetmem: cannot write profile '%s': %s\n", path,
-                       strerror(errno));
+    char why[HM_PATH_MAX + 256];
+    if (_hm_pl_out_replace(path, text, why, sizeof why) != 0) {
+      char msg[HM_PATH_MAX + 512];
+      int n = snprintf(msg, sizeof msg, "hetmem: cannot write profile '%s': %s\n", path, why);
       if (n > 0) {
         ssize_t wr = write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
         (void)wr;
       }
-      unlink(tmp);
     }
     free(text);
   }

@@ -1,11 +1,14 @@
-/* Filesystem reads for discovery, under a replaceable root. */
+/* Filesystem reads for discovery, under a replaceable root, and the
+ * creation of output files in directories other users may write. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "prim/prim.h"
@@ -134,4 +137,67 @@ int _hm_prim_check_dir(const char *path) {
   if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
   if (access(path, R_OK | X_OK) != 0) return -errno;
   return 0;
+}
+
+int _hm_prim_dir_unsafe(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) != 0) return -errno;
+  if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+  return (st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX) ? 1 : 0;
+}
+
+static uint64_t hm__random64(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v) return v;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts); /* no entropy yet: still never reused below */
+  return ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+}
+
+int _hm_prim_file_create_excl(const char *path, unsigned mode, char *tmp, size_t len) {
+  const char *slash = strrchr(path, '/');
+  const char *name = slash ? slash + 1 : path;
+  int dl = slash ? (int)(slash - path) + 1 : 0;
+  if (!*name) return -EISDIR;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    int n = snprintf(tmp, len, "%.*s.%s.%016llx.tmp", dl, path, name,
+                     (unsigned long long)hm__random64());
+    if (n < 0 || (size_t)n >= len) return -ENAMETOOLONG;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)mode);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) return -errno;
+  }
+  return -EEXIST;
+}
+
+int _hm_prim_write_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -errno;
+    if (w == 0) return -EIO;
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+int _hm_prim_fsync(int fd) { return fsync(fd) ? -errno : 0; }
+
+int _hm_prim_rename(const char *from, const char *to) { return rename(from, to) ? -errno : 0; }
+
+int _hm_prim_unlink(const char *path) { return unlink(path) ? -errno : 0; }
+
+int _hm_prim_open_append_own(const char *path) {
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    close(fd);
+    return -EPERM;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
 }

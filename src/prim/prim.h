@@ -39,6 +39,28 @@ int _hm_prim_is_dir(const char *root, const char *path);
 /* 0 if path (not under any root: a real path) is a readable directory. */
 int _hm_prim_check_dir(const char *path);
 
+/* ---- Output files in directories other users may write (prim/fs.c);
+ * real paths, never under a root ---- */
+/* 1 if dir is writable by every user and lacks the sticky bit (anyone may
+ * then rename or replace other users' files in it), 0 if not; -errno. */
+int _hm_prim_dir_unsafe(const char *dir);
+/* A new file beside path (same directory), named .<name>.<random>.tmp, made
+ * with O_CREAT|O_EXCL|O_NOFOLLOW: never an existing file, never through a
+ * symbolic link; a name already taken is retried with another. Its path
+ * goes to tmp. Returns the descriptor (O_WRONLY|O_CLOEXEC). */
+int _hm_prim_file_create_excl(const char *path, unsigned mode, char *tmp, size_t len);
+/* Writes all of buf (retrying short writes and EINTR). */
+int _hm_prim_write_all(int fd, const void *buf, size_t len);
+int _hm_prim_fsync(int fd);
+/* rename(2): a symbolic link at to is replaced, never followed. */
+int _hm_prim_rename(const char *from, const char *to);
+int _hm_prim_unlink(const char *path);
+/* Opens path to append to it, creating it with mode 0600 if absent; never
+ * through a symbolic link (-ELOOP), and an existing file must be a regular
+ * file of this user (-EPERM otherwise; a FIFO never blocks the open).
+ * Returns the descriptor. */
+int _hm_prim_open_append_own(const char *path);
+
 /* ---- Memory, affinity, clock (prim/mem.c) ---- */
 int _hm_prim_map_anon(size_t len, void **out);
 /* Anonymous, MAP_NORESERVE memory straight from the kernel (the mmap
