@@ -160,6 +160,12 @@ ssize_t _hm_prim_vm_pio(int fd, int write, void *buf, size_t len, uint64_t off);
 int _hm_prim_vm_block_signals(void *old_set);
 int _hm_prim_vm_restore_signals(const void *old_set);
 int _hm_prim_vm_tid(void);
+/* Ends the process by sig with its default action (a core-dumping signal
+ * such as SIGBUS, as the kernel ends a process whose mapped file fails):
+ * the disposition is reset with the raw syscall (an interposed sigaction
+ * must not see it) and the signal sent to the process; if every thread
+ * blocks it, _exit(128 + sig) a second later. Never returns. */
+_Noreturn void _hm_prim_vm_die(int sig);
 /* Physical memory of the machine in bytes (sysconf _SC_PHYS_PAGES). */
 int _hm_prim_vm_phys_mem(uint64_t *out);
 /* ---- Access samplers (prim/perf.c) ---- */

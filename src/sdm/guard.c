@@ -2,8 +2,12 @@
  * lose data without a word:
  *  - a budget above the machine's memory (a typo such as 1T for 1G): the
  *    slot table is sized for the budget (pager.c), and a program trusting
- *    such a budget would push the node into the OOM killer. */
+ *    such a budget would push the node into the OOM killer;
+ *  - an I/O error on the backing store that a retry did not cure: a fill
+ *    cannot hand the program its data and a write-back cannot free the
+ *    cache, so carrying on means zeros where data was, or a hang. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,4 +39,19 @@ int _hm_sdm_check_budget(hm_ctx_t *ctx, uint64_t budget) {
                    "fast budget %s is more than this machine's memory (%s): a typo? set "
                    "HETMEM_BUDGET_OVER_RAM=1 to allow it",
                    b, r);
+}
+
+_Noreturn void _hm_sdm_io_fatal(const char *dir, int is_write, uint64_t off, size_t len, int err) {
+  char msg[HM_PATH_MAX + 256], sz[32];
+  _hm_sdm_fmt_size(len, sz, sizeof sz);
+  int n = snprintf(msg, sizeof msg,
+                   "hetmem: I/O error on the storage tier %s: cannot %s %s at offset %llu of "
+                   "a backing file (%s); the program cannot go on without that data\n",
+                   dir, is_write ? "write back" : "read", sz, (unsigned long long)off,
+                   strerror(err < 0 ? -err : err));
+  if (n > 0) {
+    ssize_t w = write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    (void)w;
+  }
+  _hm_prim_vm_die(SIGBUS);
 }

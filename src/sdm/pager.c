@@ -596,11 +596,13 @@ static void hm__fill_done(hm__handler_t *h, hm__op_t *op, int res) {
   char *dst = hm__fill_target(p, op);
   uint64_t foff = (uint64_t)op->unit * p->unit + (uint64_t)op->pg0 * HM_SDM_PAGE;
   if (!op->zero && res != (int)len) {
-    /* Short or failed read: once more, synchronously, then give zeros and
-     * count the error rather than leave the thread hanging. */
-    if (_hm_prim_vm_pio(r->file, 0, dst, len, foff) != (ssize_t)len) {
+    /* Short or failed read: once more, synchronously. A second failure
+     * ends the process (guard.c): zeros where the program's data was would
+     * be silent corruption, and leaving the thread waiting is a hang. */
+    ssize_t got = _hm_prim_vm_pio(r->file, 0, dst, len, foff);
+    if (got != (ssize_t)len) {
       HM__ADD(p, c_io_errors, 1);
-      memset(dst, 0, len);
+      _hm_sdm_io_fatal(p->dir, 0, foff, len, got < 0 ? (int)got : -EIO);
     }
   }
   if (!op->zero) HM__ADD(p, c_bytes_read, len);
@@ -846,28 +848,21 @@ static int hm__evict(hm__handler_t *h, uint64_t need) {
     int wrote = 0;
     for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) wrote |= D[v][w] != 0;
     if (failed[v] && wrote) {
-      /* Retry synchronously, page run by page run; if the device still
-       * refuses, keep the unit resident rather than lose data. */
+      /* Retry synchronously, page run by page run. If the device still
+       * refuses, the process ends (guard.c): kept resident, such units
+       * would fill the cache until every fault waited for budget forever,
+       * and dropped, their data would be lost. */
       char *src0 = p->memfd_mode ? r->alias + (uint64_t)u * p->unit : ub;
       unsigned i = 0, n;
-      int bad = 0;
       while ((n = hm__run(D[v], p->upages, &i)) > 0) {
         uint64_t off = (uint64_t)u * p->unit + (uint64_t)i * HM_SDM_PAGE;
-        if (_hm_prim_vm_pio(r->file, 1, src0 + (size_t)i * HM_SDM_PAGE, n * HM_SDM_PAGE, off) < 0)
-          bad = 1;
+        ssize_t w =
+            _hm_prim_vm_pio(r->file, 1, src0 + (size_t)i * HM_SDM_PAGE, n * HM_SDM_PAGE, off);
+        if (w < 0) {
+          HM__ADD(p, c_io_errors, 1);
+          _hm_sdm_io_fatal(p->dir, 1, off, (size_t)n * HM_SDM_PAGE, (int)w);
+        }
         i += n;
-      }
-      if (bad) {
-        HM__ADD(p, c_io_errors, 1);
-        pthread_mutex_lock(&p->lk);
-        r->units[u].state = HM_U_RES;
-        S->mapped = 0;
-        S->dirty = 1;
-        r->busy--;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->lk);
-        hm__wake(p, ub, p->unit);
-        continue;
       }
     }
     if (p->memfd_mode)

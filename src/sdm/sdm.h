@@ -154,5 +154,10 @@ void _hm_sdm_fmt_size(uint64_t b, char *out, size_t len);
 /* -EINVAL with a message naming HETMEM_BUDGET_OVER_RAM when budget is more
  * than the machine's physical memory and ctx's budget_over_ram is off. */
 int _hm_sdm_check_budget(hm_ctx_t *ctx, uint64_t budget);
+/* An I/O error on a backing file that a synchronous retry did not cure:
+ * one line on stderr, then the process ends as a failing mmap'd file would
+ * end it, by SIGBUS (default action). Never returns. */
+_Noreturn void _hm_sdm_io_fatal(const char *dir, int is_write, uint64_t off, size_t len,
+                                int err);
 
 #endif
