@@ -27,6 +27,9 @@ typedef enum _hm_opt_kind_e {
   X(ALLOC_THRESHOLD, alloc_threshold, SIZE, "1MiB",                                          \
     "smallest allocation the interposer serves from a tier")                                  \
   X(STATS, stats, STR, "", "file the interposer writes its statistics to at exit")          \
+  X(STORAGE_FULL, storage_full, STR, "error",                                               \
+    "when the storage tier cannot back a large allocation: error (the allocation fails, "     \
+    "one line on stderr) or fallback (served from DRAM beyond the budget, counted in stats)")  \
   X(PROFILE, profile, STR, "", "allocation-site profile path template (%h %r %p); on if set") \
   X(PROFILE_DEPTH, profile_depth, COUNT, "8", "frames recorded per allocation site (1..64)")   \
   X(SAMPLER, sampler, STR, "auto", "access sampler while profiling: auto, pebs, ibs, spe, damon, portable, none") \

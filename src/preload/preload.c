@@ -125,7 +125,6 @@ typedef struct hm__pl_s {
   /* counters */
   _Atomic uint64_t large_allocs, large_frees, large_bytes, live_bytes, peak_live_bytes;
   _Atomic uint64_t mmap_allocs, fallbacks, realloc_moves, small_exited;
-  _Atomic int warned_fallback;
 } hm__pl_t;
 
 static hm__pl_t hm__pl = {.once = PTHREAD_ONCE_INIT, .page = 4096};
@@ -145,6 +144,7 @@ typedef struct hm__tls_s {
   unsigned guard;
   unsigned registered;
   unsigned counted; /* in the profile's thread count (hetmem's own are not) */
+  unsigned refused; /* the last large request failed by policy (full.c): no glibc fallback */
   uint64_t small;
 } hm__tls_t;
 static __thread hm__tls_t hm__tls __attribute__((tls_model("initial-exec")));
@@ -459,6 +459,9 @@ static int hm__prepare_inner(void) {
   if (hm_option_get(hm__pl.ctx, "placement", place, sizeof place)) place[0] = 0;
   if (hm_option_get(hm__pl.ctx, "stats", hm__pl.stats_path, sizeof hm__pl.stats_path))
     hm__pl.stats_path[0] = 0;
+  char policy[256], why[HM_ERRMSG_MAX];
+  if (hm_option_get(hm__pl.ctx, "storage_full", policy, sizeof policy)) policy[0] = 0;
+  if ((rc = _hm_pl_full_init(policy, why, sizeof why))) return hm__fail(rc, "%s", why);
   if (prof[0] || place[0]) return hm__prepare_sites(thr, prof, place);
   if (hm_option_get_u64(hm__pl.ctx, "fast_budget", &hm__pl.budget) || hm__pl.budget == 0)
     return hm__fail(-EINVAL, "no fast-tier budget: set HETMEM_FAST_BUDGET (e.g. 4G)");
@@ -565,11 +568,20 @@ static void hm__account_alloc(size_t req, uint16_t flags) {
   }
 }
 
-static void hm__note_fallback(int rc) {
+/* A large request glibc serves instead (the storage tier's failures are
+ * full.c's, which has said so). */
+static void hm__note_fallback(void) {
   atomic_fetch_add_explicit(&hm__pl.fallbacks, 1, memory_order_relaxed);
-  if (rc == -ENOSPC && !atomic_exchange(&hm__pl.warned_fallback, 1))
-    hm__say("warning: the storage tier is full; large allocations now come from DRAM "
-            "beyond the fast budget");
+}
+
+/* NULL from a large allocation: glibc serves the request, unless the
+ * storage tier could not back it under HETMEM_STORAGE_FULL=error; then it
+ * fails with ENOMEM. Called on that rare path only. */
+static int hm__refused(void) {
+  if (hm_likely(!hm__tls.refused)) return 0;
+  hm__tls.refused = 0;
+  errno = ENOMEM;
+  return 1;
 }
 
 static void hm__tier_account(int t, size_t req, int sign) {
@@ -628,7 +640,11 @@ static void *hm__pager_block(const hm__req_t *req, size_t *maplen_out, uint32_t 
   void *base = NULL;
   int rc = hm_pager_map(hm__pl.pager, maplen, &base);
   if (rc) {
-    hm__note_fallback(rc);
+    hm_pager_config_t cfg;
+    hm_pager_config_default(hm__pl.ctx, &cfg);
+    int full = _hm_pl_full_note(rc, cfg.backing_dir, maplen);
+    if (full == 1) hm__tls.refused = 1;
+    else hm__note_fallback();
     return NULL;
   }
   uintptr_t key = (uintptr_t)base;
@@ -748,6 +764,7 @@ static int hm__place_want(int site) {
  * it cannot (the caller then falls back to glibc). Runs under the guard.
  * zero: the memory must read as zeros (calloc). */
 static void *hm__large_alloc_z(const hm__req_t *req, int zero) {
+  hm__tls.refused = 0;
   if (hm__tls.guard) return NULL;
   hm__tls.guard++;
   hm__ensure_prepared();
@@ -766,7 +783,7 @@ static void *hm__large_alloc_z(const hm__req_t *req, int zero) {
         _hm_pl_prof_alloc(site, req->size);
         hm__account_alloc(req->size, req->flags);
       } else {
-        hm__note_fallback(-ENOMEM); /* table full: an untracked glibc block */
+        hm__note_fallback(); /* table full: an untracked glibc block */
       }
     }
     goto out;
@@ -776,11 +793,11 @@ static void *hm__large_alloc_z(const hm__req_t *req, int zero) {
     _hm_pl_capture(&st, hm__pl.depth);
     int site = _hm_pl_place_match(&st);
     user = hm__place_serve(req, zero, site, hm__place_want(site));
-    if (!user) hm__note_fallback(0);
+    if (!user && !hm__tls.refused) hm__note_fallback();
     goto out;
   }
   if (hm__ensure_pager() != 0 || hm__route(req) != HM_PL_PAGER) {
-    hm__note_fallback(0);
+    hm__note_fallback();
     goto out;
   }
   size_t maplen = 0;
@@ -791,7 +808,7 @@ static void *hm__large_alloc_z(const hm__req_t *req, int zero) {
                                           req->size, HM_PL_PAGER, req->flags);
   if (!b) {
     hm_pager_unmap(hm__pl.pager, (void *)((uintptr_t)key - off), maplen);
-    hm__note_fallback(-ENOMEM);
+    hm__note_fallback();
     goto out;
   }
   hm__account_alloc(req->size, req->flags);
@@ -874,7 +891,7 @@ static inline void hm__count_small(void *ra, size_t size) {
 __attribute__((noinline)) static void *hm__malloc_large(size_t size) {
   hm__req_t r = {size, 0, 0};
   void *p = hm__large_alloc(&r);
-  return p ? p : __libc_malloc(size);
+  return p || hm__refused() ? p : __libc_malloc(size);
 }
 
 /* Cost of a small malloc: a compare with the threshold, hm__count_small,
@@ -915,7 +932,7 @@ void *calloc(size_t nmemb, size_t size) {
   }
   hm__req_t r = {total, 0, 0};
   void *p = hm__large_alloc_z(&r, 1); /* pager and NUMA regions start zero-filled */
-  return p ? p : __libc_calloc(nmemb, size);
+  return p || hm__refused() ? p : __libc_calloc(nmemb, size);
 }
 
 static void *hm__realloc_large(_hm_pl_block_t *b, void *ptr, size_t size) {
@@ -950,6 +967,7 @@ static void *hm__realloc_large(_hm_pl_block_t *b, void *ptr, size_t size) {
   if (size >= hm__thr()) {
     hm__req_t r = {size, 0, 0};
     n = hm__large_alloc(&r);
+    if (!n && hm__refused()) return NULL; /* the old block is untouched */
   }
   if (!n) n = __libc_malloc(size);
   if (!n) return NULL; /* errno is ENOMEM; the old block is untouched */
@@ -968,7 +986,7 @@ void *realloc(void *ptr, size_t size) {
     size_t old = hm__libc_usable(ptr);
     hm__req_t r = {size, 0, 0};
     void *n = old ? hm__large_alloc(&r) : NULL;
-    if (!n) return __libc_realloc(ptr, size);
+    if (!n) return hm__refused() ? NULL : __libc_realloc(ptr, size);
     memcpy(n, ptr, old < size ? old : size);
     atomic_fetch_add_explicit(&hm__pl.realloc_moves, 1, memory_order_relaxed);
     __libc_free(ptr);
@@ -995,7 +1013,7 @@ static void *hm__aligned(size_t alignment, size_t size, void *ra) {
   }
   hm__req_t r = {size, alignment, 0};
   void *p = hm__large_alloc(&r);
-  return p ? p : __libc_memalign(alignment, size);
+  return p || hm__refused() ? p : __libc_memalign(alignment, size);
 }
 
 void *memalign(size_t alignment, size_t size) {
@@ -1071,6 +1089,7 @@ void *mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset)
     hm__req_t r = {length, 0, HM_PL_FROM_MMAP};
     void *p = hm__large_alloc(&r);
     if (p) return p;
+    if (hm__refused()) return MAP_FAILED;
   }
   return hm__sys_mmap(addr, length, prot, flags, fd, offset);
 }
@@ -1361,6 +1380,7 @@ static void hm__stats_json(_hm_sb_t *sb) {
 #undef HM__NAME
   _hm_sb_puts(sb, "]}");
   _hm_sb_printf(sb, ",\"mode\":\"%s\"", hm__mode_names[hm__pl.mode]);
+  _hm_pl_full_json(sb);
   if (hm__pl.mode == HM__M_PLACE) hm__placement_json(sb);
   _hm_sb_puts(sb, ",\"pager\":");
   char *pj = NULL;

@@ -12,6 +12,7 @@ add_library(hetmem_preload SHARED
   ${HM_PRELOAD_DIR}/prof.c
   ${HM_PRELOAD_DIR}/term.c
   ${HM_PRELOAD_DIR}/outfile.c
+  ${HM_PRELOAD_DIR}/full.c
   ${HM_PRELOAD_DIR}/sampler.c
   ${HM_PRELOAD_DIR}/sampler_perf.c
   ${HM_PRELOAD_DIR}/sampler_damon.c)
@@ -55,6 +56,8 @@ if(HETMEM_BUILD_TESTS)
   add_executable(hm_segv_target ${PROJECT_SOURCE_DIR}/tests/c/segv_target.c)
   target_compile_options(hm_segv_target PRIVATE ${HM_WARNINGS})
   target_compile_definitions(hm_segv_target PRIVATE _GNU_SOURCE)
+  add_executable(hm_full_target ${PROJECT_SOURCE_DIR}/tests/c/full_target.c)
+  target_compile_options(hm_full_target PRIVATE ${HM_WARNINGS})
   add_executable(hm_preload_bench ${PROJECT_SOURCE_DIR}/tests/c/preload_bench.c)
   target_compile_options(hm_preload_bench PRIVATE ${HM_WARNINGS})
   target_compile_definitions(hm_preload_bench PRIVATE _GNU_SOURCE)

@@ -269,4 +269,16 @@ int _hm_pl_out_replace(const char *path, const char *text, char *why, size_t len
  * 0600, an existing file must be a regular file of this user. */
 int _hm_pl_out_append(const char *path, const char *text, char *why, size_t len);
 
+/* full.c: the storage tier cannot back a large allocation (policy
+ * storage_full: error or fallback). */
+int _hm_pl_full_init(const char *policy, char *why, size_t len);
+/* rc: hm_pager_map's error for a request of bytes in dir. 1: the
+ * allocation must fail (error policy), 0: served from DRAM (fallback
+ * policy), -1: not a failure of the tier (the caller's usual fallback).
+ * Says it once on stderr, counts it. */
+int _hm_pl_full_note(int rc, const char *dir, uint64_t bytes);
+struct _hm_sb_s;
+/* ,"storage_full":{...} for the statistics line. */
+void _hm_pl_full_json(struct _hm_sb_s *sb);
+
 #endif
