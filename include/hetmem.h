@@ -345,8 +345,9 @@ typedef struct hm_pager_config_s {
 HM_API void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg);
 
 /** Opens a pager. Errors (with a message on ctx): -EINVAL for a budget
- *  smaller than one fetch unit or a bad fetch unit, or a backing directory
- *  on tmpfs; -ENOENT/-ENOTDIR/-EACCES/-EROFS for an unusable backing
+ *  smaller than one fetch unit or a bad fetch unit, a budget above the
+ *  machine's physical memory unless the option budget_over_ram is set
+ *  (HETMEM_BUDGET_OVER_RAM=1), or a backing directory on tmpfs; -ENOENT/-ENOTDIR/-EACCES/-EROFS for an unusable backing
  *  directory; -EPERM when userfaultfd is not permitted; -ENOSYS when the
  *  kernel lacks it. ctx must outlive the pager.
  *  Fork: regions are MADV_DONTFORK, so a child process does not inherit them
@@ -354,7 +355,13 @@ HM_API void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg)
  *  line saying why) and never reads zeros where the parent had data; the
  *  child must open its own pager (the parent's refuses to map
  *  there, -ECHILD). Signals: handler threads block them, and a faulting
- *  thread that takes one simply retries its access. */
+ *  thread that takes one simply retries its access.
+ *  I/O errors: a backing-file read or write-back that fails even when
+ *  retried ends the process with one line on stderr and SIGBUS (default
+ *  action), as a failing mmap'd file would: the data cannot be given back
+ *  and the cache cannot be freed, so returning zeros or waiting would be
+ *  worse. Opening touches none of the pager's slot table (sized for the
+ *  budget, reserved without commit): its memory follows use. */
 HM_API HM_NODISCARD int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg,
                                       hm_pager_t **out);
 
