@@ -3,10 +3,16 @@
 K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024 (what numactl and Slurm users
 mean); kB/MB/GB/TB are powers of 1000. The C runtime parses the same way
 (hm_parse_size); tests check both agree.
+
+Budgets (--fast-budget of every verb) go through parse_budget: more than
+zero and at most this machine's memory, unless HETMEM_BUDGET_OVER_RAM=1 (the
+same option the runtime reads) says a larger one is meant.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import re
 
 from hetmem.errors import UsageError
@@ -39,11 +45,82 @@ def parse_size(text: str, what: str = "size") -> int:
     if not m or key not in _UNITS:
         raise UsageError(f"{what}: '{text}' is not a size (examples: 4096, 64K, 512MiB, 4G)")
     value = float(m.group(1)) * _UNITS[key]
+    # checked first: int() of an infinite value (a number of 309 digits) raises
+    if not math.isfinite(value) or value >= 2**64:
+        raise UsageError(f"{what}: '{text}' is too large")
     if value != int(value):
         raise UsageError(f"{what}: '{text}' is not a whole number of bytes")
-    if value >= 2**64:
-        raise UsageError(f"{what}: '{text}' is too large")
     return int(value)
+
+
+OVER_RAM_ENV = "HETMEM_BUDGET_OVER_RAM"
+_YES = ("1", "true", "on", "yes")
+_NO = ("0", "false", "off", "no", "")
+
+
+def budget_over_ram_allowed() -> bool:
+    """HETMEM_BUDGET_OVER_RAM read as the runtime reads a boolean option."""
+    text = os.environ.get(OVER_RAM_ENV, "").strip().lower()
+    if text in _YES:
+        return True
+    if text in _NO:
+        return False
+    raise UsageError(f"{OVER_RAM_ENV}='{text}' is not a boolean (1 or 0)")
+
+
+def machine_memory() -> int:
+    """Physical memory of this machine in bytes (MemTotal); 0 if unknown."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 0
+
+
+def parse_budget(text: str, flag: str = "--fast-budget", minimum: int = 1) -> int:
+    """A fast-tier budget: a size of at least `minimum` bytes and at most this
+    machine's memory unless HETMEM_BUDGET_OVER_RAM=1. Every verb that takes a
+    budget checks it here, before any work starts: a typo such as 1T must
+    not reach the runtime, whose metadata grows with the budget."""
+    budget = parse_size(text, flag)
+    if budget < minimum:
+        least = "more than 0" if minimum <= 1 else f"at least {format_size(minimum)}"
+        raise UsageError(f"{flag} {text}: the budget must be {least}")
+    ram = machine_memory()
+    if ram and budget > ram and not budget_over_ram_allowed():
+        raise UsageError(
+            f"{flag} {text}: more than this machine's memory ({format_size(ram)}); "
+            f"set {OVER_RAM_ENV}=1 if that is meant"
+        )
+    return budget
+
+
+def parse_positive(text: str, flag: str, most: int = 0, why: str = "") -> int:
+    """A size of at least one byte and, when `most` is given, at most that
+    (`why` says what the limit is)."""
+    n = parse_size(text, flag)
+    if n < 1:
+        raise UsageError(f"{flag} {text}: must be more than 0")
+    if most and n > most:
+        raise UsageError(f"{flag} {text}: at most {format_size(most)} ({why})")
+    return n
+
+
+def parse_array_size(text: str, flag: str = "--array-size") -> int:
+    """A STREAM array size: STREAM maps three such arrays, so each may take at
+    most a quarter of this machine's memory."""
+    ram = machine_memory()
+    return parse_positive(text, flag, ram // 4, "a quarter of this machine's memory: 3 arrays")
+
+
+def parse_probe_sizes(storage_size: str | None, array_size: str | None) -> tuple[int, int]:
+    """--storage-size and --array-size of the probe and its reference bench, in
+    bytes; 0 for one not given (the probe's default)."""
+    size = array = 0
+    if storage_size is not None:
+        size = parse_positive(storage_size, "--storage-size")
+    if array_size is not None:
+        array = parse_array_size(array_size, "--array-size")
+    return size, array
 
 
 def format_size(n: float) -> str:
