@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 from hetmem import limits, output
 from hetmem import placement as plc
 from hetmem import profile as prof
+from hetmem.commands import check_output_file
 from hetmem.errors import UsageError
 from hetmem.sitenames import short
-from hetmem.sizes import format_size, parse_size
+from hetmem.sizes import format_size, parse_budget
 from hetmem.symbolize import Symbolizer
 
 
@@ -32,7 +34,10 @@ class Command:
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("profiles", nargs="*", metavar="PROFILE", help="profile files")
         parser.add_argument(
-            "--fast-budget", metavar="SIZE", help="fast-tier bytes per node (e.g. 4G, 512MiB)"
+            "--fast-budget",
+            metavar="SIZE",
+            help="fast-tier bytes per node (e.g. 4G, 512MiB); at most this machine's memory "
+            "unless HETMEM_BUDGET_OVER_RAM=1",
         )
         parser.add_argument("-o", "--output", metavar="FILE", help="write the placement here")
         parser.add_argument("--json", action="store_true", help="print JSON")
@@ -86,15 +91,7 @@ class Command:
 
         if args.benchmark is not None:
             return self.bench(args)
-        if not args.profiles:
-            raise UsageError("give at least one profile file")
-        if args.fast_budget is None:
-            raise UsageError("--fast-budget SIZE is required (fast-tier bytes per node)")
-        budget = parse_size(args.fast_budget, "--fast-budget")
-        if args.ranks_per_node is not None and args.ranks_per_node < 1:
-            raise UsageError("--ranks-per-node must be at least 1")
-        if args.max_ilp_sites < 0:
-            raise UsageError("--max-ilp-sites must not be negative")
+        budget = self.check(args)
         names = []
         dropped_notes = []
         for arg in args.profiles:
@@ -235,6 +232,25 @@ class Command:
         if args.output:
             con.print(f"placement written to {args.output}", markup=False)
         return 0
+
+    def check(self, args: argparse.Namespace) -> int:
+        """Every option, before any profile is read: the budget in bytes."""
+        if args.fast_budget is None:
+            raise UsageError("--fast-budget SIZE is required (fast-tier bytes per node)")
+        budget = parse_budget(args.fast_budget, "--fast-budget")
+        if not args.profiles:
+            raise UsageError("give at least one profile file")
+        if args.ranks_per_node is not None and args.ranks_per_node < 1:
+            raise UsageError("--ranks-per-node must be at least 1")
+        if args.max_ilp_sites < 0:
+            raise UsageError("--max-ilp-sites must not be negative")
+        if not 0 <= args.explain <= 1_000_000:
+            raise UsageError("--explain N must be 0 or more")
+        if not (math.isfinite(args.time_limit) and args.time_limit > 0):
+            raise UsageError("--time-limit S must be a positive number of seconds")
+        if args.output:
+            check_output_file(args.output, "-o")
+        return budget
 
     def bench(self, args: argparse.Namespace) -> int:
         from hetmem import advise as adv

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+from hetmem.commands import check_output_file
 from hetmem.run import MODES, RunConfig, run
-from hetmem.sizes import parse_size
+from hetmem.sizes import parse_budget, parse_positive, parse_size
 
 
 class Command:
@@ -44,7 +46,8 @@ class Command:
         parser.add_argument(
             "--fast-budget",
             metavar="SIZE",
-            help="DRAM the command may use (cache and swap modes; default $HETMEM_FAST_BUDGET)",
+            help="DRAM the command may use (default $HETMEM_FAST_BUDGET); at most this "
+            "machine's memory unless HETMEM_BUDGET_OVER_RAM=1",
         )
         parser.add_argument(
             "--storage",
@@ -79,15 +82,30 @@ class Command:
         command = list(args.command)
         if command and command[0] == "--":
             command = command[1:]
-        budget_text = args.fast_budget or os.environ.get("HETMEM_FAST_BUDGET") or ""
+        if args.stats is not None:
+            check_output_file(args.stats, "--stats")
         cfg = RunConfig(
             mode=args.mode,
             command=command,
-            budget=parse_size(budget_text, "--fast-budget") if budget_text else 0,
+            budget=_budget(args.fast_budget),
             storage=args.storage,
             stats=args.stats,
-            threshold=parse_size(args.threshold, "--threshold") if args.threshold else None,
-            swap_size=parse_size(args.swap_size, "--swap-size") if args.swap_size else None,
+            threshold=_size(args.threshold, "--threshold", parse_size),
+            swap_size=_size(args.swap_size, "--swap-size", parse_positive),
             placement=args.placement,
         )
         return run(cfg)
+
+
+def _budget(flag_value: str | None) -> int:
+    """--fast-budget, else $HETMEM_FAST_BUDGET, checked as every verb checks a
+    budget (hetmem.sizes.parse_budget); 0 when neither is given (dram mode)."""
+    if flag_value is not None:
+        return parse_budget(flag_value, "--fast-budget")
+    env = os.environ.get("HETMEM_FAST_BUDGET")
+    return parse_budget(env, "HETMEM_FAST_BUDGET") if env else 0
+
+
+def _size(text: str | None, flag: str, parse: Callable[[str, str], int]) -> int | None:
+    """An optional size option: None when not given; given but empty is an error."""
+    return None if text is None else parse(text, flag)
