@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetmem import __version__
+from hetmem import __version__, sizes
 from hetmem.errors import UsageError
-from hetmem.sizes import format_size, parse_size
+from hetmem.sizes import format_size
 
 SCHEMA_VERSION = 1
 ALL_MODES = ("dram", "cache", "swap", "flat", "hybrid")
@@ -557,7 +557,7 @@ def efficiency_table(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def parse_budget(text: str) -> int:
-    budget = parse_size(text, "--fast-budget")
+    budget = sizes.parse_budget(text, "--fast-budget")
     if budget < (16 << 20):
         raise UsageError(f"--fast-budget {text}: use at least 16MiB for benchmarks")
     return budget

@@ -143,6 +143,17 @@ def make_plan(args: argparse.Namespace, suite: str) -> harness.Plan:
     )
 
 
+def check_options(args: argparse.Namespace, suite: str) -> None:
+    """Every option of the matrix, for suites that do other work first (sdm
+    probes the storage tier): a bad size or folder is refused at once, not
+    after that work. Modes left to the default are chosen (with their notes)
+    when the matrix runs."""
+    ns = argparse.Namespace(**vars(args))
+    if ns.modes is None:
+        ns.modes = "dram"
+    make_plan(ns, suite)
+
+
 def execute_with_progress(plan: harness.Plan, argv: list[str], show: bool) -> list[dict[str, Any]]:
     with output.progress(enabled=show) as prog:
         task = prog.add_task("benchmarks", total=None)

@@ -28,7 +28,7 @@ from hetmem import probe as probe_mod
 from hetmem._native import Context
 from hetmem.bench import find_program
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
-from hetmem.sizes import format_size, parse_size
+from hetmem.sizes import format_size, parse_probe_sizes
 
 SCHEMA_VERSION = 1
 TRIAD_TARGET = 0.90
@@ -129,11 +129,8 @@ def run(args: argparse.Namespace) -> int:
         if not 1 <= t <= ncpu:
             raise UsageError(f"--threads {t}: this process may use 1..{ncpu} CPUs")
     reps = 4 if quick else 6
-    file_bytes = (
-        parse_size(args.storage_size, "--storage-size")
-        if args.storage_size
-        else (256 << 20 if quick else 1 << 30)
-    )
+    file_bytes, array_bytes = parse_probe_sizes(args.storage_size, args.array_size)
+    file_bytes = file_bytes or (256 << 20 if quick else 1 << 30)
     block, depth = 1 << 20, 8
 
     result: dict[str, Any] = {
@@ -160,9 +157,7 @@ def run(args: argparse.Namespace) -> int:
                 ctx,
                 {"test": "storage", "dir": sdir, "file_bytes": file_bytes, "check_only": True},
             )
-        if args.array_size:
-            array_bytes = parse_size(args.array_size, "--array-size")
-        else:
+        if not array_bytes:
             llc = probe_mod.request(ctx, {"test": "llc"})["llc_bytes"]
             array_bytes = max(4 * llc, 8 << 20)
         elements = array_bytes // 8

@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     from hetmem import cache as cache_mod
     from hetmem.harness import load_runs
 
+    matrix.check_options(args, "sdm")
     if args.no_device_probe:
         probe = cache_mod.load("probe") or {}
         device = next((t for t in probe.get("tiers", []) if t.get("kind") == "storage"), {})

@@ -8,7 +8,8 @@ import sys
 from hetmem import output
 from hetmem import probe as probe_mod
 from hetmem._native import Context
-from hetmem.sizes import parse_size
+from hetmem.errors import UsageError
+from hetmem.sizes import parse_probe_sizes
 
 
 class Command:
@@ -69,8 +70,11 @@ class Command:
         parser.add_argument("--no-memory", action="store_true", help="measure storage tiers only")
 
     def run(self, args: argparse.Namespace) -> int:
-        size = parse_size(args.storage_size, "--storage-size") if args.storage_size else 0
-        array = parse_size(args.array_size, "--array-size") if args.array_size else 0
+        size, array = parse_probe_sizes(args.storage_size, args.array_size)
+        if any(n < 1 for n in args.threads or []):
+            raise UsageError("--threads: each thread count must be at least 1")
+        if any(n < 0 for n in args.nodes or []):
+            raise UsageError("--nodes: NUMA node numbers are 0 or more")
         with Context() as ctx:
             plan = probe_mod.make_plan(
                 ctx,
