@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import output
+from hetmem.commands import check_output_file
 from hetmem.errors import UsageError
 from hetmem.flow import spec as specmod
 
@@ -116,6 +117,8 @@ class Command:
         from hetmem import cache
         from hetmem.flow import calibrate
 
+        if args.max_streams < 1:
+            raise UsageError("--max-streams: must be >= 1")
         con = output.err_console()
         data = calibrate.run(
             args.tier,
@@ -219,7 +222,7 @@ class Command:
         if args.max_ranks < 1:
             raise UsageError("--max-ranks: must be >= 1")
         if args.output:
-            output.check_output_dir(args.output, "-o")
+            check_output_file(args.output, "-o")
         # every spec is read before any calibration or run starts
         specs = [specmod.load(name) for name in args.spec]
         if args.calibrate:

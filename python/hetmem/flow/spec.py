@@ -143,8 +143,8 @@ def _component(d: Any, where: str, writer: bool) -> Component:
         c.size = _int(d, "size", where, None, lo=8)
         secs = d.get("seconds")
         if secs is not None:
-            if isinstance(secs, bool) or not isinstance(secs, int | float) or secs < 0:
-                raise SpecError(f"{where}.seconds: expected a non-negative number, got {secs!r}")
+            if isinstance(secs, bool) or not isinstance(secs, int | float) or not 0 <= secs <= 3600:
+                raise SpecError(f"{where}.seconds: expected 0..3600 seconds, got {secs!r}")
             c.seconds = float(secs)
             if "repeat" in d:
                 raise SpecError(f"{where}.repeat: give repeat or seconds, not both")
@@ -218,9 +218,11 @@ def load(path: str | Path) -> Spec:
                 f"{path}: no such spec file (shipped specs: {', '.join(shipped_names())})"
             )
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"{path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a workflow spec (not UTF-8 text; TOML expected)") from None
     return parse(text, str(p))
 
 
