@@ -5,9 +5,14 @@ option and exit code 2, never a traceback."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
+
+from hetmem import placement, sizes
+from hetmem.errors import UsageError
 
 # (argv, words the one error line must contain)
 CASES = [
@@ -195,3 +200,103 @@ def test_interposer_option_refused_at_start(tmp_path, extra, mode, words):
     assert len(lines) == 1 and words in lines[0], proc.stderr
     assert lines[0].startswith(f"hetmem: cannot start {mode}"), proc.stderr
     assert not list(tmp_path.glob("p.*"))
+
+
+# issue 19, finding 9: tracebacks and late validation; finding 5: budgets
+FUZZ = Path(__file__).resolve().parent / "fuzz" / "corpus"
+PROFILE = str(FUZZ / "profile" / "valid_two_sites")
+NO_CMD = "/nonexistent-hetmem-dir/never-runs"
+
+
+def _ram() -> int:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_advise_output_in_a_missing_folder_is_refused_before_solving(hetmem, tmp_path):
+    # was a FileNotFoundError traceback after the solve
+    out = tmp_path / "nonexistent" / "x.toml"
+    proc = hetmem("advise", PROFILE, "--fast-budget", "16M", "-o", str(out), timeout=120)
+    _assert_refused(proc, "does not exist")
+
+
+def test_flow_run_of_a_binary_file_is_one_line(hetmem, tmp_path):
+    # was a UnicodeDecodeError traceback
+    spec = tmp_path / "spec.bin"
+    spec.write_bytes(bytes(range(256)) * 8)
+    proc = hetmem("flow", "run", str(spec), timeout=120)
+    _assert_refused(proc, "not UTF-8")
+
+
+def test_bench_sdm_refuses_a_bad_size_before_probing(hetmem, tmp_path):
+    # the storage tier was probed (a minute) before 1Q was looked at
+    proc = hetmem("bench", "sdm", "--fast-budget", "1Q", "--storage", str(tmp_path), timeout=120)
+    assert "measuring" not in proc.stderr, proc.stderr
+    _assert_refused(proc, "--fast-budget: '1Q' is not a size")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["advise", PROFILE, "--fast-budget", "{B}"],
+        ["run", "--mode", "cache", "--fast-budget", "{B}", "--", NO_CMD],
+        ["run", "--mode", "flat", "--placement", PROFILE, "--fast-budget", "{B}", "--", NO_CMD],
+        ["bench", "kernels", "stream", "--fast-budget", "{B}", "-o", "{tmp}/out"],
+        ["demo", "--fast-budget", "{B}", "-o", "{tmp}/out"],
+    ],
+    ids=["advise", "run-cache", "run-flat", "bench", "demo"],
+)
+@pytest.mark.parametrize("budget", ["0", "99999T", "2xRAM"])
+def test_every_verb_checks_a_budget_alike_before_any_work(hetmem, tmp_path, argv, budget):
+    # advise took 0 where run refused it; 1T and 99999T reached the runtime,
+    # whose metadata grew with the budget (13 GB RSS, a hang, the OOM killer)
+    text = str(2 * _ram()) if budget == "2xRAM" else budget
+    argv = [a.replace("{B}", text).replace("{tmp}", str(tmp_path)) for a in argv]
+    proc = hetmem(*argv, env={"HETMEM_BUDGET_OVER_RAM": ""}, timeout=120)
+    words = "more than 0" if budget == "0" else "set HETMEM_BUDGET_OVER_RAM=1"
+    _assert_refused(proc, f"--fast-budget {text}: ")
+    assert words in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_budget_over_ram_is_allowed_when_asked(hetmem):
+    text = str(2 * _ram())
+    over = {"HETMEM_BUDGET_OVER_RAM": "1"}
+    proc = hetmem("advise", PROFILE, "--fast-budget", text, "--json", env=over, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["fast_budget_node_bytes"] == int(text)
+    proc = hetmem("advise", PROFILE, "--fast-budget", text, env={"HETMEM_BUDGET_OVER_RAM": "maybe"})
+    _assert_refused(proc, "HETMEM_BUDGET_OVER_RAM='maybe' is not a boolean")
+
+
+@pytest.mark.parametrize("text", ["1" * 400, "9" * 310 + "T", ".5", "1.5"])
+def test_huge_or_fractional_sizes_are_usage_errors(text):
+    # a 309-digit number was float infinity, and int() of it an OverflowError
+    with pytest.raises(UsageError):
+        sizes.parse_size(text)
+
+
+def test_budget_parser_bounds():
+    ram = _ram()
+    assert sizes.parse_budget(str(ram)) == ram
+    for text in ("0", str(ram + 1), "0.0"):
+        with pytest.raises(UsageError):
+            sizes.parse_budget(text)
+    with pytest.raises(UsageError, match="at least 16 MiB"):
+        sizes.parse_budget("1M", minimum=16 << 20)
+
+
+def test_placement_save_never_writes_through_a_symlink(tmp_path):
+    # the temporary file was .NAME.tmpPID, opened with O_CREAT|O_TRUNC: a
+    # symlink planted there (or at NAME) sent the placement into its target
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "x.toml"
+    (tmp_path / f".x.toml.tmp{os.getpid()}").symlink_to(victim)
+    out.symlink_to(victim)
+    p = placement.parse_bytes((FUZZ / "placement" / "valid").read_bytes(), "seed")
+    placement.save(p, out)
+    assert victim.read_text() == "precious\n"
+    assert not out.is_symlink() and placement.load(out).sites == p.sites
+    with pytest.raises(UsageError, match="cannot write"):
+        placement.save(p, tmp_path / "missing" / "x.toml")
