@@ -51,11 +51,33 @@ def _as_attacker() -> None:  # runs in the attacker's child before exec
         os.setuid(NOBODY)
 
 
-def _attack(*links: tuple[Path, Path]) -> None:
-    """Plants each (link, target) symbolic link as the attacker (nobody)."""
-    code = "import os,sys\nfor a in range(1, len(sys.argv), 2): os.symlink(sys.argv[a], sys.argv[a+1])"
+_ATTACKER = """\
+import os, sys
+pairs = [(sys.argv[a], sys.argv[a + 1]) for a in range(2, len(sys.argv), 2)]
+while True:
+    for target, link in pairs:
+        try:
+            os.symlink(target, link)
+        except FileExistsError:
+            pass
+        except OSError:  # the directory is gone: the test is over
+            sys.exit(0)
+    if sys.argv[1] == "once" or os.path.exists(sys.argv[1]):
+        break
+"""
+
+
+def _attack(*links: tuple[Path, Path], until: Path | None = None) -> subprocess.Popen[bytes]:
+    """Plants each (link, target) symbolic link as the attacker (nobody):
+    once, or (until given) again and again until that file exists."""
     args = [str(x) for link, target in links for x in (target, link)]
-    subprocess.run(["python3", "-c", code, *args], check=True, preexec_fn=_as_attacker)
+    proc = subprocess.Popen(
+        ["python3", "-c", _ATTACKER, str(until) if until else "once", *args],
+        preexec_fn=_as_attacker,
+    )
+    if not until:
+        assert proc.wait(timeout=60) == 0
+    return proc
 
 
 @pytest.fixture
@@ -103,18 +125,28 @@ def test_profile_is_never_written_through_planted_links(
     out = d / "app.prof"
     env = _env(HETMEM_PROFILE=str(out), HETMEM_SAMPLER="none")
     proc = _start_holding(env, tmp_path)
+    stop, attacker = d.parent / "stop", None  # where the attacker can see it
     try:
         # the names the old code would use for this process and the next
         # ones, and the target itself
         links = [(Path(f"{out}.tmp{pid}"), victim) for pid in range(proc.pid, proc.pid + 64)]
         _attack(*links, (out, victim))
         assert out.is_symlink()
+        # and a loop that keeps planting them while the profile is written
+        attacker = _attack(*links, until=stop)
         proc.send_signal(signal.SIGTERM)  # the profile is written on the way out
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        stop.touch()
+        if attacker is not None:
+            try:
+                attacker.wait(timeout=60)
+            finally:
+                attacker.kill()
+                attacker.wait()
     assert proc.returncode == -signal.SIGTERM, err
     assert victim.read_text() == VICTIM_TEXT
     st = os.lstat(out)
