@@ -31,3 +31,15 @@ class SchemaError(HetmemError):
 
 class EnvironmentProblem(HetmemError):
     """The machine lacks something a command needs (root, a tool, a kernel feature)."""
+
+
+class CommandNotFound(HetmemError):
+    """The command to run does not exist: exit 127, as a shell gives."""
+
+    exit_code = 127
+
+
+class CommandNotExecutable(HetmemError):
+    """The command exists but cannot be executed: exit 126, as a shell gives."""
+
+    exit_code = 126

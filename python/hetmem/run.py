@@ -23,6 +23,7 @@ before the command starts: a one-line error and exit status 2.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import shutil
@@ -40,7 +41,14 @@ from typing import Any
 
 from hetmem import _native
 from hetmem import placement as placement_mod
-from hetmem.errors import EnvironmentProblem, HetmemError, NativeError, UsageError
+from hetmem.errors import (
+    CommandNotExecutable,
+    CommandNotFound,
+    EnvironmentProblem,
+    HetmemError,
+    NativeError,
+    UsageError,
+)
 from hetmem.output import check_output_dir
 from hetmem.sizes import format_size, parse_size
 
@@ -101,15 +109,33 @@ def check_storage(path: Path, need_bytes: int) -> None:
         )
 
 
+def _search_path(name: str) -> list[str]:
+    dirs = (os.environ.get("PATH") or os.defpath).split(os.pathsep)
+    return [os.path.join(d or ".", name) for d in dirs]
+
+
 def resolve_command(argv: list[str]) -> str:
-    """The path of the command's executable, as the shell would find it."""
+    """The path of the command's executable, as the shell would find it: a
+    missing one is CommandNotFound (exit 127), one that exists but cannot be
+    run CommandNotExecutable (126), as a shell gives."""
     if not argv:
         raise UsageError("no command given: hetmem run [OPTIONS] -- CMD [ARGS...]")
     exe = argv[0]
-    found = shutil.which(exe) if "/" not in exe else (exe if os.access(exe, os.X_OK) else None)
-    if not found:
-        raise UsageError(f"'{exe}': command not found or not executable")
-    return found
+    if "/" not in exe:
+        found = shutil.which(exe)
+        if found and not os.path.isdir(found):
+            return found
+        present = [p for p in _search_path(exe) if os.path.exists(p)]
+        if not present:
+            raise CommandNotFound(f"'{exe}': command not found")
+        exe = present[0]
+    if not os.path.exists(exe):
+        raise CommandNotFound(f"'{exe}': no such file")
+    if os.path.isdir(exe):
+        raise CommandNotExecutable(f"'{exe}': is a directory")
+    if not os.access(exe, os.X_OK):
+        raise CommandNotExecutable(f"'{exe}': permission denied (not executable)")
+    return exe
 
 
 def is_static_elf(path: str) -> bool:
@@ -330,11 +356,11 @@ def _spawn(
     state["spawning"] = True
     try:
         proc = subprocess.Popen(argv, env=env, preexec_fn=preexec)
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         state["spawning"] = False
         if "pending" in state:
             raise _Interrupted(state.pop("pending")) from None
-        raise UsageError(f"cannot run '{argv[0]}': {exc.strerror}") from None
+        raise _spawn_error(argv[0], exc) from None
     state["proc"] = proc
     state["spawning"] = False
     pending = state.pop("pending", None)
@@ -345,6 +371,16 @@ def _spawn(
     wall = time.perf_counter() - t0
     state["proc"] = None
     return (128 - rc if rc < 0 else rc), wall
+
+
+def _spawn_error(name: str, exc: OSError | subprocess.SubprocessError) -> HetmemError:
+    """exec's failure as a shell reports it: 127 for a missing file (a
+    script's missing interpreter too), 126 for anything else."""
+    if not isinstance(exc, OSError):
+        return EnvironmentProblem(f"cannot start '{name}': {exc}")
+    if exc.errno == errno.ENOENT:
+        return CommandNotFound(f"cannot run '{name}': {exc.strerror}")
+    return CommandNotExecutable(f"cannot run '{name}': {exc.strerror}")
 
 
 def _read_interposer_stats(path: Path) -> list[dict[str, Any]]:
