@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -84,3 +85,20 @@ def check_output_dir(path: str | os.PathLike[str], flag: str) -> None:
         raise UsageError(f"{flag}: directory '{parent}' does not exist")
     if not os.access(parent, os.W_OK):
         raise UsageError(f"{flag}: directory '{parent}' is not writable")
+    check_shared_dir(parent, flag)
+
+
+def check_shared_dir(path: str | os.PathLike[str], what: str) -> None:
+    """Refuses a directory where hetmem would create files that every user
+    may write without the sticky bit: there anyone can rename hetmem's files
+    away and put symlinks in their place between two of its steps."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # the caller's own checks say what is wrong with it
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        raise UsageError(
+            f"{what}: directory '{path}' is writable by every user and lacks the sticky bit, "
+            f"so others could replace hetmem's files in it; run `chmod +t {path}` or choose "
+            "another directory"
+        )

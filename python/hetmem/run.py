@@ -49,7 +49,7 @@ from hetmem.errors import (
     NativeError,
     UsageError,
 )
-from hetmem.output import check_output_dir
+from hetmem.output import check_output_dir, check_shared_dir
 from hetmem.sizes import format_size, parse_size
 
 SCHEMA_VERSION = 1
@@ -90,11 +90,13 @@ def default_storage() -> Path:
 
 
 def check_storage(path: Path, need_bytes: int) -> None:
-    """A directory the pager or a swap file can use: exists, writable, not full."""
+    """A directory the pager or a swap file can use: exists, writable, not
+    full, and not one where any user could swap hetmem's files for symlinks."""
     if not path.exists():
         raise UsageError(f"storage directory '{path}' does not exist")
     if not path.is_dir():
         raise UsageError(f"storage directory '{path}' is not a directory")
+    check_shared_dir(path, "--storage")
     try:
         fd, probe = tempfile.mkstemp(prefix=".hetmem-check-", dir=path)
     except OSError as exc:
