@@ -50,7 +50,7 @@ def _cgroup_leftovers(pid: int) -> list[str]:
     for root in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup"):
         for dirpath, dirnames, _ in os.walk(root):
             for d in dirnames:
-                if d == f"hetmem-run-{pid}":
+                if d == f"hetmem-run-{pid}" or d.startswith(f"hetmem-run-{pid}-"):
                     found.append(os.path.join(dirpath, d))
             if dirpath.count("/") > 8:
                 dirnames.clear()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -196,3 +197,37 @@ def test_world_writable_dirs_are_refused_for_every_output(arena, mode: str) -> N
     assert proc.returncode == 2 and "chmod +t" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not list(ww.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner"),
+    [(0o1777, 0), (0o700, 0), (0o755, NOBODY)],
+    ids=["sticky-world-writable", "root-0700", "owned-by-the-attacker"],
+)
+def test_attacker_cannot_redirect_the_swap_file(arena, mode: int, owner: int) -> None:
+    storage = _storage(arena, mode, owner)
+    before = _sha(arena["victim"])
+    attacker = Attacker(storage, arena)
+    procs = []
+    try:
+        for _ in range(4):  # each run is one more race for the attacker
+            procs.append(_swap_run(storage, "sh", "-c", "exit 5"))
+            _assert_untouched(arena, before)
+    finally:
+        attacker.finish()
+    for proc in procs:
+        # the attacker may make a run fail (it renamed its directory away),
+        # never make it write or activate the victim
+        assert proc.returncode in (5, 2), proc.stderr
+        assert proc.returncode == 5 or len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert any(p.returncode == 5 for p in procs) or owner == NOBODY
+    _assert_untouched(arena, before)
+    # no file of root's stays (empty directories the attacker renamed may)
+    left = []
+    for dirpath, _, files in os.walk(storage):
+        for f in files:
+            st = os.lstat(os.path.join(dirpath, f))
+            if st.st_uid == 0 and stat.S_ISREG(st.st_mode):
+                left.append(os.path.join(dirpath, f))
+    assert not left

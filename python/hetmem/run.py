@@ -17,7 +17,13 @@
 Whatever the mode, the command's stdin, stdout and stderr are inherited
 untouched and its exit status becomes hetmem's (a command killed by signal N
 gives 128+N, as in a shell). Everything a user can get wrong is checked
-before the command starts: a one-line error and exit status 2.
+before the command starts: a one-line error and exit status 2 (127 and 126
+for a command that is missing or cannot be executed, as a shell gives).
+
+The command dies with hetmem (PR_SET_PDEATHSIG), and what a run makes (swap
+area, cgroup, temporary files) is removed by hetmem, or by its supervisor
+(hetmem.supervise) if hetmem is killed with SIGKILL. A later run removes only
+what an earlier one provably left (its owner record says so).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetmem import _native
+from hetmem import _native, supervise
 from hetmem import placement as placement_mod
 from hetmem.errors import (
     CommandNotExecutable,
@@ -56,8 +62,8 @@ SCHEMA_VERSION = 1
 MODES = ("dram", "cache", "swap", "flat", "hybrid")
 PLACE_MODES = ("flat", "hybrid")
 PRELOAD_NAME = "libhetmem_preload.so"
-SWAP_PREFIX = ".hetmem-swap-"
-CGROUP_PREFIX = "hetmem-run-"
+SWAP_PREFIX = supervise.SWAP_DIR_PREFIX
+CGROUP_PREFIX = supervise.CGROUP_PREFIX
 GIB = 1 << 30
 
 
@@ -252,9 +258,6 @@ def validate(cfg: RunConfig) -> None:
             raise EnvironmentProblem(
                 "--mode swap needs root (it creates a memory cgroup and a swap file)"
             )
-        for tool in ("mkswap", "swapon", "swapoff"):
-            if not shutil.which(tool):
-                raise EnvironmentProblem(f"--mode swap needs '{tool}' (util-linux)")
         check_storage(cfg.storage, 1 << 20)
         free = _free_bytes(cfg.storage)
         if cfg.swap_size is None:
@@ -353,11 +356,21 @@ def _spawn(
     state: dict[str, Any],
     preexec: Callable[[], None] | None = None,
 ) -> tuple[int, float]:
-    """Runs argv with inherited fds; returns (exit status as a shell gives it, wall s)."""
+    """Runs argv with inherited fds; returns (exit status as a shell gives it,
+    wall s). The child dies with hetmem (PR_SET_PDEATHSIG: SIGKILL when the
+    thread that forked it, this one, ends), and a supervisor in
+    state["supervisor"] is told its pid."""
     t0 = time.perf_counter()
     state["spawning"] = True
+    parent = os.getpid()
+
+    def child_setup() -> None:
+        supervise.die_with_parent(parent)
+        if preexec is not None:
+            preexec()
+
     try:
-        proc = subprocess.Popen(argv, env=env, preexec_fn=preexec)
+        proc = subprocess.Popen(argv, env=env, preexec_fn=child_setup)
     except (OSError, subprocess.SubprocessError) as exc:
         state["spawning"] = False
         if "pending" in state:
@@ -365,6 +378,10 @@ def _spawn(
         raise _spawn_error(argv[0], exc) from None
     state["proc"] = proc
     state["spawning"] = False
+    sup: supervise.Supervisor | None = state.get("supervisor")
+    start = supervise.start_time(proc.pid)
+    if sup is not None and start is not None:
+        sup.add(procs=[[proc.pid, start]])
     pending = state.pop("pending", None)
     if pending is not None:
         with suppress(ProcessLookupError):
@@ -456,7 +473,7 @@ def run(cfg: RunConfig) -> int:
     state: dict[str, Any] = {}
     rc = 0
     try:
-        with _signals(state):
+        with _signals(state), _supervised(cfg, state):
             if cfg.mode == "dram":
                 rc, wall = _spawn(cfg.command, dict(os.environ), state)
             elif cfg.mode == "cache":
@@ -468,6 +485,8 @@ def run(cfg: RunConfig) -> int:
     except _Interrupted as exc:
         os.write(2, f"hetmem run: interrupted by signal {exc.signum}; cleaned up\n".encode())
         return 128 + exc.signum
+    # (a spot for end-of-run notes on the run's counters, e.g. a storage
+    # tier that filled up: _note_outcomes is where placement's go)
     stats["wall_s"] = round(wall, 6)
     stats["exit_code"] = rc
     if rc > 128:
@@ -475,6 +494,37 @@ def run(cfg: RunConfig) -> int:
     if cfg.stats is not None:
         _write_json(cfg.stats, stats)
     return rc
+
+
+@contextmanager
+def _supervised(cfg: RunConfig, state: dict[str, Any]) -> Iterator[None]:
+    """A supervisor for the modes that make something to remove (swap
+    area, cgroup, temporary files): if hetmem is killed with SIGKILL it
+    removes them and the command. dram mode makes nothing: the command's
+    PR_SET_PDEATHSIG is enough."""
+    if cfg.mode == "dram":
+        yield
+        return
+    try:
+        sup = supervise.Supervisor().start()
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot start the clean-up supervisor: {exc.strerror}") from None
+    state["supervisor"] = sup
+    try:
+        yield
+    finally:
+        state.pop("supervisor", None)
+        sup.close()
+
+
+@contextmanager
+def _run_tmpdir(state: dict[str, Any]) -> Iterator[Path]:
+    """A temporary directory that the supervisor removes should hetmem die."""
+    with tempfile.TemporaryDirectory(prefix="hetmem-run-") as tmp:
+        sup: supervise.Supervisor | None = state.get("supervisor")
+        if sup is not None:
+            sup.add(trees=[tmp])
+        yield Path(tmp)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -493,8 +543,8 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
     stats["threshold"] = cfg.threshold
     stats["fetch_unit"] = cfg.fetch_unit
-    with tempfile.TemporaryDirectory(prefix="hetmem-run-") as tmp:
-        lines_file = Path(tmp) / "interposer.jsonl" if cfg.stats is not None else None
+    with _run_tmpdir(state) as tmp:
+        lines_file = tmp / "interposer.jsonl" if cfg.stats is not None else None
         rc, wall = _spawn(cfg.command, _cache_env(cfg, lines_file), state)
         procs = _read_interposer_stats(lines_file) if lines_file else []
     pagers = [p["pager"] for p in procs if isinstance(p.get("pager"), dict)]
@@ -597,8 +647,8 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
     stats["placement_file"] = str(cfg.placement)
     stats["threshold"] = cfg.threshold
     stats["fast_capacity"] = fast
-    with tempfile.TemporaryDirectory(prefix="hetmem-run-") as tmp:
-        compact = Path(tmp) / "placement.compact"
+    with _run_tmpdir(state) as tmp:
+        compact = tmp / "placement.compact"
         warnings = placement_mod.prepare_for_run(
             cfg.placement, compact, cfg.command[0], fast_capacity=fast
         )
@@ -607,7 +657,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         stats["warnings"] = warnings
         # always read back: a site that did not fit is reported with or
         # without --stats
-        lines_file = Path(tmp) / "interposer.jsonl"
+        lines_file = tmp / "interposer.jsonl"
         env = _cache_env(cfg, lines_file)
         env["HETMEM_PLACEMENT"] = str(compact)
         env["HETMEM_PLACE_MODE"] = cfg.mode
@@ -641,38 +691,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
 # ---------------------------------------------------------------------------
 def read_swaps() -> list[dict[str, Any]]:
     """/proc/swaps as a list of {name, type, size, used, priority} (bytes)."""
-    out: list[dict[str, Any]] = []
-    with suppress(OSError), open("/proc/swaps") as f:
-        for line in f.readlines()[1:]:
-            parts = line.split()
-            if len(parts) >= 5:
-                out.append(
-                    {
-                        "name": parts[0].replace("\\040", " "),
-                        "type": parts[1],
-                        "size": int(parts[2]) * 1024,
-                        "used": int(parts[3]) * 1024,
-                        "priority": int(parts[4]),
-                    }
-                )
-    return out
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _tool(argv: list[str]) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        msg = (proc.stderr or proc.stdout).strip().splitlines()
-        raise EnvironmentProblem(f"{' '.join(argv)}: {msg[-1] if msg else 'failed'}")
+    return supervise.read_swaps()
 
 
 def _write(path: Path, text: str) -> None:
@@ -876,81 +895,106 @@ class MemoryCgroup:
 
 
 class SwapFile:
-    """A swap file on the storage tier, at the highest priority."""
+    """A swap file on the storage tier, at the highest priority.
+
+    It lives in a private directory that hetmem makes for it (0700,
+    .hetmem-swap-XXXXXXXX/swap beside owner.json, the run's owner record),
+    is created with O_EXCL|O_NOFOLLOW, and every later step works on its
+    descriptor: the header is written through it (what mkswap writes),
+    swapon(2) and swapoff(2) are given /proc/self/fd/N (util-linux's tools
+    would resolve a path first), and its /proc/swaps entry is found by
+    device and inode, never by name. No one else can put a symlink in its
+    place, and clean-up never takes down another swap area."""
 
     PRIORITY = 32767
 
-    def __init__(self, directory: Path, size: int) -> None:
-        self.path = directory / f"{SWAP_PREFIX}{os.getpid()}"
+    def __init__(self, storage: Path, size: int, owner: supervise.Owner) -> None:
+        self.storage = storage
         self.size = size
-        self.active = False
+        self.owner = owner
+        self.dir: Path | None = None
+        self.entry: dict[str, Any] = {}
+        self._dfd = -1
+        self._fd = -1
 
-    def create(self) -> None:
+    @property
+    def path(self) -> Path | None:
+        return self.dir / supervise.SWAP_NAME if self.dir else None
+
+    def create(self) -> dict[str, Any]:
+        """Makes the (inactive) file; returns what a run record names of it."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            self.dir, self._dfd = supervise.make_private_dir(
+                self.storage, supervise.SWAP_DIR_PREFIX
+            )
+            owner = {"owner": self.owner.to_json()}
+            supervise.write_json_at(self._dfd, supervise.OWNER_NAME, owner)
+            self._fd = os.open(supervise.SWAP_NAME, flags, 0o600, dir_fd=self._dfd)
         except OSError as exc:
             raise EnvironmentProblem(
-                f"cannot create swap file {self.path}: {exc.strerror}"
+                f"cannot create a swap file in {self.storage}: {exc.strerror}"
+            ) from None
+        st = os.fstat(self._fd)
+        self.entry = {"dir": str(self.dir), "dev": st.st_dev, "ino": st.st_ino}
+        return self.entry
+
+    def activate(self) -> None:
+        try:
+            os.posix_fallocate(self._fd, 0, self.size)
+        except OSError as exc:
+            raise EnvironmentProblem(
+                f"cannot allocate {self.size} bytes for swap file {self.path}: {exc.strerror}"
             ) from None
         try:
-            try:
-                os.posix_fallocate(fd, 0, self.size)
-            except OSError as exc:
-                raise EnvironmentProblem(
-                    f"cannot allocate {self.size} bytes for swap file {self.path}: {exc.strerror}"
-                ) from None
-        finally:
-            os.close(fd)
-        _tool(["mkswap", str(self.path)])
-        _tool(["swapon", "-p", str(self.PRIORITY), str(self.path)])
-        self.active = True
+            supervise.write_swap_header(self._fd, self.size)
+            supervise.swapon_fd(self._fd, self.PRIORITY)
+        except OSError as exc:
+            raise EnvironmentProblem(
+                f"cannot activate swap file {self.path}: {exc.strerror}"
+            ) from None
+        if self._listed() is None:
+            raise EnvironmentProblem(f"swap file {self.path} is not in /proc/swaps after swapon")
+
+    def _listed(self) -> dict[str, Any] | None:
+        return supervise.find_swap(self.entry["dev"], self.entry["ino"]) if self.entry else None
 
     def used(self) -> int | None:
-        for s in read_swaps():
-            if s["name"] == str(self.path):
-                return int(s["used"])
-        return None
+        s = self._listed()
+        return int(s["used"]) if s else None
 
-    def remove(self) -> None:
-        if self.active or self.path.exists():
-            if any(s["name"] == str(self.path) for s in read_swaps()):
-                proc = subprocess.run(["swapoff", str(self.path)], capture_output=True, text=True)
-                if proc.returncode != 0:
-                    note(f"swapoff {self.path} failed: {proc.stderr.strip()}")
-            self.active = False
-            with suppress(FileNotFoundError):
-                self.path.unlink()
+    def remove(self) -> bool:
+        """Deactivates and deletes it; False when it stays (swapoff failed:
+        the run record keeps it for a later run's clean-up)."""
+        ok = True
+        if self._fd >= 0:
+            try:
+                supervise.swapoff_fd(self._fd)
+            except OSError as exc:
+                note(f"swapoff {self.path} failed: {exc.strerror}")
+                ok = False
+            os.close(self._fd)
+            self._fd = -1
+        if self._dfd >= 0:
+            if ok and self.dir is not None:
+                with suppress(OSError):
+                    supervise.remove_private_dir(self.dir, self._dfd)
+            os.close(self._dfd)
+            self._dfd = -1
+        return ok
 
 
 def clean_stale(storage: Path) -> list[str]:
-    """Removes swap files and cgroups that an earlier, killed hetmem left
-    (their owner pid no longer runs). Returns what it removed."""
+    """Removes what earlier hetmem runs that were killed left, and only
+    what they provably left: a run record (or a swap directory's owner
+    record) whose owner is of this boot and PID namespace and no longer
+    runs, or of an earlier boot. A swap area or cgroup named like hetmem's
+    without such a record, or owned from another PID namespace (a
+    container, another job), is left alone. Returns what it removed."""
     removed: list[str] = []
-    for s in read_swaps():
-        name = Path(s["name"]).name
-        if name.startswith(SWAP_PREFIX) and name[len(SWAP_PREFIX) :].isdigit():
-            if not _pid_alive(int(name[len(SWAP_PREFIX) :])):
-                subprocess.run(["swapoff", s["name"]], capture_output=True)
-                with suppress(OSError):
-                    os.unlink(s["name"])
-                removed.append(s["name"])
-    with suppress(OSError):
-        for entry in storage.iterdir():
-            n = entry.name
-            if n.startswith(SWAP_PREFIX) and n[len(SWAP_PREFIX) :].isdigit():
-                if not _pid_alive(int(n[len(SWAP_PREFIX) :])) and str(entry) not in removed:
-                    with suppress(OSError):
-                        entry.unlink()
-                        removed.append(str(entry))
-    with suppress(EnvironmentProblem, OSError):
-        parent = MemoryCgroup("x").parent
-        for entry in parent.iterdir():
-            n = entry.name
-            if n.startswith(CGROUP_PREFIX) and n[len(CGROUP_PREFIX) :].isdigit():
-                if not _pid_alive(int(n[len(CGROUP_PREFIX) :])):
-                    with suppress(OSError):
-                        entry.rmdir()
-                        removed.append(str(entry))
+    for rec in supervise.stale_records():
+        removed += supervise.take_down(rec)
+    removed += [str(p) for p in supervise.stale_swap_dirs(storage)]
     return removed
 
 
@@ -971,6 +1015,43 @@ class _SwapSampler(threading.Thread):
                 self.peak = max(self.peak, used)
 
 
+def _swap_record(swap: SwapFile, cg: MemoryCgroup, state: dict[str, Any]) -> str:
+    """Writes the run's owner record (root's STATE_DIR) naming its swap file
+    and cgroup, and tells the supervisor the same; returns the record's name."""
+    rec = {"owner": swap.owner.to_json(), "swap": swap.entry, "cgroup": str(cg.path)}
+    try:
+        name = supervise.save_record(rec)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot write the run record in {supervise.STATE_DIR}: {exc.strerror}"
+        ) from None
+    sup: supervise.Supervisor | None = state.get("supervisor")
+    if sup is not None:
+        sup.add(swap=swap.entry, cgroup=str(cg.path), record=name)
+    return name
+
+
+def _note_oom(cfg: RunConfig, cgs: dict[str, Any]) -> None:
+    assert cfg.swap_size is not None
+    # the sampler may miss a short run's peak; v1's memory+swap high-water
+    # mark less the memory limit bounds it from below
+    used = max(
+        int(cgs.get("swap_peak_bytes") or 0),
+        int(cgs.get("memsw_max_usage_bytes") or 0) - int(cgs.get("limit_bytes") or 0),
+    )
+    if used + (16 << 20) < cfg.swap_size:
+        # swap was not full: the kernel gave up reclaiming (a working set
+        # above the budget thrashes until reclaim makes no progress)
+        why = (
+            f"reclaim under the {cfg.budget} B budget made no progress with "
+            f"{used >> 20} MiB of {cfg.swap_size >> 20} MiB swap in use: the "
+            "working set is above the budget"
+        )
+    else:
+        why = "the swap file was full: raise --swap-size"
+    note(f"the command was killed by the OOM killer inside the swap cgroup ({why})")
+
+
 def _run_swap(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
     assert cfg.storage is not None and cfg.swap_size is not None
     stale = clean_stale(cfg.storage)
@@ -985,12 +1066,19 @@ def _run_swap(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> t
         )
     stats["swap_size"] = cfg.swap_size
     stats["other_swap"] = others
-    cg = MemoryCgroup(f"{CGROUP_PREFIX}{os.getpid()}")
-    swap = SwapFile(cfg.storage, cfg.swap_size)
+    owner = supervise.Owner.me()
+    cg = MemoryCgroup(f"{CGROUP_PREFIX}{owner.pid}-{owner.start}")
+    swap = SwapFile(cfg.storage, cfg.swap_size, owner)
     sampler = _SwapSampler(swap)
+    record = ""
     try:
         swap.create()
+        recorded = cg.path
+        record = _swap_record(swap, cg, state)
+        swap.activate()
         cg.create(cfg.budget)
+        if cg.path != recorded:  # cgroup v2 may have put it elsewhere
+            record = _swap_record(swap, cg, state)
         stats["swap_file"] = str(swap.path)
         stats["cgroup"] = str(cg.path)
         sampler.start()
@@ -1001,27 +1089,12 @@ def _run_swap(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> t
         cgs["swap_peak_bytes"] = sampler.peak
         stats["swap"] = cgs
         if cgs.get("oom_kill"):
-            # the sampler may miss a short run's peak; v1's memory+swap
-            # high-water mark less the memory limit bounds it from below
-            used = max(
-                int(cgs.get("swap_peak_bytes") or 0),
-                int(cgs.get("memsw_max_usage_bytes") or 0) - int(cgs.get("limit_bytes") or 0),
-            )
-            if used + (16 << 20) < cfg.swap_size:
-                # swap was not full: the kernel gave up reclaiming (a working
-                # set above the budget thrashes until reclaim makes no progress)
-                why = (
-                    f"reclaim under the {cfg.budget} B budget made no progress with "
-                    f"{used >> 20} MiB of {cfg.swap_size >> 20} MiB swap in use: the "
-                    "working set is above the budget"
-                )
-            else:
-                why = "the swap file was full: raise --swap-size"
-            note(f"the command was killed by the OOM killer inside the swap cgroup ({why})")
+            _note_oom(cfg, cgs)
         return rc, wall
     finally:
         state["tearing_down"] = True
         sampler.stop.set()
         cg.remove()
-        swap.remove()
+        if swap.remove() and record:
+            supervise.drop_record(record)
         state["tearing_down"] = False
