@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(message: str) -> str:
+    """An error message on one line, whatever it quotes (a tool's stderr, a
+    user's text with newlines)."""
+    return " / ".join(ln.strip() for ln in message.splitlines() if ln.strip())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -74,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return command.run(args)
     except HetmemError as exc:
-        sys.stderr.write(f"hetmem {command.name}: error: {exc}\n")
+        sys.stderr.write(f"hetmem {command.name}: error: {one_line(str(exc))}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write(f"hetmem {command.name}: interrupted\n")

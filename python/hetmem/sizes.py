@@ -33,7 +33,13 @@ _UNITS = {
     "GB": 10**9,
     "TB": 10**12,
 }
-_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$")
+# ASCII only (re.ASCII): the C parser's isspace() knows no other blanks
+_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$", re.ASCII)
+
+
+def _shown(text: str) -> str:
+    """text for a one-line message: control characters escaped."""
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 def parse_size(text: str, what: str = "size") -> int:
@@ -43,13 +49,15 @@ def parse_size(text: str, what: str = "size") -> int:
     # Case does not matter: "kb" and "KB" are decimal, "k" and "KiB" binary.
     key = unit.upper()
     if not m or key not in _UNITS:
-        raise UsageError(f"{what}: '{text}' is not a size (examples: 4096, 64K, 512MiB, 4G)")
+        raise UsageError(
+            f"{what}: '{_shown(text)}' is not a size (examples: 4096, 64K, 512MiB, 4G)"
+        )
     value = float(m.group(1)) * _UNITS[key]
     # checked first: int() of an infinite value (a number of 309 digits) raises
     if not math.isfinite(value) or value >= 2**64:
-        raise UsageError(f"{what}: '{text}' is too large")
+        raise UsageError(f"{what}: '{_shown(text)}' is too large")
     if value != int(value):
-        raise UsageError(f"{what}: '{text}' is not a whole number of bytes")
+        raise UsageError(f"{what}: '{_shown(text)}' is not a whole number of bytes")
     return int(value)
 
 
@@ -65,7 +73,7 @@ def budget_over_ram_allowed() -> bool:
         return True
     if text in _NO:
         return False
-    raise UsageError(f"{OVER_RAM_ENV}='{text}' is not a boolean (1 or 0)")
+    raise UsageError(f"{OVER_RAM_ENV}='{_shown(text)}' is not a boolean (1 or 0)")
 
 
 def machine_memory() -> int:
@@ -84,11 +92,11 @@ def parse_budget(text: str, flag: str = "--fast-budget", minimum: int = 1) -> in
     budget = parse_size(text, flag)
     if budget < minimum:
         least = "more than 0" if minimum <= 1 else f"at least {format_size(minimum)}"
-        raise UsageError(f"{flag} {text}: the budget must be {least}")
+        raise UsageError(f"{flag} {_shown(text)}: the budget must be {least}")
     ram = machine_memory()
     if ram and budget > ram and not budget_over_ram_allowed():
         raise UsageError(
-            f"{flag} {text}: more than this machine's memory ({format_size(ram)}); "
+            f"{flag} {_shown(text)}: more than this machine's memory ({format_size(ram)}); "
             f"set {OVER_RAM_ENV}=1 if that is meant"
         )
     return budget
@@ -99,9 +107,9 @@ def parse_positive(text: str, flag: str, most: int = 0, why: str = "") -> int:
     (`why` says what the limit is)."""
     n = parse_size(text, flag)
     if n < 1:
-        raise UsageError(f"{flag} {text}: must be more than 0")
+        raise UsageError(f"{flag} {_shown(text)}: must be more than 0")
     if most and n > most:
-        raise UsageError(f"{flag} {text}: at most {format_size(most)} ({why})")
+        raise UsageError(f"{flag} {_shown(text)}: at most {format_size(most)} ({why})")
     return n
 
 
