@@ -15,7 +15,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config libhwloc-dev hwloc 
   libnuma-dev numactl liburing-dev fio libdw-dev libelf-dev libopenblas-dev \
   liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin util-linux chromium
 
-.PHONY: all deps venv install cbuild test test-c test-sanitize demo lint clean
+.PHONY: all deps venv install cbuild test test-c test-sanitize fuzz demo lint clean
 
 all: install
 
@@ -40,6 +40,9 @@ $(VPY):
 venv: $(VPY)
 	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pytest>=7" "ruff>=0.4" \
 	  "rich>=13" "numpy>=1.24" "matplotlib>=3.6" "scipy>=1.10"
+	@# atheris (a manylinux wheel, e.g. cp311 x86_64; no compiler needed): the fuzz targets
+	@# of tests/fuzz, run briefly by `make test` and for minutes by `make fuzz`.
+	$(VPY) -m pip install -q "atheris>=2.3"
 	@# ADIOS2 is only the baseline of `hetmem flow bench`: without it the bench
 	@# says so and measures the channel alone, so a failed download is no error.
 	$(VPY) -m pip install -q "adios2>=2.10" || \
@@ -71,6 +74,22 @@ test-sanitize: deps
 	  -DHETMEM_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build $(TSAN_BUILD)
 	ctest --test-dir $(TSAN_BUILD) --output-on-failure -L tsan
+
+# Each atheris target of tests/fuzz for FUZZ_SECONDS, starting from its corpus;
+# new interesting inputs go to build/fuzz/TARGET (tests/fuzz/README.md says
+# how to merge them into the corpus), a crashing input to build/fuzz/TARGET-crash-*.
+FUZZ_TARGETS := profile placement spec sizes
+FUZZ_SECONDS ?= 60
+
+fuzz: install
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build/fuzz/$$t && echo "fuzzing $$t for $(FUZZ_SECONDS) s" && \
+	  $(VPY) tests/fuzz/fuzz_$$t.py build/fuzz/$$t tests/fuzz/corpus/$$t \
+	    -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+	    -artifact_prefix=build/fuzz/$$t- 2>build/fuzz/$$t.log || \
+	    { tail -40 build/fuzz/$$t.log; echo "fuzz_$$t: crash, see build/fuzz/$$t.log"; exit 1; }; \
+	  grep -E '^Done|stat::number_of_executed_units' build/fuzz/$$t.log; \
+	done
 
 demo: install
 	$(VENV)/bin/hetmem demo
