@@ -1,6 +1,6 @@
 """atheris fuzz target: the placement reader (TOML) and the compact table.
 
-Run as tests/fuzz/fuzz_profile.py says, with tests/fuzz/corpus/placement.
+Run as README.md says (make fuzz), with tests/fuzz/corpus/placement.
 Any input must parse or raise SchemaError; a parsed placement must turn
 into a compact table that reads back the same sites.
 """

@@ -1,12 +1,7 @@
 """atheris fuzz target: the profile reader and merging.
 
-Run (atheris is not a dependency of hetmem; use a separate venv):
-  python -m venv /tmp/fz && /tmp/fz/bin/pip install atheris
-  PYTHONPATH=python /tmp/fz/bin/python tests/fuzz/fuzz_profile.py \\
-      tests/fuzz/corpus/profile -max_total_time=300 -max_len=4096
-Any input must parse or raise SchemaError; a parsed profile must merge.
-New interesting inputs land in the corpus directory (keep them in git;
-tests/test_fuzz_corpus.py replays them through the same checks, tests/fuzz/props.py).
+Run as README.md says (make fuzz), with tests/fuzz/corpus/profile. Any
+input must parse or raise SchemaError; a parsed profile must merge.
 """
 
 from __future__ import annotations

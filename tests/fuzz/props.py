@@ -6,8 +6,11 @@ assertion) is a bug."""
 
 from __future__ import annotations
 
-from hetmem import placement, profile
-from hetmem.errors import SchemaError
+import math
+
+from hetmem import _native, placement, profile, sizes
+from hetmem.errors import SchemaError, UsageError
+from hetmem.flow import spec
 
 
 def _refused(exc: SchemaError) -> bool:
@@ -52,3 +55,42 @@ def check_placement(data: bytes, name: str = "fuzz") -> bool:
     except SchemaError:
         pass
     return parsed
+
+
+def check_spec(data: bytes, name: str = "fuzz") -> bool:
+    """A workflow spec (hetmem flow): parses into a spec whose numbers a run
+    can use, or is refused with a one-line SpecError."""
+    try:
+        s = spec.parse(data.decode("utf-8", errors="replace"), name)
+    except spec.SpecError as exc:
+        assert "\n" not in str(exc), str(exc)
+        return False
+    for c in (s.writer, s.reader):
+        assert 1 <= c.ranks <= 64 and math.isfinite(c.seconds) and c.seconds >= 0, name
+    assert s.iterations >= 1 and s.step_bytes > 0 and s.slots >= 2, name
+    assert s.writer.objects % s.writer.ranks == 0, name
+    spec.check_tier(s.tier)
+    return True
+
+
+_BLANKS = " \t\n\v\f\r"
+
+
+def check_size(data: bytes, name: str = "fuzz") -> bool:
+    """A size as users write it: Python's parse_size refuses it with a
+    one-line UsageError, or gives what the C runtime's hm_parse_size gives
+    (which takes no trailing blanks); parse_budget takes no 0."""
+    text = data.decode("utf-8", errors="replace")
+    try:
+        n = sizes.parse_size(text, "--size")
+    except UsageError as exc:
+        assert str(exc).isprintable(), (name, str(exc))
+        return False
+    assert 0 <= n < 2**64, name
+    if "\0" not in text:
+        assert _native.parse_size_native(text.rstrip(_BLANKS)) == n, (name, text)
+    try:
+        assert sizes.parse_budget(text) == n >= 1, name
+    except UsageError:
+        assert n == 0 or n > sizes.machine_memory(), name
+    return True
