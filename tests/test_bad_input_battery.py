@@ -60,7 +60,9 @@ FILE_CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("config {F}", INPUTS, "unrecognized"),
 ]
 
-BAD_SIZES = ("1Q", "-4G", "0", "99999T", "{RAM2}", "abc", "", "1" * 400)
+# "1\nQ": the message quotes it and must stay one line; "\u200364M": the C
+# parser knows only ASCII blanks, so Python must refuse it too
+BAD_SIZES = ("1Q", "-4G", "0", "99999T", "{RAM2}", "abc", "", "1" * 400, "1\nQ", "\u200364M")
 # the budget-taking verbs: argv with {S} for the size
 BUDGET_CASES = [
     f"run --mode cache --fast-budget {{S}} -- {NO_CMD}",
@@ -71,7 +73,7 @@ BUDGET_CASES = [
     "bench kernels stream --fast-budget {S}",
     "demo --fast-budget {S}",
 ]
-OTHER_SIZES = ("1Q", "-4G", "abc", "", "1" * 400)
+OTHER_SIZES = ("1Q", "-4G", "abc", "", "1" * 400, "1\nQ")
 SIZE_CASES = [
     f"run --mode cache --fast-budget 64M --threshold {{S}} -- {NO_CMD}",
     "probe --storage-size {S}",
@@ -147,7 +149,7 @@ CASES = list(_cases())
 
 
 def _ids() -> list[str]:
-    return [f"{i}: {' '.join(a)[:70]}" for i, (a, _) in enumerate(CASES)]
+    return [f"{i}: {ascii(' '.join(a))[1:-1][:70]}" for i, (a, _) in enumerate(CASES)]
 
 
 @pytest.fixture
