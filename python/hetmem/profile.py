@@ -296,26 +296,49 @@ def output_template(output: str) -> str:
     return output if "%p" in output else output + ".%r.%p"
 
 
-def written_files(template: str, since: float = 0.0) -> list[str]:
+def written_files(template: str) -> list[str]:
     """The profiles written for a file-name template: %h, %r and %p expanded
-    as wildcards (the rest taken literally), modified since `since` (a run's
-    start; 0: any)."""
+    as wildcards (the rest taken literally), files being written excluded."""
     pat = glob.escape(template).replace("%%", "\0")
     pat = pat.replace("%h", glob.escape(socket.gethostname()))
     pat = pat.replace("%r", "*").replace("%p", "[0-9]*").replace("\0", "%")
-    out = []
-    for f in glob.glob(pat):
-        if re.search(r"\.tmp\d+$", f):
-            continue
+    return sorted(f for f in glob.glob(pat) if not _TMP.search(f) and os.path.isfile(f))
+
+
+_TMP = re.compile(r"\.tmp\d+$")
+RUN_PREFIX = ".hetmem-prof-"
+
+
+def run_template(template: str, token: str) -> str:
+    """The template one run hands to the interposer: the file names of
+    `template` behind a hidden per-run prefix, so that the run knows exactly
+    which files its own processes wrote (not by time: an earlier run's file,
+    or one with a clock ahead, is never taken for this run's); publish()
+    gives them their names."""
+    p = Path(template)
+    return str(p.with_name(f"{RUN_PREFIX}{token}-{p.name}"))
+
+
+def publish(template: str, token: str) -> list[str]:
+    """Renames the files a run_template(template, token) run wrote to their
+    own names (rename: a file or symlink already there is replaced, never
+    followed); returns them. One that cannot be renamed keeps its name."""
+    d = Path(template).parent
+    prefix = f"{RUN_PREFIX}{token}-"
+    out: list[str] = []
+    try:
+        entries = [e for e in os.scandir(d) if e.name.startswith(prefix)]
+    except OSError:
+        return out
+    for e in entries:
+        if _TMP.search(e.name) or e.name.endswith(".tmp") or not e.is_file(follow_symlinks=False):
+            continue  # still being written (a process that outlives the run)
+        final = d / e.name[len(prefix) :]
         try:
-            if os.stat(f).st_mtime < since - 1:  # slack: coarse file-system clocks
-                continue
-            span = _span(f) if since else None
-            if span and span[0] < since - 0.1:
-                continue  # an earlier run's file, rewritten or not: its process began before
-            out.append(f)
+            os.rename(e.path, final)
         except OSError:
-            pass
+            final = Path(e.path)
+        out.append(str(final))
     return sorted(out)
 
 

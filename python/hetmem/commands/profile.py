@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -341,11 +341,12 @@ def record(
     so = hrun.preload_path()
     if not so.exists():
         raise EnvironmentProblem(f"{so} is missing: reinstall hetmem")
-    template = prof.output_template(output)
+    template = str(Path(prof.output_template(output)).absolute())
     check_output_dir(template, "-o")
+    token = secrets.token_hex(8)
     env = dict(os.environ)
     env["LD_PRELOAD"] = str(so) + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
-    env["HETMEM_PROFILE"] = str(Path(template).absolute())
+    env["HETMEM_PROFILE"] = prof.run_template(template, token)
     env["HETMEM_PROFILE_DEPTH"] = str(depth)
     env["HETMEM_ALLOC_THRESHOLD"] = str(threshold)
     env["HETMEM_SAMPLER"] = sampler
@@ -354,15 +355,15 @@ def record(
         env.pop(k, None)
     if sampler in PRECISE:
         check_sampler(env, sampler)
-    since = time.time()
     state: dict[str, Any] = {}
     try:
         with hrun._signals(state):
             rc, _ = hrun._spawn(argv, env, state)
     except hrun._Interrupted as exc:
+        prof.publish(template, token)
         os.write(2, f"hetmem profile: interrupted by signal {exc.signum}\n".encode())
         return 128 + exc.signum
-    files = prof.written_files(str(Path(template).absolute()), since)
+    files = prof.publish(template, token)
     for f in files:
         os.write(2, f"hetmem profile: wrote {f}{_overhead_of(f)}\n".encode())
     _note_interpreters(files)
