@@ -300,3 +300,9 @@ def test_placement_save_never_writes_through_a_symlink(tmp_path):
     assert not out.is_symlink() and placement.load(out).sites == p.sites
     with pytest.raises(UsageError, match="cannot write"):
         placement.save(p, tmp_path / "missing" / "x.toml")
+
+
+@pytest.mark.parametrize("budget", ["99999T", "0", "lots"])
+def test_run_checks_a_budget_from_the_environment_too(hetmem, budget):
+    proc = hetmem("run", "--mode", "cache", "--", NO_CMD, env={"HETMEM_FAST_BUDGET": budget})
+    _assert_refused(proc, "HETMEM_FAST_BUDGET")
