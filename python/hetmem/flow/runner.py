@@ -1,21 +1,30 @@
 """Runs a workflow spec: creates the channel, launches every rank as a
 process (plain, or one MPMD `mpirun`), releases them together, collects
-their timings and removes everything it made, whatever happens."""
+their timings and removes everything it made, whatever happens: an
+exception, SIGTERM, SIGHUP or SIGINT (each ends the run through its
+clean-up), or SIGKILL (the channel files are unlinked as soon as every
+rank has opened them, the ranks die with the runner by PR_SET_PDEATHSIG,
+and a supervisor process removes what is left before that point)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from hetmem import channel as chan
+from hetmem import supervise
 from hetmem.errors import EnvironmentProblem, HetmemError
 from hetmem.flow import kernels
 from hetmem.flow.spec import Spec
@@ -25,6 +34,38 @@ START_TIMEOUT = 60.0
 
 class FlowFailed(HetmemError):
     """A component failed; the message carries its own error line."""
+
+
+class FlowInterrupted(HetmemError):
+    """SIGTERM, SIGHUP or SIGINT ended the run (after its clean-up); exit
+    status 128 + the signal, as a shell gives."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by signal {signum}; the channel and its files are removed")
+        self.exit_code = 128 + signum
+
+
+_STOP = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+@contextmanager
+def _stop_signals() -> Iterator[None]:
+    """SIGTERM, SIGHUP and SIGINT raise FlowInterrupted in the main thread,
+    so that the run's clean-up runs (by default SIGTERM and SIGHUP end
+    Python without it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise FlowInterrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in _STOP}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def resolve(spec: Spec) -> dict[str, Any]:
@@ -86,79 +127,147 @@ def run(
     pw, pr = spec.writer.ranks, spec.reader.ranks
     tag = f"flow-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     ack = f"{tag}-ack" if mode == "serial" else ""
+    with _stop_signals(), supervise.Supervisor() as sup:
+        sync = Path(tempfile.mkdtemp(prefix="hetmem-flow-"))
+        sup.add(trees=[str(sync)])
+        created: list[tuple[str, str]] = []
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            _create_channels(spec, mode, tier, tag, ack, sup, created)
+            cfg = {
+                "channel": tag,
+                "tier": tier,
+                "ack": ack,
+                "iterations": spec.iterations,
+                "sync_dir": str(sync),
+                **comp,
+            }
+            _launch(_commands(sync / "config.json", spec, launcher), cfg, sync, sup, procs)
+            t_go = _release(procs, sync, pw + pr, created)
+            _wait(procs, timeout)
+            _check_procs(procs, sync, early=False)
+            results = [json.loads(f.read_text()) for f in sorted(sync.glob("result.*.json"))]
+            if len(results) != pw + pr:
+                raise FlowFailed(f"{pw + pr - len(results)} components left no result")
+            return _summarize(spec, mode, tier, launcher, comp, results, t_go)
+        finally:
+            _clean_up(procs, created, sync)
+
+
+def _create_channels(
+    spec: Spec,
+    mode: str,
+    tier: str,
+    tag: str,
+    ack: str,
+    sup: supervise.Supervisor,
+    created: list[tuple[str, str]],
+) -> None:
+    pw, pr = spec.writer.ranks, spec.reader.ranks
     per_obj = (spec.writer.object_bytes + 63) // 64 * 64
     slot_bytes = per_obj * spec.writer.objects + (1 << 20)
-    sync = Path(tempfile.mkdtemp(prefix="hetmem-flow-"))
-    procs: list[subprocess.Popen[bytes]] = []
-    created: list[tuple[str, str]] = []
-    try:
+    # the supervisor and the clean-up hear of each file before it exists: a
+    # signal at any point leaves none behind (the names are this run's own)
+    sup.add(paths=[chan.path(tag, tier)] + ([chan.path(ack, "dram")] if ack else []))
+    created.append((tag, tier))
+    chan.create(
+        tag,
+        tier,
+        slots=1 if mode == "serial" else spec.slots,
+        writers=pw,
+        readers=pr,
+        slot_bytes=slot_bytes,
+        max_objects=spec.writer.objects,
+        timeout=120.0,
+        replace=True,
+    )
+    if ack:
+        created.append((ack, "dram"))
         chan.create(
-            tag,
-            tier,
-            slots=1 if mode == "serial" else spec.slots,
-            writers=pw,
-            readers=pr,
-            slot_bytes=slot_bytes,
-            max_objects=spec.writer.objects,
-            timeout=120.0,
-            replace=True,
+            ack, "dram", slots=2, writers=pr, readers=pw, slot_bytes=1 << 16, max_objects=16
         )
-        created.append((tag, tier))
-        if ack:
-            chan.create(
-                ack, "dram", slots=2, writers=pr, readers=pw, slot_bytes=1 << 16, max_objects=16
+
+
+def _launch(
+    cmds: list[list[str]],
+    cfg: dict[str, Any],
+    sync: Path,
+    sup: supervise.Supervisor,
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    """Starts the ranks (or mpirun); each dies with this process."""
+    (sync / "config.json").write_text(json.dumps(cfg))
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    pypath = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    parent = os.getpid()
+    for i, cmd in enumerate(cmds):
+        with open(sync / f"stderr.{i}", "wb") as err:
+            p = subprocess.Popen(
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+                preexec_fn=lambda: supervise.die_with_parent(parent),
             )
-            created.append((ack, "dram"))
-        cfg = {
-            "channel": tag,
-            "tier": tier,
-            "ack": ack,
-            "iterations": spec.iterations,
-            "sync_dir": str(sync),
-            **comp,
-        }
-        cfg_path = sync / "config.json"
-        cfg_path.write_text(json.dumps(cfg))
-        env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault("OPENBLAS_NUM_THREADS", "1")
-        pypath = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = pypath + (
-            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-        )
-        for i, cmd in enumerate(_commands(cfg_path, spec, launcher)):
-            err = open(sync / f"stderr.{i}", "wb")
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env))
-            err.close()
-        want = pw + pr
-        t_end = time.monotonic() + START_TIMEOUT
-        while len(list(sync.glob("ready.*"))) < want:
-            _check_procs(procs, sync, early=True)
-            if time.monotonic() > t_end:
-                raise FlowFailed(f"components did not start within {START_TIMEOUT:.0f} s")
-            time.sleep(0.002)
-        t_go = time.monotonic()
-        (sync / "go").write_text("")
-        deadline = time.monotonic() + timeout
-        for p in procs:
-            left = deadline - time.monotonic()
-            try:
-                p.wait(timeout=max(0.1, left))
-            except subprocess.TimeoutExpired:
-                raise FlowFailed(f"the workflow ran past {timeout:.0f} s") from None
-        _check_procs(procs, sync, early=False)
-        results = [json.loads(f.read_text()) for f in sorted(sync.glob("result.*.json"))]
-        if len(results) != want:
-            raise FlowFailed(f"{want - len(results)} components left no result")
-        return _summarize(spec, mode, tier, launcher, comp, results, t_go)
-    finally:
+        procs.append(p)
+        start = supervise.start_time(p.pid)
+        if start is not None:
+            sup.add(procs=[[p.pid, start]])
+
+
+def _release(
+    procs: list[subprocess.Popen[bytes]], sync: Path, want: int, created: list[tuple[str, str]]
+) -> float:
+    """Waits until every rank has opened the channels, unlinks their files
+    (the ranks' mappings stay: nothing is left to remove after a SIGKILL)
+    and lets the ranks go; returns the time of the go."""
+    t_end = time.monotonic() + START_TIMEOUT
+    while len(list(sync.glob("ready.*"))) < want:
+        _check_procs(procs, sync, early=True)
+        if time.monotonic() > t_end:
+            raise FlowFailed(f"components did not start within {START_TIMEOUT:.0f} s")
+        time.sleep(0.002)
+    for name, t in created:
+        chan.unlink(name, t)
+    created.clear()
+    t_go = time.monotonic()
+    (sync / "go").write_text("")
+    return t_go
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        left = deadline - time.monotonic()
+        try:
+            p.wait(timeout=max(0.1, left))
+        except subprocess.TimeoutExpired:
+            raise FlowFailed(f"the workflow ran past {timeout:.0f} s") from None
+
+
+def _clean_up(
+    procs: list[subprocess.Popen[bytes]], created: list[tuple[str, str]], sync: Path
+) -> None:
+    """Kills what still runs and removes the channels and the sync
+    directory; a second signal meanwhile does not cut it short."""
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP}
+    try:
         for p in procs:
             if p.poll() is None:
-                p.kill()
+                with suppress(ProcessLookupError):
+                    p.kill()
                 p.wait()
         for name, t in created:
             chan.unlink(name, t)
         shutil.rmtree(sync, ignore_errors=True)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def _check_procs(procs: list[subprocess.Popen[bytes]], sync: Path, early: bool) -> None:
