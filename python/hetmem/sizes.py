@@ -68,7 +68,7 @@ _NO = ("0", "false", "off", "no", "")
 
 def budget_over_ram_allowed() -> bool:
     """HETMEM_BUDGET_OVER_RAM read as the runtime reads a boolean option."""
-    text = os.environ.get(OVER_RAM_ENV, "").strip().lower()
+    text = os.environ.get(OVER_RAM_ENV, "").lower()  # no blanks, as the runtime reads it
     if text in _YES:
         return True
     if text in _NO:
