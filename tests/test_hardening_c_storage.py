@@ -17,12 +17,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import CBUILD, needs_pager
 from hetmem import _native
+from hetmem.sizes import format_size
 
 TARGET = CBUILD / "hm_full_target"
 PRELOAD = _native.library_dir() / "libhetmem_preload.so"
@@ -123,3 +125,39 @@ def test_unknown_policy_is_refused_at_start(tmp_path: Path) -> None:
         "hetmem: cannot start cache mode: HETMEM_STORAGE_FULL must be error or fallback, "
         "not 'ignore'\n"
     )
+
+
+@pytest.mark.parametrize("policy", ["error", "fallback"])
+def test_hetmem_run_reports_a_full_tier_at_the_end(tmp_path: Path, policy: str) -> None:
+    """`hetmem run --storage-full POLICY` hands the policy to the interposer
+    and its end-of-run summary says what the full tier cost: the allocations
+    that failed, or how far DRAM went beyond the budget."""
+    img, mnt, stats = tmp_path / "tier.img", tmp_path / "tier", tmp_path / "run.json"
+    subprocess.run(["truncate", "-s", "64M", str(img)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True, capture_output=True)
+    mnt.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HETMEM_")}
+    env.update(FULL_IMG=str(img), FULL_MNT=str(mnt))
+    if "HETMEM_LIBDIR" in os.environ:  # a developer's build tree
+        env["HETMEM_LIBDIR"] = os.environ["HETMEM_LIBDIR"]
+    script = 'mount -o loop "$FULL_IMG" "$FULL_MNT" && exec "$@"'
+    run = [sys.executable, "-m", "hetmem", "run", "--mode", "cache", "--fast-budget", "16M",
+           "--storage", str(mnt), "--storage-full", policy, "--stats", str(stats),
+           "--", str(TARGET), "200", "8"]  # fmt: skip
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *run],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    img.unlink()
+    assert proc.returncode == 0, proc.stderr
+    notes = [ln for ln in proc.stderr.splitlines() if ln.startswith("hetmem run: note:")]
+    assert len(notes) == 1, proc.stderr
+    full = json.loads(stats.read_text())["storage_full"]
+    assert full["policy"] == policy
+    if policy == "error":
+        assert full["refusals"] >= 10 and full["fallbacks"] == 0
+        assert f"large allocation(s) ({format_size(full['refused_bytes'])}) failed" in notes[0]
+        assert "--storage-full fallback" in notes[0]
+    else:
+        assert full["fallbacks"] >= 10 and full["refusals"] == 0
+        assert f"up to {format_size(full['fallback_bytes'])} beyond the fast budget" in notes[0]

@@ -77,6 +77,7 @@ class RunConfig:
     threshold: int | None = None
     swap_size: int | None = None
     placement: Path | None = None
+    storage_full: str | None = None
     fetch_unit: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -449,6 +450,8 @@ def _cache_env(cfg: RunConfig, stats_file: Path | None) -> dict[str, str]:
     env["HETMEM_STORAGE"] = str(cfg.storage)
     if cfg.threshold is not None:
         env["HETMEM_ALLOC_THRESHOLD"] = str(cfg.threshold)
+    if cfg.storage_full is not None:
+        env["HETMEM_STORAGE_FULL"] = cfg.storage_full
     if stats_file is not None:
         env["HETMEM_STATS"] = str(stats_file)
     else:
@@ -485,8 +488,6 @@ def run(cfg: RunConfig) -> int:
     except _Interrupted as exc:
         os.write(2, f"hetmem run: interrupted by signal {exc.signum}; cleaned up\n".encode())
         return 128 + exc.signum
-    # (a spot for end-of-run notes on the run's counters, e.g. a storage
-    # tier that filled up: _note_outcomes is where placement's go)
     stats["wall_s"] = round(wall, 6)
     stats["exit_code"] = rc
     if rc > 128:
@@ -544,9 +545,10 @@ def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
     stats["threshold"] = cfg.threshold
     stats["fetch_unit"] = cfg.fetch_unit
     with _run_tmpdir(state) as tmp:
-        lines_file = tmp / "interposer.jsonl" if cfg.stats is not None else None
+        # always read back: a full storage tier is reported with or without --stats
+        lines_file = tmp / "interposer.jsonl"
         rc, wall = _spawn(cfg.command, _cache_env(cfg, lines_file), state)
-        procs = _read_interposer_stats(lines_file) if lines_file else []
+        procs = _read_interposer_stats(lines_file)
     pagers = [p["pager"] for p in procs if isinstance(p.get("pager"), dict)]
     stats["pager"] = _merge_pagers(pagers) if pagers else None
     stats["interposer"] = (
@@ -554,10 +556,40 @@ def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         if procs
         else None
     )
+    stats["storage_full"] = _merge_storage_full(procs)
+    _note_storage_full(stats["storage_full"], cfg)
     if procs and stats["threshold"] is None:
         stats["threshold"] = procs[0].get("threshold")
     stats["processes"] = procs
     return rc, wall
+
+
+def _merge_storage_full(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The storage-full counters of every process (the interposer's
+    HETMEM_STORAGE_FULL policy): the policy of the first, counts summed."""
+    full = [q["storage_full"] for q in procs if isinstance(q.get("storage_full"), dict)]
+    return _sum_numbers(full) if full else None
+
+
+def _note_storage_full(full: dict[str, Any] | None, cfg: RunConfig) -> None:
+    """The end-of-run word on a storage tier that could not back large
+    allocations: how many failed (policy error) or how far DRAM went beyond
+    the fast budget (policy fallback; an upper bound, as frees of those
+    blocks are not tracked)."""
+    if not full:
+        return
+    if full.get("refusals"):
+        note(
+            f"{full['refusals']} large allocation(s) ({format_size(full['refused_bytes'])}) "
+            f"failed: storage tier {cfg.storage} could not back them; free space there, "
+            "choose another --storage, or --storage-full fallback"
+        )
+    if full.get("fallbacks"):
+        note(
+            f"{full['fallbacks']} large allocation(s) came from DRAM because storage tier "
+            f"{cfg.storage} could not back them: up to {format_size(full['fallback_bytes'])} "
+            f"beyond the fast budget of {format_size(cfg.budget)}"
+        )
 
 
 def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -672,7 +704,11 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         else None
     )
     stats["placement"] = _merge_placement(procs)
-    fallbacks = (stats["interposer"] or {}).get("fallbacks", 0)
+    stats["storage_full"] = _merge_storage_full(procs)
+    _note_storage_full(stats["storage_full"], cfg)
+    # a full storage tier's fallbacks have their own note
+    full_fallbacks = (stats["storage_full"] or {}).get("fallbacks", 0)
+    fallbacks = (stats["interposer"] or {}).get("fallbacks", 0) - full_fallbacks
     _note_outcomes(
         stats["placement"],
         fallbacks,

@@ -76,6 +76,14 @@ class Command:
             type=Path,
             help="flat and hybrid modes: placement TOML written by `hetmem advise`",
         )
+        parser.add_argument(
+            "--storage-full",
+            choices=("error", "fallback"),
+            help="cache, flat, hybrid: when the storage tier cannot back a large "
+            "allocation, fail it with a one-line error (error, the default) or serve it "
+            "from DRAM beyond the budget, counted in the end-of-run summary (fallback); "
+            "default $HETMEM_STORAGE_FULL",
+        )
         parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -93,6 +101,7 @@ class Command:
             threshold=_size(args.threshold, "--threshold", parse_size),
             swap_size=_size(args.swap_size, "--swap-size", parse_positive),
             placement=args.placement,
+            storage_full=args.storage_full,
         )
         return run(cfg)
 
