@@ -46,6 +46,12 @@ def err_console() -> Console:
     return Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 
+def run_note(text: str) -> None:
+    """A line on stderr that is `hetmem run`'s, not the command's (one
+    write: it does not interleave with the command's output mid-line)."""
+    os.write(2, f"hetmem run: note: {text}\n".encode())
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
