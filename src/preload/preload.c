@@ -642,9 +642,8 @@ static void *hm__pager_block(const hm__req_t *req, size_t *maplen_out, uint32_t 
   if (rc) {
     hm_pager_config_t cfg;
     hm_pager_config_default(hm__pl.ctx, &cfg);
-    int full = _hm_pl_full_note(rc, cfg.backing_dir, maplen);
-    if (full == 1) hm__tls.refused = 1;
-    else hm__note_fallback();
+    /* the caller counts the fallback to glibc, unless this refused it */
+    if (_hm_pl_full_note(rc, cfg.backing_dir, maplen) == 1) hm__tls.refused = 1;
     return NULL;
   }
   uintptr_t key = (uintptr_t)base;
@@ -803,7 +802,10 @@ static void *hm__large_alloc_z(const hm__req_t *req, int zero) {
   size_t maplen = 0;
   uint32_t off = 0;
   void *key = hm__pager_block(req, &maplen, &off);
-  if (!key) goto out;
+  if (!key) {
+    if (!hm__tls.refused) hm__note_fallback();
+    goto out;
+  }
   _hm_pl_block_t *b = _hm_pl_table_insert(&hm__pl.table, (uintptr_t)key, off, maplen,
                                           req->size, HM_PL_PAGER, req->flags);
   if (!b) {
