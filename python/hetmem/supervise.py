@@ -331,11 +331,19 @@ def remove_private_dir(path: Path, dfd: int) -> None:
 # Cgroups and processes
 # ---------------------------------------------------------------------------
 def remove_cgroup(path: str) -> bool:
-    """Kills the processes of a cgroup hetmem made and removes it."""
+    """Kills the processes of a cgroup hetmem made and removes it (a path
+    that is not a hetmem cgroup under CGROUP_ROOT is left alone)."""
     if not (path.startswith(CGROUP_ROOT) and os.path.basename(path).startswith(CGROUP_PREFIX)):
         return False
     if os.path.realpath(path) != path or not os.path.isdir(path):
         return False
+    return empty_and_remove_cgroup(path)
+
+
+def empty_and_remove_cgroup(path: str) -> bool:
+    """SIGKILLs the cgroup's processes until none is left (at most 10 s),
+    then removes it (the kernel refuses while exiting tasks linger: retried
+    for 5 s). True when it was removed."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:

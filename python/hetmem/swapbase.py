@@ -10,9 +10,7 @@ it made them (owner records, hetmem.supervise).
 from __future__ import annotations
 
 import os
-import signal
 import threading
-import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -199,32 +197,12 @@ class MemoryCgroup:
             "pswpout": st.get("pswpout"),
         }
 
-    def procs(self) -> list[int]:
-        text = _read(self.path / "cgroup.procs") or ""
-        return [int(x) for x in text.split()]
-
     def remove(self) -> None:
         """Kills what the command left behind in the cgroup, then removes it."""
         if not self.path.exists():
             return
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            pids = self.procs()
-            if not pids:
-                break
-            for pid in pids:
-                with suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
-        for _ in range(100):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.05)
-        note(f"could not remove cgroup {self.path}")
+        if not supervise.empty_and_remove_cgroup(str(self.path)) and self.path.exists():
+            note(f"could not remove cgroup {self.path}")
 
 
 class SwapFile:
