@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from test_faults_sigkill import _alive
+
 # long enough to be stopped mid-run (it is never let finish)
 LONG = """
 name = "long"
@@ -52,14 +54,6 @@ def _ranks(pid: int) -> list[int]:
             if int(fields[1]) == pid and fields[0] != "Z" and b"hetmem.flow.component" in cmd:
                 out.append(int(d))
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture
