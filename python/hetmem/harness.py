@@ -24,6 +24,7 @@ from typing import Any
 
 from hetmem import __version__, sizes
 from hetmem.errors import UsageError
+from hetmem.output import write_atomic
 from hetmem.sizes import format_size
 
 SCHEMA_VERSION = 1
@@ -434,9 +435,7 @@ def write_manifest(plan: Plan, argv: Sequence[str]) -> None:
         names = {c["name"] for c in manifest["cases"]}
         manifest["cases"] += [c for c in old.get("cases", []) if c["name"] not in names]
     plan.outdir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(manifest, indent=2))
 
 
 def execute(

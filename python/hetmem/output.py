@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -108,3 +109,25 @@ def check_shared_dir(path: str | os.PathLike[str], what: str) -> None:
             f"so others could replace hetmem's files in it; run `chmod +t {path}` or choose "
             "another directory"
         )
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Writes text to path through a temporary file created exclusively in its
+    directory (mkstemp: O_EXCL, so a symlink planted where the temporary file
+    goes is never followed) and renamed into place, so that a symlink at path
+    is replaced, not written through; UsageError when it cannot."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            mask = os.umask(0)
+            os.umask(mask)
+            os.fchmod(f.fileno(), 0o666 & ~mask)  # as open() would have made it
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)

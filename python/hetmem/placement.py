@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10: no TOML reader in the standard library
     tomllib = None  # type: ignore[assignment]
 
-from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError, UsageError
+from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError
+from hetmem.output import write_atomic
 from hetmem.sitenames import distinct_labels, first_user_frame, frame_text
 
 KIND = "hetmem-placement"
@@ -187,28 +187,6 @@ def site_labels(p: Placement) -> list[str]:
 def save(p: Placement, path: str | Path, comment: Sequence[str] = ()) -> None:
     """Writes atomically, so that a reader never sees half a placement."""
     write_atomic(Path(path), dumps(p, comment))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Writes text to path through a temporary file created exclusively in its
-    directory (mkstemp: O_EXCL, so a symlink planted where the temporary file
-    goes is never followed) and renamed into place, so that a symlink at path
-    is replaced, not written through; UsageError when it cannot."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            mask = os.umask(0)
-            os.umask(mask)
-            os.fchmod(f.fileno(), 0o666 & ~mask)  # as open() would have made it
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------

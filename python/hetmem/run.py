@@ -54,7 +54,7 @@ from hetmem.errors import (
     NativeError,
     UsageError,
 )
-from hetmem.output import check_output_dir, check_shared_dir
+from hetmem.output import check_output_dir, check_shared_dir, write_atomic
 from hetmem.output import run_note as note
 from hetmem.sizes import format_size, parse_size
 from hetmem.swapbase import MemoryCgroup, SwapFile, SwapSampler, clean_stale, read_swaps
@@ -524,16 +524,8 @@ def _run_tmpdir(state: dict[str, Any]) -> Iterator[Path]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        with suppress(OSError):
-            tmp.unlink()
-        raise HetmemError(f"cannot write stats file '{path}': {exc.strerror}") from None
+    """--stats: never through a symlink, never half-written (write_atomic)."""
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:

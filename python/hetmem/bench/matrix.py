@@ -8,6 +8,7 @@ and then writes the report (hetmem.report) into the result folder.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -185,10 +186,8 @@ def run_matrix(args: argparse.Namespace, suite: str, argv: list[str]) -> dict[st
     page, data = report.build([plan.outdir])
     data["outdir"] = str(plan.outdir)
     if not args.no_report:
-        (plan.outdir / "report.html").write_text(page)
-        import json
-
-        (plan.outdir / "report.json").write_text(json.dumps(data, indent=2))
+        output.write_atomic(plan.outdir / "report.html", page)
+        output.write_atomic(plan.outdir / "report.json", json.dumps(data, indent=2))
         data["report"] = str(plan.outdir / "report.html")
     return data
 

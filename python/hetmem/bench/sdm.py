@@ -156,8 +156,9 @@ def run(args: argparse.Namespace) -> int:
     targets = evaluate(data["efficiency"], runs, device)
     data["device"] = device
     data["targets"] = targets
-    (matrix.Path(data["outdir"]) / "sdm-targets.json").write_text(
-        json.dumps({"schema_version": 1, "device": device, "targets": targets}, indent=2)
+    output.write_atomic(
+        matrix.Path(data["outdir"]) / "sdm-targets.json",
+        json.dumps({"schema_version": 1, "device": device, "targets": targets}, indent=2),
     )
     if args.json:
         output.print_json(data)

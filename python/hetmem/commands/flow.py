@@ -238,7 +238,7 @@ class Command:
         summary = sweep.summarize(results)
         data = {"schema_version": 1, "specs": results, "summary": summary}
         if args.output:
-            Path(args.output).write_text(json.dumps(data, indent=2) + "\n")
+            output.write_atomic(Path(args.output), json.dumps(data, indent=2) + "\n")
         if args.json:
             output.print_json(data)
             return 0

@@ -39,8 +39,8 @@ class Command:
             raise UsageError(f"{out} exists; use -f to overwrite it")
         page, data = report.build(args.dirs)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(page)
-        out.with_suffix(".json").write_text(json.dumps(data, indent=2))
+        output.write_atomic(out, page)
+        output.write_atomic(out.with_suffix(".json"), json.dumps(data, indent=2))
         if args.json:
             output.print_json(data)
             return 0
