@@ -14,6 +14,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from hetmem.output import write_atomic
+
 
 def cache_dir() -> Path:
     env = os.environ.get("HETMEM_CACHE_DIR")
@@ -59,8 +61,5 @@ def save(kind: str, data: dict[str, Any]) -> Path:
     """Writes atomically (a reader never sees half a file)."""
     path = result_path(kind)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2))  # never through a link
     return path
