@@ -144,16 +144,22 @@ def _private(fd: int, what: str) -> None:
         raise OSError(errno.EPERM, f"{what} is not a private directory of this user")
 
 
-def make_private_dir(parent: Path, prefix: str) -> tuple[Path, int]:
-    """A new 0700 directory under parent and an O_NOFOLLOW fd on it."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+def open_private_dir(path: Path) -> int:
+    """An O_NOFOLLOW fd on path, refused (OSError) unless it is a directory
+    of ours alone: a symlink or someone else's directory is never used."""
     fd = os.open(path, _DIR_FLAGS)
     try:
         _private(fd, str(path))
     except OSError:
         os.close(fd)
         raise
-    return path, fd
+    return fd
+
+
+def make_private_dir(parent: Path, prefix: str) -> tuple[Path, int]:
+    """A new 0700 directory under parent and an O_NOFOLLOW fd on it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    return path, open_private_dir(path)
 
 
 def state_dir_fd() -> int:
@@ -161,13 +167,7 @@ def state_dir_fd() -> int:
     when missing; refused when it is a symlink or someone else's."""
     with suppress(FileExistsError):
         os.mkdir(STATE_DIR, 0o700)
-    fd = os.open(STATE_DIR, _DIR_FLAGS)
-    try:
-        _private(fd, str(STATE_DIR))
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
+    return open_private_dir(STATE_DIR)
 
 
 def write_json_at(dfd: int, name: str, data: dict[str, Any]) -> None:
