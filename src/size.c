@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
 
@@ -47,4 +48,19 @@ int _hm_parse_size(const char *text, uint64_t *out) {
     }
   }
   return -EINVAL;
+}
+
+void _hm_format_size(uint64_t bytes, char *out, size_t len) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) {
+    snprintf(out, len, "%llu bytes", (unsigned long long)bytes);
+    return;
+  }
+  double v = (double)bytes / 1024.0;
+  int u = 0;
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    u++;
+  }
+  snprintf(out, len, "%.1f %s", v, units[u]);
 }

@@ -31,18 +31,6 @@ static uint64_t hm__rng(uint64_t *s) {
   return x * 0x2545F4914F6CDD1DULL;
 }
 
-static const char *hm__human(uint64_t b, char *buf, size_t len) {
-  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = (double)b;
-  int i = 0;
-  while (v >= 1024 && i < 5) {
-    v /= 1024;
-    i++;
-  }
-  snprintf(buf, len, "%.1f %s", v, u[i]);
-  return buf;
-}
-
 /* One completion, waiting as long as it takes: 0, or a negative errno. */
 static int hm__wait(_hm_prim_ring_t *ring, uint64_t *tag, int *res) {
   int rc = _hm_prim_ring_next(ring, -1, tag, res);
@@ -201,12 +189,14 @@ int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_r
                      "(tmpfs/ramfs serve direct I/O from memory, not storage)",
                      dir);
   char h1[32], h2[32];
-  if (fs.free_bytes < size + HM__FREE_MARGIN)
+  _hm_format_size(size, h2, sizeof h2);
+  if (fs.free_bytes < size + HM__FREE_MARGIN) {
+    _hm_format_size(fs.free_bytes, h1, sizeof h1);
     return _hm_error(ctx, -ENOSPC,
                      "storage directory '%s' has %s free; the probe file needs %s plus %s "
                      "to spare",
-                     dir, hm__human(fs.free_bytes, h1, sizeof h1), hm__human(size, h2, sizeof h2),
-                     "64 MiB");
+                     dir, h1, h2, "64 MiB");
+  }
 
   int fd = -1;
   rc = _hm_prim_probe_file(dir, &fd);
@@ -224,8 +214,7 @@ int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_r
 
   rc = _hm_prim_fallocate(fd, 0, size);
   if (rc == -ENOSPC) {
-    rc = _hm_error(ctx, rc, "storage directory '%s' has no room for a %s probe file", dir,
-                   hm__human(size, h2, sizeof h2));
+    rc = _hm_error(ctx, rc, "storage directory '%s' has no room for a %s probe file", dir, h2);
     goto done;
   }
   if (rc && rc != -EOPNOTSUPP) {

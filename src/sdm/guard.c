@@ -14,27 +14,13 @@
 
 #include "sdm/sdm.h"
 
-void _hm_sdm_fmt_size(uint64_t b, char *out, size_t len) {
-  static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = (double)b;
-  int u = 0;
-  while (v >= 1024.0 && u < 6) {
-    v /= 1024.0;
-    u++;
-  }
-  if (u == 0)
-    snprintf(out, len, "%llu bytes", (unsigned long long)b);
-  else
-    snprintf(out, len, "%.1f %s", v, units[u]);
-}
-
 int _hm_sdm_check_budget(hm_ctx_t *ctx, uint64_t budget) {
   uint64_t ram = 0;
   if (_hm_prim_vm_phys_mem(&ram) || budget <= ram) return 0;
   if (ctx && _hm_opt_u64(ctx, HM_OPT_BUDGET_OVER_RAM)) return 0;
   char b[32], r[32];
-  _hm_sdm_fmt_size(budget, b, sizeof b);
-  _hm_sdm_fmt_size(ram, r, sizeof r);
+  _hm_format_size(budget, b, sizeof b);
+  _hm_format_size(ram, r, sizeof r);
   return _hm_error(ctx, -EINVAL,
                    "fast budget %s is more than this machine's memory (%s): a typo? set "
                    "HETMEM_BUDGET_OVER_RAM=1 to allow it",
@@ -43,7 +29,7 @@ int _hm_sdm_check_budget(hm_ctx_t *ctx, uint64_t budget) {
 
 _Noreturn void _hm_sdm_io_fatal(const char *dir, int is_write, uint64_t off, size_t len, int err) {
   char msg[HM_PATH_MAX + 256], sz[32];
-  _hm_sdm_fmt_size(len, sz, sizeof sz);
+  _hm_format_size(len, sz, sizeof sz);
   int n = snprintf(msg, sizeof msg,
                    "hetmem: I/O error on the storage tier %s: cannot %s %s at offset %llu of "
                    "a backing file (%s); the program cannot go on without that data\n",

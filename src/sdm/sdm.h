@@ -149,8 +149,6 @@ int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, ui
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg);
 
 /* Guards (guard.c). */
-/* "1.0 TiB", "512.0 MiB", "100 bytes". */
-void _hm_sdm_fmt_size(uint64_t b, char *out, size_t len);
 /* -EINVAL with a message naming HETMEM_BUDGET_OVER_RAM when budget is more
  * than the machine's physical memory and ctx's budget_over_ram is off. */
 int _hm_sdm_check_budget(hm_ctx_t *ctx, uint64_t budget);
