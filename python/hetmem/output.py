@@ -95,6 +95,14 @@ def check_output_dir(path: str | os.PathLike[str], flag: str) -> None:
     check_shared_dir(parent, flag)
 
 
+def check_output_file(path: str | os.PathLike[str], flag: str) -> None:
+    """Refuses, before any work, an output file that cannot be written: its
+    directory missing, not writable or shared unsafely, or the path a folder."""
+    check_output_dir(path, flag)
+    if Path(path).is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; name a file")
+
+
 def check_shared_dir(path: str | os.PathLike[str], what: str) -> None:
     """Refuses a directory where hetmem would create files that every user
     may write without the sticky bit: there anyone can rename hetmem's files

@@ -10,8 +10,8 @@ from pathlib import Path
 from hetmem import limits, output
 from hetmem import placement as plc
 from hetmem import profile as prof
-from hetmem.commands import check_output_file
 from hetmem.errors import UsageError
+from hetmem.output import check_output_file
 from hetmem.sitenames import short
 from hetmem.sizes import format_size, parse_budget
 from hetmem.symbolize import Symbolizer

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import output
-from hetmem.commands import check_output_file
 from hetmem.errors import UsageError
 from hetmem.flow import spec as specmod
+from hetmem.output import check_output_file
 
 
 def _tier(text: str) -> str:

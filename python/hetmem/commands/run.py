@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from hetmem.commands import check_output_file
+from hetmem.output import check_output_file
 from hetmem.run import MODES, RunConfig, run
 from hetmem.sizes import parse_budget, parse_positive, parse_size
 
