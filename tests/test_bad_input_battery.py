@@ -242,6 +242,9 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     working directory and the inputs are as they were."""
     work = tmp_path / "work"
     work.mkdir()
+    for var in ("HETMEM_LIBDIR", "HETMEM_CBUILD"):  # a developer's relative build tree
+        if os.environ.get(var):
+            monkeypatch.setenv(var, os.path.abspath(os.environ[var]))
     monkeypatch.chdir(work)
     monkeypatch.delenv("HETMEM_BUDGET_OVER_RAM", raising=False)
     monkeypatch.setenv("HETMEM_CACHE_DIR", str(tmp_path / "cache"))
