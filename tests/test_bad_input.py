@@ -306,3 +306,15 @@ def test_placement_save_never_writes_through_a_symlink(tmp_path):
 def test_run_checks_a_budget_from_the_environment_too(hetmem, budget):
     proc = hetmem("run", "--mode", "cache", "--", NO_CMD, env={"HETMEM_FAST_BUDGET": budget})
     _assert_refused(proc, "HETMEM_FAST_BUDGET")
+
+
+def test_run_checks_the_storage_full_policy_before_the_command(hetmem, tmp_path):
+    """A bad HETMEM_STORAGE_FULL is refused by hetmem run before the command
+    starts (the interposer would refuse it only inside the running command)."""
+    marker = tmp_path / "ran"
+    proc = hetmem(
+        "run", "--mode", "cache", "--fast-budget", "64M", "--", "touch", str(marker),
+        env={"HETMEM_STORAGE_FULL": "ignore"},
+    )  # fmt: skip
+    _assert_refused(proc, "HETMEM_STORAGE_FULL must be error or fallback, not 'ignore'")
+    assert not marker.exists()

@@ -111,6 +111,7 @@ NUMBER_CASES = [
     ("profile --depth 0 -- " + NO_CMD, "--depth"),
     ("profile show {P} --top -1", ""),
     ("run --mode turbo -- true", "--mode"),
+    ("run --mode cache --fast-budget 64M --storage-full ignore -- true", "--storage-full"),
     ("report", "required"),
     ("tiers --bogus", "unrecognized"),
     ("config --json extra", "unrecognized"),

@@ -62,6 +62,7 @@ from hetmem.swapbase import MemoryCgroup, SwapFile, SwapSampler, clean_stale, re
 SCHEMA_VERSION = 1
 MODES = ("dram", "cache", "swap", "flat", "hybrid")
 PLACE_MODES = ("flat", "hybrid")
+STORAGE_FULL_POLICIES = ("error", "fallback")  # the interposer's HETMEM_STORAGE_FULL
 PRELOAD_NAME = "libhetmem_preload.so"
 CGROUP_PREFIX = supervise.CGROUP_PREFIX
 GIB = 1 << 30

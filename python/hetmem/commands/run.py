@@ -7,8 +7,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from hetmem.errors import UsageError
 from hetmem.output import check_output_file
-from hetmem.run import MODES, RunConfig, run
+from hetmem.run import MODES, STORAGE_FULL_POLICIES, RunConfig, run
 from hetmem.sizes import parse_budget, parse_positive, parse_size
 
 
@@ -78,7 +79,7 @@ class Command:
         )
         parser.add_argument(
             "--storage-full",
-            choices=("error", "fallback"),
+            choices=STORAGE_FULL_POLICIES,
             help="cache, flat, hybrid: when the storage tier cannot back a large "
             "allocation, fail it with a one-line error (error, the default) or serve it "
             "from DRAM beyond the budget, counted in the end-of-run summary (fallback); "
@@ -101,7 +102,7 @@ class Command:
             threshold=_size(args.threshold, "--threshold", parse_size),
             swap_size=_size(args.swap_size, "--swap-size", parse_positive),
             placement=args.placement,
-            storage_full=args.storage_full,
+            storage_full=_storage_full(args.storage_full),
         )
         return run(cfg)
 
@@ -113,6 +114,19 @@ def _budget(flag_value: str | None) -> int:
         return parse_budget(flag_value, "--fast-budget")
     env = os.environ.get("HETMEM_FAST_BUDGET")
     return parse_budget(env, "HETMEM_FAST_BUDGET") if env else 0
+
+
+def _storage_full(flag_value: str | None) -> str | None:
+    """--storage-full, else $HETMEM_STORAGE_FULL checked here (the interposer
+    would refuse a bad one only once the command had started)."""
+    if flag_value is not None:
+        return flag_value
+    env = os.environ.get("HETMEM_STORAGE_FULL") or None  # empty: the default, as in C
+    if env is not None and env not in STORAGE_FULL_POLICIES:
+        raise UsageError(
+            f"HETMEM_STORAGE_FULL must be {' or '.join(STORAGE_FULL_POLICIES)}, not '{env}'"
+        )
+    return env
 
 
 def _size(text: str | None, flag: str, parse: Callable[[str, str], int]) -> int | None:
