@@ -8,6 +8,7 @@ target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/prim/fs.c
   ${CMAKE_CURRENT_LIST_DIR}/prim/perf.c
   ${CMAKE_CURRENT_LIST_DIR}/prim/ring.c
+  ${CMAKE_CURRENT_LIST_DIR}/prim/sys.c
 )
 include(${CMAKE_CURRENT_LIST_DIR}/tiers.cmake OPTIONAL)
 include(${CMAKE_CURRENT_LIST_DIR}/probe/probe.cmake OPTIONAL)

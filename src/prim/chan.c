@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "prim/chan.h"
+#include "prim/prim.h"
 
 #ifndef MAP_SHARED_VALIDATE
 #define MAP_SHARED_VALIDATE 0x03
@@ -34,13 +35,11 @@ int _hm_prim_chan_truncate(int fd, uint64_t size) {
 }
 
 int _hm_prim_chan_map(int fd, size_t len, int sync, void **out) {
-  void *p = MAP_FAILED;
-  if (sync) /* EOPNOTSUPP on a filesystem without DAX: a plain mapping then */
-    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
-  if (p == MAP_FAILED) p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return -errno;
-  *out = p;
-  return 0;
+  /* EOPNOTSUPP on a filesystem without DAX: a plain mapping then */
+  if (sync && !_hm_prim_sys_mmap(NULL, len, PROT_READ | PROT_WRITE,
+                                 MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0, out))
+    return 0;
+  return _hm_prim_sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0, out);
 }
 
 int _hm_prim_chan_unlink(const char *path) { return unlink(path) ? -errno : 0; }

@@ -12,27 +12,26 @@
 #include "prim/prim.h"
 
 int _hm_prim_map_anon(size_t len, void **out) {
-  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return -errno;
-  *out = p;
-  return 0;
+  return _hm_prim_sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                           0, out);
 }
 
 void *_hm_prim_map_raw(size_t len) {
-  long r = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (r < 0 && r > -4096) return NULL;
-  return (void *)r;
+  void *p = NULL;
+  if (_hm_prim_sys_mmap(NULL, len, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0, &p))
+    return NULL;
+  return p;
 }
 
 int _hm_prim_unmap(void *addr, size_t len) {
   if (!addr) return 0;
-  return munmap(addr, len) ? -errno : 0;
+  return _hm_prim_sys_munmap(addr, len);
 }
 
 int _hm_prim_advise_hugepage(void *addr, size_t len) {
   /* Only a hint: a kernel without THP keeps small pages. */
-  return madvise(addr, len, MADV_HUGEPAGE) ? -errno : 0;
+  return _hm_prim_sys_madvise(addr, len, MADV_HUGEPAGE);
 }
 
 int _hm_prim_bind_node(void *addr, size_t len, int node) {
@@ -43,8 +42,7 @@ int _hm_prim_bind_node(void *addr, size_t len, int node) {
   mask[(unsigned)node / bits] |= 1UL << ((unsigned)node % bits);
   /* MPOL_MF_STRICT is pointless before first touch; the binding decides
    * where the first-touch faults allocate. */
-  if (mbind(addr, len, MPOL_BIND, mask, 1024, 0)) return -errno;
-  return 0;
+  return _hm_prim_sys_mbind(addr, len, MPOL_BIND, mask, 1024, 0);
 }
 
 int _hm_prim_allowed_cpus(int *cpus, int max) {
@@ -71,6 +69,6 @@ int _hm_prim_set_thread_cpus(const int *cpus, int n) {
 
 uint64_t _hm_prim_now_ns(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  if (clock_gettime(CLOCK_MONOTONIC, &ts)) return 0;
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }

@@ -22,10 +22,8 @@ int _hm_prim_perf_ioctl(int fd, unsigned long req, unsigned long arg) {
 }
 
 int _hm_prim_perf_map(int fd, size_t len, size_t off, int writable, void **out) {
-  void *p = mmap(NULL, len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, (off_t)off);
-  if (p == MAP_FAILED) return -errno;
-  *out = p;
-  return 0;
+  return _hm_prim_sys_mmap(NULL, len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd,
+                           (off_t)off, out);
 }
 
 int _hm_prim_write_text(const char *root, const char *path, const char *text) {

@@ -179,4 +179,43 @@ int _hm_prim_perf_map(int fd, size_t len, size_t off, int writable, void **out);
  * creates it: -ENOENT when the kernel lacks the attribute. */
 int _hm_prim_write_text(const char *root, const char *path, const char *text);
 
+/* ---- Raw system calls and process facts (prim/sys.c). The memory calls
+ * use syscall(2): never seen by the interposer's own mmap/munmap/madvise/
+ * mremap hooks, async-signal-safe, usable before init. ---- */
+int _hm_prim_sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off,
+                      void **out);
+int _hm_prim_sys_munmap(void *addr, size_t len);
+int _hm_prim_sys_madvise(void *addr, size_t len, int advice);
+int _hm_prim_sys_mprotect(void *addr, size_t len, int prot);
+int _hm_prim_sys_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr,
+                        void **out);
+int _hm_prim_sys_mbind(void *addr, size_t len, int mode, const unsigned long *mask,
+                       unsigned long maxnode, unsigned flags);
+/* The NUMA node of each page in status (move_pages without targets). */
+int _hm_prim_page_nodes(void **pages, int *status, size_t n);
+/* One write(2) to standard error, result ignored: async-signal-safe. */
+void _hm_prim_stderr(const char *buf, size_t len);
+/* read(2)/write(2) retried on EINTR; the count or -errno. */
+ssize_t _hm_prim_read(int fd, void *buf, size_t len);
+ssize_t _hm_prim_write(int fd, const void *buf, size_t len);
+/* O_RDONLY|O_CLOEXEC of a real path (not under a root); the descriptor. */
+int _hm_prim_open_read(const char *path);
+/* eventfd(0, EFD_CLOEXEC|EFD_NONBLOCK); the descriptor. */
+int _hm_prim_eventfd(void);
+int _hm_prim_pid(void);
+int _hm_prim_ppid(void);
+int _hm_prim_tid(void);
+int _hm_prim_cpu(void); /* sched_getcpu, -1 if unknown */
+int _hm_prim_raise(int sig);
+size_t _hm_prim_page_size(void);
+int _hm_prim_ncpus(void); /* online CPUs, at least 1 */
+uint64_t _hm_prim_thread_cpu_ns(void); /* CLOCK_THREAD_CPUTIME_ID */
+uint64_t _hm_prim_realtime_ns(void);   /* CLOCK_REALTIME */
+void _hm_prim_sleep_ns(uint64_t ns);
+/* The one environment read of libhetmem: the options table (options.c) and
+ * the few variables other programs define (MPI ranks, TMPDIR) use it. */
+const char *_hm_prim_getenv(const char *name);
+/* readlink of /proc/self/exe, NUL-terminated; the length. */
+ssize_t _hm_prim_self_exe(char *buf, size_t len);
+
 #endif

@@ -26,21 +26,19 @@ int _hm_prim_vm_memfd(const char *name, size_t len) {
 }
 
 int _hm_prim_vm_map(int fd, size_t len, void **out) {
-  void *p = fd < 0 ? mmap(NULL, len, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                   : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return -errno;
-  *out = p;
-  return 0;
+  if (fd < 0)
+    return _hm_prim_sys_mmap(NULL, len, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0, out);
+  return _hm_prim_sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0, out);
 }
 
 int _hm_prim_vm_unmap(void *addr, size_t len) {
   if (!addr) return 0;
-  return munmap(addr, len) ? -errno : 0;
+  return _hm_prim_sys_munmap(addr, len);
 }
 
 int _hm_prim_vm_madvise(void *addr, size_t len, int advice) {
-  return madvise(addr, len, advice) ? -errno : 0;
+  return _hm_prim_sys_madvise(addr, len, advice);
 }
 
 int _hm_prim_vm_punch(int fd, uint64_t off, uint64_t len) {
@@ -109,7 +107,7 @@ int _hm_prim_vm_restore_signals(const void *old_set) {
   return pthread_sigmask(SIG_SETMASK, (const sigset_t *)old_set, NULL) ? -EINVAL : 0;
 }
 
-int _hm_prim_vm_tid(void) { return (int)gettid(); }
+int _hm_prim_vm_tid(void) { return _hm_prim_tid(); }
 
 int _hm_prim_vm_phys_mem(uint64_t *out) {
   long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
