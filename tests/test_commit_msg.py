@@ -32,6 +32,7 @@ def _env(home: Path) -> dict[str, str]:
         GIT_AUTHOR_EMAIL="t@example.org",
         GIT_COMMITTER_NAME="T",
         GIT_COMMITTER_EMAIL="t@example.org",
+        GIT_EDITOR="true",
     )
     return env
 
@@ -149,6 +150,11 @@ def test_hook_in_git_commit(tmp_path: Path):
     _git(repo, "commit", "-q", "--allow-empty", "-m", "tests: on the topic" + BODY)
     _git(repo, "checkout", "-q", "main")
     _git(repo, "commit", "-q", "--allow-empty", "-m", "tests: on main" + BODY)
+    # comment lines in the editor's file are git's, whatever character it uses
+    _git(repo, "config", "core.commentChar", ";")
+    ed = _git(repo, "commit", "--allow-empty", "-e", "-m", "tests: no body", check=False)
+    assert ed.returncode != 0 and "no body" in ed.stderr
+    _git(repo, "config", "--unset", "core.commentChar")
     merge = _git(repo, "merge", "--no-ff", "--no-edit", "topic", check=False)
     assert merge.returncode != 0 and "no area" in merge.stderr
     _git(repo, "merge", "--abort")
