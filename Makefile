@@ -15,7 +15,8 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config libhwloc-dev hwloc 
   libnuma-dev numactl liburing-dev fio libdw-dev libelf-dev libopenblas-dev \
   liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin util-linux chromium
 
-.PHONY: all deps venv install cbuild test test-c test-sanitize fuzz demo lint clean
+.PHONY: all deps venv install cbuild test test-c test-sanitize fuzz demo lint clean hooks \
+  hooks-if-unset metrics
 
 all: install
 
@@ -37,7 +38,7 @@ $(VPY):
 
 # The venv is made once; its Python packages are brought up to date each run
 # (pip does nothing when they already are).
-venv: $(VPY)
+venv: $(VPY) hooks-if-unset
 	$(VPY) -m pip install -q "scikit-build-core>=0.10" "pytest>=7" "ruff>=0.4" \
 	  "rich>=13" "numpy>=1.24" "matplotlib>=3.6" "scipy>=1.10"
 	@# atheris (a manylinux wheel, e.g. cp311 x86_64; no compiler needed): the fuzz targets
@@ -97,6 +98,28 @@ demo: install
 lint: venv
 	$(VENV)/bin/ruff check python tests
 	$(VENV)/bin/ruff format --check python tests
+
+# The commit-msg hook of .githooks/ (DEVELOPERS.md, Commits). `make hooks`
+# points git at it; `make venv` (so install, test, demo) does the same
+# silently, but only inside a git work tree and only when core.hooksPath is
+# unset: hooks a developer chose are left alone.
+hooks:
+	@[ "$$(git rev-parse --is-inside-work-tree 2>/dev/null)" = true ] || \
+	  { echo "make hooks: not a git work tree" >&2; exit 1; }
+	@old=$$(git config --get core.hooksPath || true); \
+	git config core.hooksPath .githooks && \
+	if [ -n "$$old" ] && [ "$$old" != .githooks ]; then was=" (was $$old)"; fi; \
+	echo "git config core.hooksPath .githooks$$was"
+
+hooks-if-unset:
+	@if [ "$$(git rev-parse --is-inside-work-tree 2>/dev/null)" = true ] && \
+	  ! git config --get core.hooksPath >/dev/null; then \
+	  git config core.hooksPath .githooks; fi
+
+# Function sizes and complexity of the C and Python sources (needs the lizard
+# command; without it, says so and does nothing).
+metrics:
+	@$(PYTHON) .ci/house-metrics
 
 clean:
 	rm -rf build $(VENV)

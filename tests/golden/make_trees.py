@@ -2,6 +2,8 @@
 
     python tests/golden/make_trees.py            # rebuild the constructed machines
     python tests/golden/make_trees.py --record vm  # record this machine as "vm"
+    python tests/golden/make_trees.py --record x --from ROOT --out DIR
+                                                 # record a tree under ROOT into DIR/x
 
 Each machine is a folder holding the files (and symlinks) the kernel lays out
 and that discovery reads, plus a few realistic extras. The constructed ones
@@ -26,8 +28,8 @@ TIERING = "sys/devices/virtual/memory_tiering"
 
 
 class Tree:
-    def __init__(self, name: str) -> None:
-        self.root = HERE / name
+    def __init__(self, name: str, out: Path = HERE) -> None:
+        self.root = out / name
         keep = self.root / "expected.json"
         saved = keep.read_text() if keep.exists() else None
         if self.root.exists():
@@ -302,39 +304,99 @@ LIVE_FILES = [
     f"{NODE}/has_generic_initiator",
 ]
 NODE_FILES = ["cpulist", "cpumap", "distance", "meminfo"]
+DAX = "sys/bus/dax"
+NVIDIA = "proc/driver/nvidia/gpus"
+# Read only by a kernel without CONFIG_NUMA (no node folder): one node.
+NO_NUMA_FILES = ["proc/meminfo", "sys/devices/system/cpu/online"]
 
 
-def record(name: str) -> None:
-    """Copies from the real / only what discovery reads (node0 has hundreds of
-    memoryN links that are not needed)."""
-    t = Tree(name)
-    src = Path("/")
-    for rel in LIVE_FILES:
-        if (src / rel).exists():
-            t.write(rel, (src / rel).read_text())
-    for node in sorted((src / NODE).glob("node[0-9]*")):
-        for f in NODE_FILES:
-            if (node / f).exists():
-                t.write(f"{NODE}/{node.name}/{f}", (node / f).read_text())
-        for acc in ("access0", "access1"):
-            ini = node / acc / "initiators"
-            for f in sorted(ini.glob("*")) if ini.is_dir() else []:
-                if f.is_symlink():
-                    t.link(
-                        str(Path(NODE) / node.name / acc / "initiators" / f.name), os.readlink(f)
-                    )
-                elif f.is_file():
-                    t.write(
-                        str(Path(NODE) / node.name / acc / "initiators" / f.name), f.read_text()
-                    )
-    for tier in sorted((src / TIERING).glob("memory_tier*")):
-        t.write(f"{TIERING}/{tier.name}/nodelist", (tier / "nodelist").read_text())
-    for dev in sorted((src / "sys/bus/dax/devices").glob("*")):
-        target = os.readlink(dev)
-        t.link(f"sys/bus/dax/devices/{dev.name}", target)
-        real = (dev.parent / target).resolve()
-        rel = real.relative_to("/")
-        t.write(f"{rel}/target_node", (real / "target_node").read_text())
+class Recorder:
+    """Copies what src/tiers.c reads under an fsroot from src into a Tree,
+    files as text and links as links, skipping what cannot be read (as
+    discovery degrades it to unknown). Keep it in step with src/tiers.c:
+    tests/test_make_trees.py records every golden tree and compares."""
+
+    def __init__(self, src: Path, tree: Tree) -> None:
+        self.src, self.tree = src, tree
+
+    def file(self, rel: str) -> None:
+        try:
+            text = (self.src / rel).read_text(errors="replace")
+        except OSError:  # absent, a folder, or refused by the kernel
+            return
+        self.tree.write(rel, text)
+
+    def link(self, rel: str) -> str | None:
+        p = self.src / rel
+        if not p.is_symlink():
+            return None
+        target = os.readlink(p)
+        self.tree.link(rel, target)
+        return target
+
+    def files_in(self, rel: str) -> None:
+        """The plain files of a folder, its links as links."""
+        folder = self.src / rel
+        for f in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if f.is_symlink():
+                self.link(f"{rel}/{f.name}")
+            elif f.is_file():
+                self.file(f"{rel}/{f.name}")
+
+    def nodes(self) -> None:
+        for rel in LIVE_FILES:
+            self.file(rel)
+        for node in sorted((self.src / NODE).glob("node[0-9]*")):
+            d = f"{NODE}/{node.name}"
+            for f in NODE_FILES:
+                self.file(f"{d}/{f}")
+            # HMAT: the ratings and the initiator links of each access class
+            for acc in ("access0", "access1"):
+                self.files_in(f"{d}/{acc}/initiators")
+            for index in sorted((node / "memory_side_cache").glob("index[0-9]*")):
+                self.files_in(f"{d}/memory_side_cache/{index.name}")
+
+    def tiering(self) -> None:
+        for tier in sorted((self.src / TIERING).glob("memory_tier*")):
+            self.file(f"{TIERING}/{tier.name}/nodelist")
+
+    def dax(self) -> None:
+        """Each device's link (its provenance is in the path), its
+        target_node at the link's end, and kmem's link when it onlined it."""
+        for dev in sorted((self.src / DAX / "devices").glob("*")):
+            target = self.link(f"{DAX}/devices/{dev.name}")
+            if target is None:
+                continue
+            self.link(f"{DAX}/drivers/kmem/{dev.name}")
+            real = (dev.parent / target).resolve()
+            try:
+                rel = real.relative_to(self.src.resolve())
+            except ValueError:  # points outside the tree: left dangling
+                continue
+            self.file(f"{rel}/target_node")
+
+    def nvidia(self) -> None:
+        for gpu in sorted((self.src / NVIDIA).glob("*")):
+            self.file(f"{NVIDIA}/{gpu.name}/numa_status")
+            self.file(f"{NVIDIA}/{gpu.name}/information")
+
+    def run(self) -> None:
+        if not (self.src / NODE).is_dir():
+            for rel in NO_NUMA_FILES:
+                self.file(rel)
+        self.nodes()
+        self.tiering()
+        self.dax()
+        self.nvidia()
+
+
+def record(name: str, src: Path = Path("/"), out: Path = HERE) -> Path:
+    """Records the machine under src (the live one by default) as out/name:
+    only what discovery reads (node0 alone has hundreds of memoryN links
+    that are not needed). Returns the tree's folder."""
+    tree = Tree(name, out)
+    Recorder(src, tree).run()
+    return tree.root
 
 
 MACHINES = {
@@ -349,10 +411,16 @@ MACHINES = {
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--record", metavar="NAME", help="record this machine's /sys as NAME")
+    ap.add_argument(
+        "--from", dest="src", metavar="ROOT", default="/", help="record the tree under ROOT"
+    )
+    ap.add_argument(
+        "--out", metavar="DIR", default=str(HERE), help="record into DIR/NAME (tests/golden)"
+    )
     ap.add_argument("machines", nargs="*", help="constructed machines to rebuild (default: all)")
     args = ap.parse_args()
     if args.record:
-        record(args.record)
+        print(record(args.record, Path(args.src), Path(args.out)))
         return 0
     for name in args.machines or MACHINES:
         if name not in MACHINES:
