@@ -96,8 +96,8 @@ demo: install
 	$(VENV)/bin/hetmem demo
 
 lint: venv
-	$(VENV)/bin/ruff check python tests
-	$(VENV)/bin/ruff format --check python tests
+	$(VENV)/bin/ruff check python tests .githooks/commit-msg .ci/check-commits .ci/house-metrics .ci/ab-bench
+	$(VENV)/bin/ruff format --check python tests .githooks/commit-msg .ci/check-commits .ci/house-metrics .ci/ab-bench
 
 # The commit-msg hook of .githooks/ (DEVELOPERS.md, Commits). `make hooks`
 # points git at it; `make venv` (so install, test, demo) does the same
