@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -128,4 +129,12 @@ ssize_t _hm_prim_self_exe(char *buf, size_t len) {
   if (n < 0) return -errno;
   buf[n] = 0;
   return n;
+}
+
+/* ---- Added for the pager (src/sdm/) ---- */
+
+int _hm_prim_stat_dir(const char *path) {
+  struct stat st;
+  if (stat(path, &st)) return -errno;
+  return S_ISDIR(st.st_mode) ? 1 : 0;
 }

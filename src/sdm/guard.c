@@ -10,7 +10,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "sdm/sdm.h"
 
@@ -35,9 +34,6 @@ _Noreturn void _hm_sdm_io_fatal(const char *dir, int is_write, uint64_t off, siz
                    "a backing file (%s); the program cannot go on without that data\n",
                    dir, is_write ? "write back" : "read", sz, (unsigned long long)off,
                    strerror(err < 0 ? -err : err));
-  if (n > 0) {
-    ssize_t w = write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
-    (void)w;
-  }
+  if (n > 0) _hm_prim_stderr(msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
   _hm_prim_vm_die(SIGBUS);
 }

@@ -68,69 +68,86 @@ static int hm__continues(const _hm_sdm_stream_t *s, int64_t unit) {
          delta / s->trend <= (s->next_pf - s->last) / s->trend;
 }
 
-void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, int hit,
-                      int seq_hint, uint32_t max_window, _hm_sdm_pf_plan_t *plan) {
-  memset(plan, 0, sizeof *plan);
-  plan->trigger = -1;
-  if (max_window == 0) max_window = 1;
-  _hm_sdm_stream_t *s = NULL, *old = &pf->s[0];
-  _hm_sdm_stream_t *latest = NULL; /* this thread's most recent stream */
-  uint32_t active = 1; /* this stream, and the others with a trend */
+/* What the stream table holds for (tid, reg) at a fault. */
+typedef struct hm__scan_s {
+  _hm_sdm_stream_t *s;      /* the (tid, reg) stream, or NULL */
+  _hm_sdm_stream_t *old;    /* the least recently used entry */
+  _hm_sdm_stream_t *latest; /* this thread's most recent stream */
+  uint32_t active;          /* this stream, and the others with a trend */
+} hm__scan_t;
+
+static void hm__scan(_hm_sdm_pf_t *pf, int tid, const void *reg, hm__scan_t *sc) {
+  sc->s = NULL;
+  sc->old = &pf->s[0];
+  sc->latest = NULL;
+  sc->active = 1;
   for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
     _hm_sdm_stream_t *c = &pf->s[i];
-    if (c->reg && c->tid == tid && (!latest || c->stamp > latest->stamp)) latest = c;
+    if (c->reg && c->tid == tid && (!sc->latest || c->stamp > sc->latest->stamp)) sc->latest = c;
     if (c->reg == reg && c->tid == tid) {
-      s = c;
+      sc->s = c;
       continue;
     }
     if (pf->share && c->reg && c->trend != 0 && pf->clock - c->stamp < HM_SDM_ACTIVE_FAULTS)
-      active++;
-    if (c->stamp < old->stamp) old = c;
+      sc->active++;
+    if (c->stamp < sc->old->stamp) sc->old = c;
   }
-  /* Windows together cover at most pf->share units. Each stream sizing its
-   * window alone let six streams (STREAM triad, 2 threads) at a 64 MiB budget
-   * request 48 MiB ahead in a 54 MiB cache: CLOCK evicted prefetched units
-   * before their reader came, and 1.3x the footprint was read per pass. */
+}
+
+/* Windows together cover at most pf->share units. Each stream sizing its
+ * window alone let six streams (STREAM triad, 2 threads) at a 64 MiB budget
+ * request 48 MiB ahead in a 54 MiB cache: CLOCK evicted prefetched units
+ * before their reader came, and 1.3x the footprint was read per pass. */
+static uint32_t hm__share_cap(const _hm_sdm_pf_t *pf, uint32_t max_window, uint32_t active) {
   if (pf->share && max_window > pf->share / active)
     max_window = pf->share / active > 2 ? pf->share / active : 2;
-  pf->clock++;
-  /* A miss that starts a stream (a new one, or a jump off the trend) right
-   * after this thread's stream in another region reached that region's
-   * end: the pager learns it as what comes after that region. Hits are
-   * left out: one inside a successor's window whose trigger page went
-   * unseen reads as a jump, and would teach a point past the head; a wrong
-   * guess is corrected at the next miss that it causes. */
+  return max_window;
+}
+
+/* A miss that starts a stream (a new one, or a jump off the trend) right
+ * after this thread's stream in another region reached that region's
+ * end: the pager learns it as what comes after that region. Hits are
+ * left out: one inside a successor's window whose trigger page went
+ * unseen reads as a jump, and would teach a point past the head; a wrong
+ * guess is corrected at the next miss that it causes. */
+static void hm__learn_pred(const hm__scan_t *sc, int64_t unit, int hit, _hm_sdm_pf_plan_t *plan) {
+  const _hm_sdm_stream_t *s = sc->s;
   int starts =
       !s || (unit != s->last && unit - s->last != s->trend && !hm__continues(s, unit));
   /* Only the thread's latest stream: if it went on elsewhere after an end
    * (an array whose end went unseen), this miss follows that. The ended
    * stream itself jumping (forward past its requests; back to start a new
    * pass is handled below) learns nothing. */
-  if (!hit && starts && latest && latest->ended && latest != s) {
-    latest->ended = 0;
-    plan->pred = latest->reg;
+  if (!hit && starts && sc->latest && sc->latest->ended && sc->latest != s) {
+    sc->latest->ended = 0;
+    plan->pred = sc->latest->reg;
   }
-  if (!s) {
-    s = old;
-    memset(s, 0, sizeof *s);
-    s->tid = tid;
-    s->reg = reg;
-    s->last = unit;
-    s->window = seq_hint ? max_window : 2;
-    s->next_pf = unit + 1;
-    s->stamp = pf->clock;
-    if (seq_hint || hit) {
-      plan->stride = 1;
-      plan->from = unit + 1;
-      plan->count = s->window;
-      s->next_pf = unit + 1 + s->window;
-      hm__set_trigger(plan, s->window);
-    }
-    return;
-  }
+}
+
+/* A first fault of (tid, reg): a new stream in the oldest entry, with a
+ * plan at once when advised sequential or a prefetch hit. */
+static void hm__stream_new(_hm_sdm_pf_t *pf, _hm_sdm_stream_t *s, int tid, const void *reg,
+                           int64_t unit, int hit, int seq_hint, uint32_t max_window,
+                           _hm_sdm_pf_plan_t *plan) {
+  memset(s, 0, sizeof *s);
+  s->tid = tid;
+  s->reg = reg;
+  s->last = unit;
+  s->window = seq_hint ? max_window : 2;
+  s->next_pf = unit + 1;
   s->stamp = pf->clock;
-  int64_t delta = unit - s->last;
-  if (delta == 0) return;
+  if (seq_hint || hit) {
+    plan->stride = 1;
+    plan->from = unit + 1;
+    plan->count = s->window;
+    s->next_pf = unit + 1 + s->window;
+    hm__set_trigger(plan, s->window);
+  }
+}
+
+/* Records the fault's delta and finds the trend over the history. */
+static int64_t hm__record(_hm_sdm_stream_t *s, int64_t unit, int64_t delta, int hit,
+                          int seq_hint) {
   if (hm__continues(s, unit)) delta = s->trend;
   /* Back behind itself by more than a window: a new pass (faults handled a
    * little out of order by two handler threads are not). */
@@ -144,18 +161,27 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   if (trend == 0 && s->n == 1 && (delta == 1 || hit)) trend = delta;
   if (trend == 0 && seq_hint) trend = 1;
   s->trend = trend;
-  if (trend == 0) {
-    s->window = s->window > 1 ? s->window / 2 : 1;
-    if (s->n >= 4) {
-      int far = 1;
-      for (unsigned i = 0; i < 4; i++) {
-        int64_t d = s->hist[(s->pos + 8u - 1u - i) % 8u];
-        if (d >= -1 && d <= 1) far = 0;
-      }
-      plan->random = far;
-    }
-    return;
+  return delta;
+}
+
+/* No trend: the window halves, and a full history of jumps longer than a
+ * unit marks the thread random. */
+static void hm__no_trend(_hm_sdm_stream_t *s, _hm_sdm_pf_plan_t *plan) {
+  s->window = s->window > 1 ? s->window / 2 : 1;
+  if (s->n < 4) return;
+  int far = 1;
+  for (unsigned i = 0; i < 4; i++) {
+    int64_t d = s->hist[(s->pos + 8u - 1u - i) % 8u];
+    if (d >= -1 && d <= 1) far = 0;
   }
+  plan->random = far;
+}
+
+/* Along a trend: the window grows, and the plan covers what the stream
+ * has not requested yet. */
+static void hm__along(_hm_sdm_stream_t *s, int64_t unit, int64_t delta, int hit,
+                      uint32_t max_window, _hm_sdm_pf_plan_t *plan) {
+  int64_t trend = s->trend;
   /* A jump that the majority still reads as the old trend (a new pass
    * over the region, another phase of the program) starts the window over:
    * a long sequential fill followed by a strided pass read a full window
@@ -181,6 +207,31 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   plan->count = (uint32_t)((int64_t)s->window - k0 + 1);
   s->next_pf = unit + ((int64_t)s->window + 1) * trend;
   hm__set_trigger(plan, s->window);
+}
+
+void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, int hit,
+                      int seq_hint, uint32_t max_window, _hm_sdm_pf_plan_t *plan) {
+  memset(plan, 0, sizeof *plan);
+  plan->trigger = -1;
+  if (max_window == 0) max_window = 1;
+  hm__scan_t sc;
+  hm__scan(pf, tid, reg, &sc);
+  max_window = hm__share_cap(pf, max_window, sc.active);
+  pf->clock++;
+  hm__learn_pred(&sc, unit, hit, plan);
+  _hm_sdm_stream_t *s = sc.s;
+  if (!s) {
+    hm__stream_new(pf, sc.old, tid, reg, unit, hit, seq_hint, max_window, plan);
+    return;
+  }
+  s->stamp = pf->clock;
+  int64_t delta = unit - s->last;
+  if (delta == 0) return;
+  delta = hm__record(s, unit, delta, hit, seq_hint);
+  if (s->trend == 0)
+    hm__no_trend(s, plan);
+  else
+    hm__along(s, unit, delta, hit, max_window, plan);
 }
 
 int _hm_sdm_pf_end(_hm_sdm_pf_t *pf, int tid, const void *reg) {

@@ -1,0 +1,396 @@
+/* The slot table and eviction: slots of resident units, the queue of units
+ * streams left behind, CLOCK, finding the dirty pages of a victim (per
+ * dirty-tracking mode, see pager.c), the batched write-back of victims
+ * through io_uring, and the write-back of one unit that stays resident
+ * (hm_pager_flush). */
+#include <errno.h>
+#include <sys/mman.h>
+
+#include "sdm/pager_int.h"
+
+#define HM__PAGE_IS_WRITTEN (1ULL << 1)
+#define HM__PAGE_IS_SWAPPED (1ULL << 4)
+#define HM__PM_SCAN_WP_MATCHING (1ULL << 0)
+#define HM__MAXVICT 16
+
+/* A slot for unit u of r (a reservation made room for it). Slots given
+ * back are reused first; otherwise the next never-used one is taken from
+ * the bump index slot_fresh, so the slot table (sized for the budget, up
+ * to ~108 bytes per 8 KiB of it, reserved MAP_NORESERVE) is touched only
+ * as far as the most slots in use at once: RSS follows use, not the budget,
+ * and opening a pager touches none of it. Cost on the fault path: one
+ * compare beside the list pop, under the pager lock as before (and one
+ * call: the miss that takes a slot goes on to a read). */
+int32_t _hm_sdm_slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
+  int32_t s = p->free_slot;
+  if (s >= 0)
+    p->free_slot = p->slots[s].next_free;
+  else
+    s = (int32_t)p->slot_fresh++; /* below nslots: _hm_sdm_reserve counted nact */
+  _hm_sdm_slot_t *S = &p->slots[s];
+  memset(S, 0, sizeof *S);
+  S->used = 1;
+  S->reg = r;
+  S->unit = u;
+  S->next_free = -1;
+  S->act_pos = p->nact;
+  p->act[p->nact++] = (uint32_t)s;
+  r->units[u].slot = s;
+  return s;
+}
+
+void _hm_sdm_slot_put(hm_pager_t *p, int32_t s) {
+  _hm_sdm_slot_t *S = &p->slots[s];
+  if (S->held) {
+    /* A held page was reserved with its unit but never counted filled. */
+    p->held_used &= ~(1ull << ((S->held & 0x7fu) - 1u));
+    p->used -= HM_SDM_PAGE;
+    S->held = 0;
+  }
+  uint32_t last = p->act[--p->nact];
+  p->act[S->act_pos] = last;
+  p->slots[last].act_pos = S->act_pos;
+  S->used = 0;
+  S->reg = NULL;
+  S->next_free = p->free_slot;
+  p->free_slot = s;
+}
+
+void _hm_sdm_drop_slot(hm_pager_t *p, int32_t s) {
+  _hm_sdm_slot_t *S = &p->slots[s];
+  uint64_t bytes = (uint64_t)S->nfilled * HM_SDM_PAGE;
+  p->used -= bytes;
+  p->resident -= bytes;
+  if (S->prefetched) p->pf_untouched -= p->unit;
+  _hm_sdm_slot_put(p, s);
+}
+
+/* ------------------------------------------------------------------------
+ * Choosing victims (pager lock held)
+ * ------------------------------------------------------------------------ */
+
+typedef struct hm__victims_s {
+  int32_t slot[HM__MAXVICT];
+  unsigned n;
+  uint64_t freed, need;
+} hm__victims_t;
+
+static int hm__want_more(const hm__victims_t *v) {
+  return v->n < HM__MAXVICT && (v->n == 0 || v->freed < v->need);
+}
+
+static void hm__victim_add(hm__victims_t *v, _hm_sdm_region_t *r, const _hm_sdm_slot_t *S,
+                           int32_t s) {
+  r->units[S->unit].state = HM_U_BUSY;
+  r->busy++;
+  v->slot[v->n++] = s;
+  v->freed += (uint64_t)S->nfilled * HM_SDM_PAGE;
+}
+
+/* First the units streams left behind (hm__demote_behind, fault.c). */
+static void hm__take_demoted(hm_pager_t *p, hm__victims_t *v) {
+  while (p->demq_n && hm__want_more(v)) {
+    int32_t e = p->demq[p->demq_head];
+    p->demq_head = (p->demq_head + 1) % HM_SDM_DEMQ;
+    p->demq_n--;
+    _hm_sdm_slot_t *S = &p->slots[e];
+    /* Still demoted: the flag is reset when the slot is taken again (an
+     * entry must not outlive the fill it was made for, or a unit evicted
+     * and refilled into the same slot would be taken again at once, before
+     * its faulting thread ran) and when an entry for it is consumed. */
+    if (!S->used || !S->demoted) continue;
+    S->demoted = 0; /* from here on CLOCK's, whether taken now or not */
+    if (S->pin || S->ref) continue; /* in use, or faulted on since it was left behind */
+    _hm_sdm_region_t *r = S->reg;
+    _hm_sdm_unit_t *U = &r->units[S->unit];
+    if (r->dead || U->state != HM_U_RES || U->slot != e) continue;
+    hm__victim_add(v, r, S, e);
+  }
+}
+
+/* Then CLOCK: a reference bit buys a unit one more turn, and so does
+ * being prefetched and not yet passed once by the hand. */
+static void hm__take_clock(hm_pager_t *p, hm__victims_t *v) {
+  for (uint32_t steps = 0; steps < 3 * p->nact + 3 && hm__want_more(v); steps++) {
+    if (p->nact == 0) break;
+    if (p->hand >= p->nact) p->hand = 0;
+    uint32_t idx = p->act[p->hand++];
+    _hm_sdm_slot_t *S = &p->slots[idx];
+    if (!S->used || S->pin) continue;
+    _hm_sdm_region_t *r = S->reg;
+    if (r->units[S->unit].state != HM_U_RES || r->dead) continue;
+    if (S->ref) {
+      S->ref = 0;
+      continue;
+    }
+    if (S->prefetched && !S->passed) {
+      S->passed = 1;
+      continue;
+    }
+    hm__victim_add(v, r, S, (int32_t)idx);
+  }
+}
+
+/* ------------------------------------------------------------------------
+ * Dirty pages and write-back
+ * ------------------------------------------------------------------------ */
+
+/* Sets in D the pages of [ub, ub + unit) that vec's n regions cover. */
+static void hm__vec_bits(const char *ub, const _hm_prim_page_region_t *vec, ssize_t n,
+                         uint64_t *D) {
+  uint64_t base = (uint64_t)(uintptr_t)ub;
+  for (ssize_t k = 0; k < n; k++)
+    for (uint64_t x = vec[k].start; x < vec[k].end; x += HM_SDM_PAGE)
+      _hm_sdm_setbit(D, (unsigned)((x - base) / HM_SDM_PAGE));
+}
+
+/* Finds which filled pages of a victim must be written and stops writers.
+ * Victim is BUSY, so no fault on it is being resolved meanwhile. */
+static void hm__victim_dirty(_hm_sdm_handler_t *h, _hm_sdm_slot_t *S, uint64_t *D) {
+  hm_pager_t *p = h->p;
+  char *ub = _hm_sdm_ubase(S->reg, p, S->unit);
+  memset(D, 0, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
+  if (p->dirty_mode == HM_SDM_DIRTY_ASYNC) {
+    if (!S->mapped) return; /* never visible to the application: clean */
+    (void)_hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED);
+    uint64_t marked[HM_SDM_BITMAP_WORDS];
+    memset(marked, 0, sizeof marked);
+    ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, 0, HM__PAGE_IS_SWAPPED, 0,
+                                      HM__PAGE_IS_SWAPPED, h->vec, p->upages);
+    hm__vec_bits(ub, h->vec, n, marked);
+    for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) D[w] = S->filled[w] & ~marked[w];
+  } else if (p->dirty_mode == HM_SDM_DIRTY_SYNC) {
+    if (!S->dirty) return;
+    (void)_hm_prim_uffd_wp(p->uffd, ub, p->unit, 1);
+    memcpy(D, S->filled, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
+  } else {
+    if (p->memfd_mode && !S->mapped) return; /* never visible: clean */
+    if (p->memfd_mode) (void)_hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED);
+    memcpy(D, S->filled, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
+  }
+}
+
+/* Where the pager reads unit u of r to write it back: the alias in memfd
+ * mode, the application's view otherwise. */
+static char *hm__wb_src(const hm_pager_t *p, const _hm_sdm_region_t *r, uint32_t u) {
+  return p->memfd_mode ? r->alias + (uint64_t)u * p->unit : _hm_sdm_ubase(r, p, u);
+}
+
+/* Write-backs in flight on the handler's write ring, victim v's failure
+ * in failed[v]. */
+typedef struct hm__wb_s {
+  uint64_t D[HM__MAXVICT][HM_SDM_BITMAP_WORDS];
+  int failed[HM__MAXVICT];
+  unsigned inflight;
+} hm__wb_t;
+
+/* One completion of the write ring (waiting for it); 0 when there was
+ * one, else the ring's result. */
+static int hm__wb_reap(_hm_sdm_handler_t *h, hm__wb_t *wb) {
+  uint64_t t;
+  int res;
+  int rc = _hm_prim_ring_next(h->wring, -1, &t, &res);
+  if (rc != 1) return rc < 0 ? rc : 1;
+  wb->inflight--;
+  if (res < 0) wb->failed[(unsigned)(t >> 32)] = res;
+  return 0;
+}
+
+/* Queues the write-back of victim v's dirty runs (a full ring is drained
+ * one completion at a time). */
+static void hm__wb_submit(_hm_sdm_handler_t *h, hm__wb_t *wb, unsigned v, _hm_sdm_slot_t *S) {
+  hm_pager_t *p = h->p;
+  _hm_sdm_region_t *r = S->reg;
+  char *src0 = hm__wb_src(p, r, S->unit);
+  unsigned i = 0, n;
+  while ((n = _hm_sdm_run(wb->D[v], p->upages, &i)) > 0) {
+    uint64_t off = (uint64_t)S->unit * p->unit + (uint64_t)i * HM_SDM_PAGE;
+    uint64_t tag = ((uint64_t)v << 32) | i;
+    while (_hm_prim_ring_rw(h->wring, HM_PRIM_RING_WRITE, r->file, src0 + (size_t)i * HM_SDM_PAGE,
+                            n * HM_SDM_PAGE, off, tag) == -EBUSY)
+      (void)hm__wb_reap(h, wb);
+    wb->inflight++;
+    HM_SDM_ADD(p, c_bytes_written, (uint64_t)n * HM_SDM_PAGE);
+    i += n;
+  }
+}
+
+/* A write-back the device refused: retried synchronously, page run by page
+ * run. If the device still refuses, the process ends (guard.c): kept
+ * resident, such units would fill the cache until every fault waited for
+ * budget forever, and dropped, their data would be lost. */
+static void hm__wb_retry(hm_pager_t *p, const _hm_sdm_slot_t *S, const uint64_t *D) {
+  _hm_sdm_region_t *r = S->reg;
+  uint32_t u = S->unit;
+  char *src0 = hm__wb_src(p, r, u);
+  unsigned i = 0, n;
+  while ((n = _hm_sdm_run(D, p->upages, &i)) > 0) {
+    uint64_t off = (uint64_t)u * p->unit + (uint64_t)i * HM_SDM_PAGE;
+    ssize_t w = _hm_prim_vm_pio(r->file, 1, src0 + (size_t)i * HM_SDM_PAGE, n * HM_SDM_PAGE, off);
+    if (w < 0) {
+      HM_SDM_ADD(p, c_io_errors, 1);
+      _hm_sdm_io_fatal(p->dir, 1, off, (size_t)n * HM_SDM_PAGE, (int)w);
+    }
+    i += n;
+  }
+}
+
+/* Frees victim s once written back: its memory, its slot, its budget;
+ * wakes the threads that faulted on it meanwhile. */
+static void hm__victim_free(hm_pager_t *p, int32_t s, const uint64_t *D, int failed) {
+  _hm_sdm_slot_t *S = &p->slots[s];
+  _hm_sdm_region_t *r = S->reg;
+  uint32_t u = S->unit;
+  char *ub = _hm_sdm_ubase(r, p, u);
+  int wrote = 0;
+  for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) wrote |= D[w] != 0;
+  if (failed && wrote) hm__wb_retry(p, S, D);
+  if (p->memfd_mode)
+    (void)_hm_prim_vm_punch(r->memfd, (uint64_t)u * p->unit, p->unit);
+  else
+    (void)_hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED);
+  pthread_mutex_lock(&p->lk);
+  uint64_t bytes = (uint64_t)S->nfilled * HM_SDM_PAGE;
+  if (S->prefetched) {
+    p->pf_untouched -= p->unit;
+    _hm_sdm_pf_resolved(p, r, 0);
+    HM_SDM_ADD(p, c_pf_wasted, 1);
+  }
+  p->used -= bytes;
+  p->resident -= bytes;
+  if (wrote) r->units[u].flags |= HM_UF_ONDISK;
+  r->units[u].state = HM_U_NONE;
+  r->units[u].slot = -1;
+  _hm_sdm_slot_put(p, s);
+  r->busy--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->lk);
+  HM_SDM_ADD(p, c_evictions, 1);
+  if (wrote) HM_SDM_ADD(p, c_writebacks, 1);
+  _hm_sdm_wake(p, ub, p->unit);
+}
+
+int _hm_sdm_evict(_hm_sdm_handler_t *h, uint64_t need) {
+  hm_pager_t *p = h->p;
+  hm__victims_t v;
+  v.n = 0;
+  v.freed = 0;
+  /* Evict in batches of up to 2 MiB (1/16 of the cache at most): the
+   * write-backs of a batch run in parallel, and the bookkeeping is shared. */
+  uint64_t batch = p->cap / 16 < (2u << 20) ? p->cap / 16 : (2u << 20);
+  v.need = need < batch ? batch : need;
+  pthread_mutex_lock(&p->lk);
+  hm__take_demoted(p, &v);
+  hm__take_clock(p, &v);
+  pthread_mutex_unlock(&p->lk);
+  if (v.n == 0) return -EAGAIN;
+
+  hm__wb_t wb;
+  wb.inflight = 0;
+  for (unsigned k = 0; k < v.n; k++) {
+    _hm_sdm_slot_t *S = &p->slots[v.slot[k]];
+    wb.failed[k] = 0;
+    hm__victim_dirty(h, S, wb.D[k]);
+    hm__wb_submit(h, &wb, k, S);
+  }
+  while (wb.inflight > 0) {
+    if (hm__wb_reap(h, &wb) < 0) break;
+  }
+  for (unsigned k = 0; k < v.n; k++) hm__victim_free(p, v.slot[k], wb.D[k], wb.failed[k]);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Write-back of a unit that stays resident (hm_pager_flush)
+ * ------------------------------------------------------------------------ */
+
+/* What hm__flush_begin saw of a unit it made BUSY. */
+typedef struct hm__flushing_s {
+  _hm_sdm_slot_t *S;
+  uint64_t filled[HM_SDM_BITMAP_WORDS];
+  int mapped, dirty;
+} hm__flushing_t;
+
+/* Waits for the unit and makes it BUSY; 0 when it is not resident. */
+static int hm__flush_begin(hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_unit_t *U,
+                           hm__flushing_t *fl) {
+  pthread_mutex_lock(&p->lk);
+  _hm_sdm_wait_unit(p, U);
+  if (U->state != HM_U_RES) {
+    pthread_mutex_unlock(&p->lk);
+    return 0;
+  }
+  _hm_sdm_slot_t *S = &p->slots[U->slot];
+  U->state = HM_U_BUSY;
+  r->busy++;
+  fl->S = S;
+  memcpy(fl->filled, S->filled, sizeof fl->filled);
+  fl->mapped = S->mapped;
+  fl->dirty = S->dirty;
+  S->dirty = 0;
+  pthread_mutex_unlock(&p->lk);
+  return 1;
+}
+
+/* The pages of a flushed unit to write, per dirty-tracking mode; protection
+ * is re-armed so that later writes are seen. */
+static void hm__flush_dirty(hm_pager_t *p, char *ub, const hm__flushing_t *fl,
+                            _hm_prim_page_region_t *vec, uint64_t *D) {
+  memset(D, 0, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
+  if (p->dirty_mode == HM_SDM_DIRTY_ASYNC) {
+    if (!fl->mapped) return;
+    /* Re-arms protection atomically while reporting what was written. */
+    ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, HM__PM_SCAN_WP_MATCHING,
+                                      HM__PAGE_IS_WRITTEN, 0, HM__PAGE_IS_WRITTEN, vec, p->upages);
+    if (n < 0) memcpy(D, fl->filled, sizeof fl->filled);
+    hm__vec_bits(ub, vec, n, D);
+    for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) D[w] &= fl->filled[w];
+  } else if (p->dirty_mode == HM_SDM_DIRTY_SYNC) {
+    if (!fl->dirty) return;
+    (void)_hm_prim_uffd_wp(p->uffd, ub, p->unit, 1);
+    memcpy(D, fl->filled, sizeof fl->filled);
+  } else {
+    memcpy(D, fl->filled, sizeof fl->filled);
+  }
+}
+
+/* Writes D's runs of unit u synchronously; the first error, or 0. */
+static int hm__flush_write(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, const uint64_t *D,
+                           int *wrote) {
+  char *src0 = hm__wb_src(p, r, u);
+  unsigned i = 0, n;
+  int rc = 0;
+  while ((n = _hm_sdm_run(D, p->upages, &i)) > 0) {
+    uint64_t foff = (uint64_t)u * p->unit + (uint64_t)i * HM_SDM_PAGE;
+    ssize_t w = _hm_prim_vm_pio(r->file, 1, src0 + (size_t)i * HM_SDM_PAGE, n * HM_SDM_PAGE, foff);
+    if (w < 0)
+      rc = (int)w;
+    else
+      HM_SDM_ADD(p, c_bytes_written, (uint64_t)w);
+    *wrote = 1;
+    i += n;
+  }
+  return rc;
+}
+
+int _hm_sdm_flush_unit(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
+                       _hm_prim_page_region_t *vec) {
+  _hm_sdm_unit_t *U = &r->units[u];
+  hm__flushing_t fl;
+  if (!hm__flush_begin(p, r, U, &fl)) return 0;
+  char *ub = _hm_sdm_ubase(r, p, u);
+  uint64_t D[HM_SDM_BITMAP_WORDS];
+  hm__flush_dirty(p, ub, &fl, vec, D);
+  int wrote = 0;
+  int rc = hm__flush_write(p, r, u, D, &wrote);
+  pthread_mutex_lock(&p->lk);
+  if (wrote && !rc) U->flags |= HM_UF_ONDISK;
+  if (rc) fl.S->dirty = 1;
+  U->state = HM_U_RES;
+  r->busy--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->lk);
+  if (wrote && !rc) HM_SDM_ADD(p, c_writebacks, 1);
+  _hm_sdm_wake(p, ub, p->unit);
+  return rc;
+}

@@ -1,0 +1,296 @@
+/* Internals shared by the pager's files (src/sdm/): the pager, handler and
+ * fill-operation structures, the helpers every file uses, and the functions
+ * one file calls in another. See pager.c for the design and for which file
+ * holds what. Everything here runs under the rules stated there: the pager
+ * mutex guards the bookkeeping, every ioctl and I/O runs outside it, and
+ * nothing is allocated with it held. */
+#ifndef HM_SDM_PAGER_INT_H
+#define HM_SDM_PAGER_INT_H
+
+#include <linux/userfaultfd.h>
+#include <string.h>
+
+#include "sdm/sdm.h"
+
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC (1ULL << 15)
+#endif
+#ifndef UFFDIO_REGISTER_MODE_MINOR
+#define UFFDIO_REGISTER_MODE_MINOR ((__u64)1 << 2)
+#endif
+
+enum { HM_SDM_DIRTY_ASYNC = 0, HM_SDM_DIRTY_SYNC = 1, HM_SDM_DIRTY_ALL = 2 };
+
+#define HM_SDM_WQ 256                /* WILLNEED ranges queued at once */
+#define HM_SDM_GROUP 16              /* most units one prefetch read covers */
+#define HM_SDM_HELD 32               /* readahead trigger pages held at once (anonymous mode) */
+/* The pool's bits in held_used: a free page is a zero bit among these only
+ * (the word has 64 bits; a free index of 32 or more would be past the
+ * pool's mapping). */
+#define HM_SDM_HELD_MASK ((1ull << HM_SDM_HELD) - 1u)
+_Static_assert(HM_SDM_HELD < 64, "held_used is one word (and S->held keeps idx+1 in 7 bits)");
+#define HM_SDM_SUB_PAGES 16u          /* a strided stream's fill: 64 KiB around its page */
+#define HM_SDM_DEMQ 1024u             /* slots of units left behind by streams, evicted first */
+#define HM_SDM_GROUP_BYTES (1u << 20) /* and most bytes, unless one unit is more */
+
+/* One fill: a demand read of pages of a unit, or a prefetch of whole units. */
+typedef struct _hm_sdm_op_s {
+  _hm_sdm_region_t *reg;
+  uint32_t unit, pg0, npg;
+  uint32_t nu;                  /* units covered: > 1 only for whole-unit prefetches */
+  int32_t slots[HM_SDM_GROUP]; /* one per unit */
+  uint8_t prefetch, zero;
+  int8_t trigger; /* anonymous mode: hold back the stream's first page (1: forward, -1: back) */
+  uint64_t t0;
+  char *buf; /* anonymous mode: bounce buffer of one unit */
+  struct _hm_sdm_op_s *next;
+} _hm_sdm_op_t;
+
+typedef struct _hm_sdm_fault_s {
+  uint64_t addr, flags, t0;
+  int tid;
+} _hm_sdm_fault_t;
+
+/* A prefetch plan queued by a fault, run one read at a time (handler.c). */
+typedef struct _hm_sdm_qplan_s {
+  _hm_sdm_region_t *reg;
+  int64_t from, stride, trigger;
+  uint32_t count, k; /* units in the plan, units done */
+  uint32_t pg;       /* strided plans: the page (within a unit) the stream touches */
+} _hm_sdm_qplan_t;
+
+typedef struct _hm_sdm_handler_s {
+  hm_pager_t *p;
+  pthread_t th;
+  int started;
+  _hm_prim_ring_t *ring;  /* fills and polls */
+  _hm_prim_ring_t *wring; /* write-backs of evictions */
+  _hm_sdm_op_t *ops, *free_ops;
+  unsigned nops;
+  char *bounce;
+  size_t bounce_bytes;
+  _hm_sdm_fault_t *def; /* faults waiting for an op or for budget */
+  unsigned ndef, capdef;
+  /* Prefetch plans waiting to run: faults are served first, and plans run
+   * one read at a time in between, so a reader never waits behind a long
+   * batch of prefetch submissions and evictions. */
+  _hm_sdm_qplan_t plans[32];
+  unsigned nplans;
+  int plan_blocked; /* the next plan step waits for a free op */
+  /* A successor prefetch chosen under the pager lock by the fault path
+   * (fault.c), queued by the next _hm_sdm_plan_queue once the lock is
+   * dropped (its region holds a busy reference until then). */
+  _hm_sdm_pf_plan_t succ;
+  _hm_sdm_region_t *succ_reg;
+  _hm_prim_page_region_t *vec;
+} _hm_sdm_handler_t;
+
+typedef struct _hm_sdm_wq_s {
+  _hm_sdm_region_t *reg;
+  uint32_t u0, u1;
+} _hm_sdm_wq_t;
+
+struct hm_pager_s {
+  hm_ctx_t *ctx;
+  hm_pager_config_t cfg;
+  int pid; /* the process that opened it: a forked child must open its own */
+  char dir[HM_PATH_MAX];
+  int uffd, pagemap, evfd;
+  uint64_t features;
+  int memfd_mode, dirty_mode;
+  uint64_t unit;
+  uint32_t upages;
+  uint64_t cap;      /* bytes of cache pages allowed now (budget - own memory) */
+  uint64_t own;      /* the pager's own memory charged to the budget */
+  uint64_t used;     /* filled + being filled */
+  uint64_t resident; /* filled */
+  uint64_t peak;
+  uint32_t maxwin;
+  pthread_mutex_t lk;
+  pthread_cond_t cv;
+  _hm_sdm_region_t **regs;
+  size_t nregs, capregs;
+  _hm_sdm_slot_t *slots;
+  size_t slots_bytes;
+  uint32_t nslots, hand;
+  uint32_t *act; /* slots in use, densely: the CLOCK walks this, not all slots */
+  uint32_t nact;
+  int32_t free_slot;   /* slots used before and given back, a list through next_free */
+  uint32_t slot_fresh; /* slots at and above this index were never used (see _hm_sdm_slot_take) */
+  uint64_t pf_untouched;
+  _hm_sdm_pf_t pf;
+  _hm_sdm_wq_t wq[HM_SDM_WQ];
+  unsigned nwq;
+  char *zeros; /* anonymous mode: one unit of zeros for UFFDIO_COPY */
+  /* Anonymous mode: pages held back from readahead trigger units (see
+   * _hm_sdm_fill_done), HM_SDM_HELD of them, a bit per page in use. */
+  char *held;
+  uint64_t held_used;
+  /* Slots of the units a sequential stream has passed (hm__demote_behind
+   * in fault.c), evicted before CLOCK runs (a ring of HM_SDM_DEMQ, oldest
+   * first; an entry counts while its slot's `demoted` flag is set, which a
+   * slot taken again starts without). CLOCK alone cannot tell them from
+   * reused data: a stream's units carry the reference bit of their fault or
+   * prefetch, and resident data that is reused never faults, so a pass over
+   * more data than the cache pushed out what the program comes back to (the
+   * hot arrays of a cache-mode run). */
+  int32_t *demq;
+  uint32_t demq_head, demq_n;
+  _hm_sdm_handler_t *h;
+  unsigned nh;
+  atomic_int stop;
+  /* counters (relaxed atomics) */
+  atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
+      c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
+      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ;
+};
+
+#define HM_SDM_ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)
+#define HM_SDM_GET(p, c) atomic_load_explicit(&(p)->c, memory_order_relaxed)
+
+/* ------------------------------------------------------------------------
+ * Small helpers, inline: most run on the fault path under the pager lock.
+ * ------------------------------------------------------------------------ */
+
+static inline int _hm_sdm_bit(const uint64_t *b, unsigned i) {
+  return (int)((b[i / 64] >> (i % 64)) & 1u);
+}
+static inline void _hm_sdm_setbit(uint64_t *b, unsigned i) { b[i / 64] |= 1ull << (i % 64); }
+
+/* Next run of set bits in b starting at *i (below n); returns its length. */
+static inline unsigned _hm_sdm_run(const uint64_t *b, unsigned n, unsigned *i) {
+  while (*i < n && !_hm_sdm_bit(b, *i)) (*i)++;
+  unsigned j = *i;
+  while (j < n && _hm_sdm_bit(b, j)) j++;
+  return j - *i;
+}
+
+static inline char *_hm_sdm_ubase(const _hm_sdm_region_t *r, const hm_pager_t *p, uint32_t u) {
+  return r->base + (uint64_t)u * p->unit;
+}
+
+static inline void _hm_sdm_wake(hm_pager_t *p, void *addr, size_t len) {
+  /* ENOENT once the range is gone is harmless: nobody can wait there. */
+  (void)_hm_prim_uffd_wake(p->uffd, addr, len);
+}
+
+/* Region containing addr (pager lock held). */
+static inline _hm_sdm_region_t *_hm_sdm_find(hm_pager_t *p, uint64_t addr) {
+  size_t lo = 0, hi = p->nregs;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    _hm_sdm_region_t *r = p->regs[mid];
+    uint64_t b = (uint64_t)(uintptr_t)r->base;
+    if (addr < b)
+      hi = mid;
+    else if (addr >= b + r->len)
+      lo = mid + 1;
+    else
+      return r;
+  }
+  return NULL;
+}
+
+/* Reserves bytes of budget and want_slots free slots (pager lock held). */
+static inline int _hm_sdm_reserve(hm_pager_t *p, uint64_t bytes, uint32_t want_slots) {
+  if (p->used + bytes > p->cap) return 0;
+  if (p->nact + want_slots > p->nslots) return 0;
+  p->used += bytes;
+  return 1;
+}
+
+/* Accuracy over the last 64 resolved prefetches (used, or evicted unused)
+ * sets the region's window limit: halved below 50%, doubled above 75%.
+ * Counting resolved ones, not issued ones, keeps the prefetches still in
+ * flight from reading as misses. Pager lock held. */
+static inline void _hm_sdm_pf_resolved(hm_pager_t *p, _hm_sdm_region_t *r, int used) {
+  if (used) r->pf_used++;
+  if (++r->pf_issued < 64 || !p->memfd_mode) return;
+  if (r->pf_used * 2 < r->pf_issued)
+    r->pf_limit = r->pf_limit > 1 ? r->pf_limit / 2 : 1;
+  else if (r->pf_used * 4 >= r->pf_issued * 3)
+    r->pf_limit = r->pf_limit * 2 > p->maxwin ? p->maxwin : r->pf_limit * 2;
+  r->pf_issued = r->pf_used = 0;
+}
+
+/* The pages a strided stream (more than one unit per step) fills of a
+ * unit: HM_SDM_SUB_PAGES around the page it touches, not the whole unit. A
+ * sparse reader (one cache line every few MiB) then reads 64 KiB per step
+ * whatever the unit, like flat mode's 64 KiB units, instead of 256 KiB or
+ * more; a reader that wants more of the unit faults again and gets the
+ * rest as a partial fill. */
+static inline void _hm_sdm_sub(const hm_pager_t *p, int64_t stride, uint32_t pg, uint32_t *pg0,
+                               uint32_t *npg) {
+  *pg0 = 0;
+  *npg = p->upages;
+  if ((stride > 1 || stride < -1) && p->upages > HM_SDM_SUB_PAGES) {
+    *pg0 = pg / HM_SDM_SUB_PAGES * HM_SDM_SUB_PAGES;
+    *npg = HM_SDM_SUB_PAGES;
+  }
+}
+
+static inline _hm_sdm_op_t *_hm_sdm_op_get(_hm_sdm_handler_t *h) {
+  _hm_sdm_op_t *op = h->free_ops;
+  if (op) h->free_ops = op->next;
+  return op;
+}
+
+static inline void _hm_sdm_op_put(_hm_sdm_handler_t *h, _hm_sdm_op_t *op) {
+  op->next = h->free_ops;
+  h->free_ops = op;
+  h->plan_blocked = 0;
+}
+
+/* Drops a busy reference on r and wakes whoever waits for it. */
+static inline void _hm_sdm_release(hm_pager_t *p, _hm_sdm_region_t *r) {
+  pthread_mutex_lock(&p->lk);
+  r->busy--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->lk);
+}
+
+/* Pager lock held: keeps r alive for a plan run after the lock is dropped. */
+static inline void _hm_sdm_plan_hold(_hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
+  if (pl->stride != 0 && pl->count != 0) r->busy++;
+}
+
+/* Waits until no fill, eviction or mapping works on U (pager lock held). */
+static inline void _hm_sdm_wait_unit(hm_pager_t *p, const _hm_sdm_unit_t *U) {
+  while (U->state == HM_U_FILLING || U->state == HM_U_BUSY ||
+         (U->slot >= 0 && p->slots[U->slot].pin))
+    pthread_cond_wait(&p->cv, &p->lk);
+}
+
+/* ------------------------------------------------------------------------
+ * Across files
+ * ------------------------------------------------------------------------ */
+
+/* fault.c: the fault path and fills. _hm_sdm_fault returns 0 when the
+ * fault is resolved or left to a transition's wake, -EAGAIN when it must be
+ * retried later (no free op or budget yet). */
+int _hm_sdm_fault(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f);
+/* Starts a fill prepared under the lock (called without it). */
+void _hm_sdm_fill_start(_hm_sdm_handler_t *h, _hm_sdm_op_t *op);
+/* Completes a fill whose read returned res (bytes, or -errno). */
+void _hm_sdm_fill_done(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
+
+/* handler.c: the handler threads and the prefetch plans they run. */
+void *_hm_sdm_handler_main(void *arg);
+/* Queues a fault's plan, then the successor prefetch it chose, if any (no
+ * lock held; the caller took a busy reference with _hm_sdm_plan_hold). */
+void _hm_sdm_plan_queue(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl);
+
+/* evict.c: the slot table, CLOCK, eviction and write-back. */
+int32_t _hm_sdm_slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u);
+void _hm_sdm_slot_put(hm_pager_t *p, int32_t s);
+/* Gives back the slot of a unit being dropped, with its bytes (pager lock
+ * held). */
+void _hm_sdm_drop_slot(hm_pager_t *p, int32_t s);
+/* Evicts at least `need` bytes (or one unit). 0 when something was freed,
+ * -EAGAIN when every resident unit is busy (fills in flight). */
+int _hm_sdm_evict(_hm_sdm_handler_t *h, uint64_t need);
+/* Writes back the dirty pages of one resident unit, keeping it resident. */
+int _hm_sdm_flush_unit(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
+                       _hm_prim_page_region_t *vec);
+
+#endif

@@ -1,0 +1,83 @@
+/* Statistics: hm_pager_stats (counters read with relaxed loads, the
+ * budget figures under the pager lock) and hm_pager_stats_json. */
+#include <errno.h>
+
+#include "sdm/pager_int.h"
+
+static const char *const hm__dirty_names[] = {"wp_async", "wp_sync", "all"};
+
+int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
+  if (!p || !out || out->size < offsetof(hm_pager_stats_t, fault_ns) + sizeof(uint64_t))
+    return -EINVAL;
+  hm_pager_stats_t s;
+  memset(&s, 0, sizeof s);
+  s.size = out->size < sizeof s ? out->size : (uint32_t)sizeof s;
+  s.version = HM_PAGER_STATS_VERSION;
+  s.faults = HM_SDM_GET(p, c_faults);
+  s.fetches = HM_SDM_GET(p, c_fetches);
+  s.prefetch_issued = HM_SDM_GET(p, c_pf_issued);
+  s.prefetch_used = HM_SDM_GET(p, c_pf_used);
+  s.prefetch_wasted = HM_SDM_GET(p, c_pf_wasted);
+  s.evictions = HM_SDM_GET(p, c_evictions);
+  s.writebacks = HM_SDM_GET(p, c_writebacks);
+  s.bytes_read = HM_SDM_GET(p, c_bytes_read);
+  s.bytes_written = HM_SDM_GET(p, c_bytes_written);
+  s.fault_ns = HM_SDM_GET(p, c_fault_ns);
+  s.zero_fills = HM_SDM_GET(p, c_zero_fills);
+  s.minor_hits = HM_SDM_GET(p, c_minor_hits);
+  s.wp_faults = HM_SDM_GET(p, c_wp_faults);
+  s.io_errors = HM_SDM_GET(p, c_io_errors);
+  s.readahead_triggers = HM_SDM_GET(p, c_ra_triggers);
+  s.successor_prefetches = HM_SDM_GET(p, c_pf_succ);
+  pthread_mutex_lock(&p->lk);
+  s.resident_bytes = p->resident;
+  s.peak_resident_bytes = p->peak;
+  s.own_bytes = p->own;
+  s.budget_bytes = p->cfg.dram_budget;
+  pthread_mutex_unlock(&p->lk);
+  memcpy(out, &s, s.size);
+  return 0;
+}
+
+int hm_pager_stats_json(hm_pager_t *p, char **out) {
+  if (!p || !out) return -EINVAL;
+  hm_pager_stats_t s;
+  s.size = sizeof s;
+  int rc = hm_pager_stats(p, &s);
+  if (rc) return rc;
+  static const char *const pf_names[] = {"auto", "off", "sequential"};
+  _hm_sb_t sb;
+  _hm_sb_init(&sb);
+  _hm_sb_printf(&sb, "{\"schema_version\": 1, \"config\": {\"dram_budget\": %llu, \"backing_dir\": ",
+                (unsigned long long)p->cfg.dram_budget);
+  _hm_sb_json_str(&sb, p->dir);
+  _hm_sb_printf(&sb,
+                ", \"fetch_unit\": %llu, \"prefetch\": \"%s\", \"io_depth\": %u, "
+                "\"handler_threads\": %u, \"flags\": %u}, ",
+                (unsigned long long)p->unit, pf_names[p->cfg.prefetch], p->cfg.io_depth,
+                p->cfg.handler_threads, p->cfg.flags);
+  _hm_sb_printf(&sb,
+                "\"features\": {\"fill\": \"%s\", \"dirty_tracking\": \"%s\", "
+                "\"uffd_features\": %llu}, ",
+                p->memfd_mode ? "memfd_minor_continue" : "anon_copy",
+                hm__dirty_names[p->dirty_mode], (unsigned long long)p->features);
+  _hm_sb_printf(
+      &sb,
+      "\"counters\": {\"faults\": %llu, \"fetches\": %llu, \"prefetch_issued\": %llu, "
+      "\"prefetch_used\": %llu, \"prefetch_wasted\": %llu, \"evictions\": %llu, "
+      "\"writebacks\": %llu, \"bytes_read\": %llu, \"bytes_written\": %llu, "
+      "\"resident_bytes\": %llu, \"peak_resident_bytes\": %llu, \"fault_ns\": %llu, "
+      "\"zero_fills\": %llu, \"minor_hits\": %llu, \"wp_faults\": %llu, \"io_errors\": %llu, "
+      "\"own_bytes\": %llu, \"readahead_triggers\": %llu, \"successor_prefetches\": %llu}}",
+      (unsigned long long)s.faults, (unsigned long long)s.fetches,
+      (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
+      (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
+      (unsigned long long)s.writebacks, (unsigned long long)s.bytes_read,
+      (unsigned long long)s.bytes_written, (unsigned long long)s.resident_bytes,
+      (unsigned long long)s.peak_resident_bytes, (unsigned long long)s.fault_ns,
+      (unsigned long long)s.zero_fills, (unsigned long long)s.minor_hits,
+      (unsigned long long)s.wp_faults, (unsigned long long)s.io_errors,
+      (unsigned long long)s.own_bytes, (unsigned long long)s.readahead_triggers,
+      (unsigned long long)s.successor_prefetches);
+  return _hm_sb_take(&sb, out);
+}
