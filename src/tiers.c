@@ -716,7 +716,7 @@ static const char *hm__default_storage(const hm_ctx_t *ctx) {
   const char *s = _hm_opt_str(ctx, HM_OPT_STORAGE);
   if (s && *s) return s;
   /* Not an option default: TMPDIR is the user's own say on scratch space. */
-  s = getenv("TMPDIR");
+  s = _hm_prim_getenv("TMPDIR");
   if (s && *s) return s;
   return "/var/tmp";
 }

@@ -194,7 +194,10 @@ static int hm__lock(hm__hdr_t *h) {
 static void hm__unlock(hm__hdr_t *h) { pthread_mutex_unlock(&h->mu); }
 
 static void hm__deadline(struct timespec *ts, int ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
+  /* The condvar waits on CLOCK_MONOTONIC, the clock _hm_prim_now_ns reads. */
+  uint64_t now = _hm_prim_now_ns();
+  ts->tv_sec = (time_t)(now / 1000000000u);
+  ts->tv_nsec = (long)(now % 1000000000u);
   ts->tv_sec += ms / 1000;
   ts->tv_nsec += (long)(ms % 1000) * 1000000L;
   if (ts->tv_nsec >= 1000000000L) {

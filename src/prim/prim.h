@@ -206,6 +206,7 @@ int _hm_prim_pid(void);
 int _hm_prim_ppid(void);
 int _hm_prim_tid(void);
 int _hm_prim_cpu(void); /* sched_getcpu, -1 if unknown */
+int _hm_prim_cpu_node(void); /* getcpu: the NUMA node this thread runs on */
 int _hm_prim_raise(int sig);
 size_t _hm_prim_page_size(void);
 int _hm_prim_ncpus(void); /* online CPUs, at least 1 */

@@ -10,11 +10,9 @@
  * linked into libhetmem only, never into the preload interposer.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -22,6 +20,7 @@
 #include <elfutils/libdwfl.h>
 
 #include "internal.h"
+#include "prim/prim.h"
 
 #define HM_SYM_DEBUG_ROOT "/usr/lib/debug/.build-id"
 #define HM_SYM_MAX_BUILD_ID 64
@@ -47,16 +46,16 @@ static void hm__hex(const unsigned char *bits, size_t len, char *out) {
 /* The GNU build-id of the ELF file at path as lower-case hex ("" when it
  * has none). 0, or a negative errno with a message on ctx. */
 static int hm__file_build_id(hm_ctx_t *ctx, const char *path, char *hex, size_t hexlen) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = _hm_prim_open_read(path);
   if (fd < 0) {
-    int e = -errno;
+    int e = fd;
     return _hm_error(ctx, e, "%s: %s", path, strerror(-e));
   }
   elf_version(EV_CURRENT);
   Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
   if (!elf || elf_kind(elf) != ELF_K_ELF) {
     if (elf) elf_end(elf);
-    close(fd);
+    _hm_prim_close(fd);
     return _hm_error(ctx, -ENOEXEC, "%s: not an ELF file", path);
   }
   const void *bits = NULL;
@@ -73,7 +72,7 @@ static int hm__file_build_id(hm_ctx_t *ctx, const char *path, char *hex, size_t 
     rc = _hm_error(ctx, -ENOEXEC, "%s: unreadable build-id note: %s", path, elf_errmsg(-1));
   }
   elf_end(elf);
-  close(fd);
+  _hm_prim_close(fd);
   return rc;
 }
 
@@ -251,14 +250,14 @@ int hm_symbolize(hm_ctx_t *ctx, const char *module_path, const char *build_id,
   int rc = hm__locate(ctx, module_path, build_id, found, sizeof found, &verified);
   if (rc) return rc;
 
-  int fd = open(found, O_RDONLY | O_CLOEXEC);
+  int fd = _hm_prim_open_read(found);
   if (fd < 0) {
-    int e = -errno;
+    int e = fd;
     return _hm_error(ctx, e, "%s: %s", found, strerror(-e));
   }
   Dwfl *dwfl = dwfl_begin(&hm__offline_callbacks);
   if (!dwfl) {
-    close(fd);
+    _hm_prim_close(fd);
     return _hm_error(ctx, -ENOMEM, "libdw: %s", dwfl_errmsg(-1));
   }
   /* ET_DYN placed at 0 without adding p_vaddr: link-time addresses then
