@@ -236,20 +236,10 @@ static void hm__frame_json(_hm_sb_t *sb, Dwfl_Module *mod, Dwarf_Addr bias, uint
   _hm_sb_puts(sb, "}");
 }
 
-int hm_symbolize(hm_ctx_t *ctx, const char *module_path, const char *build_id,
-                 const uint64_t *offsets, size_t n, char **json_out) {
-  if (!json_out || (n && !offsets))
-    return _hm_error(ctx, -EINVAL, "hm_symbolize: NULL argument");
-  if (!build_id) build_id = "";
-  if (!hm__valid_hex(build_id))
-    return _hm_error(ctx, -EINVAL, "hm_symbolize: build-id '%s' is not lower-case hex", build_id);
-  if ((!module_path || !*module_path) && !*build_id)
-    return _hm_error(ctx, -EINVAL, "hm_symbolize: neither a path nor a build-id");
-  char found[HM_PATH_MAX];
-  int verified = 0;
-  int rc = hm__locate(ctx, module_path, build_id, found, sizeof found, &verified);
-  if (rc) return rc;
-
+/* Reports the ELF file at found to a new offline libdw session; *mod and
+ * *bias on success. */
+static int hm__open_module(hm_ctx_t *ctx, const char *found, Dwfl **out, Dwfl_Module **mod,
+                           Dwarf_Addr *bias) {
   int fd = _hm_prim_open_read(found);
   if (fd < 0) {
     int e = fd;
@@ -263,19 +253,36 @@ int hm_symbolize(hm_ctx_t *ctx, const char *module_path, const char *build_id,
   /* ET_DYN placed at 0 without adding p_vaddr: link-time addresses then
    * equal offsets plus the bias libdw reports (0 unless prelinked). fd is
    * the library's from here on. */
-  Dwfl_Module *mod = dwfl_report_elf(dwfl, found, found, fd, 0, false);
-  if (!mod) {
-    rc = _hm_error(ctx, -ENOEXEC, "%s: libdw cannot read it: %s", found, dwfl_errmsg(-1));
-    dwfl_end(dwfl);
-    return rc;
+  *mod = dwfl_report_elf(dwfl, found, found, fd, 0, false);
+  if (*mod) {
+    dwfl_report_end(dwfl, NULL, NULL);
+    if (dwfl_module_getelf(*mod, bias)) {
+      *out = dwfl;
+      return 0;
+    }
   }
-  dwfl_report_end(dwfl, NULL, NULL);
+  int rc = _hm_error(ctx, -ENOEXEC, "%s: libdw cannot read it: %s", found, dwfl_errmsg(-1));
+  dwfl_end(dwfl);
+  return rc;
+}
+
+int hm_symbolize(hm_ctx_t *ctx, const char *module_path, const char *build_id,
+                 const uint64_t *offsets, size_t n, char **json_out) {
+  if (!json_out || (n && !offsets))
+    return _hm_error(ctx, -EINVAL, "hm_symbolize: NULL argument");
+  if (!build_id) build_id = "";
+  if (!hm__valid_hex(build_id))
+    return _hm_error(ctx, -EINVAL, "hm_symbolize: build-id '%s' is not lower-case hex", build_id);
+  if ((!module_path || !*module_path) && !*build_id)
+    return _hm_error(ctx, -EINVAL, "hm_symbolize: neither a path nor a build-id");
+  char found[HM_PATH_MAX];
+  int verified = 0;
+  int rc = hm__locate(ctx, module_path, build_id, found, sizeof found, &verified);
+  if (rc) return rc;
+  Dwfl *dwfl = NULL;
+  Dwfl_Module *mod = NULL;
   Dwarf_Addr bias = 0;
-  if (!dwfl_module_getelf(mod, &bias)) {
-    rc = _hm_error(ctx, -ENOEXEC, "%s: libdw cannot read it: %s", found, dwfl_errmsg(-1));
-    dwfl_end(dwfl);
-    return rc;
-  }
+  if ((rc = hm__open_module(ctx, found, &dwfl, &mod, &bias))) return rc;
   Dwarf_Addr dwbias = 0;
   int has_dwarf = dwfl_module_getdwarf(mod, &dwbias) != NULL;
 
