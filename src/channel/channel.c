@@ -336,6 +336,29 @@ int hm_chan_commit(hm_chan_t *ch, uint64_t step) {
 
 /* ---- reader ---- */
 
+/* Step not committed yet: a writer rank that died or closed before
+ * committing it ends the wait (with the lock released). Under the lock. */
+static int hm__check_writers(hm_chan_t *ch, uint64_t step) {
+  _hm_chan_hdr_t *h = ch->h;
+  for (uint32_t w = 0; w < h->nwriters; w++) {
+    _hm_chan_peer_t *p = &h->writer[w];
+    if (p->state == HM__PEER_ACTIVE) hm__peer_dead(p);
+    if (p->last_step > step) continue; /* it committed this step */
+    if (p->state == HM__PEER_DEAD) {
+      int pid = p->pid;
+      _hm_chan_unlock(h);
+      return _hm_error(ch->ctx, -EPIPE, "writer rank %u (pid %d) died before committing step "
+                       "%llu", w, pid, (unsigned long long)step);
+    }
+    if (p->state == HM__PEER_CLOSED) {
+      _hm_chan_unlock(h);
+      return _hm_error(ch->ctx, -ENODATA, "end of stream: writer rank %u closed before step "
+                       "%llu", w, (unsigned long long)step);
+    }
+  }
+  return 0;
+}
+
 int hm_chan_wait(hm_chan_t *ch, uint64_t step, int timeout_ms) {
   if (!ch) return -EINVAL;
   hm_ctx_t *ctx = ch->ctx;
@@ -365,22 +388,7 @@ int hm_chan_wait(hm_chan_t *ch, uint64_t step, int timeout_ms) {
                        "or never written); the channel is at step %llu",
                        (unsigned long long)step, (unsigned long long)(h->opened_hi - 1));
     }
-    for (uint32_t w = 0; w < h->nwriters; w++) {
-      _hm_chan_peer_t *p = &h->writer[w];
-      if (p->state == HM__PEER_ACTIVE) hm__peer_dead(p);
-      if (p->last_step > step) continue; /* it committed this step */
-      if (p->state == HM__PEER_DEAD) {
-        int pid = p->pid;
-        _hm_chan_unlock(h);
-        return _hm_error(ctx, -EPIPE, "writer rank %u (pid %d) died before committing step "
-                         "%llu", w, pid, (unsigned long long)step);
-      }
-      if (p->state == HM__PEER_CLOSED) {
-        _hm_chan_unlock(h);
-        return _hm_error(ctx, -ENODATA, "end of stream: writer rank %u closed before step "
-                         "%llu", w, (unsigned long long)step);
-      }
-    }
+    if ((rc = hm__check_writers(ch, step))) return rc;
     if (hm__wait_slice(h, t0, timeout_ms)) {
       _hm_chan_unlock(h);
       return _hm_error(ctx, -ETIMEDOUT, "step %llu not committed within %d ms",
