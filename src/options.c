@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "internal.h"
+#include "prim/prim.h"
 
 typedef struct hm__opt_desc_s {
   const char *name;
@@ -90,7 +91,7 @@ int _hm_options_init(hm_ctx_t *ctx, _hm_options_t *o) {
   for (int i = 0; i < HM_OPT__COUNT; i++) {
     int rc = hm__store(ctx, o, i, hm__opts[i].def, HM_ORIGIN_DEFAULT);
     if (rc) return rc; /* a bad default is a bug in the table */
-    const char *env = getenv(hm__opts[i].env);
+    const char *env = _hm_prim_getenv(hm__opts[i].env);
     if (env && hm__store(ctx, o, i, env, HM_ORIGIN_ENV)) {
       _hm_error(ctx, -EINVAL, "%s='%s' is not a valid %s", hm__opts[i].env, env,
                 hm__kind_names[hm__opts[i].kind]);

@@ -11,15 +11,8 @@
 
 #include "size.h"
 
-int _hm_parse_size(const char *text, uint64_t *out) {
-  if (!text) return -EINVAL;
-  while (isspace((unsigned char)*text)) text++;
-  if (!*text || *text == '-' || *text == '+') return -EINVAL;
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(text, &end);
-  if (end == text || errno == ERANGE || !isfinite(v) || v < 0) return errno ? -ERANGE : -EINVAL;
-  while (isspace((unsigned char)*end)) end++;
+/* The multiplier of a size suffix ("" is bytes); -EINVAL if unknown. */
+static int hm__size_mult(const char *sfx, double *mult) {
   /* Suffixes: binary for K/M/G/T and KiB..TiB (what numactl and Slurm
    * users write), decimal for kB/MB/GB/TB. */
   static const struct { const char *sfx; double mult; } tab[] = {
@@ -39,15 +32,30 @@ int _hm_parse_size(const char *text, uint64_t *out) {
       {"TB", 1e12},
   };
   for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
-    if (strcasecmp(end, tab[i].sfx) == 0) {
-      double bytes = v * tab[i].mult;
-      if (bytes >= 18446744073709551615.0) return -ERANGE;
-      if (bytes != floor(bytes)) return -EINVAL; /* fractional bytes */
-      *out = (uint64_t)bytes;
+    if (strcasecmp(sfx, tab[i].sfx) == 0) {
+      *mult = tab[i].mult;
       return 0;
     }
   }
   return -EINVAL;
+}
+
+int _hm_parse_size(const char *text, uint64_t *out) {
+  if (!text) return -EINVAL;
+  while (isspace((unsigned char)*text)) text++;
+  if (!*text || *text == '-' || *text == '+') return -EINVAL;
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (end == text || errno == ERANGE || !isfinite(v) || v < 0) return errno ? -ERANGE : -EINVAL;
+  while (isspace((unsigned char)*end)) end++;
+  double mult;
+  if (hm__size_mult(end, &mult)) return -EINVAL;
+  double bytes = v * mult;
+  if (bytes >= 18446744073709551615.0) return -ERANGE;
+  if (bytes != floor(bytes)) return -EINVAL; /* fractional bytes */
+  *out = (uint64_t)bytes;
+  return 0;
 }
 
 void _hm_format_size(uint64_t bytes, char *out, size_t len) {

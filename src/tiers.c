@@ -29,6 +29,55 @@
  * Small parsers
  * ------------------------------------------------------------------------ */
 
+/* One "a" or "a-b" item of a list at *pp. */
+static int hm__cpulist_item(const char **pp, unsigned long *a, unsigned long *b) {
+  const char *p = *pp;
+  if (!isdigit((unsigned char)*p)) return -EINVAL;
+  char *end;
+  *a = *b = strtoul(p, &end, 10);
+  p = end;
+  if (*p == '-') {
+    p++;
+    if (!isdigit((unsigned char)*p)) return -EINVAL;
+    *b = strtoul(p, &end, 10);
+    p = end;
+  }
+  *pp = p;
+  if (*a > HM__LIST_MAX || *b > HM__LIST_MAX || *b < *a) return -EINVAL;
+  return 0;
+}
+
+/* Appends a..b to the growing array v. */
+static int hm__cpulist_push(int **v, size_t *cap, size_t *n, unsigned long a, unsigned long b) {
+  for (unsigned long x = a; x <= b; x++) {
+    if (*n == *cap) {
+      size_t ncap = *cap ? *cap * 2 : 16;
+      int *q = realloc(*v, ncap * sizeof *q);
+      if (!q) return -ENOMEM;
+      *v = q;
+      *cap = ncap;
+    }
+    (*v)[(*n)++] = (int)x;
+  }
+  return 0;
+}
+
+/* What may follow an item: a comma and another item, or trailing blanks. */
+static int hm__cpulist_sep(const char **pp) {
+  const char *p = *pp;
+  if (*p == ',') {
+    p++;
+    if (!*p) return -EINVAL;
+  } else if (*p == '\n' || *p == ' ') {
+    while (*p == ' ' || *p == '\n') p++;
+    if (*p) return -EINVAL;
+  } else if (*p) {
+    return -EINVAL;
+  }
+  *pp = p;
+  return 0;
+}
+
 int _hm_parse_cpulist(const char *text, int **out, size_t *n) {
   *out = NULL;
   *n = 0;
@@ -37,39 +86,13 @@ int _hm_parse_cpulist(const char *text, int **out, size_t *n) {
   const char *p = text;
   while (*p == ' ' || *p == '\t' || *p == '\n') p++;
   while (*p) {
-    if (!isdigit((unsigned char)*p)) goto bad;
-    char *end;
-    unsigned long a = strtoul(p, &end, 10), b = a;
-    p = end;
-    if (*p == '-') {
-      p++;
-      if (!isdigit((unsigned char)*p)) goto bad;
-      b = strtoul(p, &end, 10);
-      p = end;
+    unsigned long a, b;
+    if (hm__cpulist_item(&p, &a, &b)) goto bad;
+    if (hm__cpulist_push(&v, &cap, n, a, b)) {
+      free(v);
+      return -ENOMEM;
     }
-    if (a > HM__LIST_MAX || b > HM__LIST_MAX || b < a) goto bad;
-    for (unsigned long x = a; x <= b; x++) {
-      if (*n == cap) {
-        size_t ncap = cap ? cap * 2 : 16;
-        int *q = realloc(v, ncap * sizeof *q);
-        if (!q) {
-          free(v);
-          return -ENOMEM;
-        }
-        v = q;
-        cap = ncap;
-      }
-      v[(*n)++] = (int)x;
-    }
-    if (*p == ',') {
-      p++;
-      if (!*p) goto bad;
-    } else if (*p == '\n' || *p == ' ') {
-      while (*p == ' ' || *p == '\n') p++;
-      if (*p) goto bad;
-    } else if (*p) {
-      goto bad;
-    }
+    if (hm__cpulist_sep(&p)) goto bad;
   }
   *out = v;
   return 0;
@@ -85,26 +108,28 @@ static bool hm__in_list(const int *v, size_t n, int x) {
   return false;
 }
 
+/* "  4940356 kB" (up to the end of the line) -> bytes. */
+static int hm__meminfo_kb(const char *p, uint64_t *out) {
+  while (*p == ' ' || *p == '\t') p++;
+  if (!isdigit((unsigned char)*p)) return -EINVAL;
+  char *end;
+  errno = 0;
+  unsigned long long kb = strtoull(p, &end, 10);
+  if (errno) return -EINVAL;
+  while (*end == ' ') end++;
+  if (strncmp(end, "kB", 2) != 0 || (end[2] && end[2] != '\n')) return -EINVAL;
+  if (kb > UINT64_MAX / 1024) return -ERANGE;
+  *out = (uint64_t)kb * 1024;
+  return 0;
+}
+
 /* "Node 0 MemTotal:  4940356 kB" -> bytes. -EINVAL unless exactly that. */
 static int hm__meminfo_field(const char *text, const char *field, uint64_t *out) {
   size_t flen = strlen(field);
   for (const char *line = text; line && *line;) {
     const char *nl = strchr(line, '\n');
     const char *f = strstr(line, field);
-    if (f && (!nl || f < nl) && f[flen] == ':') {
-      const char *p = f + flen + 1;
-      while (*p == ' ' || *p == '\t') p++;
-      if (!isdigit((unsigned char)*p)) return -EINVAL;
-      char *end;
-      errno = 0;
-      unsigned long long kb = strtoull(p, &end, 10);
-      if (errno) return -EINVAL;
-      while (*end == ' ') end++;
-      if (strncmp(end, "kB", 2) != 0 || (end[2] && end[2] != '\n')) return -EINVAL;
-      if (kb > UINT64_MAX / 1024) return -ERANGE;
-      *out = (uint64_t)kb * 1024;
-      return 0;
-    }
+    if (f && (!nl || f < nl) && f[flen] == ':') return hm__meminfo_kb(f + flen + 1, out);
     line = nl ? nl + 1 : NULL;
   }
   return -ENOENT;
@@ -258,12 +283,9 @@ static void hm__read_msc(const char *root, _hm_tier_t *t) {
   }
 }
 
-static void hm__read_node(const char *root, const hm__masks_t *m, _hm_tier_t *t) {
-  int node = t->pub.numa_node;
-  char path[256], buf[HM__TEXT_MAX];
-  snprintf(t->name, sizeof t->name, "node%d", node);
-  t->pub.sources |= HM_TIER_SRC_SYSFS;
-
+/* node<N>/cpulist. */
+static void hm__read_node_cpus(const char *root, _hm_tier_t *t, int node) {
+  char path[256];
   snprintf(path, sizeof path, HM__NODE_DIR "/node%d/cpulist", node);
   if (hm__read_list(root, path, &t->cpus, &t->ncpus) == 0) {
     t->cpus_known = true;
@@ -271,7 +293,11 @@ static void hm__read_node(const char *root, const hm__masks_t *m, _hm_tier_t *t)
     hm__warn(t, "node%d/cpulist: unreadable or malformed", node);
     t->ncpus = 0;
   }
+}
 
+/* node<N>/meminfo: capacity and free memory. */
+static void hm__read_node_meminfo(const char *root, _hm_tier_t *t, int node) {
+  char path[256], buf[HM__TEXT_MAX];
   snprintf(path, sizeof path, HM__NODE_DIR "/node%d/meminfo", node);
   ssize_t r = _hm_prim_read_text(root, path, buf, sizeof buf);
   uint64_t v;
@@ -285,49 +311,60 @@ static void hm__read_node(const char *root, const hm__masks_t *m, _hm_tier_t *t)
     t->pub.free_bytes = v;
     t->free_known = true;
   }
+}
+
+/* The values of a distance line into dn/dv (one per online node, in node
+ * order); the count, or -1 if malformed. */
+static long hm__parse_distances(char *p, const hm__masks_t *m, int *dn, int *dv) {
+  size_t k = 0;
+  for (;;) {
+    while (*p == ' ') p++;
+    if (!*p) break;
+    if (!isdigit((unsigned char)*p) || k >= m->nonline) return -1;
+    char *end;
+    long d = strtol(p, &end, 10);
+    if ((*end && *end != ' ') || d > 255) return -1;
+    dn[k] = m->online[k];
+    dv[k] = (int)d;
+    k++;
+    p = end;
+  }
+  return (long)k;
+}
+
+/* distance lists one value per online node, in node order. */
+static void hm__read_node_distance(const char *root, const hm__masks_t *m, _hm_tier_t *t,
+                                   int node) {
+  char path[256], buf[HM__TEXT_MAX];
+  snprintf(path, sizeof path, HM__NODE_DIR "/node%d/distance", node);
+  if (_hm_prim_read_text(root, path, buf, sizeof buf) < 0) {
+    hm__warn(t, "node%d/distance: unreadable", node);
+    return;
+  }
+  int *dn = calloc(m->nonline ? m->nonline : 1, sizeof *dn);
+  int *dv = calloc(m->nonline ? m->nonline : 1, sizeof *dv);
+  long k = dn && dv ? hm__parse_distances(buf, m, dn, dv) : -1;
+  if (k >= 0 && (size_t)k == m->nonline) {
+    t->dist_node = dn;
+    t->dist = dv;
+    t->ndist = (size_t)k;
+    t->dist_known = true;
+  } else {
+    free(dn);
+    free(dv);
+    hm__warn(t, "node%d/distance: malformed", node);
+  }
+}
+
+static void hm__read_node(const char *root, const hm__masks_t *m, _hm_tier_t *t) {
+  int node = t->pub.numa_node;
+  snprintf(t->name, sizeof t->name, "node%d", node);
+  t->pub.sources |= HM_TIER_SRC_SYSFS;
+  hm__read_node_cpus(root, t, node);
+  hm__read_node_meminfo(root, t, node);
   t->has_memory = m->has_mem_ok ? hm__in_list(m->has_mem, m->nhas_mem, node)
                                 : (t->capacity_known && t->pub.capacity_bytes > 0);
-
-  /* distance lists one value per online node, in node order. */
-  snprintf(path, sizeof path, HM__NODE_DIR "/node%d/distance", node);
-  r = _hm_prim_read_text(root, path, buf, sizeof buf);
-  if (r >= 0) {
-    size_t k = 0;
-    bool ok = true;
-    int *dn = calloc(m->nonline ? m->nonline : 1, sizeof *dn);
-    int *dv = calloc(m->nonline ? m->nonline : 1, sizeof *dv);
-    char *p = buf;
-    while (ok && dn && dv) {
-      while (*p == ' ') p++;
-      if (!*p) break;
-      if (!isdigit((unsigned char)*p) || k >= m->nonline) {
-        ok = false;
-        break;
-      }
-      char *end;
-      long d = strtol(p, &end, 10);
-      if ((*end && *end != ' ') || d > 255) {
-        ok = false;
-        break;
-      }
-      dn[k] = m->online[k];
-      dv[k] = (int)d;
-      k++;
-      p = end;
-    }
-    if (ok && dn && dv && k == m->nonline) {
-      t->dist_node = dn;
-      t->dist = dv;
-      t->ndist = k;
-      t->dist_known = true;
-    } else {
-      free(dn);
-      free(dv);
-      hm__warn(t, "node%d/distance: malformed", node);
-    }
-  } else {
-    hm__warn(t, "node%d/distance: unreadable", node);
-  }
+  hm__read_node_distance(root, m, t, node);
   hm__read_hmat(root, t);
   hm__read_msc(root, t);
 }
@@ -361,51 +398,59 @@ static int hm__no_numa_fallback(hm_ctx_t *ctx, struct hm_tiers_s *T, size_t *cap
   return 0;
 }
 
+/* The online, has_cpu and has_memory lists (online falls back on the
+ * nodeN folders that exist). */
+static int hm__read_masks(const char *root, hm__masks_t *m) {
+  int rc = hm__read_list(root, HM__NODE_DIR "/online", &m->online, &m->nonline);
+  if (rc == -ENOMEM) return rc;
+  if (rc || m->nonline == 0) {
+    /* No usable "online": trust the nodeN folders that exist. */
+    free(m->online);
+    m->online = NULL;
+    m->nonline = 0;
+    rc = _hm_prim_list_dir(root, HM__NODE_DIR, hm__collect_node_dir, m);
+    if (rc == -ENOMEM) return rc;
+    qsort(m->online, m->nonline, sizeof *m->online, hm__cmp_int);
+  }
+  m->has_cpu_ok = hm__read_list(root, HM__NODE_DIR "/has_cpu", &m->has_cpu, &m->nhas_cpu) == 0;
+  m->has_mem_ok =
+      hm__read_list(root, HM__NODE_DIR "/has_memory", &m->has_mem, &m->nhas_mem) == 0;
+  return 0;
+}
+
+/* The tier of one online node, unless it is a memoryless node with CPUs. */
+static int hm__add_node(const char *root, const hm__masks_t *m, int node,
+                        struct hm_tiers_s *T, size_t *cap) {
+  char dir[128];
+  snprintf(dir, sizeof dir, HM__NODE_DIR "/node%d", node);
+  if (!_hm_prim_is_dir(root, dir)) return 0;
+  _hm_tier_t *t = hm__push(T, cap);
+  if (!t) return -ENOMEM;
+  t->pub.numa_node = node;
+  hm__read_node(root, m, t);
+  bool cpus = t->cpus_known ? t->ncpus > 0
+                            : (m->has_cpu_ok && hm__in_list(m->has_cpu, m->nhas_cpu, node));
+  /* A memoryless node with CPUs offers no memory: not a tier. CPU-less
+   * nodes stay even at zero capacity (CXL dynamic capacity, offline blocks)
+   * so that the user sees them. */
+  bool known_empty = t->capacity_known && t->pub.capacity_bytes == 0 && !t->has_memory;
+  if (cpus && known_empty) {
+    hm__tier_clear(t);
+    T->n--;
+  }
+  return 0;
+}
+
 static int hm__discover_nodes(hm_ctx_t *ctx, struct hm_tiers_s *T, size_t *cap) {
   const char *root = ctx->fsroot;
   if (!_hm_prim_is_dir(root, HM__NODE_DIR)) return hm__no_numa_fallback(ctx, T, cap);
   hm__masks_t m;
   memset(&m, 0, sizeof m);
-  int rc = hm__read_list(root, HM__NODE_DIR "/online", &m.online, &m.nonline);
-  if (rc == -ENOMEM) return rc;
-  if (rc || m.nonline == 0) {
-    /* No usable "online": trust the nodeN folders that exist. */
-    free(m.online);
-    m.online = NULL;
-    m.nonline = 0;
-    rc = _hm_prim_list_dir(root, HM__NODE_DIR, hm__collect_node_dir, &m);
-    if (rc == -ENOMEM) goto out;
-    qsort(m.online, m.nonline, sizeof *m.online, hm__cmp_int);
-  }
-  m.has_cpu_ok = hm__read_list(root, HM__NODE_DIR "/has_cpu", &m.has_cpu, &m.nhas_cpu) == 0;
-  m.has_mem_ok = hm__read_list(root, HM__NODE_DIR "/has_memory", &m.has_mem, &m.nhas_mem) == 0;
-  rc = 0;
-  for (size_t i = 0; i < m.nonline; i++) {
-    char dir[128];
-    snprintf(dir, sizeof dir, HM__NODE_DIR "/node%d", m.online[i]);
-    if (!_hm_prim_is_dir(root, dir)) continue;
-    _hm_tier_t *t = hm__push(T, cap);
-    if (!t) {
-      rc = -ENOMEM;
-      goto out;
-    }
-    t->pub.numa_node = m.online[i];
-    hm__read_node(root, &m, t);
-    bool cpus = t->cpus_known ? t->ncpus > 0
-                              : (m.has_cpu_ok && hm__in_list(m.has_cpu, m.nhas_cpu, m.online[i]));
-    /* A memoryless node with CPUs offers no memory: not a tier. CPU-less
-     * nodes stay even at zero capacity (CXL dynamic capacity, offline blocks)
-     * so that the user sees them. */
-    bool known_empty = t->capacity_known && t->pub.capacity_bytes == 0 && !t->has_memory;
-    if (cpus && known_empty) {
-      hm__tier_clear(t);
-      T->n--;
-    }
-  }
-  if (T->n == 0)
+  int rc = hm__read_masks(root, &m);
+  for (size_t i = 0; !rc && i < m.nonline; i++) rc = hm__add_node(root, &m, m.online[i], T, cap);
+  if (!rc && T->n == 0)
     rc = _hm_error(ctx, -ENOENT, "'%s': no NUMA node with memory under " HM__NODE_DIR,
                    ctx->fsroot);
-out:
   free(m.online);
   free(m.has_cpu);
   free(m.has_mem);
@@ -539,37 +584,42 @@ static void hm__hwloc_crosscheck(struct hm_tiers_s *T) {
  * Classification and ranking
  * ------------------------------------------------------------------------ */
 
-static void hm__classify(struct hm_tiers_s *T) {
-  /* DRAM baseline for the HBM test: the best HMAT bandwidth of CPU nodes.
-   * Like hwloc, call a CPU-less node HBM only at more than twice that. */
+/* DRAM baseline for the HBM test: the best HMAT bandwidth of CPU nodes. */
+static uint32_t hm__dram_bw(const struct hm_tiers_s *T) {
   uint32_t dram_bw = 0;
   for (size_t i = 0; i < T->n; i++) {
-    _hm_tier_t *t = &T->v[i];
+    const _hm_tier_t *t = &T->v[i];
     if (t->pub.kind == HM_TIER_STORAGE) continue;
     if (t->ncpus > 0 && t->pub.read_bandwidth_mibs > dram_bw) dram_bw = t->pub.read_bandwidth_mibs;
   }
+  return dram_bw;
+}
+
+static hm_tier_kind_t hm__kind_of(const _hm_tier_t *t, uint32_t dram_bw) {
+  const char *st = t->hw_subtype;
+  bool hbm_rated = t->pub.read_bandwidth_mibs && dram_bw &&
+                   t->pub.read_bandwidth_mibs > 2 * (uint64_t)dram_bw;
+  if (t->gpu_bus_id[0] || !strcmp(st, "GPUMemory")) return HM_TIER_GPU;
+  if (!strcmp(t->dax_origin, "nvdimm") || !strcmp(st, "NVM") || !strcmp(st, "CXL-NVM"))
+    return !strcmp(st, "CXL-NVM") ? HM_TIER_CXL : HM_TIER_PMEM;
+  if (!strcmp(t->dax_origin, "cxl") || !strcmp(st, "CXL-DRAM")) return HM_TIER_CXL;
+  if (t->ncpus > 0) return HM_TIER_DRAM;
+  if (hbm_rated || !strcmp(st, "HBM")) return HM_TIER_HBM;
+  if (t->cpus_known && !t->dax_origin[0] && !strcmp(st, "DRAM"))
+    return HM_TIER_DRAM; /* hwloc vouches for a CPU-less DRAM node */
+  /* Anything else (a CPU-less node without ratings or provenance, or one
+   * whose files are unreadable) is honestly unknown. */
+  return HM_TIER_UNKNOWN;
+}
+
+static void hm__classify(struct hm_tiers_s *T) {
+  /* Like hwloc, call a CPU-less node HBM only at more than twice the DRAM
+   * baseline. */
+  uint32_t dram_bw = hm__dram_bw(T);
   for (size_t i = 0; i < T->n; i++) {
     _hm_tier_t *t = &T->v[i];
     if (t->pub.kind == HM_TIER_STORAGE) continue;
-    const char *st = t->hw_subtype;
-    bool hbm_rated = t->pub.read_bandwidth_mibs && dram_bw &&
-                     t->pub.read_bandwidth_mibs > 2 * (uint64_t)dram_bw;
-    hm_tier_kind_t k = HM_TIER_UNKNOWN;
-    if (t->gpu_bus_id[0] || !strcmp(st, "GPUMemory"))
-      k = HM_TIER_GPU;
-    else if (!strcmp(t->dax_origin, "nvdimm") || !strcmp(st, "NVM") || !strcmp(st, "CXL-NVM"))
-      k = !strcmp(st, "CXL-NVM") ? HM_TIER_CXL : HM_TIER_PMEM;
-    else if (!strcmp(t->dax_origin, "cxl") || !strcmp(st, "CXL-DRAM"))
-      k = HM_TIER_CXL;
-    else if (t->ncpus > 0)
-      k = HM_TIER_DRAM;
-    else if (hbm_rated || !strcmp(st, "HBM"))
-      k = HM_TIER_HBM;
-    else if (t->cpus_known && !t->dax_origin[0] && !strcmp(st, "DRAM"))
-      k = HM_TIER_DRAM; /* hwloc vouches for a CPU-less DRAM node */
-    /* Anything else (a CPU-less node without ratings or provenance, or one
-     * whose files are unreadable) is honestly unknown. */
-    t->pub.kind = k;
+    t->pub.kind = hm__kind_of(t, dram_bw);
   }
 }
 
@@ -595,14 +645,8 @@ static bool hm__rankable(const _hm_tier_t *t) {
   return t->pub.kind != HM_TIER_STORAGE && !(t->capacity_known && t->pub.capacity_bytes == 0);
 }
 
-static int hm__cmp_tiers(const void *pa, const void *pb, void *arg) {
-  const _hm_tier_t *a = pa, *b = pb;
-  hm__basis_t basis = *(const hm__basis_t *)arg;
-  bool sa = a->pub.kind == HM_TIER_STORAGE, sb = b->pub.kind == HM_TIER_STORAGE;
-  if (sa != sb) return sa ? 1 : -1;
-  if (sa) return (a->pub.rank > b->pub.rank) - (a->pub.rank < b->pub.rank); /* given order */
-  bool ra = hm__rankable(a), rb = hm__rankable(b);
-  if (ra != rb) return ra ? -1 : 1; /* empty nodes last */
+/* a against b on the ranking basis alone (0: the basis does not tell). */
+static int hm__cmp_basis(const _hm_tier_t *a, const _hm_tier_t *b, hm__basis_t basis) {
   if (basis == HM__BY_HMAT) {
     uint32_t x = a->pub.read_bandwidth_mibs, y = b->pub.read_bandwidth_mibs;
     if (x != y) return x > y ? -1 : 1;
@@ -613,6 +657,19 @@ static int hm__cmp_tiers(const void *pa, const void *pb, void *arg) {
     if (a->pub.memory_tier != b->pub.memory_tier)
       return a->pub.memory_tier < b->pub.memory_tier ? -1 : 1;
   }
+  return 0;
+}
+
+static int hm__cmp_tiers(const void *pa, const void *pb, void *arg) {
+  const _hm_tier_t *a = pa, *b = pb;
+  hm__basis_t basis = *(const hm__basis_t *)arg;
+  bool sa = a->pub.kind == HM_TIER_STORAGE, sb = b->pub.kind == HM_TIER_STORAGE;
+  if (sa != sb) return sa ? 1 : -1;
+  if (sa) return (a->pub.rank > b->pub.rank) - (a->pub.rank < b->pub.rank); /* given order */
+  bool ra = hm__rankable(a), rb = hm__rankable(b);
+  if (ra != rb) return ra ? -1 : 1; /* empty nodes last */
+  int c = hm__cmp_basis(a, b, basis);
+  if (c) return c;
   int ka = hm__kind_order(a->pub.kind), kb = hm__kind_order(b->pub.kind);
   if (ka != kb) return ka < kb ? -1 : 1;
   return (a->pub.numa_node > b->pub.numa_node) - (a->pub.numa_node < b->pub.numa_node);
@@ -665,9 +722,8 @@ static const char *hm__fs_name(uint64_t magic) {
   return NULL;
 }
 
-static int hm__add_storage(hm_ctx_t *ctx, struct hm_tiers_s *T, size_t *cap, const char *dir,
-                           uint32_t order) {
-  if (!dir || !*dir) return _hm_error(ctx, -EINVAL, "storage directory: empty path");
+/* dir must be a writable directory; its resolved path goes to real. */
+static int hm__storage_real(hm_ctx_t *ctx, const char *dir, char *real, size_t len) {
   int rc = _hm_prim_check_writable_dir(dir);
   if (rc) {
     const char *why = rc == -ENOENT    ? "does not exist"
@@ -677,15 +733,43 @@ static int hm__add_storage(hm_ctx_t *ctx, struct hm_tiers_s *T, size_t *cap, con
                                        : hm_strerror(rc);
     return _hm_error(ctx, rc, "storage directory '%s' %s", dir, why);
   }
-  char real[HM_PATH_MAX];
-  rc = _hm_prim_realpath(dir, real, sizeof real);
+  rc = _hm_prim_realpath(dir, real, len);
   if (rc) return _hm_error(ctx, rc, "storage directory '%s': %s", dir, hm_strerror(rc));
+  return 0;
+}
+
+/* The facts of a storage tier at real (od: O_DIRECT works there). */
+static void hm__storage_fill(_hm_tier_t *t, const char *real, const _hm_prim_fsinfo_t *fs,
+                             int od, uint32_t order) {
+  snprintf(t->name, sizeof t->name, "storage:%.86s", real);
+  const char *fsn = hm__fs_name(fs->fs_magic);
+  if (fsn)
+    snprintf(t->fs_type, sizeof t->fs_type, "%s", fsn);
+  else
+    snprintf(t->fs_type, sizeof t->fs_type, "0x%llx", (unsigned long long)fs->fs_magic);
+  t->pub.kind = HM_TIER_STORAGE;
+  t->pub.numa_node = -1;
+  t->pub.rank = order; /* sort key until ranking renumbers */
+  t->pub.capacity_bytes = fs->total_bytes;
+  t->pub.free_bytes = fs->free_bytes;
+  t->capacity_known = t->free_known = true;
+  t->pub.o_direct = od;
+  t->pub.sources = HM_TIER_SRC_STATFS;
+  if (!od) hm__warn(t, "filesystem %s refuses O_DIRECT: I/O will go through the page cache",
+                    t->fs_type);
+}
+
+static int hm__add_storage(hm_ctx_t *ctx, struct hm_tiers_s *T, size_t *cap, const char *dir,
+                           uint32_t order) {
+  if (!dir || !*dir) return _hm_error(ctx, -EINVAL, "storage directory: empty path");
+  char real[HM_PATH_MAX];
+  int rc = hm__storage_real(ctx, dir, real, sizeof real);
+  if (rc) return rc;
   for (size_t i = 0; i < T->n; i++)
     if (T->v[i].path && !strcmp(T->v[i].path, real)) return 0; /* given twice */
   _hm_prim_fsinfo_t fs;
   rc = _hm_prim_fs_info(real, &fs);
   if (rc) return _hm_error(ctx, rc, "storage directory '%s': %s", dir, hm_strerror(rc));
-  uint64_t magic = fs.fs_magic, total = fs.total_bytes, avail = fs.free_bytes;
   int od = _hm_prim_odirect_supported(real);
   if (od < 0)
     return _hm_error(ctx, od, "storage directory '%s': cannot create a file: %s", dir,
@@ -693,22 +777,7 @@ static int hm__add_storage(hm_ctx_t *ctx, struct hm_tiers_s *T, size_t *cap, con
   _hm_tier_t *t = hm__push(T, cap);
   if (!t) return -ENOMEM;
   if (!(t->path = strdup(real))) return -ENOMEM;
-  snprintf(t->name, sizeof t->name, "storage:%.86s", real);
-  const char *fsn = hm__fs_name(magic);
-  if (fsn)
-    snprintf(t->fs_type, sizeof t->fs_type, "%s", fsn);
-  else
-    snprintf(t->fs_type, sizeof t->fs_type, "0x%llx", (unsigned long long)magic);
-  t->pub.kind = HM_TIER_STORAGE;
-  t->pub.numa_node = -1;
-  t->pub.rank = order; /* sort key until ranking renumbers */
-  t->pub.capacity_bytes = total;
-  t->pub.free_bytes = avail;
-  t->capacity_known = t->free_known = true;
-  t->pub.o_direct = od;
-  t->pub.sources = HM_TIER_SRC_STATFS;
-  if (!od) hm__warn(t, "filesystem %s refuses O_DIRECT: I/O will go through the page cache",
-                    t->fs_type);
+  hm__storage_fill(t, real, &fs, od, order);
   return 0;
 }
 
@@ -716,7 +785,7 @@ static const char *hm__default_storage(const hm_ctx_t *ctx) {
   const char *s = _hm_opt_str(ctx, HM_OPT_STORAGE);
   if (s && *s) return s;
   /* Not an option default: TMPDIR is the user's own say on scratch space. */
-  s = getenv("TMPDIR");
+  s = _hm_prim_getenv("TMPDIR");
   if (s && *s) return s;
   return "/var/tmp";
 }
@@ -802,163 +871,4 @@ int hm_tier_cpus(const hm_ctx_t *ctx, size_t i, int *cpus, size_t len) {
   const _hm_tier_t *t = &ctx->tiers->v[i];
   for (size_t k = 0; k < len && k < t->ncpus; k++) cpus[k] = t->cpus[k];
   return (int)t->ncpus;
-}
-
-/* ------------------------------------------------------------------------
- * JSON
- * ------------------------------------------------------------------------ */
-
-static void hm__json_u64_or_null(_hm_sb_t *sb, bool known, uint64_t v) {
-  if (known)
-    _hm_sb_printf(sb, "%llu", (unsigned long long)v);
-  else
-    _hm_sb_puts(sb, "null");
-}
-
-static void hm__json_ints(_hm_sb_t *sb, const int *v, size_t n) {
-  _hm_sb_puts(sb, "[");
-  for (size_t i = 0; i < n; i++) _hm_sb_printf(sb, "%s%d", i ? ", " : "", v[i]);
-  _hm_sb_puts(sb, "]");
-}
-
-static void hm__json_sources(_hm_sb_t *sb, uint32_t src) {
-  static const struct {
-    uint32_t bit;
-    const char *name;
-  } names[] = {{HM_TIER_SRC_SYSFS, "sysfs"},   {HM_TIER_SRC_HMAT, "hmat"},
-               {HM_TIER_SRC_MEMORY_TIERING, "memory_tiering"},
-               {HM_TIER_SRC_DAX, "dax"},       {HM_TIER_SRC_NVIDIA, "nvidia"},
-               {HM_TIER_SRC_HWLOC, "hwloc"},   {HM_TIER_SRC_STATFS, "statfs"}};
-  _hm_sb_puts(sb, "[");
-  bool first = true;
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    if (!(src & names[i].bit)) continue;
-    _hm_sb_printf(sb, "%s\"%s\"", first ? "" : ", ", names[i].name);
-    first = false;
-  }
-  _hm_sb_puts(sb, "]");
-}
-
-static void hm__json_u32_field(_hm_sb_t *sb, const char *key, uint32_t v, bool last) {
-  _hm_sb_printf(sb, "\"%s\": ", key);
-  hm__json_u64_or_null(sb, v != 0, v);
-  if (!last) _hm_sb_puts(sb, ", ");
-}
-
-static void hm__json_tier(_hm_sb_t *sb, const _hm_tier_t *t) {
-  const hm_tier_t *p = &t->pub;
-  bool storage = p->kind == HM_TIER_STORAGE;
-  _hm_sb_puts(sb, "{\"name\": ");
-  _hm_sb_json_str(sb, t->name);
-  _hm_sb_printf(sb, ", \"kind\": \"%s\", \"numa_node\": ", hm_tier_kind_name(p->kind));
-  if (storage)
-    _hm_sb_puts(sb, "null");
-  else
-    _hm_sb_printf(sb, "%d", p->numa_node);
-  _hm_sb_puts(sb, ", \"capacity_bytes\": ");
-  hm__json_u64_or_null(sb, t->capacity_known, p->capacity_bytes);
-  _hm_sb_puts(sb, ", \"free_bytes\": ");
-  hm__json_u64_or_null(sb, t->free_known, p->free_bytes);
-  _hm_sb_puts(sb, ", \"cpus\": ");
-  hm__json_ints(sb, t->cpus, t->ncpus);
-  _hm_sb_printf(sb, ", \"rank\": %u, \"ranked_by\": \"%s\", \"source\": ", p->rank, t->ranked_by);
-  hm__json_sources(sb, p->sources);
-  if (storage) {
-    _hm_sb_puts(sb, ", \"path\": ");
-    _hm_sb_json_str(sb, t->path);
-    _hm_sb_puts(sb, ", \"fs_type\": ");
-    _hm_sb_json_str(sb, t->fs_type);
-    _hm_sb_printf(sb, ", \"o_direct\": %s", p->o_direct ? "true" : "false");
-  } else {
-    _hm_sb_puts(sb, ", \"cpus_known\": ");
-    _hm_sb_puts(sb, t->cpus_known ? "true" : "false");
-    _hm_sb_puts(sb, ", \"memory_tier\": ");
-    if (p->memory_tier >= 0)
-      _hm_sb_printf(sb, "%d", p->memory_tier);
-    else
-      _hm_sb_puts(sb, "null");
-    _hm_sb_puts(sb, ", \"distances\": ");
-    if (t->dist_known) {
-      _hm_sb_puts(sb, "{");
-      for (size_t i = 0; i < t->ndist; i++)
-        _hm_sb_printf(sb, "%s\"%d\": %d", i ? ", " : "", t->dist_node[i], t->dist[i]);
-      _hm_sb_puts(sb, "}");
-    } else {
-      _hm_sb_puts(sb, "null");
-    }
-    _hm_sb_puts(sb, ", \"hmat\": ");
-    if (t->hmat_access[0]) {
-      _hm_sb_printf(sb, "{\"access\": \"%s\", ", t->hmat_access);
-      hm__json_u32_field(sb, "read_bandwidth_mibs", p->read_bandwidth_mibs, false);
-      hm__json_u32_field(sb, "write_bandwidth_mibs", p->write_bandwidth_mibs, false);
-      hm__json_u32_field(sb, "read_latency_ns", p->read_latency_ns, false);
-      hm__json_u32_field(sb, "write_latency_ns", p->write_latency_ns, false);
-      _hm_sb_puts(sb, "\"initiators\": ");
-      hm__json_ints(sb, t->initiators, t->ninitiators);
-      _hm_sb_puts(sb, "}");
-    } else {
-      _hm_sb_puts(sb, "null");
-    }
-    if (t->msc_levels) {
-      _hm_sb_puts(sb, ", \"memory_side_cache\": [");
-      for (int i = 0; i < t->msc_levels; i++)
-        _hm_sb_printf(sb, "%s{\"level\": %d, \"size_bytes\": %llu}", i ? ", " : "", i + 1,
-                      (unsigned long long)t->msc_size[i]);
-      _hm_sb_puts(sb, "]");
-    }
-    _hm_sb_puts(sb, ", \"provenance\": ");
-    if (t->dax_dev[0]) {
-      _hm_sb_printf(sb, "{\"dax_device\": \"%s\", \"origin\": \"%s\", \"kmem\": %s, \"link\": ",
-                    t->dax_dev, t->dax_origin, t->dax_kmem ? "true" : "false");
-      _hm_sb_json_str(sb, t->dax_link);
-      _hm_sb_puts(sb, "}");
-    } else if (t->gpu_bus_id[0]) {
-      _hm_sb_puts(sb, "{\"origin\": \"nvidia-gpu\", \"pci_bus_id\": ");
-      _hm_sb_json_str(sb, t->gpu_bus_id);
-      _hm_sb_puts(sb, "}");
-    } else {
-      _hm_sb_puts(sb, "null");
-    }
-    if (t->hw_seen) {
-      _hm_sb_puts(sb, ", \"hwloc\": {\"subtype\": ");
-      if (t->hw_subtype[0])
-        _hm_sb_json_str(sb, t->hw_subtype);
-      else
-        _hm_sb_puts(sb, "null");
-      _hm_sb_puts(sb, ", \"capacity_bytes\": ");
-      hm__json_u64_or_null(sb, t->hw_capacity != 0, t->hw_capacity);
-      _hm_sb_puts(sb, ", \"bandwidth_mibs\": ");
-      hm__json_u64_or_null(sb, t->hw_bandwidth != 0, t->hw_bandwidth);
-      _hm_sb_puts(sb, ", \"latency_ns\": ");
-      hm__json_u64_or_null(sb, t->hw_latency != 0, t->hw_latency);
-      _hm_sb_puts(sb, "}");
-    }
-  }
-  _hm_sb_puts(sb, ", \"warnings\": [");
-  for (size_t i = 0; i < t->nwarn; i++) {
-    if (i) _hm_sb_puts(sb, ", ");
-    _hm_sb_json_str(sb, t->warn[i]);
-  }
-  _hm_sb_puts(sb, "]}");
-}
-
-int hm_tiers_json(hm_ctx_t *ctx, const char **storage_dirs, size_t n, char **out) {
-  if (!ctx || !out) return -EINVAL;
-  *out = NULL;
-  int rc = hm_tiers_discover(ctx, (const char *const *)storage_dirs, n);
-  if (rc) return rc;
-  const struct hm_tiers_s *T = ctx->tiers;
-  _hm_sb_t sb;
-  _hm_sb_init(&sb);
-  _hm_sb_puts(&sb, "{\"schema_version\": 1, \"fsroot\": ");
-  _hm_sb_json_str(&sb, ctx->fsroot);
-  _hm_sb_printf(&sb, ", \"ranking\": \"%s\", \"tiers\": [", T->ranking);
-  for (size_t i = 0; i < T->n; i++) {
-    if (i) _hm_sb_puts(&sb, ", ");
-    hm__json_tier(&sb, &T->v[i]);
-  }
-  _hm_sb_puts(&sb, "]}\n");
-  rc = _hm_sb_take(&sb, out);
-  if (rc) return _hm_error(ctx, rc, "out of memory building the tier JSON");
-  return 0;
 }

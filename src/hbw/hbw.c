@@ -15,16 +15,14 @@
 #include <malloc.h>
 #include <numaif.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "hbwmalloc.h"
 #include "hetmem.h"
+#include "prim/prim.h"
 
 #define HM__HBW_MAGIC 0x68626d77686d6b31ull /* "1kmhwmbh" */
 #define HM__HDR 64u
@@ -48,8 +46,7 @@ static struct {
 } hm__hbw = {.once = PTHREAD_ONCE_INIT, .policy = HBW_POLICY_PREFERRED, .node = -1};
 
 static void hm__hbw_init(void) {
-  long pg = sysconf(_SC_PAGESIZE);
-  hm__hbw.page = pg > 0 ? (size_t)pg : 4096;
+  hm__hbw.page = _hm_prim_page_size();
   hm__hbw.available = ENODEV;
   hm_ctx_t *ctx = NULL;
   if (hm_ctx_new(&ctx, NULL) != 0) {
@@ -71,11 +68,10 @@ static void hm__hbw_init(void) {
       hm__hbw.available = 0;
       /* Bound only when the fastest node is not where this thread's memory
        * comes from by default (one node: never). */
-      int cpu = sched_getcpu();
       int local = -1;
-      if (cpu >= 0) {
-        unsigned c = 0, node = 0;
-        if (getcpu(&c, &node) == 0) local = (int)node;
+      if (_hm_prim_cpu() >= 0) {
+        int node = _hm_prim_cpu_node();
+        if (node >= 0) local = node;
       }
       hm__hbw.bound = memory_tiers > 1 && local != hm__hbw.node;
     }
@@ -101,8 +97,8 @@ int hbw_set_policy(hbw_policy_t mode) {
 
 hbw_policy_t hbw_get_policy(void) { return (hbw_policy_t)atomic_load(&hm__hbw.policy); }
 
-/* mbind of a fresh mapping to the fastest node under the policy. libnuma's
- * mbind wrapper: the NUMA calls of the runtime's prim layer only bind. */
+/* mbind of a fresh mapping to the fastest node under the policy (the raw
+ * mbind of prim: _hm_prim_bind_node only does MPOL_BIND). */
 static int hm__hbw_bind(void *base, size_t len) {
   unsigned long mask[16];
   memset(mask, 0, sizeof mask);
@@ -116,7 +112,7 @@ static int hm__hbw_bind(void *base, size_t len) {
   case HBW_POLICY_INTERLEAVE: mode = MPOL_INTERLEAVE; break;
   default: mode = MPOL_PREFERRED; break;
   }
-  return mbind(base, len, mode, mask, 8 * sizeof mask, 0) == 0 ? 0 : -errno;
+  return _hm_prim_sys_mbind(base, len, mode, mask, 8 * sizeof mask, 0);
 }
 
 static void *hm__hbw_map(size_t alignment, size_t size) {
@@ -124,10 +120,10 @@ static void *hm__hbw_map(size_t alignment, size_t size) {
   if (alignment < HM__HDR) alignment = HM__HDR;
   if (size > SIZE_MAX - alignment - HM__HDR - pg) return NULL;
   size_t maplen = (size + alignment + HM__HDR + pg - 1) / pg * pg;
-  void *base = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) return NULL;
+  void *base = NULL;
+  if (_hm_prim_map_anon(maplen, &base) != 0) return NULL;
   if (hm__hbw_bind(base, maplen) != 0 && hbw_get_policy() != HBW_POLICY_PREFERRED) {
-    munmap(base, maplen);
+    _hm_prim_sys_munmap(base, maplen);
     return NULL;
   }
   uintptr_t user = ((uintptr_t)base + HM__HDR + alignment - 1) & ~(uintptr_t)(alignment - 1);
@@ -187,7 +183,7 @@ void hbw_free(void *ptr) {
   hm__hbw_hdr_t *h = hm__hbw_hdr(ptr);
   if (h) {
     h->magic = 0;
-    munmap((void *)(uintptr_t)h->base, h->maplen);
+    _hm_prim_sys_munmap((void *)(uintptr_t)h->base, h->maplen);
   }
 }
 
@@ -241,8 +237,8 @@ int hbw_posix_memalign_psize(void **memptr, size_t alignment, size_t size,
   int rc = hbw_posix_memalign(memptr, alignment, size);
   /* Huge pages are a hint: transparent huge pages where the kernel has them. */
   if (rc == 0 && pagesize != HBW_PAGESIZE_4KB && size >= (2u << 20))
-    (void)madvise((void *)((uintptr_t)*memptr & ~(uintptr_t)(hm__hbw.page - 1)), size,
-                  MADV_HUGEPAGE);
+    (void)_hm_prim_advise_hugepage(
+        (void *)((uintptr_t)*memptr & ~(uintptr_t)(hm__hbw.page - 1)), size);
   return rc;
 }
 
@@ -265,7 +261,7 @@ int hbw_verify_memory_region(void *addr, size_t size, int flags) {
       }
       pages[n] = (void *)a;
     }
-    if (move_pages(0, n, pages, NULL, status, 0) != 0) return -1;
+    if (_hm_prim_page_nodes(pages, status, n) != 0) return -1;
     for (unsigned long i = 0; i < n; i++)
       if (status[i] != hm__hbw.node) return -1;
   }

@@ -33,9 +33,29 @@ int _hm_prim_realpath(const char *path, char *out, size_t len) {
   return (n < 0 || (size_t)n >= len) ? -ENAMETOOLONG : 0;
 }
 
-/* An anonymous O_TMPFILE needs no cleanup at all; filesystems without it get
- * an exclusive 0600 file that is unlinked before anything else happens. */
-int _hm_prim_odirect_supported(const char *dir) {
+/* One exclusive named file: 1 with O_DIRECT, 0 without, -EEXIST to try
+ * another name, else -errno. It is unlinked at once. */
+static int hm__odirect_named(const char *name) {
+  int fd = open(name, O_CREAT | O_EXCL | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    unlink(name);
+    close(fd);
+    return 1;
+  }
+  if (errno == EEXIST) return -EEXIST;
+  if (errno != EINVAL) return -errno;
+  fd = open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    unlink(name);
+    close(fd);
+    return 0;
+  }
+  return -errno;
+}
+
+/* An O_TMPFILE in dir: 1 with O_DIRECT, 0 without, else -errno of the
+ * first open (the O_DIRECT one, unless that said EINVAL). */
+static int hm__odirect_tmpfile(const char *dir) {
   int fd = open(dir, O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
   if (fd >= 0) {
     close(fd);
@@ -51,6 +71,15 @@ int _hm_prim_odirect_supported(const char *dir) {
     }
     e = errno;
   }
+  return -e;
+}
+
+/* An anonymous O_TMPFILE needs no cleanup at all; filesystems without it get
+ * an exclusive 0600 file that is unlinked before anything else happens. */
+int _hm_prim_odirect_supported(const char *dir) {
+  int r = hm__odirect_tmpfile(dir);
+  if (r >= 0) return r;
+  int e = -r;
   if (e == EROFS || e == EACCES || e == EPERM || e == ENOSPC || e == EDQUOT) return -e;
   /* O_TMPFILE unsupported here (EOPNOTSUPP, EISDIR, ...): named file. */
   char name[4096];
@@ -60,22 +89,8 @@ int _hm_prim_odirect_supported(const char *dir) {
     int n = snprintf(name, sizeof name, "%s/.hetmem-odirect-%ld-%ld-%d", dir, (long)getpid(),
                      (long)ts.tv_nsec, attempt);
     if (n < 0 || (size_t)n >= sizeof name) return -ENAMETOOLONG;
-    fd = open(name, O_CREAT | O_EXCL | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      unlink(name);
-      close(fd);
-      return 1;
-    }
-    if (errno == EEXIST) continue;
-    if (errno != EINVAL) return -errno;
-    fd = open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      unlink(name);
-      close(fd);
-      return 0;
-    }
-    if (errno == EEXIST) continue;
-    return -errno;
+    r = hm__odirect_named(name);
+    if (r != -EEXIST) return r;
   }
   return -EEXIST;
 }

@@ -5,7 +5,23 @@
  * where stated) on success and a negative errno on failure; they never print
  * and never touch a context. Paths named "sysfs path" are absolute paths
  * such as "/sys/devices/system/node" and are resolved under `root`, which
- * replaces "/" so that tests replay recorded trees. */
+ * replaces "/" so that tests replay recorded trees.
+ *
+ * The seam rule: no code under src/ outside src/prim calls the OS directly.
+ * That means the libc wrappers of system calls and the libc calls that
+ * enter the kernel or read the environment: open/openat/creat/fopen/
+ * fdopen/opendir, read/write/pread/pwrite/readv/writev, close, stat/fstat/
+ * lstat/fstatat/statfs/statvfs, access, readlink, realpath, unlink, rename,
+ * mkdir, ftruncate, fallocate, fsync, mmap/munmap/mprotect/madvise/mremap,
+ * mbind/move_pages/get_mempolicy/set_mempolicy, syscall, ioctl, fcntl,
+ * poll, epoll_*, io_uring_*, eventfd, memfd_create, perf_event_open,
+ * sysconf, getenv/secure_getenv/setenv, clock_gettime/gettimeofday/time,
+ * nanosleep/usleep/sleep, getpid/getppid/gettid, kill/raise/sigaction/
+ * sigprocmask, sched_getcpu/getcpu/sched_*affinity/sched_yield, dup/pipe/
+ * fork/execve/waitpid, sockets, gethostname/uname, rlimits, prctl (and
+ * their fortified and 64-bit variants). pthread_* is not part of the seam.
+ * tests/test_os_seam.py holds the exact list and checks every object built
+ * from src/ with nm -u; a new need gets a _hm_prim_ wrapper here. */
 #ifndef HM_PRIM_H
 #define HM_PRIM_H
 
@@ -206,6 +222,7 @@ int _hm_prim_pid(void);
 int _hm_prim_ppid(void);
 int _hm_prim_tid(void);
 int _hm_prim_cpu(void); /* sched_getcpu, -1 if unknown */
+int _hm_prim_cpu_node(void); /* getcpu: the NUMA node this thread runs on */
 int _hm_prim_raise(int sig);
 size_t _hm_prim_page_size(void);
 int _hm_prim_ncpus(void); /* online CPUs, at least 1 */

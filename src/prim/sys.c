@@ -94,6 +94,11 @@ int _hm_prim_ppid(void) { return (int)getppid(); }
 int _hm_prim_tid(void) { return (int)gettid(); }
 int _hm_prim_cpu(void) { return sched_getcpu(); }
 
+int _hm_prim_cpu_node(void) {
+  unsigned cpu = 0, node = 0;
+  return getcpu(&cpu, &node) == 0 ? (int)node : -errno;
+}
+
 int _hm_prim_raise(int sig) { return raise(sig) ? -errno : 0; }
 
 size_t _hm_prim_page_size(void) {

@@ -113,79 +113,105 @@ void hm_latency_config_default(hm_latency_config_t *cfg) {
   cfg->cpu = -1;
 }
 
-int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_result_t *out) {
-  if (!cfg || !out || cfg->size < sizeof *cfg || out->size < sizeof *out)
-    return _hm_error(ctx, -EINVAL, "latency: config or result struct of the wrong size");
-  int rc = _hm_probe_check_node(ctx, cfg->numa_node);
-  if (rc) return rc;
+/* One latency measurement: its buffers, its pinning, its load threads. */
+typedef struct hm__lat_s {
+  hm_ctx_t *ctx;
+  const hm_latency_config_t *cfg;
+  uint64_t bytes, loads, lbytes;
+  size_t n, len;
+  unsigned reps;
+  int *cpus, *saved;
+  size_t *perm;
+  void *mem, *lmem;
+  int pinned, nsaved, nc, cpu;
+  uint32_t nload, started;
+  hm__loader_t *loaders;
+  int *loader_cpus;
+  hm__line_t *lines;
+  atomic_int ready, go, running, counted;
+  /* results */
+  double best;
+  uint64_t lt0, lt1, lbytes_read;
+} hm__lat_t;
+
+/* Buffer size (lines), loads and repetitions from cfg and its defaults. */
+static int hm__lat_sizes(hm__lat_t *L) {
+  const hm_latency_config_t *cfg = L->cfg;
   uint64_t bytes = cfg->buffer_bytes;
   if (!bytes) {
     bytes = 4 * _hm_probe_llc_bytes();
     if (bytes < (64u << 20)) bytes = 64u << 20;
   }
-  size_t n = (size_t)(bytes / HM__LINE);
-  if (n < 16) return _hm_error(ctx, -EINVAL, "latency: buffer of %llu bytes is too small",
-                               (unsigned long long)bytes);
-  size_t len = n * HM__LINE;
+  L->bytes = bytes;
+  L->n = (size_t)(bytes / HM__LINE);
+  if (L->n < 16) return _hm_error(L->ctx, -EINVAL, "latency: buffer of %llu bytes is too small",
+                                  (unsigned long long)bytes);
+  L->len = L->n * HM__LINE;
   uint64_t loads = cfg->loads ? cfg->loads : 2000000;
-  loads = (loads + 7) & ~(uint64_t)7;
-  unsigned reps = cfg->repetitions ? cfg->repetitions : 5;
+  L->loads = (loads + 7) & ~(uint64_t)7;
+  L->reps = cfg->repetitions ? cfg->repetitions : 5;
+  L->nload = cfg->load_threads;
+  L->lbytes = bytes < (64u << 20) ? (64u << 20) : bytes;
+  return 0;
+}
 
-  int *cpus = malloc(sizeof(int) * HM_PROBE_MAX_CPUS);
-  int *saved = malloc(sizeof(int) * HM_PROBE_MAX_CPUS);
-  size_t *perm = malloc(n * sizeof *perm);
-  void *mem = NULL;
-  int pinned = 0, nsaved = 0;
-  uint32_t nload = cfg->load_threads, started = 0;
-  hm__loader_t *loaders = NULL;
-  int *loader_cpus = NULL;
-  void *lmem = NULL;
-  uint64_t lbytes = bytes < (64u << 20) ? (64u << 20) : bytes;
-  atomic_int ready = 0, go = 0, running = 0, counted = 0;
-  if (!cpus || !saved || !perm) {
-    rc = _hm_error(ctx, -ENOMEM, "latency: out of memory");
-    goto done;
-  }
-  nsaved = _hm_prim_allowed_cpus(saved, HM_PROBE_MAX_CPUS);
-  int nc = _hm_probe_cpus_for_node(cfg->numa_node, cpus, HM_PROBE_MAX_CPUS);
-  int cpu = cfg->cpu >= 0 ? cfg->cpu : (nc > 0 ? cpus[0] : -1);
-  if (nload) {
-    loaders = calloc(nload, sizeof *loaders);
-    loader_cpus = calloc(nload, sizeof *loader_cpus);
-    if (!loaders || !loader_cpus) {
-      rc = _hm_error(ctx, -ENOMEM, "latency: out of memory");
-      goto done;
-    }
-    uint32_t k = 0;
-    for (int i = 0; i < nc && k < nload; i++)
-      if (cpus[i] != cpu) loader_cpus[k++] = cpus[i];
-    if (k < nload) {
-      rc = _hm_error(ctx, -EINVAL, "latency: %u load threads need %u CPUs besides CPU %d; "
-                     "there are %u", nload, nload, cpu, k);
-      goto done;
-    }
-  }
-  if (nsaved <= 0 || cpu < 0 || (rc = _hm_prim_set_thread_cpus(&cpu, 1))) {
-    rc = _hm_error(ctx, rc ? rc : -EINVAL, "latency: cannot run on CPU %d", cpu);
-    goto done;
-  }
-  pinned = 1;
-  if ((rc = _hm_prim_map_anon(len, &mem))) {
-    _hm_error(ctx, rc, "latency: cannot map %zu bytes: %s", len, hm_strerror(rc));
-    goto done;
-  }
-  if (cfg->numa_node >= 0 && (rc = _hm_prim_bind_node(mem, len, cfg->numa_node))) {
-    _hm_error(ctx, rc, "latency: cannot bind memory to node %d: %s", cfg->numa_node,
-              hm_strerror(rc));
-    goto done;
-  }
+/* The load threads' CPUs: the node's CPUs other than the chase's. */
+static int hm__lat_loader_cpus(hm__lat_t *L) {
+  L->loaders = calloc(L->nload, sizeof *L->loaders);
+  L->loader_cpus = calloc(L->nload, sizeof *L->loader_cpus);
+  if (!L->loaders || !L->loader_cpus) return _hm_error(L->ctx, -ENOMEM, "latency: out of memory");
+  uint32_t k = 0;
+  for (int i = 0; i < L->nc && k < L->nload; i++)
+    if (L->cpus[i] != L->cpu) L->loader_cpus[k++] = L->cpus[i];
+  if (k < L->nload)
+    return _hm_error(L->ctx, -EINVAL, "latency: %u load threads need %u CPUs besides CPU %d; "
+                     "there are %u", L->nload, L->nload, L->cpu, k);
+  return 0;
+}
+
+/* Chooses the CPUs and pins this thread to the chase's. */
+static int hm__lat_cpus(hm__lat_t *L) {
+  const hm_latency_config_t *cfg = L->cfg;
+  L->cpus = malloc(sizeof(int) * HM_PROBE_MAX_CPUS);
+  L->saved = malloc(sizeof(int) * HM_PROBE_MAX_CPUS);
+  L->perm = malloc(L->n * sizeof *L->perm);
+  if (!L->cpus || !L->saved || !L->perm)
+    return _hm_error(L->ctx, -ENOMEM, "latency: out of memory");
+  L->nsaved = _hm_prim_allowed_cpus(L->saved, HM_PROBE_MAX_CPUS);
+  L->nc = _hm_probe_cpus_for_node(cfg->numa_node, L->cpus, HM_PROBE_MAX_CPUS);
+  L->cpu = cfg->cpu >= 0 ? cfg->cpu : (L->nc > 0 ? L->cpus[0] : -1);
+  int rc = L->nload ? hm__lat_loader_cpus(L) : 0;
+  if (rc) return rc;
+  if (L->nsaved <= 0 || L->cpu < 0 || (rc = _hm_prim_set_thread_cpus(&L->cpu, 1)))
+    return _hm_error(L->ctx, rc ? rc : -EINVAL, "latency: cannot run on CPU %d", L->cpu);
+  L->pinned = 1;
+  return 0;
+}
+
+/* Maps len bytes on the configured node. */
+static int hm__lat_map(hm__lat_t *L, size_t len, void **mem) {
+  int rc = _hm_prim_map_anon(len, mem);
+  if (rc)
+    return _hm_error(L->ctx, rc, "latency: cannot map %llu bytes: %s", (unsigned long long)len,
+                     hm_strerror(rc));
+  if (L->cfg->numa_node >= 0 && (rc = _hm_prim_bind_node(*mem, len, L->cfg->numa_node)))
+    return _hm_error(L->ctx, rc, "latency: cannot bind memory to node %d: %s",
+                     L->cfg->numa_node, hm_strerror(rc));
+  return 0;
+}
+
+/* The chase buffer: one random cycle through its lines. */
+static int hm__lat_buffer(hm__lat_t *L) {
+  int rc = hm__lat_map(L, L->len, &L->mem);
+  if (rc) return rc;
   /* Huge pages keep TLB misses out of the figure, so that it is the memory's
    * latency rather than the page walker's. */
-  if (!cfg->small_pages) (void)_hm_prim_advise_hugepage(mem, len);
+  if (!L->cfg->small_pages) (void)_hm_prim_advise_hugepage(L->mem, L->len);
 
   /* Sattolo's shuffle yields a single cycle through all n lines, so the
    * chase visits every line (random within and across pages) before it
    * repeats. */
+  size_t n = L->n, *perm = L->perm;
   uint64_t seed = 0x9E3779B97F4A7C15ULL;
   for (size_t i = 0; i < n; i++) perm[i] = i;
   for (size_t i = n - 1; i > 0; i--) {
@@ -194,41 +220,41 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
     perm[i] = perm[j];
     perm[j] = t;
   }
-  hm__line_t *lines = mem;
-  for (size_t i = 0; i < n; i++) lines[i].next = &lines[perm[i]];
+  L->lines = L->mem;
+  for (size_t i = 0; i < n; i++) L->lines[i].next = &L->lines[perm[i]];
+  return 0;
+}
 
-  if (nload) {
-    size_t per = (size_t)(lbytes / sizeof(double)) / nload;
-    if ((rc = _hm_prim_map_anon(lbytes, &lmem))) {
-      _hm_error(ctx, rc, "latency: cannot map %llu bytes: %s", (unsigned long long)lbytes,
-                hm_strerror(rc));
-      goto done;
+/* Starts the load threads and waits until each touched its slice. */
+static int hm__lat_start_loaders(hm__lat_t *L) {
+  size_t per = (size_t)(L->lbytes / sizeof(double)) / L->nload;
+  int rc = hm__lat_map(L, L->lbytes, &L->lmem);
+  if (rc) return rc;
+  for (uint32_t i = 0; i < L->nload; i++) {
+    hm__loader_t *l = &L->loaders[i];
+    l->cpu = L->loader_cpus[i];
+    l->base = (const double *)L->lmem + (size_t)i * per;
+    l->n = per;
+    l->ready = &L->ready;
+    l->go = &L->go;
+    l->running = &L->running;
+    l->counted = &L->counted;
+    if (pthread_create(&l->tid, NULL, hm__loader_main, l)) {
+      atomic_store(&L->go, HM__GO_STOP);
+      return _hm_error(L->ctx, -EAGAIN, "latency: cannot start load threads");
     }
-    if (cfg->numa_node >= 0 && (rc = _hm_prim_bind_node(lmem, lbytes, cfg->numa_node))) {
-      _hm_error(ctx, rc, "latency: cannot bind memory to node %d: %s", cfg->numa_node,
-                hm_strerror(rc));
-      goto done;
-    }
-    for (uint32_t i = 0; i < nload; i++) {
-      hm__loader_t *l = &loaders[i];
-      l->cpu = loader_cpus[i];
-      l->base = (const double *)lmem + (size_t)i * per;
-      l->n = per;
-      l->ready = &ready;
-      l->go = &go;
-      l->running = &running;
-      l->counted = &counted;
-      if (pthread_create(&l->tid, NULL, hm__loader_main, l)) {
-        rc = _hm_error(ctx, -EAGAIN, "latency: cannot start load threads");
-        atomic_store(&go, HM__GO_STOP);
-        goto done;
-      }
-      started++;
-    }
-    while (atomic_load(&ready) < (int)nload) (void)_hm_prim_now_ns();
+    L->started++;
   }
+  while (atomic_load(&L->ready) < (int)L->nload) (void)_hm_prim_now_ns();
+  return 0;
+}
 
-  hm__line_t *p = &lines[0];
+/* The measurement proper; the end of the chase comes back to keep it live. */
+static hm__line_t *hm__lat_measure(hm__lat_t *L) {
+  uint64_t loads = L->loads, n = L->n;
+  uint32_t nload = L->nload;
+  unsigned reps = L->reps;
+  hm__line_t *p = &L->lines[0];
   p = hm__chase(p, loads < n ? loads : n); /* warm the TLB and page tables */
   double best = INFINITY;
   /* The chase is timed only once every load thread streams (on a busy
@@ -237,10 +263,10 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
    * waits are bounded (2 s): a thread that never runs is reported by a
    * lower load_gbs, never by a hang. */
   uint64_t wait_end = _hm_prim_now_ns() + 2000000000ull;
-  atomic_store(&go, HM__GO_STREAM);
-  while (nload && atomic_load(&running) < (int)nload && _hm_prim_now_ns() < wait_end) {
+  atomic_store(&L->go, HM__GO_STREAM);
+  while (nload && atomic_load(&L->running) < (int)nload && _hm_prim_now_ns() < wait_end) {
   }
-  atomic_store(&go, HM__GO_COUNT);
+  atomic_store(&L->go, HM__GO_COUNT);
   uint64_t lt0 = _hm_prim_now_ns();
   for (unsigned k = 0; k < reps; k++) {
     uint64_t t0 = _hm_prim_now_ns();
@@ -250,46 +276,81 @@ int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_r
     if (ns < best) best = ns;
   }
   wait_end = _hm_prim_now_ns() + 2000000000ull;
-  while (nload && atomic_load(&counted) < (int)nload && _hm_prim_now_ns() < wait_end) {
+  while (nload && atomic_load(&L->counted) < (int)nload && _hm_prim_now_ns() < wait_end) {
   }
-  atomic_store(&go, HM__GO_STOP);
-  uint64_t lt1 = _hm_prim_now_ns();
-  uint64_t lbytes_read = 0;
-  for (uint32_t i = 0; i < started; i++) {
-    pthread_join(loaders[i].tid, NULL);
-    lbytes_read += loaders[i].bytes;
-    if (loaders[i].rc && !rc)
-      rc = _hm_error(ctx, loaders[i].rc, "latency: cannot pin a load thread to CPU %d",
-                     loaders[i].cpu);
+  atomic_store(&L->go, HM__GO_STOP);
+  L->lt1 = _hm_prim_now_ns();
+  L->lt0 = lt0;
+  L->best = best;
+  return p;
+}
+
+/* Joins the load threads: bytes they read, and a thread that could not pin. */
+static int hm__lat_join(hm__lat_t *L) {
+  int rc = 0;
+  for (uint32_t i = 0; i < L->started; i++) {
+    pthread_join(L->loaders[i].tid, NULL);
+    L->lbytes_read += L->loaders[i].bytes;
+    if (L->loaders[i].rc && !rc)
+      rc = _hm_error(L->ctx, L->loaders[i].rc, "latency: cannot pin a load thread to CPU %d",
+                     L->loaders[i].cpu);
   }
-  started = 0;
-  if (rc) goto done;
-  if (p == NULL) { /* cannot happen: the cycle has no NULL; keeps p live */
-    rc = _hm_error(ctx, -EIO, "latency: chase left the buffer");
-    goto done;
+  L->started = 0;
+  return rc;
+}
+
+static void hm__lat_free(hm__lat_t *L) {
+  if (L->started) {
+    atomic_store(&L->go, HM__GO_STOP);
+    for (uint32_t i = 0; i < L->started; i++) pthread_join(L->loaders[i].tid, NULL);
   }
+  _hm_prim_unmap(L->lmem, L->lbytes);
+  free(L->loaders);
+  free(L->loader_cpus);
+  if (L->pinned) _hm_prim_set_thread_cpus(L->saved, L->nsaved);
+  _hm_prim_unmap(L->mem, L->len);
+  free(L->perm);
+  free(L->cpus);
+  free(L->saved);
+}
+
+static void hm__lat_result(const hm__lat_t *L, hm_latency_result_t *out) {
   hm_latency_result_t r;
   memset(&r, 0, sizeof r);
   r.size = sizeof r;
   r.version = HM_LATENCY_RESULT_VERSION;
-  r.buffer_bytes = len;
-  r.loads = loads;
-  r.ns_per_load = best;
-  r.load_threads = nload;
-  r.load_gbs = nload ? (double)lbytes_read / (double)(lt1 - lt0) : 0.0;
+  r.buffer_bytes = L->len;
+  r.loads = L->loads;
+  r.ns_per_load = L->best;
+  r.load_threads = L->nload;
+  r.load_gbs = L->nload ? (double)L->lbytes_read / (double)(L->lt1 - L->lt0) : 0.0;
   *out = r;
-done:
-  if (started) {
-    atomic_store(&go, HM__GO_STOP);
-    for (uint32_t i = 0; i < started; i++) pthread_join(loaders[i].tid, NULL);
+}
+
+int hm_probe_latency(hm_ctx_t *ctx, const hm_latency_config_t *cfg, hm_latency_result_t *out) {
+  if (!cfg || !out || cfg->size < sizeof *cfg || out->size < sizeof *out)
+    return _hm_error(ctx, -EINVAL, "latency: config or result struct of the wrong size");
+  int rc = _hm_probe_check_node(ctx, cfg->numa_node);
+  if (rc) return rc;
+  hm__lat_t L;
+  memset(&L, 0, sizeof L);
+  L.ctx = ctx;
+  L.cfg = cfg;
+  atomic_init(&L.ready, 0);
+  atomic_init(&L.go, 0);
+  atomic_init(&L.running, 0);
+  atomic_init(&L.counted, 0);
+  if ((rc = hm__lat_sizes(&L))) return rc;
+  rc = hm__lat_cpus(&L);
+  if (!rc) rc = hm__lat_buffer(&L);
+  if (!rc && L.nload) rc = hm__lat_start_loaders(&L);
+  if (!rc) {
+    hm__line_t *p = hm__lat_measure(&L);
+    rc = hm__lat_join(&L);
+    if (!rc && p == NULL) /* cannot happen: the cycle has no NULL; keeps p live */
+      rc = _hm_error(ctx, -EIO, "latency: chase left the buffer");
   }
-  _hm_prim_unmap(lmem, lbytes);
-  free(loaders);
-  free(loader_cpus);
-  if (pinned) _hm_prim_set_thread_cpus(saved, nsaved);
-  _hm_prim_unmap(mem, len);
-  free(perm);
-  free(cpus);
-  free(saved);
+  if (!rc) hm__lat_result(&L, out);
+  hm__lat_free(&L);
   return rc;
 }

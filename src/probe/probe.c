@@ -48,6 +48,38 @@ static void hm__utf8(_hm_sb_t *sb, unsigned cp) {
   _hm_sb_puts(sb, c);
 }
 
+/* The \u escape at *p (after the u): four hex digits, no surrogate, no NUL. */
+static int hm__jhex(const char **p, _hm_sb_t *sb) {
+  char hex[5] = {0};
+  for (int i = 0; i < 4; i++) {
+    if (!(*p)[i]) return -EINVAL;
+    hex[i] = (*p)[i];
+  }
+  char *end;
+  unsigned long cp = strtoul(hex, &end, 16);
+  if (*end || (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0) return -EINVAL;
+  hm__utf8(sb, (unsigned)cp);
+  *p += 4;
+  return 0;
+}
+
+/* The escape at *p (after the backslash) appended to sb. */
+static int hm__jescape(const char **p, _hm_sb_t *sb) {
+  char c = *(*p)++;
+  switch (c) {
+  case '"': _hm_sb_puts(sb, "\""); return 0;
+  case '\\': _hm_sb_puts(sb, "\\"); return 0;
+  case '/': _hm_sb_puts(sb, "/"); return 0;
+  case 'n': _hm_sb_puts(sb, "\n"); return 0;
+  case 't': _hm_sb_puts(sb, "\t"); return 0;
+  case 'r': _hm_sb_puts(sb, "\r"); return 0;
+  case 'b': _hm_sb_puts(sb, "\b"); return 0;
+  case 'f': _hm_sb_puts(sb, "\f"); return 0;
+  case 'u': return hm__jhex(p, sb);
+  default: return -EINVAL;
+  }
+}
+
 /* A JSON string at *p (opening quote included) into a malloc'd C string. */
 static int hm__jstr(const char **p, char **out) {
   if (**p != '"') return -EINVAL;
@@ -62,36 +94,9 @@ static int hm__jstr(const char **p, char **out) {
       _hm_sb_puts(&sb, s);
       continue;
     }
-    c = *(*p)++;
-    switch (c) {
-    case '"': _hm_sb_puts(&sb, "\""); break;
-    case '\\': _hm_sb_puts(&sb, "\\"); break;
-    case '/': _hm_sb_puts(&sb, "/"); break;
-    case 'n': _hm_sb_puts(&sb, "\n"); break;
-    case 't': _hm_sb_puts(&sb, "\t"); break;
-    case 'r': _hm_sb_puts(&sb, "\r"); break;
-    case 'b': _hm_sb_puts(&sb, "\b"); break;
-    case 'f': _hm_sb_puts(&sb, "\f"); break;
-    case 'u': {
-      char hex[5] = {0};
-      for (int i = 0; i < 4; i++) {
-        if (!(*p)[i]) {
-          _hm_sb_free(&sb);
-          return -EINVAL;
-        }
-        hex[i] = (*p)[i];
-      }
-      char *end;
-      unsigned long cp = strtoul(hex, &end, 16);
-      if (*end || (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0) {
-        _hm_sb_free(&sb);
-        return -EINVAL;
-      }
-      hm__utf8(&sb, (unsigned)cp);
-      *p += 4;
-      break;
-    }
-    default: _hm_sb_free(&sb); return -EINVAL;
+    if (hm__jescape(p, &sb)) {
+      _hm_sb_free(&sb);
+      return -EINVAL;
     }
   }
   if (**p != '"') {
@@ -112,6 +117,53 @@ static int hm__jnum(const char **p, double *out) {
 
 static void hm__jfree(hm__jobj_t *o) {
   for (size_t i = 0; i < o->n; i++) free(o->v[i].str);
+}
+
+/* An array of numbers at *p (after the '['). */
+static int hm__jarray(const char **p, hm__jval_t *v) {
+  hm__ws(p);
+  if (**p == ']') {
+    (*p)++;
+    return 0;
+  }
+  for (;;) {
+    if (v->n == HM__MAX_ARRAY) return -E2BIG;
+    hm__ws(p);
+    if (hm__jnum(p, &v->arr[v->n++])) return -EINVAL;
+    hm__ws(p);
+    if (**p == ',') {
+      (*p)++;
+      continue;
+    }
+    if (*(*p)++ != ']') return -EINVAL;
+    return 0;
+  }
+}
+
+/* One value at *p into v. */
+static int hm__jvalue(const char **p, hm__jval_t *v) {
+  if (**p == '"') {
+    v->kind = HM__J_STR;
+    return hm__jstr(p, &v->str) ? -EINVAL : 0;
+  }
+  if (!strncmp(*p, "true", 4) || !strncmp(*p, "false", 5)) {
+    v->kind = HM__J_BOOL;
+    v->b = **p == 't';
+    *p += v->b ? 4 : 5;
+    return 0;
+  }
+  if (!strncmp(*p, "null", 4)) {
+    v->kind = HM__J_NULL;
+    *p += 4;
+    return 0;
+  }
+  if (**p == '[') {
+    v->kind = HM__J_ARR;
+    (*p)++;
+    return hm__jarray(p, v);
+  }
+  v->kind = HM__J_NUM;
+  return hm__jnum(p, &v->num) ? -EINVAL : 0;
 }
 
 /* Parses a flat object: values are numbers, strings, booleans, null or
@@ -138,40 +190,8 @@ static int hm__jparse(const char *text, hm__jobj_t *o) {
     hm__ws(&p);
     if (*p++ != ':') return -EINVAL;
     hm__ws(&p);
-    if (*p == '"') {
-      v->kind = HM__J_STR;
-      if (hm__jstr(&p, &v->str)) return -EINVAL;
-    } else if (!strncmp(p, "true", 4) || !strncmp(p, "false", 5)) {
-      v->kind = HM__J_BOOL;
-      v->b = *p == 't';
-      p += v->b ? 4 : 5;
-    } else if (!strncmp(p, "null", 4)) {
-      v->kind = HM__J_NULL;
-      p += 4;
-    } else if (*p == '[') {
-      v->kind = HM__J_ARR;
-      p++;
-      hm__ws(&p);
-      if (*p == ']') {
-        p++;
-      } else {
-        for (;;) {
-          if (v->n == HM__MAX_ARRAY) return -E2BIG;
-          hm__ws(&p);
-          if (hm__jnum(&p, &v->arr[v->n++])) return -EINVAL;
-          hm__ws(&p);
-          if (*p == ',') {
-            p++;
-            continue;
-          }
-          if (*p++ != ']') return -EINVAL;
-          break;
-        }
-      }
-    } else {
-      v->kind = HM__J_NUM;
-      if (hm__jnum(&p, &v->num)) return -EINVAL;
-    }
+    int rc = hm__jvalue(&p, v);
+    if (rc) return rc;
     hm__ws(&p);
     if (*p == ',') {
       p++;
@@ -301,11 +321,29 @@ static int hm__latency_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
   return 0;
 }
 
-static int hm__storage_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
-  hm_storage_config_t cfg;
-  hm_storage_config_default(&cfg);
+/* The optional "qds" list into cfg. */
+static int hm__storage_qds(hm_ctx_t *ctx, hm__jobj_t *o, hm_storage_config_t *cfg) {
+  hm__jval_t *q = hm__jget(o, "qds");
+  if (!q || q->kind == HM__J_NULL) return 0;
+  if (q->kind != HM__J_ARR || q->n > HM_STORAGE_MAX_QD)
+    return _hm_error(ctx, -EINVAL, "probe request: 'qds' must be a list of at most %d depths",
+                     HM_STORAGE_MAX_QD);
+  for (size_t i = 0; i < q->n; i++) {
+    if (q->arr[i] < 1 || q->arr[i] > 64 || q->arr[i] != (double)(int)q->arr[i])
+      return _hm_error(ctx, -EINVAL, "probe request: queue depth %g is not in 1..64",
+                       q->arr[i]);
+    cfg->qds[i] = (uint32_t)q->arr[i];
+  }
+  cfg->nqd = (uint32_t)q->n;
+  return 0;
+}
+
+/* The storage request into cfg; *write and *check are its two flags that
+ * shape the answer. */
+static int hm__storage_request(hm_ctx_t *ctx, hm__jobj_t *o, hm_storage_config_t *cfg,
+                               bool *write, bool *check) {
   int64_t bytes = 0, block = 0, depth = 0, passes = 0;
-  bool random = true, write = true, check = false;
+  bool random = true;
   double secs = 0;
   int rc;
   hm__jval_t *d = hm__jget(o, "dir");
@@ -315,22 +353,10 @@ static int hm__storage_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
       (rc = hm__jint(ctx, o, "block_bytes", 0, 1 << 30, &block)) ||
       (rc = hm__jint(ctx, o, "seq_depth", 0, 256, &depth)) ||
       (rc = hm__jint(ctx, o, "seq_passes", 0, 1000, &passes)) ||
-      (rc = hm__jbool(ctx, o, "random", &random)) || (rc = hm__jbool(ctx, o, "write", &write)) ||
-      (rc = hm__jbool(ctx, o, "check_only", &check)))
+      (rc = hm__jbool(ctx, o, "random", &random)) || (rc = hm__jbool(ctx, o, "write", write)) ||
+      (rc = hm__jbool(ctx, o, "check_only", check)))
     return rc;
-  hm__jval_t *q = hm__jget(o, "qds");
-  if (q && q->kind != HM__J_NULL) {
-    if (q->kind != HM__J_ARR || q->n > HM_STORAGE_MAX_QD)
-      return _hm_error(ctx, -EINVAL, "probe request: 'qds' must be a list of at most %d depths",
-                       HM_STORAGE_MAX_QD);
-    for (size_t i = 0; i < q->n; i++) {
-      if (q->arr[i] < 1 || q->arr[i] > 64 || q->arr[i] != (double)(int)q->arr[i])
-        return _hm_error(ctx, -EINVAL, "probe request: queue depth %g is not in 1..64",
-                         q->arr[i]);
-      cfg.qds[i] = (uint32_t)q->arr[i];
-    }
-    cfg.nqd = (uint32_t)q->n;
-  }
+  if ((rc = hm__storage_qds(ctx, o, cfg))) return rc;
   hm__jval_t *s = hm__jget(o, "rand_seconds");
   if (s && s->kind != HM__J_NULL) {
     if (s->kind != HM__J_NUM || !(s->num > 0 && s->num < 3600))
@@ -338,35 +364,37 @@ static int hm__storage_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
     secs = s->num;
   }
   if ((rc = hm__junused(ctx, o))) return rc;
-  cfg.dir = d->str;
-  cfg.file_bytes = (uint64_t)bytes;
-  cfg.block_bytes = (uint32_t)block;
-  cfg.seq_depth = (uint32_t)depth;
-  cfg.seq_passes = (uint32_t)passes;
-  cfg.rand_seconds = secs;
-  cfg.flags = (random ? 0 : HM_STORAGE_NO_RANDOM) | (write ? 0 : HM_STORAGE_NO_WRITE) |
-              (check ? HM_STORAGE_CHECK_ONLY : 0);
-  hm_storage_result_t r;
-  memset(&r, 0, sizeof r);
-  r.size = sizeof r;
-  if ((rc = hm_probe_storage(ctx, &cfg, &r))) return rc;
+  cfg->dir = d->str;
+  cfg->file_bytes = (uint64_t)bytes;
+  cfg->block_bytes = (uint32_t)block;
+  cfg->seq_depth = (uint32_t)depth;
+  cfg->seq_passes = (uint32_t)passes;
+  cfg->rand_seconds = secs;
+  cfg->flags = (random ? 0 : HM_STORAGE_NO_RANDOM) | (*write ? 0 : HM_STORAGE_NO_WRITE) |
+               (*check ? HM_STORAGE_CHECK_ONLY : 0);
+  return 0;
+}
+
+static void hm__storage_answer(_hm_sb_t *sb, const hm_storage_config_t *cfg,
+                               const hm_storage_result_t *r, bool write, bool check) {
   _hm_sb_puts(sb, "{\"test\": \"storage\", \"dir\": ");
-  _hm_sb_json_str(sb, cfg.dir);
+  _hm_sb_json_str(sb, cfg->dir);
   _hm_sb_printf(sb,
                 ", \"file_bytes\": %llu, \"block_bytes\": %u, \"seq_depth\": %u, "
                 "\"seq_read_gbs\": %.4f, \"seq_write_gbs\": ",
-                (unsigned long long)r.file_bytes, r.block_bytes, r.seq_depth, r.seq_read_gbs);
+                (unsigned long long)r->file_bytes, r->block_bytes, r->seq_depth,
+                r->seq_read_gbs);
   if (check) {
     _hm_sb_puts(sb, "null, \"check_only\": true}");
-    return 0;
+    return;
   }
   if (write)
-    _hm_sb_printf(sb, "%.4f", r.seq_write_gbs);
+    _hm_sb_printf(sb, "%.4f", r->seq_write_gbs);
   else
     _hm_sb_puts(sb, "null");
   _hm_sb_puts(sb, ", \"randread\": [");
-  for (uint32_t i = 0; i < r.nqd; i++) {
-    const hm_randread_point_t *p = &r.randread[i];
+  for (uint32_t i = 0; i < r->nqd; i++) {
+    const hm_randread_point_t *p = &r->randread[i];
     _hm_sb_printf(sb,
                   "%s{\"qd\": %u, \"ios\": %llu, \"iops\": %.1f, \"lat_us_mean\": %.3f, "
                   "\"lat_us_p50\": %.3f, \"lat_us_p99\": %.3f}",
@@ -374,6 +402,19 @@ static int hm__storage_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
                   p->lat_us_p50, p->lat_us_p99);
   }
   _hm_sb_puts(sb, "]}");
+}
+
+static int hm__storage_json(hm_ctx_t *ctx, hm__jobj_t *o, _hm_sb_t *sb) {
+  hm_storage_config_t cfg;
+  hm_storage_config_default(&cfg);
+  bool write = true, check = false;
+  int rc = hm__storage_request(ctx, o, &cfg, &write, &check);
+  if (rc) return rc;
+  hm_storage_result_t r;
+  memset(&r, 0, sizeof r);
+  r.size = sizeof r;
+  if ((rc = hm_probe_storage(ctx, &cfg, &r))) return rc;
+  hm__storage_answer(sb, &cfg, &r, write, check);
   return 0;
 }
 

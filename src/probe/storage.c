@@ -44,7 +44,8 @@ static double hm__seq(hm_ctx_t *ctx, _hm_prim_ring_t *ring, int fd, char *buf, u
   uint64_t nblocks = size / block, issued = 0, done = 0;
   uint64_t t0 = _hm_prim_now_ns();
   for (uint32_t s = 0; s < depth && issued < nblocks; s++, issued++)
-    _hm_prim_ring_rw(ring, write ? HM_PRIM_RING_WRITE : 0, fd, buf + (size_t)s * block, block, issued * block, s);
+    _hm_prim_ring_rw(ring, write ? HM_PRIM_RING_WRITE : 0, fd, buf + (size_t)s * block, block,
+                     issued * block, s);
   int r = _hm_prim_ring_submit(ring);
   while (r >= 0 && done < nblocks) {
     uint64_t slot;
@@ -56,7 +57,8 @@ static double hm__seq(hm_ctx_t *ctx, _hm_prim_ring_t *ring, int fd, char *buf, u
       break;
     }
     if (issued < nblocks) {
-      _hm_prim_ring_rw(ring, write ? HM_PRIM_RING_WRITE : 0, fd, buf + slot * block, block, issued * block, slot);
+      _hm_prim_ring_rw(ring, write ? HM_PRIM_RING_WRITE : 0, fd, buf + slot * block, block,
+                       issued * block, slot);
       issued++;
       r = _hm_prim_ring_submit(ring);
     }
@@ -78,6 +80,31 @@ static double hm__seq(hm_ctx_t *ctx, _hm_prim_ring_t *ring, int fd, char *buf, u
 static int hm__cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
+}
+
+/* Waits for the completions still in flight (before the buffers go away). */
+static void hm__drain(_hm_prim_ring_t *ring, uint64_t inflight) {
+  while (inflight) {
+    uint64_t slot;
+    int res;
+    if (hm__wait(ring, &slot, &res)) break;
+    inflight--;
+  }
+}
+
+/* IOPS and latency percentiles of nlat reads done in ns (sorts lat). */
+static void hm__rand_stats(hm_randread_point_t *pt, uint32_t qd, uint64_t *lat, size_t nlat,
+                           uint64_t ns) {
+  qsort(lat, nlat, sizeof *lat, hm__cmp_u64);
+  double sum = 0;
+  for (size_t i = 0; i < nlat; i++) sum += (double)lat[i];
+  memset(pt, 0, sizeof *pt);
+  pt->qd = qd;
+  pt->ios = nlat;
+  pt->iops = (double)nlat / ((double)ns * 1e-9);
+  pt->lat_us_mean = nlat ? sum / (double)nlat * 1e-3 : 0;
+  pt->lat_us_p50 = nlat ? (double)lat[nlat / 2] * 1e-3 : 0;
+  pt->lat_us_p99 = nlat ? (double)lat[(size_t)((double)(nlat - 1) * 0.99)] * 1e-3 : 0;
 }
 
 /* 4 KiB reads at random aligned offsets with qd in flight for `seconds`. */
@@ -126,54 +153,62 @@ static int hm__randread(hm_ctx_t *ctx, _hm_prim_ring_t *ring, int fd, char *buf,
       r = _hm_prim_ring_submit(ring);
     }
   }
-  while (inflight) {
-    uint64_t slot;
-    int res;
-    if (hm__wait(ring, &slot, &res)) break;
-    inflight--;
-  }
+  hm__drain(ring, inflight);
   if (r < 0) {
     free(lat);
     return _hm_error(ctx, r, "storage: random read failed: %s", hm_strerror(r));
   }
-  qsort(lat, nlat, sizeof *lat, hm__cmp_u64);
-  double sum = 0;
-  for (size_t i = 0; i < nlat; i++) sum += (double)lat[i];
-  memset(pt, 0, sizeof *pt);
-  pt->qd = qd;
-  pt->ios = nlat;
-  pt->iops = (double)nlat / ((double)(now - t0) * 1e-9);
-  pt->lat_us_mean = nlat ? sum / (double)nlat * 1e-3 : 0;
-  pt->lat_us_p50 = nlat ? (double)lat[nlat / 2] * 1e-3 : 0;
-  pt->lat_us_p99 = nlat ? (double)lat[(size_t)((double)(nlat - 1) * 0.99)] * 1e-3 : 0;
+  hm__rand_stats(pt, qd, lat, nlat, now - t0);
   free(lat);
   return 0;
 }
 
-int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_result_t *out) {
-  if (!cfg || !out || cfg->size < sizeof *cfg || out->size < sizeof *out)
-    return _hm_error(ctx, -EINVAL, "storage: config or result struct of the wrong size");
-  const char *dir = cfg->dir;
-  if (!dir || !*dir) return _hm_error(ctx, -EINVAL, "storage: no directory given");
-  uint32_t block = cfg->block_bytes ? cfg->block_bytes : 1u << 20;
-  uint32_t depth = cfg->seq_depth ? cfg->seq_depth : 8;
-  uint32_t passes = cfg->seq_passes ? cfg->seq_passes : 3;
-  double secs = cfg->rand_seconds > 0 ? cfg->rand_seconds : 1.0;
-  uint32_t nqd = cfg->nqd ? cfg->nqd : (uint32_t)(sizeof hm__default_qds / sizeof(uint32_t));
-  const uint32_t *qds = cfg->nqd ? cfg->qds : hm__default_qds;
-  if (block % HM__RAND_BLOCK || depth > 256 || nqd > HM_STORAGE_MAX_QD)
+/* One storage probe: its parameters, probe file, ring and buffer. */
+typedef struct hm__sto_s {
+  hm_ctx_t *ctx;
+  const hm_storage_config_t *cfg;
+  const char *dir;
+  uint32_t block, depth, passes, nqd, maxqd;
+  const uint32_t *qds;
+  double secs;
+  uint64_t size;
+  char h2[32]; /* size, formatted */
+  int fd;
+  _hm_prim_ring_t *ring;
+  char *buf;
+  size_t buflen;
+} hm__sto_t;
+
+/* cfg with its defaults, checked. */
+static int hm__sto_params(hm__sto_t *S) {
+  const hm_storage_config_t *cfg = S->cfg;
+  hm_ctx_t *ctx = S->ctx;
+  S->block = cfg->block_bytes ? cfg->block_bytes : 1u << 20;
+  S->depth = cfg->seq_depth ? cfg->seq_depth : 8;
+  S->passes = cfg->seq_passes ? cfg->seq_passes : 3;
+  S->secs = cfg->rand_seconds > 0 ? cfg->rand_seconds : 1.0;
+  S->nqd = cfg->nqd ? cfg->nqd : (uint32_t)(sizeof hm__default_qds / sizeof(uint32_t));
+  S->qds = cfg->nqd ? cfg->qds : hm__default_qds;
+  if (S->block % HM__RAND_BLOCK || S->depth > 256 || S->nqd > HM_STORAGE_MAX_QD)
     return _hm_error(ctx, -EINVAL,
                      "storage: block size must be a multiple of 4 KiB, depth at most 256");
-  uint32_t maxqd = depth;
-  for (uint32_t i = 0; i < nqd; i++) {
-    if (qds[i] == 0 || qds[i] > 64)
-      return _hm_error(ctx, -EINVAL, "storage: queue depth %u is not in 1..64", qds[i]);
-    if (qds[i] > maxqd) maxqd = qds[i];
+  S->maxqd = S->depth;
+  for (uint32_t i = 0; i < S->nqd; i++) {
+    if (S->qds[i] == 0 || S->qds[i] > 64)
+      return _hm_error(ctx, -EINVAL, "storage: queue depth %u is not in 1..64", S->qds[i]);
+    if (S->qds[i] > S->maxqd) S->maxqd = S->qds[i];
   }
   uint64_t size = cfg->file_bytes ? cfg->file_bytes : 1ull << 30;
-  size -= size % block;
-  if (size < block) size = block;
+  size -= size % S->block;
+  if (size < S->block) size = S->block;
+  S->size = size;
+  return 0;
+}
 
+/* The directory: there, writable, real storage, room for the file. */
+static int hm__sto_dir(hm__sto_t *S) {
+  hm_ctx_t *ctx = S->ctx;
+  const char *dir = S->dir;
   _hm_prim_fsinfo_t fs;
   int rc = _hm_prim_fs_info(dir, &fs);
   if (rc == -ENOENT) return _hm_error(ctx, rc, "storage directory '%s' does not exist", dir);
@@ -188,89 +223,113 @@ int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_r
                      "storage directory '%s': filesystem does not support O_DIRECT "
                      "(tmpfs/ramfs serve direct I/O from memory, not storage)",
                      dir);
-  char h1[32], h2[32];
-  _hm_format_size(size, h2, sizeof h2);
-  if (fs.free_bytes < size + HM__FREE_MARGIN) {
+  char h1[32];
+  _hm_format_size(S->size, S->h2, sizeof S->h2);
+  if (fs.free_bytes < S->size + HM__FREE_MARGIN) {
     _hm_format_size(fs.free_bytes, h1, sizeof h1);
     return _hm_error(ctx, -ENOSPC,
                      "storage directory '%s' has %s free; the probe file needs %s plus %s "
                      "to spare",
-                     dir, h1, h2, "64 MiB");
+                     dir, h1, S->h2, "64 MiB");
   }
+  return 0;
+}
 
-  int fd = -1;
-  rc = _hm_prim_probe_file(dir, &fd);
+/* The unlinked O_DIRECT probe file, its blocks allocated. */
+static int hm__sto_file(hm__sto_t *S) {
+  hm_ctx_t *ctx = S->ctx;
+  int rc = _hm_prim_probe_file(S->dir, &S->fd);
   if (rc == -EINVAL)
     return _hm_error(ctx, rc, "storage directory '%s': filesystem does not support O_DIRECT",
-                     dir);
+                     S->dir);
   if (rc) return _hm_error(ctx, rc, "storage directory '%s': cannot create the probe file: %s",
-                           dir, hm_strerror(rc));
-  _hm_prim_ring_t *ring = NULL;
-  char *buf = NULL;
-  size_t buflen = (size_t)depth * block;
-  if (buflen < (size_t)maxqd * HM__RAND_BLOCK) buflen = (size_t)maxqd * HM__RAND_BLOCK;
-  hm_storage_result_t r;
-  memset(&r, 0, sizeof r);
+                           S->dir, hm_strerror(rc));
+  rc = _hm_prim_fallocate(S->fd, 0, S->size);
+  if (rc == -ENOSPC)
+    return _hm_error(ctx, rc, "storage directory '%s' has no room for a %s probe file", S->dir,
+                     S->h2);
+  if (rc && rc != -EOPNOTSUPP)
+    return _hm_error(ctx, rc, "storage: fallocate: %s", hm_strerror(rc));
+  return 0;
+}
 
-  rc = _hm_prim_fallocate(fd, 0, size);
-  if (rc == -ENOSPC) {
-    rc = _hm_error(ctx, rc, "storage directory '%s' has no room for a %s probe file", dir, h2);
-    goto done;
-  }
-  if (rc && rc != -EOPNOTSUPP) {
-    rc = _hm_error(ctx, rc, "storage: fallocate: %s", hm_strerror(rc));
-    goto done;
-  }
-  if (cfg->flags & HM_STORAGE_CHECK_ONLY) {
-    r.size = sizeof r;
-    r.version = HM_STORAGE_RESULT_VERSION;
-    r.file_bytes = size;
-    *out = r;
-    goto done;
-  }
-  if ((rc = _hm_prim_ring_new(maxqd < 8 ? 8 : maxqd, &ring))) {
-    rc = _hm_error(ctx, rc, "storage: io_uring setup failed: %s", hm_strerror(rc));
-    goto done;
-  }
+/* The ring and the I/O buffer, filled with incompressible contents (some
+ * virtual disks shortcut zeros). */
+static int hm__sto_buffers(hm__sto_t *S) {
+  hm_ctx_t *ctx = S->ctx;
+  int rc = _hm_prim_ring_new(S->maxqd < 8 ? 8 : S->maxqd, &S->ring);
+  if (rc) return _hm_error(ctx, rc, "storage: io_uring setup failed: %s", hm_strerror(rc));
   void *mem = NULL;
-  if ((rc = _hm_prim_map_anon(buflen, &mem))) {
-    rc = _hm_error(ctx, rc, "storage: out of memory");
-    goto done;
-  }
-  buf = mem;
-  /* Incompressible contents: some virtual disks shortcut zeros. */
+  if ((rc = _hm_prim_map_anon(S->buflen, &mem)))
+    return _hm_error(ctx, rc, "storage: out of memory");
+  S->buf = mem;
   uint64_t seed = 0x243F6A8885A308D3ULL;
-  for (size_t i = 0; i + 8 <= buflen; i += 8) {
+  for (size_t i = 0; i + 8 <= S->buflen; i += 8) {
     uint64_t v = hm__rng(&seed);
-    memcpy(buf + i, &v, 8);
+    memcpy(S->buf + i, &v, 8);
   }
+  return 0;
+}
+
+/* Sequential write, best of the sequential reads, random reads per qd. */
+static int hm__sto_measure(hm__sto_t *S, hm_storage_result_t *r) {
+  const hm_storage_config_t *cfg = S->cfg;
+  int rc = 0;
   /* The write fills the file, so later reads hit real blocks rather than
    * unwritten extents the filesystem answers with zeros. */
-  double t = hm__seq(ctx, ring, fd, buf, size, block, depth, 1, &rc);
-  if (rc) goto done;
-  if (!(cfg->flags & HM_STORAGE_NO_WRITE)) r.seq_write_gbs = (double)size / t * 1e-9;
+  double t = hm__seq(S->ctx, S->ring, S->fd, S->buf, S->size, S->block, S->depth, 1, &rc);
+  if (rc) return rc;
+  if (!(cfg->flags & HM_STORAGE_NO_WRITE)) r->seq_write_gbs = (double)S->size / t * 1e-9;
   double best = 0;
-  for (uint32_t p = 0; p < passes; p++) {
-    t = hm__seq(ctx, ring, fd, buf, size, block, depth, 0, &rc);
-    if (rc) goto done;
-    double gbs = (double)size / t * 1e-9;
+  for (uint32_t p = 0; p < S->passes; p++) {
+    t = hm__seq(S->ctx, S->ring, S->fd, S->buf, S->size, S->block, S->depth, 0, &rc);
+    if (rc) return rc;
+    double gbs = (double)S->size / t * 1e-9;
     if (gbs > best) best = gbs;
   }
-  r.seq_read_gbs = best;
+  r->seq_read_gbs = best;
   if (!(cfg->flags & HM_STORAGE_NO_RANDOM)) {
-    for (uint32_t i = 0; i < nqd; i++)
-      if ((rc = hm__randread(ctx, ring, fd, buf, size, qds[i], secs, &r.randread[i]))) goto done;
-    r.nqd = nqd;
+    for (uint32_t i = 0; i < S->nqd; i++)
+      if ((rc = hm__randread(S->ctx, S->ring, S->fd, S->buf, S->size, S->qds[i], S->secs,
+                             &r->randread[i])))
+        return rc;
+    r->nqd = S->nqd;
   }
-  r.size = sizeof r;
-  r.version = HM_STORAGE_RESULT_VERSION;
-  r.file_bytes = size;
-  r.block_bytes = block;
-  r.seq_depth = depth;
-  *out = r;
-done:
-  _hm_prim_ring_free(ring);
-  if (buf) _hm_prim_unmap(buf, buflen);
-  _hm_prim_close(fd);
+  r->block_bytes = S->block;
+  r->seq_depth = S->depth;
+  return 0;
+}
+
+int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_result_t *out) {
+  if (!cfg || !out || cfg->size < sizeof *cfg || out->size < sizeof *out)
+    return _hm_error(ctx, -EINVAL, "storage: config or result struct of the wrong size");
+  if (!cfg->dir || !*cfg->dir) return _hm_error(ctx, -EINVAL, "storage: no directory given");
+  hm__sto_t S;
+  memset(&S, 0, sizeof S);
+  S.ctx = ctx;
+  S.cfg = cfg;
+  S.dir = cfg->dir;
+  S.fd = -1;
+  int rc = hm__sto_params(&S);
+  if (!rc) rc = hm__sto_dir(&S);
+  if (rc) return rc;
+  S.buflen = (size_t)S.depth * S.block;
+  if (S.buflen < (size_t)S.maxqd * HM__RAND_BLOCK) S.buflen = (size_t)S.maxqd * HM__RAND_BLOCK;
+  hm_storage_result_t r;
+  memset(&r, 0, sizeof r);
+  rc = hm__sto_file(&S);
+  if (!rc && !(cfg->flags & HM_STORAGE_CHECK_ONLY)) {
+    rc = hm__sto_buffers(&S);
+    if (!rc) rc = hm__sto_measure(&S, &r);
+  }
+  if (!rc) {
+    r.size = sizeof r;
+    r.version = HM_STORAGE_RESULT_VERSION;
+    r.file_bytes = S.size;
+    *out = r;
+  }
+  _hm_prim_ring_free(S.ring);
+  if (S.buf) _hm_prim_unmap(S.buf, S.buflen);
+  if (S.fd >= 0) _hm_prim_close(S.fd);
   return rc;
 }

@@ -93,115 +93,152 @@ void hm_stream_config_default(hm_stream_config_t *cfg) {
   cfg->numa_node = -1;
 }
 
-int hm_probe_stream(hm_ctx_t *ctx, const hm_stream_config_t *cfg, hm_stream_result_t *out) {
-  if (!cfg || !out || cfg->size < sizeof *cfg || out->size < sizeof *out)
-    return _hm_error(ctx, -EINVAL, "stream: config or result struct of the wrong size");
-  int rc = _hm_probe_check_node(ctx, cfg->numa_node);
-  if (rc) return rc;
+/* One STREAM run: its CPUs, its arrays and its best times. */
+typedef struct hm__st_s {
+  hm_ctx_t *ctx;
+  const hm_stream_config_t *cfg;
+  int *cpus, *saved;
+  int nsaved, ncpus, nt, got;
+  uint64_t bytes;
+  size_t n, len;
+  unsigned reps;
+  double *arr[3];
+  double best[4];
+} hm__st_t;
 
-  int *cpus = malloc(sizeof(int) * HM_PROBE_MAX_CPUS);
-  int *saved = malloc(sizeof(int) * HM_PROBE_MAX_CPUS);
-  if (!cpus || !saved) {
-    free(cpus);
-    free(saved);
-    return _hm_error(ctx, -ENOMEM, "stream: out of memory");
-  }
-  int nsaved = _hm_prim_allowed_cpus(saved, HM_PROBE_MAX_CPUS);
-  int ncpus;
+/* The CPUs to pin to (cfg's, else the node's) and the team size. */
+static int hm__stream_cpus(hm__st_t *S) {
+  const hm_stream_config_t *cfg = S->cfg;
+  S->cpus = malloc(sizeof(int) * HM_PROBE_MAX_CPUS);
+  S->saved = malloc(sizeof(int) * HM_PROBE_MAX_CPUS);
+  if (!S->cpus || !S->saved) return _hm_error(S->ctx, -ENOMEM, "stream: out of memory");
+  S->nsaved = _hm_prim_allowed_cpus(S->saved, HM_PROBE_MAX_CPUS);
   if (cfg->ncpus) {
-    ncpus = cfg->ncpus > HM_PROBE_MAX_CPUS ? HM_PROBE_MAX_CPUS : (int)cfg->ncpus;
-    for (int i = 0; i < ncpus; i++) cpus[i] = cfg->cpus[i];
+    S->ncpus = cfg->ncpus > HM_PROBE_MAX_CPUS ? HM_PROBE_MAX_CPUS : (int)cfg->ncpus;
+    for (int i = 0; i < S->ncpus; i++) S->cpus[i] = cfg->cpus[i];
   } else {
-    ncpus = _hm_probe_cpus_for_node(cfg->numa_node, cpus, HM_PROBE_MAX_CPUS);
+    S->ncpus = _hm_probe_cpus_for_node(cfg->numa_node, S->cpus, HM_PROBE_MAX_CPUS);
   }
-  int nt = cfg->threads ? (int)cfg->threads : ncpus;
-  if (nsaved <= 0 || ncpus <= 0 || nt > ncpus || nt <= 0) {
-    free(cpus);
-    free(saved);
-    return _hm_error(ctx, -EINVAL, "stream: %d threads asked for, %d CPUs to pin them to", nt,
-                     ncpus);
-  }
+  S->nt = cfg->threads ? (int)cfg->threads : S->ncpus;
+  if (S->nsaved <= 0 || S->ncpus <= 0 || S->nt > S->ncpus || S->nt <= 0)
+    return _hm_error(S->ctx, -EINVAL, "stream: %d threads asked for, %d CPUs to pin them to",
+                     S->nt, S->ncpus);
+  return 0;
+}
 
+/* Array size and repetitions from cfg and its defaults. */
+static int hm__stream_sizes(hm__st_t *S) {
+  const hm_stream_config_t *cfg = S->cfg;
   uint64_t bytes = cfg->array_bytes;
   if (!bytes) {
     bytes = 4 * _hm_probe_llc_bytes();
     if (bytes < (8u << 20)) bytes = 8u << 20;
   }
-  size_t n = (size_t)(bytes / sizeof(double));
-  size_t len = n * sizeof(double);
-  unsigned reps = cfg->repetitions ? cfg->repetitions : 10;
-  if (reps < 2) reps = 2;
-  if (n < 1024) {
-    free(cpus);
-    free(saved);
-    return _hm_error(ctx, -EINVAL, "stream: arrays of %llu bytes are too small",
+  S->bytes = bytes;
+  S->n = (size_t)(bytes / sizeof(double));
+  S->len = S->n * sizeof(double);
+  S->reps = cfg->repetitions ? cfg->repetitions : 10;
+  if (S->reps < 2) S->reps = 2;
+  if (S->n < 1024)
+    return _hm_error(S->ctx, -EINVAL, "stream: arrays of %llu bytes are too small",
                      (unsigned long long)bytes);
-  }
+  return 0;
+}
 
-  double *arr[3] = {NULL, NULL, NULL};
+/* The three arrays, each its own mapping bound to the node. */
+static int hm__stream_arrays(hm__st_t *S) {
+  int rc = 0;
   for (int i = 0; i < 3 && !rc; i++) {
     void *p = NULL;
-    rc = _hm_prim_map_anon(len, &p);
-    if (rc) {
-      _hm_error(ctx, rc, "stream: cannot map %zu bytes: %s", len, hm_strerror(rc));
-      break;
-    }
-    arr[i] = p;
-    if (cfg->numa_node >= 0 && (rc = _hm_prim_bind_node(p, len, cfg->numa_node)))
-      _hm_error(ctx, rc, "stream: cannot bind memory to node %d: %s", cfg->numa_node,
+    rc = _hm_prim_map_anon(S->len, &p);
+    if (rc) return _hm_error(S->ctx, rc, "stream: cannot map %zu bytes: %s", S->len,
+                             hm_strerror(rc));
+    S->arr[i] = p;
+    if (S->cfg->numa_node >= 0 && (rc = _hm_prim_bind_node(p, S->len, S->cfg->numa_node)))
+      _hm_error(S->ctx, rc, "stream: cannot bind memory to node %d: %s", S->cfg->numa_node,
                 hm_strerror(rc));
   }
-  int got = 0;
-  if (!rc) {
-    got = hm__pin_team(cpus, ncpus, nt, 0);
-    if (got < 0) {
-      rc = _hm_error(ctx, got, "stream: cannot pin threads: %s", hm_strerror(got));
-    } else if (got != nt) {
-      rc = _hm_error(ctx, -EINVAL, "stream: OpenMP granted %d of %d threads", got, nt);
+  return rc;
+}
+
+static int hm__stream_pin(hm__st_t *S) {
+  S->got = hm__pin_team(S->cpus, S->ncpus, S->nt, 0);
+  if (S->got < 0) return _hm_error(S->ctx, S->got, "stream: cannot pin threads: %s",
+                                   hm_strerror(S->got));
+  if (S->got != S->nt)
+    return _hm_error(S->ctx, -EINVAL, "stream: OpenMP granted %d of %d threads", S->got, S->nt);
+  return 0;
+}
+
+/* The measurement proper: first touch, then reps rounds of the 4 kernels,
+ * the first a warm-up. */
+static void hm__stream_run(hm__st_t *S) {
+  double *a = S->arr[0], *b = S->arr[1], *c = S->arr[2];
+  size_t n = S->n;
+  int nt = S->nt;
+  unsigned reps = S->reps;
+  hm__init(a, b, c, n, nt);
+  double best[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+  for (unsigned k = 0; k < reps; k++) {
+    uint64_t t[5];
+    t[0] = _hm_prim_now_ns();
+    hm__copy(c, a, n, nt);
+    t[1] = _hm_prim_now_ns();
+    hm__scale(b, c, n, nt);
+    t[2] = _hm_prim_now_ns();
+    hm__add(c, a, b, n, nt);
+    t[3] = _hm_prim_now_ns();
+    hm__triad(a, b, c, n, nt);
+    t[4] = _hm_prim_now_ns();
+    if (k == 0) continue; /* warm-up, as in STREAM */
+    for (int i = 0; i < 4; i++) {
+      double s = (double)(t[i + 1] - t[i]) * 1e-9;
+      if (s < best[i]) best[i] = s;
     }
   }
+  memcpy(S->best, best, sizeof best);
+}
+
+static void hm__stream_result(const hm__st_t *S, hm_stream_result_t *out) {
+  double len = (double)S->len;
+  hm_stream_result_t r;
+  memset(&r, 0, sizeof r);
+  r.size = sizeof r;
+  r.version = HM_STREAM_RESULT_VERSION;
+  r.threads = (uint32_t)S->nt;
+  r.repetitions = S->reps;
+  r.array_bytes = S->len;
+  r.copy_gbs = 2.0 * len / S->best[0] * 1e-9;
+  r.scale_gbs = 2.0 * len / S->best[1] * 1e-9;
+  r.add_gbs = 3.0 * len / S->best[2] * 1e-9;
+  r.triad_gbs = 3.0 * len / S->best[3] * 1e-9;
+  *out = r;
+}
+
+int hm_probe_stream(hm_ctx_t *ctx, const hm_stream_config_t *cfg, hm_stream_result_t *out) {
+  if (!cfg || !out || cfg->size < sizeof *cfg || out->size < sizeof *out)
+    return _hm_error(ctx, -EINVAL, "stream: config or result struct of the wrong size");
+  int rc = _hm_probe_check_node(ctx, cfg->numa_node);
+  if (rc) return rc;
+  hm__st_t S;
+  memset(&S, 0, sizeof S);
+  S.ctx = ctx;
+  S.cfg = cfg;
+  rc = hm__stream_cpus(&S);
+  if (!rc) rc = hm__stream_sizes(&S);
+  if (!rc) rc = hm__stream_arrays(&S);
+  if (!rc) rc = hm__stream_pin(&S);
   if (!rc) {
-    double *a = arr[0], *b = arr[1], *c = arr[2];
-    hm__init(a, b, c, n, nt);
-    double best[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
-    for (unsigned k = 0; k < reps; k++) {
-      uint64_t t[5];
-      t[0] = _hm_prim_now_ns();
-      hm__copy(c, a, n, nt);
-      t[1] = _hm_prim_now_ns();
-      hm__scale(b, c, n, nt);
-      t[2] = _hm_prim_now_ns();
-      hm__add(c, a, b, n, nt);
-      t[3] = _hm_prim_now_ns();
-      hm__triad(a, b, c, n, nt);
-      t[4] = _hm_prim_now_ns();
-      if (k == 0) continue; /* warm-up, as in STREAM */
-      for (int i = 0; i < 4; i++) {
-        double s = (double)(t[i + 1] - t[i]) * 1e-9;
-        if (s < best[i]) best[i] = s;
-      }
-    }
-    double err = hm__check(a, b, c, n, reps, nt);
-    if (!(err < 1e-13)) {
+    hm__stream_run(&S);
+    double err = hm__check(S.arr[0], S.arr[1], S.arr[2], S.n, S.reps, S.nt);
+    if (!(err < 1e-13))
       rc = _hm_error(ctx, -EIO, "stream: arrays hold wrong values (relative error %g)", err);
-    } else {
-      hm_stream_result_t r;
-      memset(&r, 0, sizeof r);
-      r.size = sizeof r;
-      r.version = HM_STREAM_RESULT_VERSION;
-      r.threads = (uint32_t)nt;
-      r.repetitions = reps;
-      r.array_bytes = len;
-      r.copy_gbs = 2.0 * (double)len / best[0] * 1e-9;
-      r.scale_gbs = 2.0 * (double)len / best[1] * 1e-9;
-      r.add_gbs = 3.0 * (double)len / best[2] * 1e-9;
-      r.triad_gbs = 3.0 * (double)len / best[3] * 1e-9;
-      *out = r;
-    }
+    else
+      hm__stream_result(&S, out);
   }
-  if (got > 0) hm__pin_team(saved, nsaved, got, 1);
-  for (int i = 0; i < 3; i++) _hm_prim_unmap(arr[i], len);
-  free(cpus);
-  free(saved);
+  if (S.got > 0) hm__pin_team(S.saved, S.nsaved, S.got, 1);
+  for (int i = 0; i < 3; i++) _hm_prim_unmap(S.arr[i], S.len);
+  free(S.cpus);
+  free(S.saved);
   return rc;
 }

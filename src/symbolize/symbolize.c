@@ -10,11 +10,9 @@
  * linked into libhetmem only, never into the preload interposer.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -22,6 +20,7 @@
 #include <elfutils/libdwfl.h>
 
 #include "internal.h"
+#include "prim/prim.h"
 
 #define HM_SYM_DEBUG_ROOT "/usr/lib/debug/.build-id"
 #define HM_SYM_MAX_BUILD_ID 64
@@ -47,16 +46,16 @@ static void hm__hex(const unsigned char *bits, size_t len, char *out) {
 /* The GNU build-id of the ELF file at path as lower-case hex ("" when it
  * has none). 0, or a negative errno with a message on ctx. */
 static int hm__file_build_id(hm_ctx_t *ctx, const char *path, char *hex, size_t hexlen) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = _hm_prim_open_read(path);
   if (fd < 0) {
-    int e = -errno;
+    int e = fd;
     return _hm_error(ctx, e, "%s: %s", path, strerror(-e));
   }
   elf_version(EV_CURRENT);
   Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
   if (!elf || elf_kind(elf) != ELF_K_ELF) {
     if (elf) elf_end(elf);
-    close(fd);
+    _hm_prim_close(fd);
     return _hm_error(ctx, -ENOEXEC, "%s: not an ELF file", path);
   }
   const void *bits = NULL;
@@ -73,7 +72,7 @@ static int hm__file_build_id(hm_ctx_t *ctx, const char *path, char *hex, size_t 
     rc = _hm_error(ctx, -ENOEXEC, "%s: unreadable build-id note: %s", path, elf_errmsg(-1));
   }
   elf_end(elf);
-  close(fd);
+  _hm_prim_close(fd);
   return rc;
 }
 
@@ -237,6 +236,36 @@ static void hm__frame_json(_hm_sb_t *sb, Dwfl_Module *mod, Dwarf_Addr bias, uint
   _hm_sb_puts(sb, "}");
 }
 
+/* Reports the ELF file at found to a new offline libdw session; *mod and
+ * *bias on success. */
+static int hm__open_module(hm_ctx_t *ctx, const char *found, Dwfl **out, Dwfl_Module **mod,
+                           Dwarf_Addr *bias) {
+  int fd = _hm_prim_open_read(found);
+  if (fd < 0) {
+    int e = fd;
+    return _hm_error(ctx, e, "%s: %s", found, strerror(-e));
+  }
+  Dwfl *dwfl = dwfl_begin(&hm__offline_callbacks);
+  if (!dwfl) {
+    _hm_prim_close(fd);
+    return _hm_error(ctx, -ENOMEM, "libdw: %s", dwfl_errmsg(-1));
+  }
+  /* ET_DYN placed at 0 without adding p_vaddr: link-time addresses then
+   * equal offsets plus the bias libdw reports (0 unless prelinked). fd is
+   * the library's from here on. */
+  *mod = dwfl_report_elf(dwfl, found, found, fd, 0, false);
+  if (*mod) {
+    dwfl_report_end(dwfl, NULL, NULL);
+    if (dwfl_module_getelf(*mod, bias)) {
+      *out = dwfl;
+      return 0;
+    }
+  }
+  int rc = _hm_error(ctx, -ENOEXEC, "%s: libdw cannot read it: %s", found, dwfl_errmsg(-1));
+  dwfl_end(dwfl);
+  return rc;
+}
+
 int hm_symbolize(hm_ctx_t *ctx, const char *module_path, const char *build_id,
                  const uint64_t *offsets, size_t n, char **json_out) {
   if (!json_out || (n && !offsets))
@@ -250,33 +279,10 @@ int hm_symbolize(hm_ctx_t *ctx, const char *module_path, const char *build_id,
   int verified = 0;
   int rc = hm__locate(ctx, module_path, build_id, found, sizeof found, &verified);
   if (rc) return rc;
-
-  int fd = open(found, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = -errno;
-    return _hm_error(ctx, e, "%s: %s", found, strerror(-e));
-  }
-  Dwfl *dwfl = dwfl_begin(&hm__offline_callbacks);
-  if (!dwfl) {
-    close(fd);
-    return _hm_error(ctx, -ENOMEM, "libdw: %s", dwfl_errmsg(-1));
-  }
-  /* ET_DYN placed at 0 without adding p_vaddr: link-time addresses then
-   * equal offsets plus the bias libdw reports (0 unless prelinked). fd is
-   * the library's from here on. */
-  Dwfl_Module *mod = dwfl_report_elf(dwfl, found, found, fd, 0, false);
-  if (!mod) {
-    rc = _hm_error(ctx, -ENOEXEC, "%s: libdw cannot read it: %s", found, dwfl_errmsg(-1));
-    dwfl_end(dwfl);
-    return rc;
-  }
-  dwfl_report_end(dwfl, NULL, NULL);
+  Dwfl *dwfl = NULL;
+  Dwfl_Module *mod = NULL;
   Dwarf_Addr bias = 0;
-  if (!dwfl_module_getelf(mod, &bias)) {
-    rc = _hm_error(ctx, -ENOEXEC, "%s: libdw cannot read it: %s", found, dwfl_errmsg(-1));
-    dwfl_end(dwfl);
-    return rc;
-  }
+  if ((rc = hm__open_module(ctx, found, &dwfl, &mod, &bias))) return rc;
   Dwarf_Addr dwbias = 0;
   int has_dwarf = dwfl_module_getdwarf(mod, &dwbias) != NULL;
 
