@@ -160,11 +160,7 @@ static struct {
 
 static __thread hm__tbuf_t *hm__tb __attribute__((tls_model("initial-exec")));
 
-static uint64_t hm__mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+static uint64_t hm__mono(void) { return _hm_prim_now_ns(); }
 
 uint64_t _hm_pl_prof_now(void) { return hm__mono() - hm__pf.t0; }
 
@@ -259,7 +255,7 @@ void _hm_pl_prof_release(_hm_pl_block_t *b, uint32_t site, uint64_t t, uintptr_t
                          size_t req) {
   /* The caller has taken b out of the table: once no sampler pins it, no
    * page of it can be armed again. */
-  while (atomic_load(&b->pin)) sched_yield();
+  while (atomic_load(&b->pin)) _hm_prim_yield();
   if (hm__pf.sampling) hm__disarm_range(key, key + req);
   if (!site || !hm__pf.sites) return;
   hm__site_t *s = &hm__pf.sites[site];
@@ -316,7 +312,7 @@ static size_t hm__ahash(uintptr_t page) {
 }
 
 static int hm__mprotect_span(uintptr_t page, size_t pages, int prot) {
-  return (int)syscall(SYS_mprotect, (void *)page, pages * hm__pf.page, prot);
+  return _hm_prim_sys_mprotect((void *)page, pages * hm__pf.page, prot);
 }
 
 static int hm__mprotect(uintptr_t page, int prot) { return hm__mprotect_span(page, 1, prot); }
@@ -494,11 +490,7 @@ static uint64_t hm__rand(void) {
   return hm__rng;
 }
 
-static uint64_t hm__thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+static uint64_t hm__thread_cpu_ns(void) { return _hm_prim_thread_cpu_ns(); }
 
 static int hm__handler_is_ours(void) {
   struct sigaction cur;
@@ -523,7 +515,7 @@ static uint64_t hm__calibrate(void) {
   }
   memset(hm__pf.armed[1], 0, HM__ARMED * sizeof(hm__armed_t));
   hm__pf.runs[1].n = 0;
-  syscall(SYS_munmap, (void *)page, hm__pf.page);
+  (void)_hm_prim_sys_munmap((void *)page, hm__pf.page);
   atomic_store(&hm__pf.faults, 0);
   return best == UINT64_MAX ? 0 : best;
 }
@@ -535,8 +527,7 @@ static void *hm__sampler(void *unused) {
   unsigned k = 0;
   size_t cap = _hm_pl_table_capacity();
   while (!atomic_load(&hm__pf.stop)) {
-    struct timespec ts = {(time_t)(period_ns / 1000000000ull), (long)(period_ns % 1000000000ull)};
-    nanosleep(&ts, NULL);
+    _hm_prim_sleep_ns(period_ns);
     if (atomic_load(&hm__pf.stop)) break;
     /* restore what the last period armed and nobody touched; clear the
      * table of two periods ago (long disarmed) and fill it */
@@ -605,11 +596,9 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
   snprintf(hm__pf.path_template, sizeof hm__pf.path_template, "%s", cfg->path_template);
   hm__pf.cfg.path_template = hm__pf.path_template;
   hm__pf.t0 = hm__mono();
-  struct timespec rt;
-  clock_gettime(CLOCK_REALTIME, &rt);
-  hm__pf.start_unix = (double)rt.tv_sec + rt.tv_nsec / 1e9;
-  long pg = sysconf(_SC_PAGESIZE);
-  hm__pf.page = pg > 0 ? (size_t)pg : 4096;
+  uint64_t rt = _hm_prim_realtime_ns();
+  hm__pf.start_unix = (double)(rt / 1000000000u) + (double)(rt % 1000000000u) / 1e9;
+  hm__pf.page = _hm_prim_page_size();
   if (hm__pf.cfg.depth < 1 || hm__pf.cfg.depth > HM_PL_MAX_DEPTH) {
     snprintf(why, len, "profile depth must be 1..%d", HM_PL_MAX_DEPTH);
     return -EINVAL;
@@ -651,7 +640,7 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
     return 0;
   }
   /* precise samplers first (sampler.c); the portable one below */
-  _hm_smp_cfg_t sc = {hm__pf.fsroot, hm__pf.cfg.period_us, 0, (int)getpid(), NULL};
+  _hm_smp_cfg_t sc = {hm__pf.fsroot, hm__pf.cfg.period_us, 0, _hm_prim_pid(), NULL};
   _hm_smp_kind_t kind = HM_SMP_PORTABLE;
   int src = _hm_smp_select(&sc, s, &kind, hm__pf.probed, sizeof hm__pf.probed, why, len);
   if (src) return src;
@@ -710,7 +699,7 @@ static int hm__ev_cmp(const void *a, const void *b) {
 static const char *hm__rank(void) {
   static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
+    const char *v = _hm_prim_getenv(vars[i]);
     if (v && *v) {
       char *end;
       long r = strtol(v, &end, 10);
@@ -731,7 +720,7 @@ static void hm__expand(const char *tpl, char *out, size_t len, const char *host,
       if (*p == 'h') ins = host;
       else if (*p == 'r') ins = rank ? rank : "norank";
       else if (*p == 'p') {
-        snprintf(buf, sizeof buf, "%ld", (long)getpid());
+        snprintf(buf, sizeof buf, "%ld", (long)_hm_prim_pid());
         ins = buf;
       } else if (*p == '%') ins = "%";
       else {
@@ -840,7 +829,7 @@ static void hm__write(void) {
   if (nev) qsort(ev, nev, sizeof *ev, hm__ev_cmp);
 
   char host[256] = "";
-  gethostname(host, sizeof host - 1);
+  (void)_hm_prim_hostname(host, sizeof host - 1);
   const char *rank = hm__rank();
   char path[HM_PATH_MAX];
   hm__expand(hm__pf.path_template, path, sizeof path, host, rank);
@@ -863,7 +852,7 @@ static void hm__write(void) {
   _hm_sb_printf(&sb,
                 "{\"magic\":\"hetmem-profile\",\"schema_version\":1,\"type\":\"header\","
                 "\"binary\":0,\"pid\":%ld,\"rank\":%s,\"hostname\":",
-                (long)getpid(), rank ? rank : "null");
+                (long)_hm_prim_pid(), rank ? rank : "null");
   _hm_sb_json_str(&sb, host);
   _hm_sb_printf(&sb,
                 ",\"start_unix\":%.6f,\"wall_ns\":%llu,\"depth\":%d,\"threshold\":%zu,"
@@ -981,8 +970,7 @@ static void hm__write(void) {
       char msg[HM_PATH_MAX + 512];
       int n = snprintf(msg, sizeof msg, "hetmem: cannot write profile '%s': %s\n", path, why);
       if (n > 0) {
-        ssize_t wr = write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
-        (void)wr;
+        _hm_prim_stderr(msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
       }
     }
     free(text);
@@ -994,7 +982,7 @@ out_free:
   free(order);
 }
 
-/* Called once per process (preload.c's hm__outputs runs the writers once). */
+/* Called once per process (stats.c's _hm_pl_outputs runs the writers once). */
 void _hm_pl_prof_finish(void) {
   if (!hm__pf.sites) return;
   if (hm__pf.precise) _hm_smp_halt();
@@ -1002,8 +990,7 @@ void _hm_pl_prof_finish(void) {
     atomic_store(&hm__pf.stop, 1);
     /* the sampler wakes within one period */
     for (int i = 0; i < 2000 && !atomic_load(&hm__pf.stopped); i++) {
-      struct timespec ts = {0, 1000000};
-      nanosleep(&ts, NULL);
+      _hm_prim_sleep_ns(1000000);
     }
     hm__pf.sampling = 0;
   }

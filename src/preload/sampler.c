@@ -164,13 +164,10 @@ static void *hm__loop(void *unused) {
   (void)unused;
   uint64_t ns = hm__run.period_us * 1000ull;
   while (!atomic_load(&hm__run.stop)) {
-    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    nanosleep(&ts, NULL);
+    _hm_prim_sleep_ns(ns);
     if (atomic_load(&hm__run.stop)) break;
     hm__drain();
-    struct timespec c;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
-    atomic_store(&hm__run.cpu_ns, (uint64_t)c.tv_sec * 1000000000ull + (uint64_t)c.tv_nsec);
+    atomic_store(&hm__run.cpu_ns, _hm_prim_thread_cpu_ns());
   }
   return NULL;
 }
@@ -186,8 +183,7 @@ int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *t
   hm__run.period_us = cfg->period_us ? cfg->period_us : 10000;
   if (kind == HM_SMP_DAMON) {
     rc = _hm_smp_damon_start(cfg, &hm__run.damon, why, wlen);
-    long pg = sysconf(_SC_PAGESIZE);
-    hm__run.period = (double)(pg > 0 ? pg : 4096) / 64.0;
+    hm__run.period = (double)_hm_prim_page_size() / 64.0;
   } else {
     rc = _hm_smp_perf_start(cfg, kind, &hm__run.perf, why, wlen);
     if (!rc) hm__run.period = _hm_smp_perf_period(hm__run.perf);
@@ -203,14 +199,14 @@ int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *t
     hm__run.damon = NULL;
     return -rc;
   }
-  hm__run.owner = (int)getpid();
+  hm__run.owner = _hm_prim_pid();
   atomic_store(&hm__run.running, 1);
   return 0;
 }
 
 void _hm_smp_halt(void) {
   if (!atomic_exchange(&hm__run.running, 0)) return;
-  if ((int)getpid() != hm__run.owner) {
+  if (_hm_prim_pid() != hm__run.owner) {
     /* a forked child: the thread did not come along, and the buffers and
      * the kdamond are the parent's (draining them would steal its
      * samples); the child's own accesses went to the parent as foreign */

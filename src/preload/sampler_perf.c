@@ -443,9 +443,7 @@ int _hm_smp_perf_start(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t k, _hm_smp_perf_
                        char *why, size_t wlen) {
   _hm_smp_perf_t *p = calloc(1, sizeof *p);
   if (!p) return -ENOMEM;
-  p->page = 4096;
-  long pg = sysconf(_SC_PAGESIZE);
-  if (pg > 0) p->page = (size_t)pg;
+  p->page = _hm_prim_page_size();
   p->pid = cfg->pid;
   int rc = hm__build(cfg, k, p, why, wlen);
   if (!rc) rc = hm__try_open(cfg, p, why, wlen);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "preload.h"
+#include "prim/prim.h"
 
 typedef struct hm__mods_s {
   _hm_pl_module_t m[HM_PL_MAX_MODULES];
@@ -93,8 +94,7 @@ static int hm__scan_cb(struct dl_phdr_info *info, size_t size, void *data) {
   const char *name = info->dlpi_name;
   if (n == 0 || !name || !*name) {
     /* the main program (first, with an empty name) */
-    ssize_t k = readlink("/proc/self/exe", m->path, sizeof m->path - 1);
-    m->path[k > 0 ? k : 0] = 0;
+    if (_hm_prim_self_exe(m->path, sizeof m->path) < 0) m->path[0] = 0;
     m->is_main = (n == 0);
     if (!m->path[0]) snprintf(m->path, sizeof m->path, "%s", "[main]");
   } else {
@@ -102,7 +102,7 @@ static int hm__scan_cb(struct dl_phdr_info *info, size_t size, void *data) {
      * the working directory of the moment: the profile outlives that */
     char abs[PATH_MAX];
     const char *use = name;
-    if (name[0] != '/' && realpath(name, abs) && strlen(abs) < sizeof m->path) use = abs;
+    if (name[0] != '/' && _hm_prim_realpath(name, abs, sizeof m->path) == 0) use = abs;
     size_t k = strnlen(use, sizeof m->path - 1);
     memcpy(m->path, use, k);
     m->path[k] = 0;

@@ -129,3 +129,15 @@ ssize_t _hm_prim_self_exe(char *buf, size_t len) {
   buf[n] = 0;
   return n;
 }
+
+/* ---- Added for the interposer's OS seam (src/preload/). ---- */
+
+_Noreturn void _hm_prim_exit_now(int status) { _exit(status); }
+
+void _hm_prim_yield(void) { (void)sched_yield(); }
+
+int _hm_prim_hostname(char *buf, size_t len) {
+  if (len == 0) return -EINVAL;
+  if (gethostname(buf, len) != 0) return -errno;
+  return 0;
+}
