@@ -208,7 +208,8 @@ void _hm_pl_place_cache_counts(uint64_t *hits, uint64_t *misses);
 void _hm_pl_place_module_counts(uint32_t *matched, uint32_t *loaded);
 
 /* ------------------------------------------------------------------------
- * Profiling (prof.c): the allocation-site profile and the access sampler.
+ * Profiling (prof.c, prof_write.c): the allocation-site profile and the
+ * access sampler (sampler.h).
  * ------------------------------------------------------------------------ */
 typedef struct _hm_pl_prof_cfg_s {
   const char *path_template; /* %h %r %p */
