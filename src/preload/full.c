@@ -72,8 +72,7 @@ static void hm__say_once(const char *dir, int rc, uint64_t bytes) {
                                    : "; the allocation fails (HETMEM_STORAGE_FULL=error)");
   }
   if (n > 0) {
-    ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-    (void)w;
+    _hm_prim_stderr(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
   }
 }
 

@@ -2,8 +2,8 @@
  * --placement` writes (docs/formats.md, "Compact placement") and the
  * matching of a captured stack to a site.
  *
- * The table is read once at start-up (plain stdio: we run from the
- * constructor, before main) into arrays that never change afterwards, so
+ * The table is read once at start-up (whole, through prim, then one parser
+ * per section: we run from the constructor, before main) into arrays that never change afterwards, so
  * matching reads them without synchronisation.
  *
  * Matching is hetmem.placement.match: frames become (placement module,
@@ -81,154 +81,202 @@ static const char *hm__rest(const char *s, int n) {
   return s;
 }
 
-int _hm_pl_place_load(const char *path, char *why, size_t len) {
-  FILE *f = fopen(path, "re");
-  if (!f) {
-    snprintf(why, len, "cannot read placement table '%s': %s", path, strerror(errno));
-    return -errno;
+/* The placement file, read whole, handed out one line at a time. */
+typedef struct hm__reader_s {
+  char *buf;
+  size_t len, pos;
+  int ln;     /* the line last handed out */
+  char *why;
+  size_t wlen;
+  size_t fcap; /* frames allocated */
+} hm__reader_t;
+
+#define HM__EOF 1 /* no line left: the table has no 'end' */
+
+static int hm__slurp(hm__reader_t *r, const char *path) {
+  int fd = _hm_prim_open_read(path);
+  if (fd < 0) {
+    snprintf(r->why, r->wlen, "cannot read placement table '%s': %s", path, strerror(-fd));
+    return fd;
   }
-  char *line = NULL;
   size_t cap = 0;
-  int ln = 0, rc = 0, stage = 0;
-  size_t want = 0, got = 0;
-  size_t fcap = 0;
-  ssize_t k;
-  while ((k = getline(&line, &cap, f)) >= 0) {
-    ln++;
-    if (k == 0 || line[k - 1] != '\n') {
-      rc = hm__bad(why, len, ln, "truncated (no newline)");
-      break;
+  for (;;) {
+    if (r->len + 4096 > cap) {
+      char *nb = realloc(r->buf, cap = (cap + 4096) * 2);
+      if (!nb) break; /* what was read is parsed (as a failed getline would) */
+      r->buf = nb;
     }
-    line[k - 1] = 0;
-    if (stage == 0) {
-      if (strcmp(line, "hetmem-placement-compact 1") != 0) {
-        rc = hm__bad(why, len, ln, "not a version-1 compact placement");
-        break;
-      }
-      stage = 1;
-    } else if (stage == 1 || stage == 3 || stage == 5) {
-      const char *kw = stage == 1 ? "tiers %zu%n" : stage == 3 ? "modules %zu%n" : "sites %zu%n";
-      int used = -1;
-      if (sscanf(line, kw, &want, &used) != 1 || used != (int)strlen(line)) {
-        rc = hm__bad(why, len, ln, "bad count line");
-        break;
-      }
-      got = 0;
-      if (stage == 1 && (want == 0 || want > HM_PL_MAX_TIERS)) {
-        rc = hm__bad(why, len, ln, "between 1 and 8 tiers");
-        break;
-      }
-      if (stage == 3) {
-        if (want > HM__PMOD_MAX) {
-          rc = hm__bad(why, len, ln, "too many modules");
-          break;
-        }
-        hm__pt.mods = calloc(want ? want : 1, sizeof *hm__pt.mods);
-      }
-      if (stage == 5) {
-        if (want > (1u << 24)) {
-          rc = hm__bad(why, len, ln, "too many sites");
-          break;
-        }
-        hm__pt.sites = calloc(want ? want : 1, sizeof *hm__pt.sites);
-      }
-      if ((stage == 3 && !hm__pt.mods) || (stage == 5 && !hm__pt.sites)) {
-        rc = -ENOMEM;
-        snprintf(why, len, "out of memory reading the placement table");
-        break;
-      }
-      stage++; /* 2, 4 or 6: the records */
-      if (want == 0) stage++; /* none: straight to the next count (or 'end') */
-    } else if (stage == 2) {
-      size_t idx;
-      int numa, used = -1;
-      unsigned long long capb;
-      _hm_pl_tier_t *t = &hm__pt.tiers[got];
-      if (sscanf(line, "tier %zu %15s %d %llu %n", &idx, t->kind, &numa, &capb, &used) != 4 ||
-          used < 0 || idx != got || numa < -1) {
-        rc = hm__bad(why, len, ln, "bad tier line");
-        break;
-      }
-      t->numa = numa;
-      t->capacity = capb;
-      snprintf(t->name, sizeof t->name, "%s", line + used);
-      if (++got == want) {
-        hm__pt.ntiers = want;
-        stage = 3;
-      }
-    } else if (stage == 4) {
-      size_t idx;
-      char bid[130];
-      const char *p = hm__rest(line, 3);
-      if (sscanf(line, "module %zu %129s", &idx, bid) != 2 || idx != got || !p || !*p ||
-          strlen(bid) > 128) {
-        rc = hm__bad(why, len, ln, "bad module line");
-        break;
-      }
-      hm__pmod_t *m = &hm__pt.mods[got];
-      /* strlen(bid) <= 128 was checked above, so this always fits. */
-      size_t blen = strcmp(bid, "-") ? strlen(bid) : 0;
-      memcpy(m->build_id, bid, blen);
-      m->build_id[blen] = 0;
-      snprintf(m->path, sizeof m->path, "%s", p);
-      if (++got == want) {
-        hm__pt.nmods = want;
-        stage = 5;
-      }
-    } else if (stage == 6) {
-      unsigned id, tier, n;
-      int used = -1;
-      if (sscanf(line, "site %u %u %u%n", &id, &tier, &n, &used) != 3 || used < 0 || n < 1 ||
-          n > HM_PL_MAX_DEPTH || tier >= hm__pt.ntiers ||
-          (got && id <= hm__pt.sites[got - 1].id)) {
-        rc = hm__bad(why, len, ln, "bad site line (ids must increase, tier must exist)");
-        break;
-      }
-      if (hm__pt.nframes + n > fcap) {
-        fcap = (fcap + n) * 2;
-        hm__pframe_t *nf = realloc(hm__pt.frames, fcap * sizeof *nf);
-        if (!nf) {
-          rc = -ENOMEM;
-          snprintf(why, len, "out of memory reading the placement table");
-          break;
-        }
-        hm__pt.frames = nf;
-      }
-      const char *p = line + used;
-      unsigned i;
-      for (i = 0; i < n; i++) {
-        unsigned mod;
-        unsigned long long off;
-        int u = -1;
-        if (sscanf(p, " %u:%llx%n", &mod, &off, &u) != 2 || u < 0 || mod >= hm__pt.nmods) break;
-        hm__pt.frames[hm__pt.nframes + i].mod = (int32_t)mod;
-        hm__pt.frames[hm__pt.nframes + i].off = off;
-        p += u;
-      }
-      if (i != n || *p) {
-        rc = hm__bad(why, len, ln, "bad frame in site line");
-        break;
-      }
-      hm__pt.sites[got] = (hm__psite_t){id, tier, n, (uint32_t)hm__pt.nframes};
-      hm__pt.nframes += n;
-      if (++got == want) {
-        hm__pt.nsites = want;
-        stage = 7;
-      }
-    } else if (stage == 7) {
-      if (strcmp(line, "end") != 0) {
-        rc = hm__bad(why, len, ln, "expected 'end'");
-        break;
-      }
-      stage = 8;
-    } else {
-      rc = hm__bad(why, len, ln, "data after 'end'");
-      break;
-    }
+    ssize_t n = _hm_prim_read(fd, r->buf + r->len, cap - r->len);
+    if (n <= 0) break; /* a read error ends the file, as with getline */
+    r->len += (size_t)n;
   }
-  free(line);
-  fclose(f);
-  if (!rc && stage != 8) {
+  _hm_prim_close(fd);
+  return 0;
+}
+
+/* The next line, its newline replaced by NUL: 0, HM__EOF, or an error. */
+static int hm__line(hm__reader_t *r, char **line) {
+  if (r->pos >= r->len) return HM__EOF;
+  r->ln++;
+  char *s = r->buf + r->pos;
+  char *nl = memchr(s, '\n', r->len - r->pos);
+  if (!nl) return hm__bad(r->why, r->wlen, r->ln, "truncated (no newline)");
+  *nl = 0;
+  r->pos = (size_t)(nl - r->buf) + 1;
+  *line = s;
+  return 0;
+}
+
+static int hm__oom(hm__reader_t *r) {
+  snprintf(r->why, r->wlen, "out of memory reading the placement table");
+  return -ENOMEM;
+}
+
+/* A count line "<kw> <n>". */
+static int hm__count(hm__reader_t *r, const char *kw, size_t *want) {
+  char *line;
+  int rc = hm__line(r, &line), used = -1;
+  if (rc) return rc;
+  if (sscanf(line, kw, want, &used) != 1 || used != (int)strlen(line))
+    return hm__bad(r->why, r->wlen, r->ln, "bad count line");
+  return 0;
+}
+
+static int hm__parse_header(hm__reader_t *r) {
+  char *line;
+  int rc = hm__line(r, &line);
+  if (rc) return rc;
+  if (strcmp(line, "hetmem-placement-compact 1") != 0)
+    return hm__bad(r->why, r->wlen, r->ln, "not a version-1 compact placement");
+  return 0;
+}
+
+static int hm__parse_tiers(hm__reader_t *r) {
+  size_t want;
+  int rc = hm__count(r, "tiers %zu%n", &want);
+  if (rc) return rc;
+  if (want == 0 || want > HM_PL_MAX_TIERS)
+    return hm__bad(r->why, r->wlen, r->ln, "between 1 and 8 tiers");
+  for (size_t got = 0; got < want; got++) {
+    char *line;
+    size_t idx;
+    int numa, used = -1;
+    unsigned long long capb;
+    _hm_pl_tier_t *t = &hm__pt.tiers[got];
+    if ((rc = hm__line(r, &line))) return rc;
+    if (sscanf(line, "tier %zu %15s %d %llu %n", &idx, t->kind, &numa, &capb, &used) != 4 ||
+        used < 0 || idx != got || numa < -1)
+      return hm__bad(r->why, r->wlen, r->ln, "bad tier line");
+    t->numa = numa;
+    t->capacity = capb;
+    snprintf(t->name, sizeof t->name, "%s", line + used);
+  }
+  hm__pt.ntiers = want;
+  return 0;
+}
+
+static int hm__parse_module(hm__reader_t *r, size_t got) {
+  char *line;
+  size_t idx;
+  char bid[130];
+  int rc = hm__line(r, &line);
+  if (rc) return rc;
+  const char *p = hm__rest(line, 3);
+  if (sscanf(line, "module %zu %129s", &idx, bid) != 2 || idx != got || !p || !*p ||
+      strlen(bid) > 128)
+    return hm__bad(r->why, r->wlen, r->ln, "bad module line");
+  hm__pmod_t *m = &hm__pt.mods[got];
+  /* strlen(bid) <= 128 was checked above, so this always fits. */
+  size_t blen = strcmp(bid, "-") ? strlen(bid) : 0;
+  memcpy(m->build_id, bid, blen);
+  m->build_id[blen] = 0;
+  snprintf(m->path, sizeof m->path, "%s", p);
+  return 0;
+}
+
+static int hm__parse_modules(hm__reader_t *r) {
+  size_t want;
+  int rc = hm__count(r, "modules %zu%n", &want);
+  if (rc) return rc;
+  if (want > HM__PMOD_MAX) return hm__bad(r->why, r->wlen, r->ln, "too many modules");
+  hm__pt.mods = calloc(want ? want : 1, sizeof *hm__pt.mods);
+  if (!hm__pt.mods) return hm__oom(r);
+  for (size_t got = 0; got < want; got++)
+    if ((rc = hm__parse_module(r, got))) return rc;
+  hm__pt.nmods = want;
+  return 0;
+}
+
+/* The frames " mod:off" x n of a site line, appended to the frame array. */
+static int hm__parse_frames(hm__reader_t *r, const char *p, unsigned n) {
+  if (hm__pt.nframes + n > r->fcap) {
+    r->fcap = (r->fcap + n) * 2;
+    hm__pframe_t *nf = realloc(hm__pt.frames, r->fcap * sizeof *nf);
+    if (!nf) return hm__oom(r);
+    hm__pt.frames = nf;
+  }
+  unsigned i;
+  for (i = 0; i < n; i++) {
+    unsigned mod;
+    unsigned long long off;
+    int u = -1;
+    if (sscanf(p, " %u:%llx%n", &mod, &off, &u) != 2 || u < 0 || mod >= hm__pt.nmods) break;
+    hm__pt.frames[hm__pt.nframes + i].mod = (int32_t)mod;
+    hm__pt.frames[hm__pt.nframes + i].off = off;
+    p += u;
+  }
+  if (i != n || *p) return hm__bad(r->why, r->wlen, r->ln, "bad frame in site line");
+  return 0;
+}
+
+static int hm__parse_site(hm__reader_t *r, size_t got) {
+  char *line;
+  unsigned id, tier, n;
+  int used = -1;
+  int rc = hm__line(r, &line);
+  if (rc) return rc;
+  if (sscanf(line, "site %u %u %u%n", &id, &tier, &n, &used) != 3 || used < 0 || n < 1 ||
+      n > HM_PL_MAX_DEPTH || tier >= hm__pt.ntiers || (got && id <= hm__pt.sites[got - 1].id))
+    return hm__bad(r->why, r->wlen, r->ln, "bad site line (ids must increase, tier must exist)");
+  if ((rc = hm__parse_frames(r, line + used, n))) return rc;
+  hm__pt.sites[got] = (hm__psite_t){id, tier, n, (uint32_t)hm__pt.nframes};
+  hm__pt.nframes += n;
+  return 0;
+}
+
+static int hm__parse_sites(hm__reader_t *r) {
+  size_t want;
+  int rc = hm__count(r, "sites %zu%n", &want);
+  if (rc) return rc;
+  if (want > (1u << 24)) return hm__bad(r->why, r->wlen, r->ln, "too many sites");
+  hm__pt.sites = calloc(want ? want : 1, sizeof *hm__pt.sites);
+  if (!hm__pt.sites) return hm__oom(r);
+  for (size_t got = 0; got < want; got++)
+    if ((rc = hm__parse_site(r, got))) return rc;
+  hm__pt.nsites = want;
+  return 0;
+}
+
+/* 'end', and nothing after it. */
+static int hm__parse_end(hm__reader_t *r) {
+  char *line;
+  int rc = hm__line(r, &line);
+  if (rc) return rc;
+  if (strcmp(line, "end") != 0) return hm__bad(r->why, r->wlen, r->ln, "expected 'end'");
+  rc = hm__line(r, &line);
+  if (rc == HM__EOF) return 0;
+  return rc ? rc : hm__bad(r->why, r->wlen, r->ln, "data after 'end'");
+}
+
+int _hm_pl_place_load(const char *path, char *why, size_t len) {
+  hm__reader_t r = {.why = why, .wlen = len};
+  int rc = hm__slurp(&r, path);
+  if (rc) return rc;
+  if (!(rc = hm__parse_header(&r)) && !(rc = hm__parse_tiers(&r)) &&
+      !(rc = hm__parse_modules(&r)) && !(rc = hm__parse_sites(&r)))
+    rc = hm__parse_end(&r);
+  free(r.buf);
+  if (rc == HM__EOF) {
     snprintf(why, len, "placement table '%s' is truncated (no 'end' line)", path);
     rc = -EINVAL;
   }

@@ -5,11 +5,16 @@
 set(HM_PRELOAD_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_library(hetmem_preload SHARED
   $<TARGET_OBJECTS:hetmem_core>
-  ${HM_PRELOAD_DIR}/preload.c
+  ${HM_PRELOAD_DIR}/init.c
+  ${HM_PRELOAD_DIR}/hooks.c
+  ${HM_PRELOAD_DIR}/route.c
+  ${HM_PRELOAD_DIR}/stats.c
   ${HM_PRELOAD_DIR}/table.c
   ${HM_PRELOAD_DIR}/site.c
   ${HM_PRELOAD_DIR}/place.c
   ${HM_PRELOAD_DIR}/prof.c
+  ${HM_PRELOAD_DIR}/prof_write.c
+  ${HM_PRELOAD_DIR}/sampler_portable.c
   ${HM_PRELOAD_DIR}/term.c
   ${HM_PRELOAD_DIR}/outfile.c
   ${HM_PRELOAD_DIR}/full.c

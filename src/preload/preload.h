@@ -19,9 +19,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "hetmem.h"
+#include "internal.h"
+
 /* Every symbol the interposer defines, listed once:
  * X(return type, name, (parameters)). preload.map exports exactly these
- * names (tests/test_run.py checks both agree); preload.c declares each one
+ * names (tests/test_run.py checks both agree); hooks.c declares each one
  * with default visibility from this list, so a prototype that drifts from
  * glibc's fails to compile. pthread_create is hooked so that threads the
  * runtime starts (the pager's fault handlers) inherit the recursion guard. */
@@ -205,7 +208,8 @@ void _hm_pl_place_cache_counts(uint64_t *hits, uint64_t *misses);
 void _hm_pl_place_module_counts(uint32_t *matched, uint32_t *loaded);
 
 /* ------------------------------------------------------------------------
- * Profiling (prof.c): the allocation-site profile and the access sampler.
+ * Profiling (prof.c, prof_write.c): the allocation-site profile and the
+ * access sampler (sampler.h).
  * ------------------------------------------------------------------------ */
 typedef struct _hm_pl_prof_cfg_s {
   const char *path_template; /* %h %r %p */
@@ -280,5 +284,152 @@ int _hm_pl_full_note(int rc, const char *dir, uint64_t bytes);
 struct _hm_sb_s;
 /* ,"storage_full":{...} for the statistics line. */
 void _hm_pl_full_json(struct _hm_sb_s *sb);
+
+/* ------------------------------------------------------------------------
+ * The one process-wide context of the interposer (init.c defines it; the
+ * hooks, routing and statistics of hooks.c, route.c and stats.c share it).
+ *
+ * It is process-wide because the hooks are called with no handle; it is
+ * the only such state in hetmem (hetmem.h's handles carry everything
+ * else). Fields written once during start-up are read without locks after
+ * `state` (acquire) says READY; counters are relaxed atomics, read at exit.
+ * Hidden visibility: the hooks reach it PC-relative, never through the GOT.
+ * ------------------------------------------------------------------------ */
+#define HM_PL_HIDDEN __attribute__((visibility("hidden")))
+
+enum { HM_PL_NONE = 0, HM_PL_OPENING = 1, HM_PL_READY = 2, HM_PL_FORKED = 3 };
+
+/* What the interposer does with large requests, fixed at start-up. */
+enum { HM_PL_M_CACHE = 0, HM_PL_M_PROFILE = 1, HM_PL_M_PLACE = 2 };
+extern HM_PL_HIDDEN const char *const _hm_pl_mode_names[3]; /* cache profile placement */
+
+/* Placement counters, per site (index 0: allocations that matched no site)
+ * and per tier; relaxed atomics, read at exit. */
+typedef struct _hm_pl_pstat_s {
+  _Atomic uint64_t allocs, overflows;
+  _Atomic uint64_t bytes[HM_PL_MAX_TIERS];
+} _hm_pl_pstat_t;
+
+typedef struct _hm_pl_ctx_s {
+  /* start-up (init.c's prepare, once) */
+  pthread_once_t once;
+  int mode;                  /* HM_PL_M_* */
+  int depth;                 /* frames captured per large allocation */
+  int hybrid;                /* placement: hybrid (else flat) */
+  uint64_t pager_budget;     /* the pager's DRAM cache (cache: budget) */
+  _hm_pl_pstat_t *pstat;     /* placement: 1 + sites */
+  _Atomic uint64_t tier_live[HM_PL_MAX_TIERS], tier_peak[HM_PL_MAX_TIERS];
+  _Atomic uint64_t tier_allocs[HM_PL_MAX_TIERS];
+  int glibc_tier;            /* placement tier that glibc serves (-1: none) */
+  size_t huge;               /* placement: THP size to advise DRAM/NUMA blocks with (0: no) */
+  _Atomic uint64_t huge_bytes; /* bytes so advised */
+  int prep_rc;               /* 0 or a negative errno */
+  char prep_msg[HM_ERRMSG_MAX];
+  hm_ctx_t *ctx;             /* options; never freed (blocks outlive main) */
+  uint64_t budget;           /* fast_budget: the pager's DRAM cache */
+  uint64_t fetch_unit;
+  size_t page;
+  char stats_path[HM_PATH_MAX];
+  pthread_key_t thread_key;  /* flushes per-thread counters at thread exit */
+  int have_key;
+  size_t (*libc_usable)(void *);
+  int (*real_pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+  _hm_pl_table_t table;      /* live large blocks */
+  /* backends */
+  _Atomic int state;         /* HM_PL_NONE .. HM_PL_FORKED */
+  hm_pager_t *pager;
+  /* counters */
+  _Atomic uint64_t large_allocs, large_frees, large_bytes, live_bytes, peak_live_bytes;
+  _Atomic uint64_t mmap_allocs, fallbacks, realloc_moves, small_exited;
+} _hm_pl_ctx_t;
+
+extern HM_PL_HIDDEN _hm_pl_ctx_t _hm_pl_ctx;
+
+/* Read on every allocation; 1 MiB (the option's default) until start-up
+ * has read the option. */
+extern HM_PL_HIDDEN _Atomic size_t _hm_pl_threshold;
+
+/* Set once profiling runs: small allocations are then counted per caller. */
+extern HM_PL_HIDDEN _Atomic int _hm_pl_profiling;
+
+/* Per thread. initial-exec: no __tls_get_addr call, no allocation on first
+ * access.
+ *
+ * guard: non-zero while this thread runs inside hetmem (start-up, a large
+ * request, the outputs at exit) and for the whole life of the threads
+ * hetmem starts (the pager's fault handlers, the sampler). What it
+ * protects: an allocation made from there (dlsym's, the options', the
+ * pager's, the profile writer's) is served by glibc and never routed back
+ * into the pager, the profiler or placement; munmap and madvise from there
+ * pass straight to the kernel; such threads are not counted in the
+ * profile. The OS calls of prim never re-enter the hooks (raw syscalls),
+ * so it guards only against hetmem's own allocations and libc calls. */
+typedef struct _hm_pl_tls_s {
+  unsigned guard;
+  unsigned registered;
+  unsigned counted; /* in the profile's thread count (hetmem's own are not) */
+  unsigned refused; /* the last large request failed by policy (full.c): no glibc fallback */
+  uint64_t small;
+} _hm_pl_tls_t;
+extern HM_PL_HIDDEN __thread _hm_pl_tls_t _hm_pl_tls __attribute__((tls_model("initial-exec")));
+
+/* Cost: one relaxed load (every allocation compares with it). */
+static inline size_t _hm_pl_thr(void) {
+  return atomic_load_explicit(&_hm_pl_threshold, memory_order_relaxed);
+}
+
+/* glibc exports its allocator under these names precisely so that
+ * interposers can reach it without dlsym (which may itself allocate). */
+extern void *__libc_malloc(size_t size);
+extern void __libc_free(void *ptr);
+extern void *__libc_calloc(size_t nmemb, size_t size);
+extern void *__libc_realloc(void *ptr, size_t size);
+extern void *__libc_memalign(size_t alignment, size_t size);
+extern void *__libc_valloc(size_t size);
+extern void *__libc_pvalloc(size_t size);
+
+/* The pager may be absent from a build (a partial checkout): the weak
+ * references then read as NULL and cache mode says so at start-up. */
+#pragma weak hm_pager_open
+#pragma weak hm_pager_map
+#pragma weak hm_pager_unmap
+#pragma weak hm_pager_advise
+#pragma weak hm_pager_config_default
+#pragma weak hm_pager_stats_json
+
+/* A large request as routed (route.c). */
+typedef struct _hm_pl_req_s {
+  size_t size;
+  size_t align;   /* 0: the backend's natural alignment (a page or more) */
+  uint16_t flags; /* HM_PL_FROM_MMAP */
+} _hm_pl_req_t;
+
+/* init.c: start-up, fork, the SIGSEGV chain. */
+/* One line "hetmem: <msg>" on stderr in one write(2): usable inside malloc. */
+void _hm_pl_say(const char *msg);
+_Noreturn void _hm_pl_die_inside_malloc(const char *why);
+/* The mode and its settings, before a large request is routed (see init.c). */
+void _hm_pl_ensure_prepared(void);
+
+/* route.c: routing, accounting, backends, huge-page advice. */
+/* Serves a large request from its backend and records the block; NULL when
+ * it cannot (the caller then falls back to glibc). zero: calloc. */
+void *_hm_pl_large_alloc_z(const _hm_pl_req_t *req, int zero);
+void *_hm_pl_large_alloc(const _hm_pl_req_t *req);
+void _hm_pl_large_free(_hm_pl_block_t *b);
+/* 1 (errno ENOMEM) when the last large request was refused by policy. */
+int _hm_pl_refused(void);
+/* The tier a placement site (or -1: none) wants. */
+int _hm_pl_place_want(int site);
+void _hm_pl_tier_account(int t, size_t req, int sign);
+/* The THP size to advise placement's DRAM/NUMA blocks with, or 0. */
+size_t _hm_pl_thp_advise_size(const char *root);
+
+/* hooks.c: the real functions, looked up once with dlsym. */
+void _hm_pl_resolve_libc_usable(void);
+void _hm_pl_resolve_signals(void);
+
+/* stats.c: the profile and the statistics line, once per process. */
+void _hm_pl_outputs(void);
 
 #endif

@@ -1,6 +1,6 @@
 /* Choosing the access sampler at run time, and the profiler thread that
  * drains a precise one (PMU or DAMON) into the site counters. The portable
- * sampler stays in prof.c. */
+ * sampler is sampler_portable.c. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -81,37 +81,56 @@ void _hm_smp_spans_free(_hm_smp_spans_t *s) {
 /* ------------------------------------------------------------------------
  * Selection
  * ------------------------------------------------------------------------ */
+static const _hm_smp_kind_t hm__order[] = {HM_SMP_PEBS, HM_SMP_IBS, HM_SMP_SPE, HM_SMP_DAMON};
+
+/* Probes t when run (one[] gets what it found, reason why it failed),
+ * else describes it untouched (a DAMON probe writes to sysfs); 1 when t
+ * was probed and works. */
+static int hm__probe_one(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t t, int run, char *one,
+                         size_t olen, char *reason, size_t rlen) {
+  if (!run) {
+    snprintf(one, olen, "{\"probed\":false}");
+    return 0;
+  }
+  int rc = t == HM_SMP_DAMON ? _hm_smp_damon_probe(cfg, one, olen, reason, rlen)
+                             : _hm_smp_perf_probe(cfg, t, one, olen, reason, rlen);
+  return rc == 0;
+}
+
+static int hm__is_auto(const char *want) { return !want || !*want || strcmp(want, "auto") == 0; }
+
+static int hm__unknown(const char *want, char *why, size_t wlen) {
+  snprintf(why, wlen, "unknown sampler '%s' (choose auto, pebs, ibs, spe, damon, portable "
+           "or none)", want);
+  return -EINVAL;
+}
+
+/* A named precise sampler whose probe failed: why says what it found. */
+static int hm__unavailable(const char *want, _hm_smp_kind_t named, char reason[][256],
+                           char *why, size_t wlen) {
+  for (size_t i = 0; i < 4; i++)
+    if (hm__order[i] == named)
+      snprintf(why, wlen, "sampler '%s' is not available here: %s", want, reason[i]);
+  return -ENOTSUP;
+}
+
 int _hm_smp_select(const _hm_smp_cfg_t *cfg, const char *want, _hm_smp_kind_t *kind,
                    char *probed, size_t plen, char *why, size_t wlen) {
-  static const _hm_smp_kind_t order[] = {HM_SMP_PEBS, HM_SMP_IBS, HM_SMP_SPE, HM_SMP_DAMON};
-  int is_auto = !want || !*want || strcmp(want, "auto") == 0;
+  int is_auto = hm__is_auto(want);
   _hm_smp_kind_t named = is_auto ? HM_SMP_NONE : _hm_smp_kind_parse(want);
-  if (!is_auto && named == HM_SMP_NONE) {
-    snprintf(why, wlen, "unknown sampler '%s' (choose auto, pebs, ibs, spe, damon, portable "
-             "or none)", want);
-    return -EINVAL;
-  }
+  if (!is_auto && named == HM_SMP_NONE) return hm__unknown(want, why, wlen);
   size_t k = 0;
   int chosen = 0;
   char one[1024], reason[4][256];
   k += (size_t)snprintf(probed + k, plen - k, "{");
   for (size_t i = 0; i < 4; i++) {
-    _hm_smp_kind_t t = order[i];
+    _hm_smp_kind_t t = hm__order[i];
     reason[i][0] = 0;
-    int rc;
-    /* probe what auto would try, the named one, and describe the rest
-     * without touching them (a DAMON probe writes to sysfs) */
+    /* probe what auto would try, the named one, and describe the rest */
     int run = !chosen && (is_auto || named == t);
-    if (run) {
-      rc = t == HM_SMP_DAMON
-               ? _hm_smp_damon_probe(cfg, one, sizeof one, reason[i], sizeof reason[i])
-               : _hm_smp_perf_probe(cfg, t, one, sizeof one, reason[i], sizeof reason[i]);
-      if (rc == 0) {
-        chosen = 1;
-        *kind = t;
-      }
-    } else {
-      snprintf(one, sizeof one, "{\"probed\":false}");
+    if (hm__probe_one(cfg, t, run, one, sizeof one, reason[i], sizeof reason[i])) {
+      chosen = 1;
+      *kind = t;
     }
     if (k < plen)
       k += (size_t)snprintf(probed + k, plen - k, "%s\"%s\":%s", i ? "," : "",
@@ -123,10 +142,7 @@ int _hm_smp_select(const _hm_smp_cfg_t *cfg, const char *want, _hm_smp_kind_t *k
     *kind = HM_SMP_PORTABLE;
     return 0;
   }
-  for (size_t i = 0; i < 4; i++)
-    if (order[i] == named)
-      snprintf(why, wlen, "sampler '%s' is not available here: %s", want, reason[i]);
-  return -ENOTSUP;
+  return hm__unavailable(want, named, reason, why, wlen);
 }
 
 /* ------------------------------------------------------------------------
@@ -164,13 +180,10 @@ static void *hm__loop(void *unused) {
   (void)unused;
   uint64_t ns = hm__run.period_us * 1000ull;
   while (!atomic_load(&hm__run.stop)) {
-    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    nanosleep(&ts, NULL);
+    _hm_prim_sleep_ns(ns);
     if (atomic_load(&hm__run.stop)) break;
     hm__drain();
-    struct timespec c;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
-    atomic_store(&hm__run.cpu_ns, (uint64_t)c.tv_sec * 1000000000ull + (uint64_t)c.tv_nsec);
+    atomic_store(&hm__run.cpu_ns, _hm_prim_thread_cpu_ns());
   }
   return NULL;
 }
@@ -186,8 +199,7 @@ int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *t
   hm__run.period_us = cfg->period_us ? cfg->period_us : 10000;
   if (kind == HM_SMP_DAMON) {
     rc = _hm_smp_damon_start(cfg, &hm__run.damon, why, wlen);
-    long pg = sysconf(_SC_PAGESIZE);
-    hm__run.period = (double)(pg > 0 ? pg : 4096) / 64.0;
+    hm__run.period = (double)_hm_prim_page_size() / 64.0;
   } else {
     rc = _hm_smp_perf_start(cfg, kind, &hm__run.perf, why, wlen);
     if (!rc) hm__run.period = _hm_smp_perf_period(hm__run.perf);
@@ -203,14 +215,14 @@ int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *t
     hm__run.damon = NULL;
     return -rc;
   }
-  hm__run.owner = (int)getpid();
+  hm__run.owner = _hm_prim_pid();
   atomic_store(&hm__run.running, 1);
   return 0;
 }
 
 void _hm_smp_halt(void) {
   if (!atomic_exchange(&hm__run.running, 0)) return;
-  if ((int)getpid() != hm__run.owner) {
+  if (_hm_prim_pid() != hm__run.owner) {
     /* a forked child: the thread did not come along, and the buffers and
      * the kdamond are the parent's (draining them would steal its
      * samples); the child's own accesses went to the parent as foreign */

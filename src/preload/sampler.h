@@ -1,5 +1,6 @@
-/* Precise access samplers of the profiler (sampler.c, sampler_perf.c,
- * sampler_damon.c): chosen at run time, each attributing what it observes
+/* Access samplers of the profiler (sampler.c, sampler_perf.c, sampler_damon.c;
+ * the portable one in sampler_portable.c, at the end):
+ * chosen at run time, each attributing what it observes
  * to the sites of the live blocks of the interposer's table.
  *
  *   pebs  Intel PEBS: cpu/mem-loads,ldlat=3/ and cpu/mem-stores/ with
@@ -21,7 +22,7 @@
 
 #include "preload.h"
 
-#define HM_SMP_FIX 16u /* fixed-point scale of credited weights (as prof.c) */
+#define HM_SMP_FIX 16u /* fixed-point scale of credited weights (all samplers) */
 
 typedef enum _hm_smp_kind_e {
   HM_SMP_NONE = 0,
@@ -143,5 +144,25 @@ void _hm_smp_halt(void);
 double _hm_smp_period(void);
 uint64_t _hm_smp_cpu_ns(void); /* the sampler thread's CPU time */
 void _hm_smp_describe(char *out, size_t len);
+
+
+/* ---- The portable sampler (sampler_portable.c): page protection ---- */
+#define HM_SMP_PAGES_PER_BLOCK 8u /* pages armed per block and period */
+/* Installs the SIGSEGV handler and starts the thread that arms pages of
+ * the live blocks of table every cfg->period_us, crediting faults to fn. */
+int _hm_smp_portable_start(const _hm_smp_cfg_t *cfg, _hm_pl_table_t *table,
+                           _hm_smp_credit_fn fn, void *arg, char *why, size_t wlen);
+/* Stops the thread (waits up to 2 s for it); idempotent. */
+void _hm_smp_portable_stop(void);
+/* Restores the armed pages in [lo, hi) (a block being released). */
+void _hm_smp_portable_disarm(uintptr_t lo, uintptr_t hi);
+/* The sigaction hook's SIGSEGV call while the handler is in: see
+ * _hm_pl_prof_segv_action. */
+int _hm_smp_portable_segv_action(const struct sigaction *act, struct sigaction *old);
+typedef struct _hm_smp_portable_stats_s {
+  uint64_t periods, armings, faults, fault_cost_ns, cpu_ns;
+  int handler_lost;
+} _hm_smp_portable_stats_t;
+void _hm_smp_portable_stats(_hm_smp_portable_stats_t *out);
 
 #endif

@@ -128,8 +128,7 @@ int _hm_smp_damon_start(const _hm_smp_cfg_t *cfg, _hm_smp_damon_t **out, char *w
   if (!d) return -ENOMEM;
   snprintf(d->rootbuf, sizeof d->rootbuf, "%s", cfg->root ? cfg->root : "/");
   d->root = d->rootbuf;
-  long pg = sysconf(_SC_PAGESIZE);
-  d->page = pg > 0 ? (size_t)pg : 4096;
+  d->page = _hm_prim_page_size();
   d->sample_us = cfg->period_us ? cfg->period_us : 5000;
   d->aggr_us = 20 * d->sample_us;
   const char *r = d->root;

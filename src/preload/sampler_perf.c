@@ -177,99 +177,120 @@ static const char *hm__spe_pmu(const char *root, char *out, size_t len) {
 }
 
 /* Fills p's attributes for kind k (without opening anything). */
+/* The core PMU with PEBS load latency (hybrid parts: the P-cores'). */
+static const char *hm__pebs_pmu(const char *root) {
+  static const char *const cands[] = {"cpu", "cpu_core"}; /* hybrid parts: P-cores */
+  char path[128];
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "/sys/bus/event_source/devices/%s/events/mem-loads", cands[i]);
+    char tmp[160];
+    if (_hm_prim_read_text(root, path, tmp, sizeof tmp) > 0) return cands[i];
+  }
+  return NULL;
+}
+
+static int hm__build_pebs(const _hm_smp_cfg_t *cfg, _hm_smp_perf_t *p, uint64_t period,
+                          char *why, size_t wlen) {
+  int rc;
+  const char *pmu = hm__pebs_pmu(cfg->root);
+  if (!pmu) {
+    snprintf(why, wlen, "no cpu/events/mem-loads (no PEBS load-latency event)");
+    return -ENOENT;
+  }
+  char ldlat[32];
+  snprintf(ldlat, sizeof ldlat, "ldlat=%d", HM__LDLAT);
+  if ((rc = hm__event(cfg, pmu, "mem-loads", ldlat, &p->attr[0], p->event[0],
+                      sizeof p->event[0], why, wlen)))
+    return rc;
+  p->nattr = 1;
+  char w2[8];
+  if (hm__event(cfg, pmu, "mem-stores", NULL, &p->attr[1], p->event[1], sizeof p->event[1],
+                w2, sizeof w2) == 0)
+    p->nattr = 2;
+  char aux_desc[160];
+  p->has_aux_leader = hm__event(cfg, pmu, "mem-loads-aux", NULL, &p->aux_attr, aux_desc,
+                                sizeof aux_desc, w2, sizeof w2) == 0;
+  for (int i = 0; i < p->nattr; i++) {
+    p->attr[i].sample_period = period ? period : HM__PEBS_PERIOD;
+    p->attr[i].sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_ADDR |
+                             PERF_SAMPLE_WEIGHT | PERF_SAMPLE_DATA_SRC;
+    p->attr[i].precise_ip = 2;
+    p->attr[i].exclude_kernel = 1;
+    p->attr[i].exclude_hv = 1;
+  }
+  return 0;
+}
+
+static int hm__build_ibs(const _hm_smp_cfg_t *cfg, _hm_smp_perf_t *p, uint64_t period,
+                         char *why, size_t wlen) {
+  int rc;
+  /* cnt_ctl=1 counts dispatched ops (not cycles) where the format has it */
+  char path[128], tmp[64];
+  snprintf(path, sizeof path, "/sys/bus/event_source/devices/ibs_op/format/cnt_ctl");
+  int cnt = _hm_prim_read_text(cfg->root, path, tmp, sizeof tmp) > 0;
+  if ((rc = hm__event(cfg, "ibs_op", NULL, cnt ? "cnt_ctl=1" : "", &p->attr[0], p->event[0],
+                      sizeof p->event[0], why, wlen)))
+    return rc;
+  p->nattr = 1;
+  p->attr[0].sample_period = period ? period : HM__OP_PERIOD;
+  /* ADDR is filled from IbsDcLinAd since Linux 6.1; RAW has it before */
+  p->attr[0].sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_ADDR | PERF_SAMPLE_RAW;
+  return 0; /* IBS filters no privilege level on older kernels: no exclude_* */
+}
+
+/* The SPE terms the PMU's format directory offers, of those we want. */
+static void hm__spe_terms(const char *root, const char *pmu, char *terms, size_t tlen) {
+  static const char *const want[] = {"load_filter=1", "store_filter=1", "ts_enable=1",
+                                     "jitter=1"};
+  terms[0] = 0;
+  for (size_t i = 0; i < 4; i++) {
+    char name[32], path[160], tmp[64];
+    snprintf(name, sizeof name, "%s", want[i]);
+    *strchr(name, '=') = 0;
+    snprintf(path, sizeof path, "/sys/bus/event_source/devices/%s/format/%s", pmu, name);
+    if (_hm_prim_read_text(root, path, tmp, sizeof tmp) > 0) {
+      size_t l = strlen(terms);
+      snprintf(terms + l, tlen - l, "%s%s", l ? "," : "", want[i]);
+    }
+  }
+}
+
+static int hm__build_spe(const _hm_smp_cfg_t *cfg, _hm_smp_perf_t *p, uint64_t period,
+                         char *why, size_t wlen) {
+  int rc;
+  char pmu[32];
+  if (!hm__spe_pmu(cfg->root, pmu, sizeof pmu)) {
+    snprintf(why, wlen, "no arm_spe PMU");
+    return -ENOENT;
+  }
+  /* only terms the format directory offers */
+  char terms[160];
+  hm__spe_terms(cfg->root, pmu, terms, sizeof terms);
+  if ((rc = hm__event(cfg, pmu, NULL, terms, &p->attr[0], p->event[0], sizeof p->event[0], why,
+                      wlen)))
+    return rc;
+  uint64_t minint = 0;
+  char path[160];
+  snprintf(path, sizeof path, "/sys/bus/event_source/devices/%s/caps/min_interval", pmu);
+  if (_hm_prim_read_u64(cfg->root, path, &minint)) minint = 0;
+  uint64_t per = period ? period : HM__OP_PERIOD;
+  if (per < minint) per = minint;
+  p->nattr = 1;
+  p->attr[0].sample_period = per;
+  p->attr[0].sample_type = PERF_SAMPLE_TID;
+  p->attr[0].exclude_kernel = 1;
+  p->attr[0].exclude_hv = 1;
+  return 0;
+}
+
 static int hm__build(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t k, _hm_smp_perf_t *p, char *why,
                      size_t wlen) {
-  int rc;
   p->kind = k;
   p->nattr = 0;
   uint64_t period = cfg->pmu_period;
-  if (k == HM_SMP_PEBS) {
-    const char *pmu = NULL;
-    static const char *const cands[] = {"cpu", "cpu_core"}; /* hybrid parts: P-cores */
-    char path[128];
-    for (size_t i = 0; i < 2 && !pmu; i++) {
-      snprintf(path, sizeof path, "/sys/bus/event_source/devices/%s/events/mem-loads", cands[i]);
-      char tmp[160];
-      if (_hm_prim_read_text(cfg->root, path, tmp, sizeof tmp) > 0) pmu = cands[i];
-    }
-    if (!pmu) {
-      snprintf(why, wlen, "no cpu/events/mem-loads (no PEBS load-latency event)");
-      return -ENOENT;
-    }
-    char ldlat[32];
-    snprintf(ldlat, sizeof ldlat, "ldlat=%d", HM__LDLAT);
-    if ((rc = hm__event(cfg, pmu, "mem-loads", ldlat, &p->attr[0], p->event[0],
-                        sizeof p->event[0], why, wlen)))
-      return rc;
-    p->nattr = 1;
-    char w2[8];
-    if (hm__event(cfg, pmu, "mem-stores", NULL, &p->attr[1], p->event[1], sizeof p->event[1],
-                  w2, sizeof w2) == 0)
-      p->nattr = 2;
-    char aux_desc[160];
-    p->has_aux_leader = hm__event(cfg, pmu, "mem-loads-aux", NULL, &p->aux_attr, aux_desc,
-                                  sizeof aux_desc, w2, sizeof w2) == 0;
-    for (int i = 0; i < p->nattr; i++) {
-      p->attr[i].sample_period = period ? period : HM__PEBS_PERIOD;
-      p->attr[i].sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_ADDR |
-                               PERF_SAMPLE_WEIGHT | PERF_SAMPLE_DATA_SRC;
-      p->attr[i].precise_ip = 2;
-      p->attr[i].exclude_kernel = 1;
-      p->attr[i].exclude_hv = 1;
-    }
-    return 0;
-  }
-  if (k == HM_SMP_IBS) {
-    /* cnt_ctl=1 counts dispatched ops (not cycles) where the format has it */
-    char path[128], tmp[64];
-    snprintf(path, sizeof path, "/sys/bus/event_source/devices/ibs_op/format/cnt_ctl");
-    int cnt = _hm_prim_read_text(cfg->root, path, tmp, sizeof tmp) > 0;
-    if ((rc = hm__event(cfg, "ibs_op", NULL, cnt ? "cnt_ctl=1" : "", &p->attr[0], p->event[0],
-                        sizeof p->event[0], why, wlen)))
-      return rc;
-    p->nattr = 1;
-    p->attr[0].sample_period = period ? period : HM__OP_PERIOD;
-    /* ADDR is filled from IbsDcLinAd since Linux 6.1; RAW has it before */
-    p->attr[0].sample_type =
-        PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_ADDR | PERF_SAMPLE_RAW;
-    return 0; /* IBS filters no privilege level on older kernels: no exclude_* */
-  }
-  if (k == HM_SMP_SPE) {
-    char pmu[32];
-    if (!hm__spe_pmu(cfg->root, pmu, sizeof pmu)) {
-      snprintf(why, wlen, "no arm_spe PMU");
-      return -ENOENT;
-    }
-    /* only terms the format directory offers */
-    char terms[160] = "";
-    static const char *const want[] = {"load_filter=1", "store_filter=1", "ts_enable=1",
-                                       "jitter=1"};
-    for (size_t i = 0; i < 4; i++) {
-      char name[32], path[160], tmp[64];
-      snprintf(name, sizeof name, "%s", want[i]);
-      *strchr(name, '=') = 0;
-      snprintf(path, sizeof path, "/sys/bus/event_source/devices/%s/format/%s", pmu, name);
-      if (_hm_prim_read_text(cfg->root, path, tmp, sizeof tmp) > 0) {
-        size_t l = strlen(terms);
-        snprintf(terms + l, sizeof terms - l, "%s%s", l ? "," : "", want[i]);
-      }
-    }
-    if ((rc = hm__event(cfg, pmu, NULL, terms, &p->attr[0], p->event[0], sizeof p->event[0], why,
-                        wlen)))
-      return rc;
-    uint64_t minint = 0;
-    char path[160];
-    snprintf(path, sizeof path, "/sys/bus/event_source/devices/%s/caps/min_interval", pmu);
-    if (_hm_prim_read_u64(cfg->root, path, &minint)) minint = 0;
-    uint64_t per = period ? period : HM__OP_PERIOD;
-    if (per < minint) per = minint;
-    p->nattr = 1;
-    p->attr[0].sample_period = per;
-    p->attr[0].sample_type = PERF_SAMPLE_TID;
-    p->attr[0].exclude_kernel = 1;
-    p->attr[0].exclude_hv = 1;
-    return 0;
-  }
+  if (k == HM_SMP_PEBS) return hm__build_pebs(cfg, p, period, why, wlen);
+  if (k == HM_SMP_IBS) return hm__build_ibs(cfg, p, period, why, wlen);
+  if (k == HM_SMP_SPE) return hm__build_spe(cfg, p, period, why, wlen);
   snprintf(why, wlen, "not a PMU sampler");
   return -EINVAL;
 }
@@ -376,8 +397,60 @@ static int hm__map(_hm_smp_perf_t *p, hm__buf_t *b) {
 
 /* Opens p's events on every CPU this process may run on, inherited by
  * threads created later, and maps their buffers. */
+/* The aux event that leads mem-loads on parts that need it, on cpu, with
+ * its buffer; its fd in *lead. */
+static int hm__open_leader(const _hm_smp_cfg_t *cfg, _hm_smp_perf_t *p, int cpu, int *lead,
+                           char *why, size_t wlen) {
+  /* its samples (none carry an address) go to the member's buffer */
+  struct perf_event_attr la = p->aux_attr;
+  la.exclude_kernel = la.exclude_hv = 1;
+  la.inherit = 1;
+  la.sample_period = p->attr[0].sample_period;
+  la.sample_type = p->attr[0].sample_type;
+  la.precise_ip = p->attr[0].precise_ip;
+  *lead = hm__open(cfg, &la, 0, cpu, -1);
+  if (*lead < 0) {
+    snprintf(why, wlen, "perf_event_open(mem-loads-aux, cpu %d): %s", cpu, strerror(-*lead));
+    return *lead;
+  }
+  hm__buf_t *lb = &p->bufs[p->nbufs++];
+  lb->fd = *lead;
+  lb->store = 0;
+  int rc = hm__map(p, lb);
+  if (rc) snprintf(why, wlen, "mmap of a perf buffer: %s", strerror(-rc));
+  return rc;
+}
+
+/* Event i on cpu (behind its leader where it has one), with its buffer. */
+static int hm__open_one(const _hm_smp_cfg_t *cfg, _hm_smp_perf_t *p, int i, int cpu, char *why,
+                        size_t wlen) {
+  int rc, lead = -1;
+  if (p->kind == HM_SMP_PEBS && p->has_aux_leader && i == 0 &&
+      (rc = hm__open_leader(cfg, p, cpu, &lead, why, wlen)))
+    return rc;
+  struct perf_event_attr a = p->attr[i];
+  a.inherit = 1;
+  int fd = hm__open(cfg, &a, 0, cpu, lead);
+  if (fd < 0) {
+    snprintf(why, wlen, "perf_event_open(%s, cpu %d): %s", p->event[i], cpu, strerror(-fd));
+    return fd;
+  }
+  hm__buf_t *b = &p->bufs[p->nbufs++];
+  b->fd = fd;
+  b->store = p->kind == HM_SMP_PEBS ? i : -1;
+  if (lead >= 0) {
+    rc = _hm_prim_perf_ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, (unsigned long)lead);
+    b->fd = -fd - 2; /* writes into the leader's buffer: no map of its own */
+    if (rc) snprintf(why, wlen, "PERF_EVENT_IOC_SET_OUTPUT: %s", strerror(-rc));
+    return rc;
+  }
+  if ((rc = hm__map(p, b)))
+    snprintf(why, wlen, "mmap of a perf buffer: %s%s", strerror(-rc),
+             rc == -EPERM ? " (over kernel.perf_event_mlock_kb)" : "");
+  return rc;
+}
+
 static int hm__open_all(const _hm_smp_cfg_t *cfg, _hm_smp_perf_t *p, char *why, size_t wlen) {
-  int rc = 0;
   int cpus[HM__MAX_CPUS];
   int ncpu = _hm_prim_allowed_cpus(cpus, HM__MAX_CPUS);
   if (ncpu <= 0) {
@@ -386,66 +459,19 @@ static int hm__open_all(const _hm_smp_cfg_t *cfg, _hm_smp_perf_t *p, char *why, 
   }
   p->bufs = calloc((size_t)ncpu * (size_t)(p->nattr + 1), sizeof *p->bufs);
   if (!p->bufs) return -ENOMEM;
-  for (int c = 0; !rc && c < ncpu; c++) {
-    for (int i = 0; !rc && i < p->nattr; i++) {
-      int lead = -1;
-      if (p->kind == HM_SMP_PEBS && p->has_aux_leader && i == 0) {
-        /* the aux event leads mem-loads on parts that need it; its samples
-         * (none carry an address) go to the member's buffer */
-        struct perf_event_attr la = p->aux_attr;
-        la.exclude_kernel = la.exclude_hv = 1;
-        la.inherit = 1;
-        la.sample_period = p->attr[0].sample_period;
-        la.sample_type = p->attr[0].sample_type;
-        la.precise_ip = p->attr[0].precise_ip;
-        lead = hm__open(cfg, &la, 0, cpus[c], -1);
-        if (lead < 0) {
-          rc = lead;
-          snprintf(why, wlen, "perf_event_open(mem-loads-aux, cpu %d): %s", cpus[c],
-                   strerror(-rc));
-          break;
-        }
-        hm__buf_t *lb = &p->bufs[p->nbufs++];
-        lb->fd = lead;
-        lb->store = 0;
-        if ((rc = hm__map(p, lb))) {
-          snprintf(why, wlen, "mmap of a perf buffer: %s", strerror(-rc));
-          break;
-        }
-      }
-      struct perf_event_attr a = p->attr[i];
-      a.inherit = 1;
-      int fd = hm__open(cfg, &a, 0, cpus[c], lead);
-      if (fd < 0) {
-        rc = fd;
-        snprintf(why, wlen, "perf_event_open(%s, cpu %d): %s", p->event[i], cpus[c],
-                 strerror(-rc));
-        break;
-      }
-      hm__buf_t *b = &p->bufs[p->nbufs++];
-      b->fd = fd;
-      b->store = p->kind == HM_SMP_PEBS ? i : -1;
-      if (lead >= 0) {
-        rc = _hm_prim_perf_ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, (unsigned long)lead);
-        b->fd = -fd - 2; /* writes into the leader's buffer: no map of its own */
-        if (rc) snprintf(why, wlen, "PERF_EVENT_IOC_SET_OUTPUT: %s", strerror(-rc));
-        continue;
-      }
-      if ((rc = hm__map(p, b)))
-        snprintf(why, wlen, "mmap of a perf buffer: %s%s", strerror(-rc),
-                 rc == -EPERM ? " (over kernel.perf_event_mlock_kb)" : "");
+  for (int c = 0; c < ncpu; c++)
+    for (int i = 0; i < p->nattr; i++) {
+      int rc = hm__open_one(cfg, p, i, cpus[c], why, wlen);
+      if (rc) return rc;
     }
-  }
-  return rc;
+  return 0;
 }
 
 int _hm_smp_perf_start(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t k, _hm_smp_perf_t **out,
                        char *why, size_t wlen) {
   _hm_smp_perf_t *p = calloc(1, sizeof *p);
   if (!p) return -ENOMEM;
-  p->page = 4096;
-  long pg = sysconf(_SC_PAGESIZE);
-  if (pg > 0) p->page = (size_t)pg;
+  p->page = _hm_prim_page_size();
   p->pid = cfg->pid;
   int rc = hm__build(cfg, k, p, why, wlen);
   if (!rc) rc = hm__try_open(cfg, p, why, wlen);
@@ -487,60 +513,93 @@ static void hm__ibs_raw(const uint8_t *raw, uint32_t size, _hm_smp_sample_t *s) 
   if (!s->addr && (data3 >> 17) & 1) s->addr = hm__u64(raw + 4 + 5 * 8);
 }
 
+/* A cursor over one PERF_RECORD_SAMPLE (past its 8-byte header). */
+typedef struct hm__cur_s {
+  const uint8_t *r;
+  size_t size, o;
+} hm__cur_t;
+
+/* The next 8-byte field when sample_type st has one of bits: 1 with *at
+ * on it, 0 when st has none of them, -EINVAL past the record's end. */
+static int hm__field(hm__cur_t *c, uint64_t st, uint64_t bits, const uint8_t **at) {
+  if (!(st & bits)) return 0;
+  if (c->o + 8 > c->size) return -EINVAL;
+  *at = c->r + c->o;
+  c->o += 8;
+  return 1;
+}
+
+/* The fixed fields before the variable ones, in the kernel's order. */
+static int hm__sample_head(hm__cur_t *c, uint64_t st, _hm_smp_sample_t *s) {
+  static const uint64_t order[] = {PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP,   PERF_SAMPLE_TID,
+                                   PERF_SAMPLE_TIME,       PERF_SAMPLE_ADDR, PERF_SAMPLE_ID,
+                                   PERF_SAMPLE_STREAM_ID,  PERF_SAMPLE_CPU,  PERF_SAMPLE_PERIOD};
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    const uint8_t *at;
+    int rc = hm__field(c, st, order[i], &at);
+    if (rc < 0) return rc;
+    if (rc && order[i] == PERF_SAMPLE_TID) {
+      s->pid = hm__u32(at);
+      s->tid = hm__u32(at + 4);
+    }
+    if (rc && order[i] == PERF_SAMPLE_ADDR) s->addr = hm__u64(at);
+  }
+  return 0;
+}
+
+static int hm__sample_raw(hm__cur_t *c, int ibs, _hm_smp_sample_t *s) {
+  if (c->o + 4 > c->size) return -EINVAL;
+  uint32_t rs = hm__u32(c->r + c->o);
+  if (c->o + 4 + (size_t)rs > c->size) return -EINVAL;
+  if (ibs) hm__ibs_raw(c->r + c->o + 4, rs, s);
+  c->o += 4 + rs;
+  return 0;
+}
+
+/* The fields after RAW: the weight (latency) and the data source. */
+static int hm__sample_tail(hm__cur_t *c, uint64_t st, _hm_smp_sample_t *s) {
+  const uint8_t *at;
+  int rc = hm__field(c, st, PERF_SAMPLE_WEIGHT_TYPE, &at);
+  if (rc < 0) return rc;
+  if (rc) {
+    s->weight = hm__u64(at);
+    if (st & PERF_SAMPLE_WEIGHT_STRUCT) s->weight &= 0xffffffffu; /* var1_dw: latency */
+  }
+  if ((rc = hm__field(c, st, PERF_SAMPLE_DATA_SRC, &at)) <= 0) return rc;
+  s->data_src = hm__u64(at);
+  uint64_t op = s->data_src & 0x1f; /* mem_op */
+  if (op & PERF_MEM_OP_STORE) s->store = 1;
+  else if (op & PERF_MEM_OP_LOAD) s->store = 0;
+  return 0;
+}
+
 static int hm__sample(const uint8_t *r, size_t size, uint64_t st, int ibs, _hm_smp_sample_t *s) {
-  size_t o = 8;
+  hm__cur_t c = {r, size, 8};
+  int rc;
   memset(s, 0, sizeof *s);
   s->store = -1;
-#define NEED(n)                 \
-  do {                          \
-    if (o + (n) > size) return -EINVAL; \
-  } while (0)
-  if (st & PERF_SAMPLE_IDENTIFIER) { NEED(8); o += 8; }
-  if (st & PERF_SAMPLE_IP) { NEED(8); o += 8; }
-  if (st & PERF_SAMPLE_TID) {
-    NEED(8);
-    s->pid = hm__u32(r + o);
-    s->tid = hm__u32(r + o + 4);
-    o += 8;
-  }
-  if (st & PERF_SAMPLE_TIME) { NEED(8); o += 8; }
-  if (st & PERF_SAMPLE_ADDR) {
-    NEED(8);
-    s->addr = hm__u64(r + o);
-    o += 8;
-  }
-  if (st & PERF_SAMPLE_ID) { NEED(8); o += 8; }
-  if (st & PERF_SAMPLE_STREAM_ID) { NEED(8); o += 8; }
-  if (st & PERF_SAMPLE_CPU) { NEED(8); o += 8; }
-  if (st & PERF_SAMPLE_PERIOD) { NEED(8); o += 8; }
+  if ((rc = hm__sample_head(&c, st, s))) return rc;
   if (st & (PERF_SAMPLE_READ | PERF_SAMPLE_CALLCHAIN)) return -ENOTSUP;
-  int has_raw = 0;
-  if (st & PERF_SAMPLE_RAW) {
-    NEED(4);
-    uint32_t rs = hm__u32(r + o);
-    NEED(4 + (size_t)rs);
-    if (ibs) hm__ibs_raw(r + o + 4, rs, s);
-    has_raw = 1;
-    o += 4 + rs;
-  }
+  if ((st & PERF_SAMPLE_RAW) && (rc = hm__sample_raw(&c, ibs, s))) return rc;
   if (st & (PERF_SAMPLE_BRANCH_STACK | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER))
     return -ENOTSUP;
-  if (st & PERF_SAMPLE_WEIGHT_TYPE) {
-    NEED(8);
-    s->weight = hm__u64(r + o);
-    if (st & PERF_SAMPLE_WEIGHT_STRUCT) s->weight &= 0xffffffffu; /* var1_dw: latency */
-    o += 8;
+  return hm__sample_tail(&c, st, s);
+}
+
+/* One record: a sample delivered to fn, or lost records counted. */
+static int hm__record(const uint8_t *rec, const struct perf_event_header *h,
+                      uint64_t sample_type, int ibs, _hm_smp_sample_fn fn, void *arg,
+                      uint64_t *lost) {
+  if (h->type == PERF_RECORD_SAMPLE) {
+    _hm_smp_sample_t s;
+    int rc = hm__sample(rec, h->size, sample_type, ibs, &s);
+    if (rc) return rc;
+    if (fn) fn(arg, &s);
+  } else if (h->type == PERF_RECORD_LOST && h->size >= 24) {
+    if (lost) *lost += hm__u64(rec + 16);
+  } else if (h->type == PERF_RECORD_LOST_SAMPLES && h->size >= 16) {
+    if (lost) *lost += hm__u64(rec + 8);
   }
-  if (st & PERF_SAMPLE_DATA_SRC) {
-    NEED(8);
-    s->data_src = hm__u64(r + o);
-    uint64_t op = s->data_src & 0x1f; /* mem_op */
-    if (op & PERF_MEM_OP_STORE) s->store = 1;
-    else if (op & PERF_MEM_OP_LOAD) s->store = 0;
-    o += 8;
-  }
-  (void)has_raw;
-#undef NEED
   return 0;
 }
 
@@ -562,16 +621,8 @@ long _hm_smp_perf_parse(const uint8_t *ring, uint64_t size, uint64_t tail, uint6
       memcpy(tmp + first, ring, h.size - first);
       rec = tmp;
     }
-    if (h.type == PERF_RECORD_SAMPLE) {
-      _hm_smp_sample_t s;
-      int rc = hm__sample(rec, h.size, sample_type, ibs, &s);
-      if (rc) return rc;
-      if (fn) fn(arg, &s);
-    } else if (h.type == PERF_RECORD_LOST && h.size >= 24) {
-      if (lost) *lost += hm__u64(rec + 16);
-    } else if (h.type == PERF_RECORD_LOST_SAMPLES && h.size >= 16) {
-      if (lost) *lost += hm__u64(rec + 8);
-    }
+    int rc = hm__record(rec, &h, sample_type, ibs, fn, arg, lost);
+    if (rc) return rc;
     tail += h.size;
     n++;
   }
@@ -585,27 +636,56 @@ long _hm_smp_perf_parse(const uint8_t *ring, uint64_t size, uint64_t tail, uint6
  * extended bits), index 2 = data virtual address (bits 55:0, the top byte
  * a tag). Operation type 0x48..0x4b: class 1 is load/store, payload bit 0
  * set = store. A record ends at END or TIMESTAMP (0x71). */
+typedef struct hm__spe_s {
+  _hm_smp_sample_t cur; /* the record being decoded */
+  int ldst;             /* it is a load or a store */
+  long n;               /* records delivered */
+  _hm_smp_sample_fn fn;
+  void *arg;
+} hm__spe_t;
+
+/* A record ends: delivered when it is a load/store with an address. */
+static void hm__spe_end(hm__spe_t *d) {
+  if (d->ldst && d->cur.addr && d->fn) d->fn(d->arg, &d->cur);
+  d->n += d->ldst && d->cur.addr;
+  memset(&d->cur, 0, sizeof d->cur);
+  d->cur.store = -1;
+  d->ldst = 0;
+}
+
+/* One packet's payload (header h, extended bits ext); -EINVAL for a header
+ * that is not of the format. */
+static int hm__spe_packet(hm__spe_t *d, uint8_t h, unsigned ext, const uint8_t *pl) {
+  if ((h & 0xf8) == 0xb0) {
+    unsigned idx = (h & 7) | (ext << 3);
+    if (idx == 2) d->cur.addr = hm__u64(pl) & ((1ull << 56) - 1);
+  } else if ((h & 0xfc) == 0x48) {
+    if ((h & 3) == 1) {
+      d->ldst = 1;
+      d->cur.store = pl[0] & 1;
+    }
+  } else if ((h & 0xf0) != 0x40 && (h & 0xf0) != 0x50 && (h & 0xf0) != 0x60 &&
+             (h & 0xf8) != 0x98 && (h & 0xc0) != 0x80 && (h & 0xf0) != 0x70) {
+    return -EINVAL; /* not a packet of the format */
+  }
+  return 0;
+}
+
 long _hm_smp_spe_decode(const uint8_t *buf, size_t len, _hm_smp_sample_fn fn, void *arg) {
-  _hm_smp_sample_t cur;
-  memset(&cur, 0, sizeof cur);
-  cur.store = -1;
-  int ldst = 0;
-  long n = 0;
+  hm__spe_t d;
+  memset(&d, 0, sizeof d);
+  d.cur.store = -1;
+  d.fn = fn;
+  d.arg = arg;
   size_t i = 0;
   while (i < len) {
     uint8_t h = buf[i++];
     unsigned ext = 0;
     if (h == 0x00) continue; /* PAD */
     if (h == 0x01 || h == 0x71) { /* END, TIMESTAMP */
-      if (h == 0x71) {
-        if (i + 8 > len) return -EINVAL;
-        i += 8;
-      }
-      if (ldst && cur.addr && fn) fn(arg, &cur);
-      n += ldst && cur.addr;
-      memset(&cur, 0, sizeof cur);
-      cur.store = -1;
-      ldst = 0;
+      if (h == 0x71 && i + 8 > len) return -EINVAL;
+      if (h == 0x71) i += 8;
+      hm__spe_end(&d);
       continue;
     }
     if ((h & 0xfc) == 0x20) { /* extended header */
@@ -614,23 +694,10 @@ long _hm_smp_spe_decode(const uint8_t *buf, size_t len, _hm_smp_sample_fn fn, vo
       h = buf[i++];
     }
     size_t plen = (size_t)1 << ((h >> 4) & 3);
-    if (i + plen > len) return -EINVAL;
-    const uint8_t *pl = buf + i;
-    if ((h & 0xf8) == 0xb0) {
-      unsigned idx = (h & 7) | (ext << 3);
-      if (idx == 2) cur.addr = hm__u64(pl) & ((1ull << 56) - 1);
-    } else if ((h & 0xfc) == 0x48) {
-      if ((h & 3) == 1) {
-        ldst = 1;
-        cur.store = pl[0] & 1;
-      }
-    } else if ((h & 0xf0) != 0x40 && (h & 0xf0) != 0x50 && (h & 0xf0) != 0x60 &&
-               (h & 0xf8) != 0x98 && (h & 0xc0) != 0x80 && (h & 0xf0) != 0x70) {
-      return -EINVAL; /* not a packet of the format */
-    }
+    if (i + plen > len || hm__spe_packet(&d, h, ext, buf + i)) return -EINVAL;
     i += plen;
   }
-  return n;
+  return d.n;
 }
 
 /* ------------------------------------------------------------------------

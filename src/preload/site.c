@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "preload.h"
+#include "prim/prim.h"
 
 typedef struct hm__mods_s {
   _hm_pl_module_t m[HM_PL_MAX_MODULES];
@@ -69,17 +70,44 @@ static void hm__build_id(struct dl_phdr_info *info, char *out, size_t cap) {
   }
 }
 
-static int hm__scan_cb(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
-  (void)data;
-  uintptr_t lo = UINTPTR_MAX, hi = 0;
+/* The lowest and highest address of a module's PT_LOADs (hi <= lo: none). */
+static void hm__load_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi) {
+  *lo = UINTPTR_MAX;
+  *hi = 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD) continue;
     uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-    if (a < lo) lo = a;
-    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
+    if (a < *lo) *lo = a;
+    if (a + ph->p_memsz > *hi) *hi = a + ph->p_memsz;
   }
+}
+
+/* The module's path: the main program's executable, or the name the
+ * loader was given, made absolute. */
+static void hm__module_path(_hm_pl_module_t *m, const char *name, size_t n) {
+  if (n == 0 || !name || !*name) {
+    /* the main program (first, with an empty name) */
+    if (_hm_prim_self_exe(m->path, sizeof m->path) < 0) m->path[0] = 0;
+    m->is_main = (n == 0);
+    if (!m->path[0]) snprintf(m->path, sizeof m->path, "%s", "[main]");
+    return;
+  }
+  /* dlopen("./libx.so") is named as the loader was given it, relative to
+   * the working directory of the moment: the profile outlives that */
+  char abs[PATH_MAX];
+  const char *use = name;
+  if (name[0] != '/' && _hm_prim_realpath(name, abs, sizeof m->path) == 0) use = abs;
+  size_t k = strnlen(use, sizeof m->path - 1);
+  memcpy(m->path, use, k);
+  m->path[k] = 0;
+}
+
+static int hm__scan_cb(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  (void)data;
+  uintptr_t lo, hi;
+  hm__load_range(info, &lo, &hi);
   if (hi <= lo) return 0;
   size_t n = atomic_load_explicit(&hm__mods.n, memory_order_relaxed);
   for (size_t i = 0; i < n; i++)
@@ -90,23 +118,7 @@ static int hm__scan_cb(struct dl_phdr_info *info, size_t size, void *data) {
   m->bias = info->dlpi_addr;
   m->lo = lo;
   m->hi = hi;
-  const char *name = info->dlpi_name;
-  if (n == 0 || !name || !*name) {
-    /* the main program (first, with an empty name) */
-    ssize_t k = readlink("/proc/self/exe", m->path, sizeof m->path - 1);
-    m->path[k > 0 ? k : 0] = 0;
-    m->is_main = (n == 0);
-    if (!m->path[0]) snprintf(m->path, sizeof m->path, "%s", "[main]");
-  } else {
-    /* dlopen("./libx.so") is named as the loader was given it, relative to
-     * the working directory of the moment: the profile outlives that */
-    char abs[PATH_MAX];
-    const char *use = name;
-    if (name[0] != '/' && realpath(name, abs) && strlen(abs) < sizeof m->path) use = abs;
-    size_t k = strnlen(use, sizeof m->path - 1);
-    memcpy(m->path, use, k);
-    m->path[k] = 0;
-  }
+  hm__module_path(m, info->dlpi_name, n);
   hm__build_id(info, m->build_id, sizeof m->build_id);
   atomic_store_explicit(&hm__mods.n, n + 1, memory_order_release);
   return 0;

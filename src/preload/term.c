@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "preload.h"
+#include "prim/prim.h"
 
 static struct {
   void (*finish)(void);
@@ -49,7 +50,7 @@ static void hm__default_and_raise(int sig) {
   sigemptyset(&one);
   sigaddset(&one, sig);
   pthread_sigmask(SIG_UNBLOCK, &one, NULL);
-  raise(sig);
+  _hm_prim_raise(sig);
 }
 
 static void hm__handler(int sig);
@@ -64,7 +65,7 @@ static void hm__ours(struct sigaction *sa) {
 
 static void hm__handler(int sig) {
   int saved = errno;
-  if (getpid() != hm__t.pid) {
+  if (_hm_prim_pid() != hm__t.pid) {
     hm__default_and_raise(sig); /* a forked child: no finisher there */
   } else {
     int first = 0;
@@ -89,7 +90,7 @@ static void *hm__finisher(void *unused) {
 void _hm_pl_term_catch(void (*finish)(void)) {
   if (hm__t.finish || sem_init(&hm__t.sem, 0, 0)) return;
   hm__t.finish = finish;
-  hm__t.pid = getpid();
+  hm__t.pid = _hm_prim_pid();
   pthread_t t;
   if (pthread_create(&t, NULL, hm__finisher, NULL)) return;
   pthread_detach(t);
@@ -112,7 +113,7 @@ int _hm_pl_term_action(int sig, const struct sigaction *act, struct sigaction *o
   /* A program that ignored the signal for a while and sets the default
    * again gets our stand-in for the default back. A forked child has no
    * finisher: there the default is the kernel's. */
-  int dfl = act && getpid() == hm__t.pid && !(act->sa_flags & SA_SIGINFO) &&
+  int dfl = act && _hm_prim_pid() == hm__t.pid && !(act->sa_flags & SA_SIGINFO) &&
             act->sa_handler == SIG_DFL;
   if (dfl) {
     hm__ours(&mine);

@@ -234,8 +234,12 @@ void _hm_prim_sleep_ns(uint64_t ns);
 const char *_hm_prim_getenv(const char *name);
 /* readlink of /proc/self/exe, NUL-terminated; the length. */
 ssize_t _hm_prim_self_exe(char *buf, size_t len);
-/* ---- Added for the pager (src/sdm/) ---- */
 /* stat(2) of a real path: 1 if it is a directory, 0 if something else. */
 int _hm_prim_stat_dir(const char *path);
+/* _exit(2): no atexit handlers, no stdio flush (usable inside malloc). */
+_Noreturn void _hm_prim_exit_now(int status);
+void _hm_prim_yield(void); /* sched_yield */
+/* gethostname into buf (len bytes, not always NUL-terminated when cut). */
+int _hm_prim_hostname(char *buf, size_t len);
 
 #endif

@@ -136,10 +136,18 @@ ssize_t _hm_prim_self_exe(char *buf, size_t len) {
   return n;
 }
 
-/* ---- Added for the pager (src/sdm/) ---- */
-
 int _hm_prim_stat_dir(const char *path) {
   struct stat st;
   if (stat(path, &st)) return -errno;
   return S_ISDIR(st.st_mode) ? 1 : 0;
+}
+
+_Noreturn void _hm_prim_exit_now(int status) { _exit(status); }
+
+void _hm_prim_yield(void) { (void)sched_yield(); }
+
+int _hm_prim_hostname(char *buf, size_t len) {
+  if (len == 0) return -EINVAL;
+  if (gethostname(buf, len) != 0) return -errno;
+  return 0;
 }

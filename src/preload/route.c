@@ -1,0 +1,378 @@
+/* The interposer's routing (preload.h: hook -> size filter -> route ->
+ * backend): which backend serves a large request, the accounting of large
+ * blocks and placement tiers, the backends themselves (the pager, a NUMA
+ * node bound with mbind, tracked glibc memory) and huge-page advice.
+ *
+ * Costs: a large block costs a hash probe in the lock-free block table plus
+ * the backend's own map/unmap cost; no lock anywhere. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "hetmem.h"
+#include "internal.h"
+#include "preload.h"
+#include "prim/prim.h"
+
+/* Usable size of a glibc block; before dlsym has run, the request. */
+static size_t hm__libc_usable_early(void *p, size_t req) {
+  return _hm_pl_ctx.libc_usable ? _hm_pl_ctx.libc_usable(p) : req;
+}
+/* The size of a transparent huge page when the kernel backs with them only
+ * ranges advised MADV_HUGEPAGE (the usual default), else 0: with "always"
+ * every large anonymous range gets them anyway, with "never" none does.
+ *
+ * Placement advises the large blocks of its DRAM and NUMA tiers
+ * (huge_pages, on by default): the sites put there are the hot ones, and
+ * `hetmem bench placement --huge-pages-ab` measures it side by side (hot
+ * passes 0.70-0.89 of their time with huge pages here). The pager's regions
+ * keep small pages: it installs them 4 KiB at a time (UFFDIO_COPY). */
+size_t _hm_pl_thp_advise_size(const char *root) {
+  char mode[128];
+  uint64_t size = 0;
+  if (_hm_prim_read_text(root, "/sys/kernel/mm/transparent_hugepage/enabled", mode,
+                         sizeof mode) < 0 ||
+      !strstr(mode, "[madvise]"))
+    return 0;
+  if (_hm_prim_read_u64(root, "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", &size) ||
+      size < 2 * _hm_pl_ctx.page || (size & (size - 1)))
+    return 0;
+  return (size_t)size;
+}
+
+/* The pager is opened on the first large request: processes that never
+ * make one (shells, tools the command spawns) never start its threads. */
+static int hm__ensure_pager(void) {
+  int s = atomic_load_explicit(&_hm_pl_ctx.state, memory_order_acquire);
+  if (hm_likely(s == HM_PL_READY)) return 0;
+  _hm_pl_ensure_prepared();
+  for (;;) {
+    s = HM_PL_NONE;
+    if (atomic_compare_exchange_strong(&_hm_pl_ctx.state, &s, HM_PL_OPENING)) {
+      hm_pager_config_t cfg;
+      memset(&cfg, 0, sizeof cfg);
+      hm_pager_config_default(_hm_pl_ctx.ctx, &cfg);
+      cfg.dram_budget = _hm_pl_ctx.pager_budget;
+      cfg.fetch_unit = _hm_pl_ctx.fetch_unit; /* placement may choose its own */
+      int rc = hm_pager_open(_hm_pl_ctx.ctx, &cfg, &_hm_pl_ctx.pager);
+      if (rc) {
+        const char *m = hm_ctx_last_error(_hm_pl_ctx.ctx);
+        _hm_pl_die_inside_malloc(m && *m ? m : hm_strerror(rc));
+      }
+      atomic_store_explicit(&_hm_pl_ctx.state, HM_PL_READY, memory_order_release);
+      return 0;
+    }
+    if (s == HM_PL_READY) return 0;
+    if (s == HM_PL_FORKED) return -1;
+    _hm_prim_yield(); /* another thread is opening it (once per process) */
+  }
+}
+
+/* ------------------------------------------------------------------------
+ * Routing and backends
+ * ------------------------------------------------------------------------ */
+/* Which backend serves a large request. Placement will look up the
+ * allocation site here; cache mode sends everything to the pager. */
+static _hm_pl_backend_t hm__route(const _hm_pl_req_t *req) {
+  (void)req;
+  return HM_PL_PAGER;
+}
+
+static void hm__account_alloc(size_t req, uint16_t flags) {
+  atomic_fetch_add_explicit(&_hm_pl_ctx.large_allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&_hm_pl_ctx.large_bytes, req, memory_order_relaxed);
+  if (flags & HM_PL_FROM_MMAP) atomic_fetch_add_explicit(&_hm_pl_ctx.mmap_allocs, 1, memory_order_relaxed);
+  uint64_t live = atomic_fetch_add_explicit(&_hm_pl_ctx.live_bytes, req, memory_order_relaxed) + req;
+  uint64_t peak = atomic_load_explicit(&_hm_pl_ctx.peak_live_bytes, memory_order_relaxed);
+  while (live > peak && !atomic_compare_exchange_weak_explicit(&_hm_pl_ctx.peak_live_bytes, &peak, live,
+                                                               memory_order_relaxed,
+                                                               memory_order_relaxed)) {
+  }
+}
+
+/* A large request glibc serves instead (the storage tier's failures are
+ * full.c's, which has said so). */
+static void hm__note_fallback(void) {
+  atomic_fetch_add_explicit(&_hm_pl_ctx.fallbacks, 1, memory_order_relaxed);
+}
+
+/* NULL from a large allocation: glibc serves the request, unless the
+ * storage tier could not back it under HETMEM_STORAGE_FULL=error; then it
+ * fails with ENOMEM. Called on that rare path only. */
+int _hm_pl_refused(void) {
+  if (hm_likely(!_hm_pl_tls.refused)) return 0;
+  _hm_pl_tls.refused = 0;
+  errno = ENOMEM;
+  return 1;
+}
+
+void _hm_pl_tier_account(int t, size_t req, int sign) {
+  if (sign > 0) {
+    uint64_t live =
+        atomic_fetch_add_explicit(&_hm_pl_ctx.tier_live[t], req, memory_order_relaxed) + req;
+    uint64_t peak = atomic_load_explicit(&_hm_pl_ctx.tier_peak[t], memory_order_relaxed);
+    while (live > peak && !atomic_compare_exchange_weak_explicit(
+                              &_hm_pl_ctx.tier_peak[t], &peak, live, memory_order_relaxed,
+                              memory_order_relaxed)) {
+    }
+  } else {
+    atomic_fetch_sub_explicit(&_hm_pl_ctx.tier_live[t], req, memory_order_relaxed);
+  }
+}
+
+/* Claims req bytes of tier t's capacity (0 = unlimited); 0 when full. */
+static int hm__tier_reserve(int t, size_t req) {
+  uint64_t cap = _hm_pl_place_tier((size_t)t)->capacity;
+  if (t == 0 && _hm_pl_ctx.budget && (cap == 0 || cap > _hm_pl_ctx.budget)) cap = _hm_pl_ctx.budget;
+  if (cap == 0 || (size_t)t + 1 == _hm_pl_place_tiers()) {
+    _hm_pl_tier_account(t, req, +1);
+    return 1;
+  }
+  uint64_t live = atomic_load_explicit(&_hm_pl_ctx.tier_live[t], memory_order_relaxed);
+  for (;;) {
+    if (live + req > cap) return 0;
+    if (atomic_compare_exchange_weak_explicit(&_hm_pl_ctx.tier_live[t], &live, live + req,
+                                              memory_order_relaxed, memory_order_relaxed))
+      break;
+  }
+  _hm_pl_tier_account(t, 0, +1); /* peak */
+  return 1;
+}
+
+/* Where a block without an alignment of its own starts in its mapping:
+ * 16 bytes in, where glibc puts the blocks it serves from an mmap of their
+ * own (behind its chunk header). A page-aligned start changes what
+ * alignment-sensitive code does: FFTW plans other codelets for data that is
+ * 32-byte aligned, and a 128^3 transform ran 8-10% slower on it here, in
+ * cache mode with data that fits. Keeping glibc's placement within the page
+ * leaves the program computing as it does without hetmem. Alignments asked
+ * for (posix_memalign, aligned_alloc, mmap) are kept as asked. */
+static size_t hm__lead(const _hm_pl_req_t *req) {
+  return req->align <= 16 && !(req->flags & HM_PL_FROM_MMAP) ? 2 * sizeof(size_t) : 0;
+}
+
+/* The pager's mapping for a large request, or NULL. */
+static void *hm__pager_block(const _hm_pl_req_t *req, size_t *maplen_out, uint32_t *off_out) {
+  if (hm__ensure_pager() != 0) return NULL;
+  size_t unit = (size_t)_hm_pl_ctx.fetch_unit;
+  size_t pad = req->align > _hm_pl_ctx.page ? req->align : 0;
+  size_t lead = hm__lead(req);
+  if (req->size > SIZE_MAX - pad - lead - unit) return NULL;
+  size_t maplen = (req->size + pad + lead + unit - 1) / unit * unit;
+  void *base = NULL;
+  int rc = hm_pager_map(_hm_pl_ctx.pager, maplen, &base);
+  if (rc) {
+    hm_pager_config_t cfg;
+    hm_pager_config_default(_hm_pl_ctx.ctx, &cfg);
+    /* the caller counts the fallback to glibc, unless this refused it */
+    if (_hm_pl_full_note(rc, cfg.backing_dir, maplen) == 1) _hm_pl_tls.refused = 1;
+    return NULL;
+  }
+  uintptr_t key = (uintptr_t)base;
+  if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
+  key += lead;
+  *maplen_out = maplen;
+  *off_out = (uint32_t)(key - (uintptr_t)base);
+  return (void *)key;
+}
+
+/* Anonymous memory bound to a NUMA node. */
+static void *hm__numa_block(const _hm_pl_req_t *req, int node, size_t *maplen_out,
+                            uint32_t *off_out) {
+  size_t pg = _hm_pl_ctx.page;
+  size_t pad = req->align > pg ? req->align : 0;
+  size_t lead = hm__lead(req);
+  if (req->size > SIZE_MAX - pad - lead - pg) return NULL;
+  size_t maplen = (req->size + pad + lead + pg - 1) / pg * pg;
+  void *base = NULL;
+  if (_hm_prim_sys_mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0,
+                        &base))
+    return NULL;
+  if (_hm_prim_bind_node(base, maplen, node) != 0) {
+    (void)_hm_prim_sys_munmap(base, maplen);
+    return NULL;
+  }
+  uintptr_t key = (uintptr_t)base;
+  if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
+  key += lead;
+  *maplen_out = maplen;
+  *off_out = (uint32_t)(key - (uintptr_t)base);
+  return (void *)key;
+}
+
+/* glibc memory, tracked (the fast tier, or any block while profiling). */
+static void *hm__glibc_block(const _hm_pl_req_t *req, int zero, size_t *maplen_out) {
+  void *p = req->align ? __libc_memalign(req->align, req->size)
+            : zero     ? __libc_calloc(1, req->size)
+                       : __libc_malloc(req->size);
+  if (p && req->align && zero) memset(p, 0, req->size);
+  if (p) *maplen_out = hm__libc_usable_early(p, req->size);
+  return p;
+}
+
+static void hm__release_memory(uint16_t backend, void *base, uintptr_t key, size_t maplen) {
+  switch (backend) {
+  case HM_PL_PAGER:
+    if (_hm_pl_ctx.pager) hm_pager_unmap(_hm_pl_ctx.pager, base, maplen);
+    break;
+  case HM_PL_NUMA: (void)_hm_prim_sys_munmap(base, maplen); break;
+  case HM_PL_FAST: __libc_free((void *)key); break;
+  default: break;
+  }
+}
+
+/* Advises the huge-page-aligned part of a DRAM or NUMA block (see
+ * _hm_pl_thp_advise_size). One madvise per large block, beside the mmap that
+ * serves it; a block of glibc's heap is advised too (glibc's own
+ * malloc.hugetlb=1 does the same). */
+static void hm__advise_huge(void *p, size_t size) {
+  uintptr_t h = _hm_pl_ctx.huge, a = ((uintptr_t)p + h - 1) & ~(h - 1);
+  uintptr_t e = ((uintptr_t)p + size) & ~(h - 1);
+  if (e > a && _hm_prim_advise_hugepage((void *)a, e - a) == 0)
+    atomic_fetch_add_explicit(&_hm_pl_ctx.huge_bytes, e - a, memory_order_relaxed);
+}
+
+/* Placement: serves req from tier want or, when it is full, the next
+ * slower tier with room (the slowest never refuses). site: placement site
+ * index or -1. */
+static void *hm__place_serve(const _hm_pl_req_t *req, int zero, int site, int want) {
+  int nt = (int)_hm_pl_place_tiers();
+  _hm_pl_pstat_t *ps = &_hm_pl_ctx.pstat[site + 1];
+  for (int t = want; t < nt; t++) {
+    if (!hm__tier_reserve(t, req->size)) continue;
+    const _hm_pl_tier_t *ti = _hm_pl_place_tier((size_t)t);
+    size_t maplen = 0;
+    uint32_t off = 0;
+    uint16_t backend;
+    void *p;
+    if (t == _hm_pl_ctx.glibc_tier) {
+      backend = HM_PL_FAST;
+      p = hm__glibc_block(req, zero, &maplen);
+    } else if (ti->numa >= 0) {
+      backend = HM_PL_NUMA;
+      p = hm__numa_block(req, ti->numa, &maplen, &off);
+    } else {
+      backend = HM_PL_PAGER;
+      p = hm__pager_block(req, &maplen, &off);
+    }
+    if (p && backend != HM_PL_PAGER && _hm_pl_ctx.huge) hm__advise_huge(p, req->size);
+    if (p) {
+      _hm_pl_block_t *b = _hm_pl_table_insert_ex(&_hm_pl_ctx.table, (uintptr_t)p, off, maplen,
+                                                 req->size, backend, req->flags,
+                                                 (uint32_t)(site + 1), (uint16_t)t, 0);
+      if (b) {
+        atomic_fetch_add_explicit(&ps->allocs, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ps->bytes[t], req->size, memory_order_relaxed);
+        atomic_fetch_add_explicit(&_hm_pl_ctx.tier_allocs[t], 1, memory_order_relaxed);
+        if (t != want) atomic_fetch_add_explicit(&ps->overflows, 1, memory_order_relaxed);
+        hm__account_alloc(req->size, req->flags);
+        return p;
+      }
+      hm__release_memory(backend, (void *)((uintptr_t)p - off), (uintptr_t)p, maplen);
+    }
+    _hm_pl_tier_account(t, req->size, -1);
+  }
+  return NULL;
+}
+
+int _hm_pl_place_want(int site) {
+  if (site < 0) return (int)_hm_pl_place_tiers() - 1; /* no site: the slowest tier */
+  uint32_t id, tier;
+  _hm_pl_place_site((size_t)site, &id, &tier);
+  return (int)tier;
+}
+
+/* Profile mode: a tracked glibc block, recorded at its call site. */
+static void *hm__alloc_profile(const _hm_pl_req_t *req, int zero) {
+  _hm_pl_stack_t st;
+  _hm_pl_capture(&st, _hm_pl_ctx.depth);
+  uint32_t site = _hm_pl_prof_site(&st);
+  size_t maplen = 0;
+  void *user = hm__glibc_block(req, zero, &maplen);
+  if (!user) return NULL;
+  if (_hm_pl_table_insert_ex(&_hm_pl_ctx.table, (uintptr_t)user, 0, maplen, req->size,
+                             HM_PL_FAST, req->flags, site, 0, _hm_pl_prof_now())) {
+    _hm_pl_prof_alloc(site, req->size);
+    hm__account_alloc(req->size, req->flags);
+  } else {
+    hm__note_fallback(); /* table full: an untracked glibc block */
+  }
+  return user;
+}
+
+/* Placement mode: the tier of the call site's placement site. */
+static void *hm__alloc_place(const _hm_pl_req_t *req, int zero) {
+  _hm_pl_stack_t st;
+  _hm_pl_capture(&st, _hm_pl_ctx.depth);
+  int site = _hm_pl_place_match(&st);
+  void *user = hm__place_serve(req, zero, site, _hm_pl_place_want(site));
+  if (!user && !_hm_pl_tls.refused) hm__note_fallback();
+  return user;
+}
+
+/* Cache mode: a pager block. */
+static void *hm__alloc_cache(const _hm_pl_req_t *req) {
+  if (hm__ensure_pager() != 0 || hm__route(req) != HM_PL_PAGER) {
+    hm__note_fallback();
+    return NULL;
+  }
+  size_t maplen = 0;
+  uint32_t off = 0;
+  void *key = hm__pager_block(req, &maplen, &off);
+  if (!key) {
+    if (!_hm_pl_tls.refused) hm__note_fallback();
+    return NULL;
+  }
+  _hm_pl_block_t *b = _hm_pl_table_insert(&_hm_pl_ctx.table, (uintptr_t)key, off, maplen,
+                                          req->size, HM_PL_PAGER, req->flags);
+  if (!b) {
+    hm_pager_unmap(_hm_pl_ctx.pager, (void *)((uintptr_t)key - off), maplen);
+    hm__note_fallback();
+    return NULL;
+  }
+  hm__account_alloc(req->size, req->flags);
+  return key;
+}
+
+/* Serves a large request from its backend and records the block; NULL when
+ * it cannot (the caller then falls back to glibc). Runs under the guard.
+ * zero: the memory must read as zeros (calloc). */
+void *_hm_pl_large_alloc_z(const _hm_pl_req_t *req, int zero) {
+  _hm_pl_tls.refused = 0;
+  if (_hm_pl_tls.guard) return NULL;
+  _hm_pl_tls.guard++;
+  _hm_pl_ensure_prepared();
+  void *user = NULL;
+  if (req->size < atomic_load_explicit(&_hm_pl_threshold, memory_order_relaxed))
+    user = NULL; /* the threshold was unset too */
+  else if (_hm_pl_ctx.mode == HM_PL_M_PROFILE)
+    user = hm__alloc_profile(req, zero);
+  else if (_hm_pl_ctx.mode == HM_PL_M_PLACE)
+    user = hm__alloc_place(req, zero);
+  else
+    user = hm__alloc_cache(req);
+  _hm_pl_tls.guard--;
+  return user;
+}
+
+void *_hm_pl_large_alloc(const _hm_pl_req_t *req) { return _hm_pl_large_alloc_z(req, 0); }
+
+void _hm_pl_large_free(_hm_pl_block_t *b) {
+  uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
+  void *base = (void *)(key - b->off);
+  size_t maplen = b->maplen;
+  size_t req = b->req;
+  uint16_t backend = b->backend, tier = b->tier;
+  uint32_t site = b->site;
+  uint64_t t_alloc = b->t_alloc;
+  _hm_pl_table_remove(&_hm_pl_ctx.table, b);
+  atomic_fetch_add_explicit(&_hm_pl_ctx.large_frees, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&_hm_pl_ctx.live_bytes, req, memory_order_relaxed);
+  _hm_pl_tls.guard++;
+  if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) _hm_pl_prof_release(b, site, t_alloc, key, req);
+  if (_hm_pl_ctx.mode == HM_PL_M_PLACE) _hm_pl_tier_account(tier, req, -1);
+  hm__release_memory(backend, base, key, maplen);
+  _hm_pl_tls.guard--;
+}
