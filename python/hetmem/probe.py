@@ -3,7 +3,7 @@
 The measurements themselves are in libhetmem (src/probe/), one native call per
 step through hm_probe_json; this module decides what to measure (memory nodes,
 thread counts, storage directories, quick or full), shows progress, builds the
-versioned result and caches it per machine (hetmem.cache, kind "probe").
+versioned result and caches it per machine (hetmem.run.cache, kind "probe").
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hetmem import cache, output
+from hetmem import output
 from hetmem._native import Context
 from hetmem.errors import SchemaError, UsageError
+from hetmem.run import cache
 
 SCHEMA_VERSION = 1
 CACHE_KIND = "probe"

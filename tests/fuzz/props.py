@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 
-from hetmem import _native, placement, profile, sizes
+from hetmem import _native, sizes
 from hetmem.errors import SchemaError, UsageError
 from hetmem.flow import spec
+from hetmem.placement import fileformat as placement
+from hetmem.placement import profile
 
 
 def _refused(exc: SchemaError) -> bool:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hetmem import placement, sizes
+from hetmem import sizes
 from hetmem.errors import UsageError
+from hetmem.placement import fileformat as placement
 
 # (argv, words the one error line must contain)
 CASES = [
@@ -149,7 +150,7 @@ def test_adios_python_that_exits_0_without_adios2_is_refused(hetmem, tmp_path, v
 
 
 def _preload_env(tmp_path, extra: dict[str, str]) -> dict[str, str]:
-    from hetmem.run import preload_path
+    from hetmem.run.launch import preload_path
 
     # none of the caller's HETMEM_* settings, only the library folder
     env = {
@@ -203,7 +204,7 @@ def test_interposer_option_refused_at_start(tmp_path, extra, mode, words):
 
 
 # issue 19, finding 9: tracebacks and late validation; finding 5: budgets
-FUZZ = Path(__file__).resolve().parent / "fuzz" / "corpus"
+FUZZ = Path(__file__).resolve().parents[1] / "fuzz" / "corpus"
 PROFILE = str(FUZZ / "profile" / "valid_two_sites")
 NO_CMD = "/nonexistent-hetmem-dir/never-runs"
 

@@ -22,7 +22,7 @@ import pytest
 
 from hetmem.cli import VERBS, main
 
-FUZZ_CORPUS = Path(__file__).resolve().parent / "fuzz" / "corpus"
+FUZZ_CORPUS = Path(__file__).resolve().parents[1] / "fuzz" / "corpus"
 PROFILE = str(FUZZ_CORPUS / "profile" / "valid_two_sites")
 NO_CMD = "/nonexistent-hetmem-dir/never-runs"
 GARBAGE = bytes(range(128, 256)) + b"\x00\xff\xfe garbage \xc3\x28" + bytes(range(0, 128))

@@ -12,8 +12,8 @@ import uuid
 import numpy as np
 import pytest
 
-from hetmem import channel as ch
 from hetmem.errors import NativeError
+from hetmem.flow import channel as ch
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_bad_input_is_one_line_error(name):
 _WRITER = textwrap.dedent(
     """
     import sys, time, numpy as np
-    from hetmem import channel as ch
+    from hetmem.flow import channel as ch
     name, steps, die = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "die"
     w = ch.Channel.open(name, "writer")
     w.set_timeout(30)

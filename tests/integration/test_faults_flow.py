@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from test_faults_sigkill import _alive
 
 # long enough to be stopped mid-run (it is never let finish)

@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_faults_sigkill import PLACEMENT, _cgroups, _our_swaps
 
 from conftest import CBUILD, needs_pager
-from test_faults_sigkill import PLACEMENT, _cgroups, _our_swaps
 
 TARGET = CBUILD / "hm_full_target"
 

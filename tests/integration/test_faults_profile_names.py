@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from conftest import run_hetmem
-from hetmem import profile as prof
+from hetmem.placement import profile as prof
 
 
 def _stale(path: Path, when: float) -> str:

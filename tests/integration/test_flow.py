@@ -158,7 +158,7 @@ def test_model_composes_phases_like_the_runner():
 
 
 def test_cli_advise_and_errors(hetmem, tmp_path):
-    from hetmem import cache
+    from hetmem.run import cache
 
     env = {"HETMEM_CACHE_DIR": str(tmp_path)}
     spec = tmp_path / "tiny.toml"

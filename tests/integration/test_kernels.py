@@ -1,7 +1,7 @@
 """The hm-kernel-* benchmark programs: results, verification, bad arguments.
 
 Binaries come from $HETMEM_BENCHDIR, else the build tree in $HETMEM_CBUILD
-(bench/kernels), else the installed package (hetmem.kernels.kernel_path).
+(bench/kernels), else the installed package (hetmem.bench.kernels.kernel_path).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CBUILD
-from hetmem import kernels
+from hetmem.bench import kernels
 from hetmem.errors import EnvironmentProblem, SchemaError, UsageError
 
 SMALL = "2MiB"

@@ -1,4 +1,4 @@
-"""hm-lattice through hetmem.lattice: result format, tags, bad input, and the
+"""hm-lattice through hetmem.bench.lattice: result format, tags, bad input, and the
 bandwidth sanity rule (a kernel's reported bytes/s never exceeds the STREAM
 bandwidth of the memory it ran from). The physics self-tests are ctest tests
 registered by apps/lattice/CMakeLists.txt (run by test_ctest.py)."""
@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from hetmem import lattice
+from hetmem.bench import lattice
 from hetmem.errors import UsageError
 
 pytestmark = pytest.mark.skipif(
@@ -75,7 +75,7 @@ def test_indivisible_block_is_exit_2():
 
 def test_dirac_bandwidth_below_stream():
     """16^4 in double is 138 MB of operator data: beyond the caches."""
-    from hetmem.kernels import run_kernel
+    from hetmem.bench.kernels import run_kernel
 
     # the tier's bandwidth as the probe takes it: the best repetition (a
     # median under a passing load would sit below an unimpeded operator)
@@ -125,7 +125,7 @@ def test_dram_bound_uses_same_thread_count(monkeypatch):
 
 
 def test_bench_modes_writes_results_folder(tmp_path):
-    from hetmem.harness import load_runs
+    from hetmem.bench.harness import load_runs
 
     out = tmp_path / "modes"
     recs = lattice.bench_modes(
@@ -149,7 +149,7 @@ def test_bench_modes_writes_results_folder(tmp_path):
 
 
 def test_dirac_target_judges_only_operators_beyond_the_last_level_cache(tmp_path):
-    from hetmem.lattice import judged_precisions, llc_bytes
+    from hetmem.bench.lattice import judged_precisions, llc_bytes
 
     for idx, level, size in (("index0", 1, "48K"), ("index2", 2, "2048K"), ("index3", 3, "100M")):
         d = tmp_path / "sys/devices/system/cpu/cpu0/cache" / idx
@@ -169,7 +169,7 @@ def test_dirac_target_judges_only_operators_beyond_the_last_level_cache(tmp_path
 def test_threaded_ranks_are_not_bound_to_one_core(monkeypatch):
     # Open MPI binds a rank to one core when there are at most two ranks: a
     # rank's OpenMP threads must be let out of it
-    from hetmem import lattice
+    from hetmem.bench import lattice
 
     monkeypatch.setattr(lattice, "mpirun", lambda: "mpirun")
     monkeypatch.setattr(lattice, "lattice_binary", lambda: "hm-lattice")

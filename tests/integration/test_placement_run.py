@@ -21,8 +21,8 @@ import pytest
 
 from conftest import CBUILD, needs_pager, run_hetmem
 from hetmem import _native
-from hetmem import placement as placement_mod
-from hetmem import profile as prof
+from hetmem.placement import fileformat as placement_mod
+from hetmem.placement import profile as prof
 from hetmem.sizes import format_size
 
 WORKLOAD = CBUILD / "bench" / "hm-placement"
@@ -408,7 +408,7 @@ def test_interposer_rejects_a_truncated_compact_table(tmp_path: Path) -> None:
 
 def test_interposer_matches_longest_prefix_like_the_reference(tmp_path: Path) -> None:
     # Hand-made tables: the site with the longer common prefix wins, ties go
-    # to the lowest id (hetmem.placement.match), checked through the stats.
+    # to the lowest id (hetmem.placement.fileformat.match), checked through the stats.
     p = prof.load(_profile(tmp_path / "m.prof", "--depth", "2")[0])
     hot = next(s for s in p.sites if s.bytes == HOT)
     f0, f1 = hot.frames[0][1], hot.frames[1][1]

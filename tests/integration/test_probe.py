@@ -177,8 +177,9 @@ def test_bad_threads_and_nodes(env):
 
 
 def test_cached_schema_checked(tmp_path, monkeypatch):
-    from hetmem import cache, probe
+    from hetmem import probe
     from hetmem.errors import SchemaError
+    from hetmem.run import cache
 
     monkeypatch.setenv("HETMEM_CACHE_DIR", str(tmp_path))
     assert probe.load_cached() is None

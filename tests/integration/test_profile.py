@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hetmem import profile as P
-from hetmem import symbolize
 from hetmem.errors import HetmemError, SchemaError
+from hetmem.placement import profile as P
+from hetmem.placement import symbolize
 
 BID = "867ab73e3a680fe6aaa5389ebeb62516237ec093"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CBUILD, REPO, run_hetmem
-from hetmem import profile as P
+from hetmem.placement import profile as P
 
 TREES = REPO / "tests" / "golden" / "samplers"
 TARGET = CBUILD / "hm_sampler_target"

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from hetmem import harness, report
-from test_harness import _plan, _record
+from conftest import _plan, _record
+from hetmem.bench import harness, report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [

@@ -1,11 +1,11 @@
-"""Site names people can tell apart (hetmem.sitenames), and what profile
+"""Site names people can tell apart (hetmem.placement.sitenames), and what profile
 show, advise and the placement file make of them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from hetmem.sitenames import distinct_labels, first_user_frame, short
+from hetmem.placement.sitenames import distinct_labels, first_user_frame, short
 
 
 def test_a_unique_frame_is_the_name() -> None:

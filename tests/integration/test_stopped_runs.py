@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_pager
-from hetmem import profile as P
+from hetmem.placement import profile as P
 
 # Holds 8 MiB from one site and touches it until stopped. With "own" it
 # installs its own SIGTERM handler first and reports what sigaction said was
@@ -295,7 +295,7 @@ def test_signal_while_the_child_starts_reaches_it(monkeypatch, sig):
     # known (a busy child can starve hetmem that long on 2 cores) used to
     # stop hetmem alone and leave the program running. Here it arrives
     # exactly then: the program must get it and hetmem report its death.
-    from hetmem import run as hrun
+    from hetmem.run import launch as hrun
 
     real = subprocess.Popen
     started: list[subprocess.Popen[bytes]] = []

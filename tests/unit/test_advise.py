@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetmem import advise as A
-from hetmem import placement as PL
-from hetmem import profile as P
-from hetmem import symbolize
 from hetmem.errors import SchemaError
+from hetmem.placement import advise as A
+from hetmem.placement import fileformat as PL
+from hetmem.placement import profile as P
+from hetmem.placement import symbolize
 
 BID = "ab" * 20
 WALL = 1000

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hetmem.errors import EnvironmentProblem
-from hetmem.swapbase import MemoryCgroup
+from hetmem.run.swap import MemoryCgroup
 
 SCOPE = "/user.slice/user-0.slice/session-3.scope"
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from hetmem import profile
+from hetmem.placement import profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 from props import check_placement, check_profile, check_size, check_spec
 
-FUZZ = Path(__file__).resolve().parent / "fuzz"
+FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 CORPUS = FUZZ / "corpus"
 TARGETS = ("profile", "placement", "spec", "sizes")
 BRIEF_RUNS = 20000

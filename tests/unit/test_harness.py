@@ -5,27 +5,12 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 
-from hetmem import harness, report
+from conftest import _plan, _record
+from hetmem.bench import harness, report
 from hetmem.errors import SchemaError, UsageError
-
-
-def _plan(tmp_path: Path, **kw) -> harness.Plan:
-    base = dict(
-        cases=harness.resolve_cases(["stream-triad", "poly-ro-d16"]),
-        multiples=[0.5, 2.0],
-        modes=["dram", "cache", "swap"],
-        repeat=2,
-        budget=64 << 20,
-        threads=2,
-        storage=None,
-        outdir=tmp_path,
-    )
-    base.update(kw)
-    return harness.Plan(**base)
 
 
 def test_plan_interleaves_and_rotates_modes(tmp_path):
@@ -63,22 +48,6 @@ def test_parse_options():
     with pytest.raises(UsageError):
         harness.resolve_cases(["nonesuch"])
     assert [c.name for c in harness.resolve_cases(["lu"])] == ["lu-lapack", "lu-tiled"]
-
-
-def _record(case, mult, mode, rep, t, error="", result=None):
-    return {
-        "schema_version": 1,
-        "case": case,
-        "kernel": case.split("-")[0],
-        "group": case,
-        "multiple": mult,
-        "size_bytes": int(mult * (64 << 20)),
-        "mode": mode,
-        "rep": rep,
-        "time_s": t,
-        "error": error,
-        "result": result,
-    }
 
 
 def test_efficiency_pairs_by_repetition():

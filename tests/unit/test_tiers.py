@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from hetmem import cache
+from hetmem.run import cache
 from hetmem.tiers import inventory, merge_probe
 
 GOLDEN = REPO / "tests" / "golden"

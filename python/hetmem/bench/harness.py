@@ -247,7 +247,7 @@ def available_modes() -> dict[str, str]:
     out["cache"] = "" if (libdir / "libhetmem_preload.so").exists() else "preload library not built"
     out["swap"] = "" if os.geteuid() == 0 else "needs root (memory cgroup and swapon)"
     try:
-        from hetmem import run as run_mod
+        from hetmem.run import launch as run_mod
 
         modes = getattr(run_mod, "MODES", ("dram", "cache", "swap"))
     except ImportError:
@@ -299,7 +299,7 @@ def exit_error_kind(mode: str, stats: dict[str, Any] | None) -> str:
 
 def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) -> dict[str, Any]:
     """Runs one kernel under one mode and returns its record."""
-    from hetmem.kernels import kernel_path
+    from hetmem.bench.kernels import kernel_path
 
     size = plan.size_for(case, multiple)
     binary = kernel_path(case.kernel)
@@ -385,7 +385,7 @@ def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) ->
 
 
 def write_manifest(plan: Plan, argv: Sequence[str]) -> None:
-    from hetmem import cache
+    from hetmem.run import cache
 
     manifest = {
         "schema_version": SCHEMA_VERSION,

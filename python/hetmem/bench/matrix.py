@@ -1,8 +1,8 @@
 """Kernel-matrix suites of `hetmem bench` (imdt, poly, kernels, ...).
 
-Every such suite runs the harness (hetmem.harness): kernels x data sizes (as
+Every such suite runs the harness (hetmem.bench.harness): kernels x data sizes (as
 multiples of the fast budget) x modes x repetitions, interleaved, resumable,
-and then writes the report (hetmem.report) into the result folder.
+and then writes the report (hetmem.bench.report) into the result folder.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hetmem import harness, output
+from hetmem import output
+from hetmem.bench import harness
 from hetmem.errors import UsageError
 from hetmem.sizes import format_size
 
@@ -167,7 +168,7 @@ def execute_with_progress(plan: harness.Plan, argv: list[str], show: bool) -> li
 
 def run_matrix(args: argparse.Namespace, suite: str, argv: list[str]) -> dict[str, Any]:
     """Runs the suite's matrix and writes the report; returns the report data."""
-    from hetmem import report
+    from hetmem.bench import report
 
     plan = make_plan(args, suite)
     n = len(plan.runs())

@@ -76,10 +76,10 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import output
-from hetmem import profile as prof
 from hetmem._native import Context
 from hetmem.bench import find_program
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
+from hetmem.placement import profile as prof
 from hetmem.sizes import format_size, parse_size
 
 name = "placement"
@@ -149,8 +149,8 @@ def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _device_bandwidth(args: argparse.Namespace, storage: str) -> dict[str, Any]:
-    from hetmem import cache as cache_mod
     from hetmem.bench import sdm
+    from hetmem.run import cache as cache_mod
 
     if args.no_device_probe:
         probe = cache_mod.load("probe") or {}
@@ -227,7 +227,7 @@ def check_arguments(args: argparse.Namespace, footprint: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetmem import run as hrun
+    from hetmem.run import launch as hrun
 
     footprint = parse_size(args.footprint, "--footprint")
     budget = footprint // 4

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import __version__
-from hetmem.errors import SchemaError
-from hetmem.harness import (
+from hetmem.bench.harness import (
     SCHEMA_VERSION,
     efficiency_table,
     hard_failures,
@@ -31,6 +30,7 @@ from hetmem.harness import (
     load_runs,
     run_best_time,
 )
+from hetmem.errors import SchemaError
 
 REPORT_SCHEMA_VERSION = 1
 MODE_COLORS = {

@@ -61,7 +61,7 @@ def _eff(rows: list[dict[str, Any]], case: str, mult: float, mode: str) -> dict[
 
 
 def _result(runs: list[dict[str, Any]], case: str, mult: float, mode: str) -> list[dict[str, Any]]:
-    from hetmem.harness import latest_runs
+    from hetmem.bench.harness import latest_runs
 
     return [
         r["result"]
@@ -141,8 +141,8 @@ def evaluate(
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetmem import cache as cache_mod
-    from hetmem.harness import load_runs
+    from hetmem.bench.harness import load_runs
+    from hetmem.run import cache as cache_mod
 
     matrix.check_options(args, "sdm")
     if args.no_device_probe:

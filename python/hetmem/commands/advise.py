@@ -7,14 +7,15 @@ import math
 import sys
 from pathlib import Path
 
-from hetmem import limits, output
-from hetmem import placement as plc
-from hetmem import profile as prof
+from hetmem import output
 from hetmem.errors import UsageError
 from hetmem.output import check_output_file
-from hetmem.sitenames import short
+from hetmem.placement import fileformat as plc
+from hetmem.placement import limits
+from hetmem.placement import profile as prof
+from hetmem.placement.sitenames import short
+from hetmem.placement.symbolize import Symbolizer
 from hetmem.sizes import format_size, parse_budget
-from hetmem.symbolize import Symbolizer
 
 
 class Command:
@@ -87,7 +88,9 @@ class Command:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from hetmem import advise as adv  # numpy: not at start-up (see hetmem.limits)
+        from hetmem.placement import (
+            advise as adv,  # numpy: not at start-up (see hetmem.placement.limits)
+        )
 
         if args.benchmark is not None:
             return self.bench(args)
@@ -253,7 +256,7 @@ class Command:
         return budget
 
     def bench(self, args: argparse.Namespace) -> int:
-        from hetmem import advise as adv
+        from hetmem.placement import advise as adv
 
         if args.benchmark < 1:
             raise UsageError("--benchmark needs a positive number of sites")

@@ -114,8 +114,8 @@ class Command:
 
     # ---- calibrate ----
     def _calibrate(self, args: argparse.Namespace) -> int:
-        from hetmem import cache
         from hetmem.flow import calibrate
+        from hetmem.run import cache
 
         if args.max_streams < 1:
             raise UsageError("--max-streams: must be >= 1")

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import output
-from hetmem import profile as prof
-from hetmem import run as hrun
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.output import check_output_dir
-from hetmem.sitenames import distinct_labels, first_user_frame, frame_text, short
+from hetmem.placement import profile as prof
+from hetmem.placement.sitenames import distinct_labels, first_user_frame, frame_text, short
+from hetmem.placement.symbolize import Symbolizer
+from hetmem.run import launch as hrun
 from hetmem.sizes import format_size, parse_size
-from hetmem.symbolize import Symbolizer
 
 
 def frame_inputs(

@@ -29,7 +29,7 @@ class Command:
         parser.add_argument("-f", "--force", action="store_true", help="overwrite an existing file")
 
     def run(self, args: argparse.Namespace) -> int:
-        from hetmem import report
+        from hetmem.bench import report
 
         for d in args.dirs:
             if not d.is_dir():

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from hetmem import channel as chan
+from hetmem.flow import channel as chan
 
 _ADIOS_SCRIPT = r"""
 import json, sys, time

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from hetmem import cache
-from hetmem import channel as chan
 from hetmem.errors import SchemaError
+from hetmem.flow import channel as chan
 from hetmem.flow import component, kernels
+from hetmem.run import cache
 
 KIND = "flow-calibration"
 SCHEMA = 2

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hetmem import channel as chan
+from hetmem.flow import channel as chan
 from hetmem.flow import kernels
 
 TIMEOUT = 120.0

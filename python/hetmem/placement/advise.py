@@ -38,14 +38,14 @@ from typing import Any
 
 import numpy as np
 
-from hetmem import cache
 from hetmem.errors import EnvironmentProblem, SchemaError, UsageError
-from hetmem.limits import DEFAULT_TIME_LIMIT_S, MAX_ILP_SITES
-from hetmem.placement import Placement, PModule, PSite, PTier
-from hetmem.profile import Merged, Module
-from hetmem.sitenames import raw_frame
+from hetmem.placement.fileformat import Placement, PModule, PSite, PTier
+from hetmem.placement.limits import DEFAULT_TIME_LIMIT_S, MAX_ILP_SITES
+from hetmem.placement.profile import Merged, Module
+from hetmem.placement.sitenames import raw_frame
+from hetmem.placement.symbolize import Symbolizer
+from hetmem.run import cache
 from hetmem.sizes import format_size
-from hetmem.symbolize import Symbolizer
 
 MAX_INTERVALS = 4096  # per profile, after exact pruning; beyond: coalesced
 # HiGHS stops when the proven gap to the optimum is below this fraction of

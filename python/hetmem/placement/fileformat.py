@@ -31,7 +31,7 @@ except ModuleNotFoundError:  # Python 3.10: no TOML reader in the standard libra
 
 from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError
 from hetmem.output import write_atomic
-from hetmem.sitenames import distinct_labels, first_user_frame, frame_text
+from hetmem.placement.sitenames import distinct_labels, first_user_frame, frame_text
 
 KIND = "hetmem-placement"
 SCHEMA_VERSION = 1
@@ -172,7 +172,7 @@ def dumps(p: Placement, comment: Sequence[str] = ()) -> str:
 
 
 def site_labels(p: Placement) -> list[str]:
-    """Each site's name as `profile show` gives it (hetmem.sitenames): its
+    """Each site's name as `profile show` gives it (hetmem.placement.sitenames): its
     innermost frame outside the language runtimes, and the caller frame that
     tells it apart when other sites share that frame."""
     frames, starts = [], []
@@ -556,6 +556,6 @@ def prepare_for_run(
 def _build_id_here(path: str) -> str | None:
     if not path or not os.path.exists(path):
         return None
-    from hetmem import symbolize
+    from hetmem.placement import symbolize
 
     return symbolize.build_id(path)

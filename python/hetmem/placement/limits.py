@@ -1,6 +1,6 @@
 """The placement advisor's limits that `hetmem advise --help` shows.
 
-They live apart from hetmem.advise, which imports numpy (and with it
+They live apart from hetmem.placement.advise, which imports numpy (and with it
 OpenBLAS, whose threads spin for a while after start-up): every verb's
 parser is built at start-up, and `hetmem run`'s child would otherwise start
 next to a busy parent on a machine with few cores.

@@ -6,7 +6,7 @@
 - swap: the baseline a user gets without hetmem: a memory cgroup limited to
   the budget plus a swap file of sufficient size on the same storage tier;
 - flat / hybrid: profile-guided placement. A placement (`hetmem advise`) is
-  turned into the compact table (hetmem.placement.prepare_for_run, with its
+  turned into the compact table (hetmem.placement.fileformat.prepare_for_run, with its
   build-id checks) and handed to the interposer, which matches every
   allocation of at least the threshold to a site and serves it from the
   site's tier: the fastest tier from glibc (DRAM, counted against the fast
@@ -22,7 +22,7 @@ for a command that is missing or cannot be executed, as a shell gives).
 
 The command dies with hetmem (PR_SET_PDEATHSIG), and what a run makes (swap
 area, cgroup, temporary files) is removed by hetmem, or by its supervisor
-(hetmem.supervise) if hetmem is killed with SIGKILL. A later run removes only
+(hetmem.run.supervise) if hetmem is killed with SIGKILL. A later run removes only
 what an earlier one provably left (its owner record says so).
 """
 
@@ -44,8 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetmem import _native, supervise
-from hetmem import placement as placement_mod
+from hetmem import _native
 from hetmem.errors import (
     CommandNotExecutable,
     CommandNotFound,
@@ -56,8 +55,10 @@ from hetmem.errors import (
 )
 from hetmem.output import check_output_dir, check_shared_dir, write_atomic
 from hetmem.output import run_note as note
+from hetmem.placement import fileformat as placement_mod
+from hetmem.run import supervise
+from hetmem.run.swap import MemoryCgroup, SwapFile, SwapSampler, clean_stale, read_swaps
 from hetmem.sizes import format_size, parse_size
-from hetmem.swapbase import MemoryCgroup, SwapFile, SwapSampler, clean_stale, read_swaps
 
 SCHEMA_VERSION = 1
 MODES = ("dram", "cache", "swap", "flat", "hybrid")

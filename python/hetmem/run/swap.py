@@ -2,9 +2,9 @@
 swap file on the storage tier, both made so that no other user can turn
 them against root (an fd-held swap file in a private directory, found in
 /proc/swaps by device and inode) and removed only by the run that can prove
-it made them (owner records, hetmem.supervise).
+it made them (owner records, hetmem.run.supervise).
 
-`hetmem run --mode swap` (hetmem.run) puts them together around the command.
+`hetmem run --mode swap` (hetmem.run.launch) puts them together around the command.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from hetmem import supervise
 from hetmem.errors import EnvironmentProblem
 from hetmem.output import run_note as note
+from hetmem.run import supervise
 
 
 def read_swaps() -> list[dict[str, Any]]:
