@@ -8,6 +8,7 @@ versioned result and caches it per machine (hetmem.run.cache, kind "probe").
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -149,8 +150,6 @@ def _storage_request(plan: Plan, path: str, check_only: bool = False) -> dict[st
 
 def request(ctx: Context, req: dict[str, Any]) -> dict[str, Any]:
     """One native measurement (hm_probe_json)."""
-    import json
-
     return ctx.call_json("hm_probe_json", json.dumps(req).encode())
 
 

@@ -22,9 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetmem import __version__, sizes
+from hetmem import __version__, _native, sizes
+from hetmem.bench.kernels import kernel_path
 from hetmem.errors import UsageError
 from hetmem.output import write_atomic
+from hetmem.run import cache
+from hetmem.run import launch as run_mod
 from hetmem.sizes import format_size
 
 SCHEMA_VERSION = 1
@@ -240,15 +243,11 @@ def run_key(r: dict[str, Any]) -> tuple[str, float, str, int]:
 
 def available_modes() -> dict[str, str]:
     """Mode -> reason it cannot run here ('' when it can)."""
-    from hetmem import _native
-
     libdir = _native.library_dir()
     out = {"dram": ""}
     out["cache"] = "" if (libdir / "libhetmem_preload.so").exists() else "preload library not built"
     out["swap"] = "" if os.geteuid() == 0 else "needs root (memory cgroup and swapon)"
     try:
-        from hetmem.run import launch as run_mod
-
         modes = getattr(run_mod, "MODES", ("dram", "cache", "swap"))
     except ImportError:
         modes = ()
@@ -299,8 +298,6 @@ def exit_error_kind(mode: str, stats: dict[str, Any] | None) -> str:
 
 def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) -> dict[str, Any]:
     """Runs one kernel under one mode and returns its record."""
-    from hetmem.bench.kernels import kernel_path
-
     size = plan.size_for(case, multiple)
     binary = kernel_path(case.kernel)
     with tempfile.TemporaryDirectory(prefix="hetmem-bench-") as tmp:
@@ -385,8 +382,6 @@ def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) ->
 
 
 def write_manifest(plan: Plan, argv: Sequence[str]) -> None:
-    from hetmem.run import cache
-
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "hetmem_version": __version__,

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hetmem.bench import find_program
 from hetmem.errors import HetmemError, SchemaError, UsageError
 
 SCHEMA_VERSION = 1
@@ -57,8 +58,6 @@ class KernelVerificationError(KernelFailed):
 
 def kernel_path(name: str) -> Path:
     """Path of the hm-kernel-<name> program; EnvironmentProblem if none is built."""
-    from hetmem.bench import find_program
-
     if name not in KERNELS:
         raise UsageError(f"unknown kernel '{name}' (known: {', '.join(KERNELS)})")
     return find_program(f"{PREFIX}{name}")

@@ -27,11 +27,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hetmem import output
+from hetmem import __version__, output
+from hetmem.bench import find_program, harness
+from hetmem.bench.harness import available_modes
+from hetmem.bench.kernels import run_kernel
 from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError, UsageError
 from hetmem.run import cache
 from hetmem.sizes import parse_size
@@ -89,8 +93,6 @@ QUICK_FIELD = {**SOLVE_FIELD, "lattice": "8 8 8 8", "m0": "-0.6"}
 
 
 def lattice_binary() -> Path:
-    from hetmem.bench import find_program
-
     return find_program("hm-lattice")
 
 
@@ -185,8 +187,6 @@ def dram_bandwidth(threads: int) -> tuple[float, str]:
                     best = (float(gbs), f"probe STREAM triad, {threads} thread(s), {t.get('name')}")
         if best:
             return best
-    from hetmem.bench.kernels import run_kernel
-
     res = run_kernel("stream", ["--bytes", "1G", "--threads", str(threads)])
     return float(res["gbs"]), f"hm-kernel-stream triad now, {threads} thread(s)"
 
@@ -400,10 +400,6 @@ def bench_modes(
     case per budget fraction, multiple = footprint / budget, the time being
     the solver's own setup + solve seconds. flat and hybrid use a placement
     from `hetmem profile` + `hetmem advise` at that budget."""
-    from hetmem import __version__
-    from hetmem.bench import harness
-    from hetmem.bench.harness import available_modes
-
     settings = {**MODES_FIELD, **(settings or {})}
     outdir.mkdir(parents=True, exist_ok=True)
     avail = available_modes()
@@ -485,9 +481,6 @@ def _modes_one(
     rep: int,
     placement: Path,
 ) -> dict[str, Any]:
-    import time
-
-    from hetmem.bench import harness
 
     with tempfile.TemporaryDirectory(prefix="hm-lattice-mode-") as tmp:
         res_path, stats_path = Path(tmp) / "result.json", Path(tmp) / "stats.json"

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hetmem import __version__
+from hetmem import __version__, output
 from hetmem.bench.harness import (
     SCHEMA_VERSION,
     efficiency_table,
@@ -30,7 +30,7 @@ from hetmem.bench.harness import (
     load_runs,
     run_best_time,
 )
-from hetmem.errors import SchemaError
+from hetmem.errors import SchemaError, UsageError
 
 REPORT_SCHEMA_VERSION = 1
 MODE_COLORS = {
@@ -95,6 +95,7 @@ def _probe_storage(manifests: Sequence[dict[str, Any]]) -> dict[str, tuple[float
 def _svg(fig: Any) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
+    # lazy: matplotlib takes long to import; only the report's plots need it
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -103,6 +104,7 @@ def _svg(fig: Any) -> str:
 
 
 def _plot_efficiency(rows: list[dict[str, Any]]) -> str | None:
+    # lazy: matplotlib takes long to import; only the report's plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -183,6 +185,7 @@ def _poly_points(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _plot_poly(pts: list[dict[str, Any]], bws: dict[str, float], peak_gflops: float) -> str | None:
+    # lazy: matplotlib takes long to import; only the report's plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -240,6 +243,7 @@ BAR_FRACTIONS = (0.25, 0.5, 0.75)
 
 
 def _plot_bars(rows: list[dict[str, Any]]) -> str | None:
+    # lazy: matplotlib takes long to import; only the report's plots need it
     import matplotlib
 
     matplotlib.use("Agg")
@@ -665,3 +669,19 @@ def build(dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
         )
     parts.append("</ul></body></html>")
     return "".join(parts), data
+
+
+def write(dirs: Sequence[Path], out: Path | None, force: bool) -> tuple[Path, dict[str, Any]]:
+    """`hetmem report`: the page of result folders written to `out` (default
+    DIR/report.html) with its data as JSON beside it; the path and the data."""
+    for d in dirs:
+        if not d.is_dir():
+            raise UsageError(f"{d}: no such result folder")
+    path = out or (dirs[0] / "report.html")
+    if path.exists() and not force and out is not None:
+        raise UsageError(f"{path} exists; use -f to overwrite it")
+    page, data = build(dirs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    output.write_atomic(path, page)
+    output.write_atomic(path.with_suffix(".json"), json.dumps(data, indent=2))
+    return path, data

@@ -21,9 +21,8 @@ import functools
 import json
 from typing import Any
 
-import numpy as np
-
 from hetmem._native import Context, lib, strerror
+from hetmem._numpy import np
 from hetmem.errors import NativeError
 
 WRITER = 1
@@ -286,8 +285,10 @@ class Channel:
             addr, n = (arr.__array_interface__["data"][0] if arr.size else None), arr.nbytes
         self._check(self._so.hm_chan_put(self._h, key.encode(), step, addr, n))
 
+    # dtype defaults are names (np.dtype takes them): a default of np.uint8
+    # would load numpy when this module is imported (see hetmem._numpy).
     def put_alloc(
-        self, key: str, step: int, shape: int | tuple[int, ...], dtype: Any = np.uint8
+        self, key: str, step: int, shape: int | tuple[int, ...], dtype: Any = "uint8"
     ) -> np.ndarray:
         """A writable array inside the channel to compute into (zero copy)."""
         dt = np.dtype(dtype)
@@ -333,7 +334,7 @@ class Channel:
         rc = self._so.hm_chan_latest(self._h, ctypes.byref(out))
         return None if rc else out.value
 
-    def get(self, key: str, step: int, dtype: Any = np.uint8, copy: bool = False) -> np.ndarray:
+    def get(self, key: str, step: int, dtype: Any = "uint8", copy: bool = False) -> np.ndarray:
         """A read-only view of key in a held step (valid until release), or a copy."""
         self._check(
             self._so.hm_chan_get(
@@ -359,7 +360,7 @@ class Channel:
         )
         return ptrs, lens
 
-    def views(self, keys: Keys, step: int, dtype: Any = np.uint8) -> list[np.ndarray]:
+    def views(self, keys: Keys, step: int, dtype: Any = "uint8") -> list[np.ndarray]:
         """Read-only views of keys in a held step (one library call)."""
         ptrs, lens = self.get_many(keys, step)
         dt = np.dtype(dtype)

@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
+from hetmem._numpy import np
 from hetmem.flow import channel as chan
 from hetmem.flow import kernels
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from hetmem import tiers as inv
+from hetmem._numpy import np
 from hetmem.errors import EnvironmentProblem, SchemaError, UsageError
 from hetmem.placement.fileformat import Placement, PModule, PSite, PTier
 from hetmem.placement.limits import DEFAULT_TIME_LIMIT_S, MAX_ILP_SITES
@@ -198,8 +198,6 @@ def tiers_from_machine() -> tuple[list[Tier], list[str]]:
     notes: list[str] = []
     entries: list[dict[str, Any]] | None = None
     try:
-        from hetmem import tiers as inv  # written beside this module
-
         entries = inv.inventory()["tiers"]
     except ImportError:
         notes.append("tier inventory unavailable; using the cached probe result only")
@@ -443,6 +441,7 @@ def solve_greedy(problem: Problem, start: np.ndarray | None = None) -> Solution:
 
 def solve_ilp(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT_S) -> Solution:
     """The exact integer program, solved by HiGHS."""
+    # lazy: scipy loads numpy, which CLI start-up must not (see hetmem._numpy)
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_matrix
 
@@ -596,6 +595,7 @@ def _lp_relaxation(
 ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray] | None:
     """x, objective and reduced costs (at lower, at upper bounds) of the LP
     relaxation; None when HiGHS does not solve it."""
+    # lazy: scipy loads numpy, which CLI start-up must not (see hetmem._numpy)
     from scipy.optimize import linprog
     from scipy.sparse import vstack
 
@@ -951,6 +951,7 @@ def benchmark(
     nsites: int = MAX_ILP_SITES, ntiers: int = 3, target_s: float = 2.0
 ) -> dict[str, Any]:
     """Solves the synthetic instance exactly and greedily, side by side."""
+    # lazy: scipy loads numpy, which CLI start-up must not (see hetmem._numpy)
     import scipy.optimize  # noqa: F401  (its import is not solving time)
 
     p = synthetic_problem(nsites, ntiers)

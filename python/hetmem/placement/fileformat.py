@@ -29,8 +29,10 @@ try:
 except ModuleNotFoundError:  # Python 3.10: no TOML reader in the standard library
     tomllib = None  # type: ignore[assignment]
 
+from hetmem import probe
 from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError
 from hetmem.output import write_atomic
+from hetmem.placement import symbolize
 from hetmem.placement.sitenames import distinct_labels, first_user_frame, frame_text
 
 KIND = "hetmem-placement"
@@ -526,7 +528,7 @@ def prepare_for_run(
     divided by the ranks per node)."""
     p = load(placement_path)
     if memory_nodes is None:
-        from hetmem.probe import memory_nodes
+        memory_nodes = probe.memory_nodes
     here = memory_nodes()
     node_warnings = []
     for i, t in enumerate(p.tiers):
@@ -556,6 +558,4 @@ def prepare_for_run(
 def _build_id_here(path: str) -> str | None:
     if not path or not os.path.exists(path):
         return None
-    from hetmem.placement import symbolize
-
     return symbolize.build_id(path)
