@@ -1,5 +1,5 @@
 """The properties the fuzz targets check on one input, shared with the
-corpus replay (tests/test_fuzz_corpus.py), which runs without atheris.
+corpus replay (tests/unit/test_fuzz_corpus.py), which runs without atheris.
 Each returns True when the input parsed, False when it was refused with a
 one-line SchemaError; anything else (another exception, a failed
 assertion) is a bug."""

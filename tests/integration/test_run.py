@@ -144,7 +144,7 @@ def test_bad_input_missing_command() -> None:
 
 
 def test_bad_input_unknown_command() -> None:
-    # exit 127, as a shell gives (tests/test_security_run_exec.py: 126 too)
+    # exit 127, as a shell gives (tests/integration/test_security_run_exec.py: 126 too)
     proc = run_hetmem("run", "--mode", "dram", "--", "no-such-command-hetmem")
     assert proc.returncode == 127 and "not found" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -53,7 +53,11 @@ from typing import Any
 
 from hetmem.errors import HetmemError, UsageError
 from hetmem.flow import calibrate, kernels, runner
-from hetmem.flow.cpuload import cpu_factor, external_load
+from hetmem.flow.cpuload import (
+    busy_cpu_seconds,  # noqa: F401  (flow.sweep reads model.busy_cpu_seconds)
+    cpu_factor,
+    external_load,
+)
 from hetmem.flow.spec import Spec
 
 

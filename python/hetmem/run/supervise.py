@@ -504,7 +504,7 @@ class Supervisor:
 
     def start(self) -> Supervisor:
         # -I: no environment, no user site, not the script's directory on
-        # sys.path (python/hetmem/profile.py would shadow the stdlib's)
+        # sys.path (a module of this package there could shadow the stdlib's)
         self._proc = subprocess.Popen(
             [sys.executable, "-I", "-S", os.path.abspath(__file__)],
             stdin=subprocess.PIPE,
