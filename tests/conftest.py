@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hetmem.bench import harness
+
 REPO = Path(__file__).resolve().parent.parent
 CBUILD = Path(os.environ.get("HETMEM_CBUILD", REPO / "build" / "c"))
 
@@ -76,3 +78,36 @@ def profile_and_show(
     assert len(written) == 1, proc.stderr
     show = json.loads(run_hetmem("profile", "show", "--json", str(written[0]), check=True).stdout)
     return proc, written[0], show
+
+
+# Benchmark-harness plans and run records, shared by the harness's unit tests
+# and the report's browser test.
+def _plan(tmp_path: Path, **kw) -> harness.Plan:
+    base = dict(
+        cases=harness.resolve_cases(["stream-triad", "poly-ro-d16"]),
+        multiples=[0.5, 2.0],
+        modes=["dram", "cache", "swap"],
+        repeat=2,
+        budget=64 << 20,
+        threads=2,
+        storage=None,
+        outdir=tmp_path,
+    )
+    base.update(kw)
+    return harness.Plan(**base)
+
+
+def _record(case, mult, mode, rep, t, error="", result=None):
+    return {
+        "schema_version": 1,
+        "case": case,
+        "kernel": case.split("-")[0],
+        "group": case,
+        "multiple": mult,
+        "size_bytes": int(mult * (64 << 20)),
+        "mode": mode,
+        "rep": rep,
+        "time_s": t,
+        "error": error,
+        "result": result,
+    }

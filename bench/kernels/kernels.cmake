@@ -1,6 +1,6 @@
 # Benchmark kernels (hm-kernel-*): plain-malloc OpenMP programs that hetmem
 # runs under each memory mode. Built into <build>/bench/kernels and installed
-# into the package's _bench folder (python/hetmem/kernels.py finds them).
+# into the package's _bench folder (python/hetmem/bench/kernels.py finds them).
 pkg_check_modules(HMK_OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 pkg_check_modules(HMK_LAPACKE REQUIRED IMPORTED_TARGET lapacke)
 pkg_check_modules(HMK_FFTW REQUIRED IMPORTED_TARGET fftw3)

@@ -3,11 +3,12 @@
 The measurements themselves are in libhetmem (src/probe/), one native call per
 step through hm_probe_json; this module decides what to measure (memory nodes,
 thread counts, storage directories, quick or full), shows progress, builds the
-versioned result and caches it per machine (hetmem.cache, kind "probe").
+versioned result and caches it per machine (hetmem.run.cache, kind "probe").
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -16,9 +17,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hetmem import cache, output
+from hetmem import output
 from hetmem._native import Context
 from hetmem.errors import SchemaError, UsageError
+from hetmem.run import cache
 
 SCHEMA_VERSION = 1
 CACHE_KIND = "probe"
@@ -148,8 +150,6 @@ def _storage_request(plan: Plan, path: str, check_only: bool = False) -> dict[st
 
 def request(ctx: Context, req: dict[str, Any]) -> dict[str, Any]:
     """One native measurement (hm_probe_json)."""
-    import json
-
     return ctx.call_json("hm_probe_json", json.dumps(req).encode())
 
 

@@ -15,8 +15,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from hetmem import cache
 from hetmem._native import Context
+from hetmem.run import cache
 
 SCHEMA_VERSION = 1
 

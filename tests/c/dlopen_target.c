@@ -1,4 +1,4 @@
-/* Runs under `hetmem profile` / `hetmem run` in tests/test_preload_loading.py:
+/* Runs under `hetmem profile` / `hetmem run` in tests/integration/test_preload_loading.py:
  * dlopens PLUGIN (plugin_lib.c) after PAD KiB of other allocation (so its
  * load address and the heap differ from run to run), runs it, dlcloses it.
  * Prints the plugin's sum; exit 0 when it is the expected one. */

@@ -1,4 +1,4 @@
-/* Runs under `hetmem profile` / `hetmem run` in tests/test_run.py: its
+/* Runs under `hetmem profile` / `hetmem run` in tests/integration/test_run.py: its
  * library (early_lib.c) allocated in a constructor before the interposer's;
  * this checks those blocks and releases them. Exit 0 when all is well,
  * otherwise the failed checks as bits (1 no block, 2 mmap not page-aligned,

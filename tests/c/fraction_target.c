@@ -1,4 +1,4 @@
-/* A program for tests/test_profile_samplers.py to run under `hetmem
+/* A program for tests/integration/test_profile_samplers.py to run under `hetmem
  * profile --sampler portable`: three blocks from three allocation sites
  * (one line each), written for WORK_MS milliseconds in a loop that touches
  * every page of `all` (8 MiB), only the first quarter of the pages of

@@ -1,4 +1,4 @@
-/* A program for tests/test_hardening_c_storage.py: asks for TOTAL MiB in
+/* A program for tests/integration/test_hardening_c_storage.py: asks for TOTAL MiB in
  * blocks of BLOCK MiB (malloc), writes a pattern into every block it gets,
  * reads all of them back, and prints one line:
  *   served=N refused=M enomem=K bad=B

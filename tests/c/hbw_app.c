@@ -1,5 +1,5 @@
 /* A program written for memkind's hbwmalloc, unchanged: built by
- * tests/test_hbw.py against include/hbwmalloc.h and linked with -lhetmem.
+ * tests/integration/test_hbw.py against include/hbwmalloc.h and linked with -lhetmem.
  * Checks what it gets back and exits 0, or prints what failed and exits 1. */
 #include <errno.h>
 #include <hbwmalloc.h>

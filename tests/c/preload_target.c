@@ -1,4 +1,4 @@
-/* A program for tests/test_run.py to run under libhetmem_preload.so (and
+/* A program for tests/integration/test_run.py to run under libhetmem_preload.so (and
  * without it): it allocates through every hooked entry point, writes
  * patterns into large blocks whose total exceeds the fast budget, reads
  * them back, reallocs across the threshold, runs threads and fork+exec, and

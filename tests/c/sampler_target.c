@@ -1,4 +1,4 @@
-/* A program for tests/test_profile_samplers.py to run under `hetmem
+/* A program for tests/integration/test_profile_samplers.py to run under `hetmem
  * profile`: two blocks from two allocation sites (8 MiB in alloc_a, 24 MiB
  * in alloc_b), touched, then READY is created and the program waits for
  * DONE (at most 60 s) and exits without freeing them, so they are live

@@ -1,5 +1,5 @@
 /* A program with its own SIGSEGV handler, as gfortran's runtime and many
- * HPC codes have, for tests/test_profile_samplers.py to run under `hetmem
+ * HPC codes have, for tests/integration/test_profile_samplers.py to run under `hetmem
  * profile` (whose portable sampler takes SIGSEGVs of its own): it installs
  * the handler with sigaction or signal, works on a 16 MiB block for WORK_MS
  * (the sampler's faults must never reach it), checks that sigaction reads

@@ -1,5 +1,5 @@
 """The properties the fuzz targets check on one input, shared with the
-corpus replay (tests/test_fuzz_corpus.py), which runs without atheris.
+corpus replay (tests/unit/test_fuzz_corpus.py), which runs without atheris.
 Each returns True when the input parsed, False when it was refused with a
 one-line SchemaError; anything else (another exception, a failed
 assertion) is a bug."""
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 
-from hetmem import _native, placement, profile, sizes
+from hetmem import _native, sizes
 from hetmem.errors import SchemaError, UsageError
 from hetmem.flow import spec
+from hetmem.placement import fileformat as placement
+from hetmem.placement import profile
 
 
 def _refused(exc: SchemaError) -> bool:

@@ -10,7 +10,7 @@ and that discovery reads, plus a few realistic extras. The constructed ones
 follow the kernel's documented interfaces (Documentation/ABI/stable/
 sysfs-devices-node, admin-guide/mm/numaperf.rst, memory-tiers, dax bus) and
 published facts about the platforms (../shared/notes/anchors-tiers.md).
-expected.json next to each tree is written by tests/test_tiers.py with
+expected.json next to each tree is written by tests/unit/test_tiers.py with
 HM_UPDATE_GOLDEN=1 and then reviewed by eye.
 """
 

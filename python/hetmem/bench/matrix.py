@@ -1,8 +1,8 @@
 """Kernel-matrix suites of `hetmem bench` (imdt, poly, kernels, ...).
 
-Every such suite runs the harness (hetmem.harness): kernels x data sizes (as
+Every such suite runs the harness (hetmem.bench.harness): kernels x data sizes (as
 multiples of the fast budget) x modes x repetitions, interleaved, resumable,
-and then writes the report (hetmem.report) into the result folder.
+and then writes the report (hetmem.bench.report) into the result folder.
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from hetmem import harness, output
+from hetmem import output
+from hetmem.bench import harness, report
 from hetmem.errors import UsageError
 from hetmem.sizes import format_size
 
@@ -167,8 +169,6 @@ def execute_with_progress(plan: harness.Plan, argv: list[str], show: bool) -> li
 
 def run_matrix(args: argparse.Namespace, suite: str, argv: list[str]) -> dict[str, Any]:
     """Runs the suite's matrix and writes the report; returns the report data."""
-    from hetmem import report
-
     plan = make_plan(args, suite)
     n = len(plan.runs())
     output.err_console().print(
@@ -251,8 +251,6 @@ class MatrixSuite:
         add_matrix_arguments(parser, **self.defaults)
 
     def run(self, args: argparse.Namespace) -> int:
-        import sys
-
         data = run_matrix(args, self.name, ["bench", *sys.argv[2:]])
         if args.json:
             output.print_json(data)

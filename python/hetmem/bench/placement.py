@@ -76,10 +76,13 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import output
-from hetmem import profile as prof
+from hetmem import probe as probe_mod
 from hetmem._native import Context
-from hetmem.bench import find_program
+from hetmem.bench import find_program, sdm
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
+from hetmem.placement import profile as prof
+from hetmem.run import cache as cache_mod
+from hetmem.run import launch as hrun
 from hetmem.sizes import format_size, parse_size
 
 name = "placement"
@@ -149,9 +152,6 @@ def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _device_bandwidth(args: argparse.Namespace, storage: str) -> dict[str, Any]:
-    from hetmem import cache as cache_mod
-    from hetmem.bench import sdm
-
     if args.no_device_probe:
         probe = cache_mod.load("probe") or {}
         return next((t for t in probe.get("tiers", []) if t.get("kind") == "storage"), {})
@@ -168,8 +168,6 @@ ROUND_PROBE_BYTES = 256 << 20
 def _quick_read_gbs(storage: str) -> float | None:
     """The storage tier's sequential O_DIRECT read bandwidth now (GB/s), from
     one pass over a small probe file; None when it cannot be measured."""
-    from hetmem import probe as probe_mod
-
     req = {"test": "storage", "dir": storage, "file_bytes": ROUND_PROBE_BYTES,
            "seq_passes": 1, "random": False, "write": False}  # fmt: skip
     try:
@@ -227,8 +225,6 @@ def check_arguments(args: argparse.Namespace, footprint: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetmem import run as hrun
-
     footprint = parse_size(args.footprint, "--footprint")
     budget = footprint // 4
     check_arguments(args, footprint)

@@ -23,11 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hetmem import cache, output
+from hetmem import output
 from hetmem import probe as probe_mod
 from hetmem._native import Context
 from hetmem.bench import find_program
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
+from hetmem.run import cache
 from hetmem.sizes import format_size, parse_probe_sizes
 
 SCHEMA_VERSION = 1

@@ -23,8 +23,11 @@ import sys
 from typing import Any
 
 from hetmem import output
+from hetmem import probe as probe_mod
 from hetmem._native import Context
 from hetmem.bench import matrix
+from hetmem.bench.harness import latest_runs, load_runs
+from hetmem.run import cache as cache_mod
 
 name = "sdm"
 help = "cache mode vs dram vs Linux swap on the software-defined-memory kernels, with targets"
@@ -41,8 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def probe_storage(storage: str | None) -> dict[str, Any]:
-    from hetmem import probe as probe_mod
-
     with Context() as ctx:
         plan = probe_mod.make_plan(
             ctx, quick=False, storage=[storage] if storage else None, nodes=None
@@ -61,8 +62,6 @@ def _eff(rows: list[dict[str, Any]], case: str, mult: float, mode: str) -> dict[
 
 
 def _result(runs: list[dict[str, Any]], case: str, mult: float, mode: str) -> list[dict[str, Any]]:
-    from hetmem.harness import latest_runs
-
     return [
         r["result"]
         for r in latest_runs(runs)
@@ -141,9 +140,6 @@ def evaluate(
 
 
 def run(args: argparse.Namespace) -> int:
-    from hetmem import cache as cache_mod
-    from hetmem.harness import load_runs
-
     matrix.check_options(args, "sdm")
     if args.no_device_probe:
         probe = cache_mod.load("probe") or {}

@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
+from typing import Any
 
-from hetmem import limits, output
-from hetmem import placement as plc
-from hetmem import profile as prof
+from hetmem import output
 from hetmem.errors import UsageError
 from hetmem.output import check_output_file
-from hetmem.sitenames import short
+from hetmem.placement import advise as adv
+from hetmem.placement import fileformat as plc
+from hetmem.placement import limits, pipeline
+from hetmem.placement.sitenames import short
 from hetmem.sizes import format_size, parse_budget
-from hetmem.symbolize import Symbolizer
 
 
 class Command:
@@ -87,150 +87,35 @@ class Command:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from hetmem import advise as adv  # numpy: not at start-up (see hetmem.limits)
-
         if args.benchmark is not None:
             return self.bench(args)
         budget = self.check(args)
-        names = []
-        dropped_notes = []
-        for arg in args.profiles:
-            files = prof.expand(arg)
-            if files != [arg]:
-                dropped_notes.append(
-                    f"{arg}: the {len(files)} per-process profile(s) of its latest run: "
-                    f"{', '.join(Path(f).name for f in files)}"
-                )
-            names += files
-        profiles = [prof.load(p) for p in names]
-        if any(p.sites for p in profiles):
-            # `hetmem profile -- mpirun ...` also profiles the launcher: no
-            # sites, another binary, and it is no rank sharing the budget
-            empty = [n for n, p in zip(names, profiles, strict=True) if not p.sites]
-            if empty:
-                keep = [(n, p) for n, p in zip(names, profiles, strict=True) if p.sites]
-                names, profiles = [n for n, _ in keep], [p for _, p in keep]
-                dropped_notes.append(
-                    f"left out {len(empty)} profile(s) with no allocation site (a launcher such "
-                    f"as mpirun, or no allocation of at least the threshold): {', '.join(empty)}"
-                )
-        merged = prof.merge(profiles)
-        if args.tiers:
-            tiers, notes = adv.tiers_from_file(args.tiers), []
-        else:
-            tiers, notes = adv.tiers_from_machine()
-        if len(tiers) < 2:
-            notes.append(f"only one tier ({tiers[0].name}): every site goes there")
-        sym = None if args.no_symbols else Symbolizer()
-        res = adv.advise(
-            merged,
-            tiers,
-            budget,
+        options = pipeline.SolveOptions(
             ranks_per_node=args.ranks_per_node,
             solver=args.solver,
             max_ilp_sites=args.max_ilp_sites,
             time_limit=args.time_limit,
-            symbolizer=sym,
             explain_top=args.explain,
-            profile_names=names,
         )
-        notes = dropped_notes + notes + res.notes
-        if sym is not None:
-            notes += [f"cannot symbolize {k}: {v}" for k, v in sym.problems.items()]
-        if res.solution.note:
-            notes.append(res.solution.note)
+        got = pipeline.advise_profiles(
+            args.profiles, budget, args.tiers, options, symbols=not args.no_symbols
+        )
         comment = [
             "hetmem placement: which tier serves each allocation site (docs/formats.md).",
             f"made by: hetmem advise {' '.join(sys.argv[2:])}".rstrip(),
         ]
         if args.output:
-            plc.save(res.placement, args.output, comment)
+            plc.save(got.advice.placement, args.output, comment)
         if args.json:
-            data = {
-                "schema_version": 1,
-                "placement_file": args.output,
-                "notes": notes,
-                **res.placement.meta,
-                "tiers": [vars(t) for t in res.placement.tiers],
-                "sites": [
-                    {**vars(s), "tier_name": res.placement.tiers[s.tier].name}
-                    for s in res.placement.sites
-                ],
-            }
-            output.print_json(data)
+            output.print_json(_json(got, args.output))
             return 0
-        err = output.err_console()
-        for n in notes:
-            err.print(f"note: {n}", markup=False)
-        m = res.placement.meta
-        solver = "exact ILP (HiGHS)" if res.solution.solver == "ilp-highs" else "GREEDY heuristic"
-        if res.solution.solver == "ilp-highs" and not res.solution.optimal:
-            solver += ", not proven optimal"
-        con = output.console()
-        con.print(
-            f"{len(merged.sites)} sites from {len(profiles)} profile(s), {len(tiers)} tiers; "
-            f"solver: {solver}, {res.solution.seconds:.3g} s",
-            markup=False,
-        )
-        con.print(
-            f"predicted time in allocation sites: {m['predicted_time_s']:.4g} s per process "
-            f"(all on {tiers[-1].name}: {res.time_slowest_s:.4g} s; unlimited {tiers[0].name}: "
-            f"{res.time_fastest_s:.4g} s); saved {m['predicted_time_saved_s']:.4g} s",
-            markup=False,
-        )
-        counts = {}
-        for s in res.placement.sites:
-            counts.setdefault(s.tier, [0, 0])
-            counts[s.tier][0] += 1
-            counts[s.tier][1] += s.peak_live_bytes
-        output.table(
-            "tiers",
-            [
-                "tier",
-                "kind",
-                "GB/s",
-                "latency ns",
-                "capacity/process",
-                "sites",
-                "sum of peaks",
-                "source",
-            ],
-            [
-                [
-                    t.name,
-                    t.kind,
-                    f"{t.bandwidth_gbs:.3g}",
-                    f"{t.latency_ns:.3g}",
-                    format_size(pt.capacity_bytes) if pt.capacity_bytes else "unlimited",
-                    counts.get(i, [0, 0])[0],
-                    format_size(counts.get(i, [0, 0])[1]),
-                    t.source,
-                ]
-                for i, (t, pt) in enumerate(zip(tiers, res.placement.tiers, strict=True))
-            ],
-        )
-        top = res.placement.sites[: max(10, args.explain)]
-        labels = plc.site_labels(res.placement)
-        output.table(
-            "sites by benefit",
-            ["site", "where", "tier", "peak live", "est. accesses", "benefit s"],
-            [
-                [
-                    s.id,
-                    short(label),
-                    res.placement.tiers[s.tier].name,
-                    format_size(s.peak_live_bytes),
-                    f"{s.est_accesses:.3g}",
-                    f"{s.benefit_s:.3g}",
-                ]
-                for s, label in zip(top, labels, strict=False)
-            ],
-        )
-        if args.explain:
-            for s in res.placement.sites[: args.explain]:
-                con.print(f"site {s.id}: {s.reason}", markup=False)
+        for n in got.notes:
+            output.err_console().print(f"note: {n}", markup=False)
+        _print_summary(got)
+        _print_tiers(got)
+        _print_sites(got, args.explain)
         if args.output:
-            con.print(f"placement written to {args.output}", markup=False)
+            output.console().print(f"placement written to {args.output}", markup=False)
         return 0
 
     def check(self, args: argparse.Namespace) -> int:
@@ -253,8 +138,6 @@ class Command:
         return budget
 
     def bench(self, args: argparse.Namespace) -> int:
-        from hetmem import advise as adv
-
         if args.benchmark < 1:
             raise UsageError("--benchmark needs a positive number of sites")
         r = adv.benchmark(args.benchmark)
@@ -271,3 +154,96 @@ class Command:
             markup=False,
         )
         return 0
+
+
+def _json(got: pipeline.ProfilesAdvice, placement_file: str | None) -> dict[str, Any]:
+    placement = got.advice.placement
+    return {
+        "schema_version": 1,
+        "placement_file": placement_file,
+        "notes": got.notes,
+        **placement.meta,
+        "tiers": [vars(t) for t in placement.tiers],
+        "sites": [{**vars(s), "tier_name": placement.tiers[s.tier].name} for s in placement.sites],
+    }
+
+
+def _print_summary(got: pipeline.ProfilesAdvice) -> None:
+    res, tiers = got.advice, got.tiers
+    m = res.placement.meta
+    solver = "exact ILP (HiGHS)" if res.solution.solver == "ilp-highs" else "GREEDY heuristic"
+    if res.solution.solver == "ilp-highs" and not res.solution.optimal:
+        solver += ", not proven optimal"
+    con = output.console()
+    con.print(
+        f"{len(got.merged.sites)} sites from {len(got.profiles)} profile(s), {len(tiers)} tiers; "
+        f"solver: {solver}, {res.solution.seconds:.3g} s",
+        markup=False,
+    )
+    con.print(
+        f"predicted time in allocation sites: {m['predicted_time_s']:.4g} s per process "
+        f"(all on {tiers[-1].name}: {res.time_slowest_s:.4g} s; unlimited {tiers[0].name}: "
+        f"{res.time_fastest_s:.4g} s); saved {m['predicted_time_saved_s']:.4g} s",
+        markup=False,
+    )
+
+
+_TIER_COLUMNS = [
+    "tier",
+    "kind",
+    "GB/s",
+    "latency ns",
+    "capacity/process",
+    "sites",
+    "sum of peaks",
+    "source",
+]
+
+
+def _print_tiers(got: pipeline.ProfilesAdvice) -> None:
+    placement = got.advice.placement
+    counts: dict[int, list[int]] = {}
+    for s in placement.sites:
+        counts.setdefault(s.tier, [0, 0])
+        counts[s.tier][0] += 1
+        counts[s.tier][1] += s.peak_live_bytes
+    output.table(
+        "tiers",
+        _TIER_COLUMNS,
+        [
+            [
+                t.name,
+                t.kind,
+                f"{t.bandwidth_gbs:.3g}",
+                f"{t.latency_ns:.3g}",
+                format_size(pt.capacity_bytes) if pt.capacity_bytes else "unlimited",
+                counts.get(i, [0, 0])[0],
+                format_size(counts.get(i, [0, 0])[1]),
+                t.source,
+            ]
+            for i, (t, pt) in enumerate(zip(got.tiers, placement.tiers, strict=True))
+        ],
+    )
+
+
+def _print_sites(got: pipeline.ProfilesAdvice, explain: int) -> None:
+    placement = got.advice.placement
+    top = placement.sites[: max(10, explain)]
+    labels = plc.site_labels(placement)
+    output.table(
+        "sites by benefit",
+        ["site", "where", "tier", "peak live", "est. accesses", "benefit s"],
+        [
+            [
+                s.id,
+                short(label),
+                placement.tiers[s.tier].name,
+                format_size(s.peak_live_bytes),
+                f"{s.est_accesses:.3g}",
+                f"{s.benefit_s:.3g}",
+            ]
+            for s, label in zip(top, labels, strict=False)
+        ],
+    )
+    for s in placement.sites[:explain]:
+        output.console().print(f"site {s.id}: {s.reason}", markup=False)

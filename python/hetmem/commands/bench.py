@@ -6,12 +6,12 @@ import argparse
 import importlib
 from typing import Any
 
+from hetmem.bench import SUITES
+from hetmem.bench.matrix import SUITES as MATRIX
 from hetmem.errors import UsageError
 
 
 def _suite(name: str) -> Any:
-    from hetmem.bench.matrix import SUITES as MATRIX
-
     if name in MATRIX:
         return MATRIX[name]
     return importlib.import_module(f"hetmem.bench.{name}")
@@ -35,8 +35,6 @@ class Command:
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        from hetmem.bench import SUITES
-
         sub = parser.add_subparsers(dest="suite", metavar="SUITE", parser_class=type(parser))
         for name in SUITES:
             mod = _suite(name)

@@ -11,8 +11,11 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from hetmem import output
+from hetmem.bench import matrix
+from hetmem.cli import main
 from hetmem.errors import HetmemError
 
 
@@ -54,59 +57,16 @@ class Command:
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     def run(self, args: argparse.Namespace) -> int:
-        from hetmem.cli import main
-
         t0 = time.monotonic()
         storage = ["--storage", args.storage] if args.storage else []
-        bench = [
-            "bench",
-            "kernels",
-            "demo",
-            "--fast-budget",
-            args.fast_budget,
-            "--sizes",
-            args.sizes,
-            "--repeat",
-            str(args.repeat),
-            "--fits-repeat",
-            str(args.fits_repeat),
-            "--kernel-reps",
-            "2",
-            "-o",
-            str(args.output),
-            *storage,
-        ]
+        bench = _bench_argv(args, storage)
         _check_bench(bench[2:])
-        if not args.skip_probe:
-            output.console().rule("1. probe (quick)")
-            rc = main(["probe", "--quick", *storage])
-            if rc:
-                raise HetmemError("the probe failed; see above")
-        output.console().rule("2. tiers")
-        rc = main(["tiers", *storage])
-        if rc:
-            raise HetmemError("the tier inventory failed; see above")
-        output.console().rule("3. benchmark matrix")
-        rc = main(bench)
+        rc = _run_steps(args.skip_probe, storage, bench)
         report = args.output / "report.json"
         if not report.exists():
             raise HetmemError("the benchmark matrix wrote no report; see above")
         data = json.loads(report.read_text())
         output.console().rule("4. summary")
-        rows = []
-        for s in data["summary"]:
-            others = ", ".join(
-                f"{m} {100 * e:.0f}%" for m, e in sorted(s["by_mode"].items()) if e is not None
-            )
-            rows.append(
-                [
-                    s["case"],
-                    f"{s['multiple']:g}x",
-                    s["best_mode"],
-                    f"{100 * s['efficiency']:.1f}%",
-                    others,
-                ]
-            )
         if args.json:
             output.print_json(
                 {
@@ -119,7 +79,7 @@ class Command:
             output.table(
                 "best mode per kernel (efficiency = t_dram / t_mode)",
                 ["kernel", "size", "best mode", "efficiency", "all modes"],
-                rows,
+                [_summary_row(s) for s in data["summary"]],
             )
             output.console().print(
                 f"report: {args.output / 'report.html'}  ({time.monotonic() - t0:.0f} s in all)"
@@ -127,12 +87,61 @@ class Command:
         return rc
 
 
+def _bench_argv(args: argparse.Namespace, storage: list[str]) -> list[str]:
+    """`hetmem bench kernels demo ...` with the demo's options."""
+    return [
+        "bench",
+        "kernels",
+        "demo",
+        "--fast-budget",
+        args.fast_budget,
+        "--sizes",
+        args.sizes,
+        "--repeat",
+        str(args.repeat),
+        "--fits-repeat",
+        str(args.fits_repeat),
+        "--kernel-reps",
+        "2",
+        "-o",
+        str(args.output),
+        *storage,
+    ]
+
+
+def _run_steps(skip_probe: bool, storage: list[str], bench: list[str]) -> int:
+    """Steps 1 to 3 (probe, tiers, the matrix) as the CLI runs them; the
+    matrix's exit status."""
+    if not skip_probe:
+        output.console().rule("1. probe (quick)")
+        rc = main(["probe", "--quick", *storage])
+        if rc:
+            raise HetmemError("the probe failed; see above")
+    output.console().rule("2. tiers")
+    rc = main(["tiers", *storage])
+    if rc:
+        raise HetmemError("the tier inventory failed; see above")
+    output.console().rule("3. benchmark matrix")
+    return main(bench)
+
+
+def _summary_row(s: dict[str, Any]) -> list[Any]:
+    others = ", ".join(
+        f"{m} {100 * e:.0f}%" for m, e in sorted(s["by_mode"].items()) if e is not None
+    )
+    return [
+        s["case"],
+        f"{s['multiple']:g}x",
+        s["best_mode"],
+        f"{100 * s['efficiency']:.1f}%",
+        others,
+    ]
+
+
 def _check_bench(argv: list[str]) -> None:
     """The matrix's options are checked before the probe runs (a minute or
     more), so a bad --repeat, --sizes, --fast-budget or --storage is refused
     at once, in one line, instead of after the probe and the tier inventory."""
-    from hetmem.bench import matrix
-
     parser = argparse.ArgumentParser(add_help=False)
     matrix.add_matrix_arguments(parser)
     ns = parser.parse_args(argv)

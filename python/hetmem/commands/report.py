@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+from typing import Any
 
 from hetmem import output
-from hetmem.errors import UsageError
+from hetmem.bench import report
 
 
 class Command:
@@ -29,42 +29,35 @@ class Command:
         parser.add_argument("-f", "--force", action="store_true", help="overwrite an existing file")
 
     def run(self, args: argparse.Namespace) -> int:
-        from hetmem import report
-
-        for d in args.dirs:
-            if not d.is_dir():
-                raise UsageError(f"{d}: no such result folder")
-        out = args.output or (args.dirs[0] / "report.html")
-        if out.exists() and not args.force and args.output is not None:
-            raise UsageError(f"{out} exists; use -f to overwrite it")
-        page, data = report.build(args.dirs)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        output.write_atomic(out, page)
-        output.write_atomic(out.with_suffix(".json"), json.dumps(data, indent=2))
+        out, data = report.write(args.dirs, args.output, args.force)
         if args.json:
             output.print_json(data)
             return 0
         output.console().print(f"report: {out}  (data: {out.with_suffix('.json')})")
-        rows = [
-            [s["case"], f"{s['multiple']:g}x", s["best_mode"], f"{100 * s['efficiency']:.1f}%"]
-            for s in data["summary"]
-        ]
-        if rows:
-            output.table("best mode per kernel", ["case", "size", "best mode", "efficiency"], rows)
-        for c in data["checks"]:
-            verdict = "PASS" if c["pass"] else "MISS"
-            ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
-            output.console().print(f"{verdict}  {c['check']}: ratio {ratio} ({c['rule']})")
-        ft = data.get("fits_target")
-        if ft:
-            output.console().print(
-                f"{'PASS' if ft['pass'] else 'MISS'}  target: {ft['target']}: "
-                f"{ft['passed']}/{ft['checks']} checks pass (worst: {ft['worst']})"
-            )
-        if data["failed_runs"]:
-            oom = len(data["failed_runs"]) - data["hard_failures"]
-            output.console().print(
-                f"{len(data['failed_runs'])} failed run(s), {oom} of them the swap baseline "
-                "OOM-killed in its memory cgroup: see the report"
-            )
+        _print_summary(data)
         return 0
+
+
+def _print_summary(data: dict[str, Any]) -> None:
+    rows = [
+        [s["case"], f"{s['multiple']:g}x", s["best_mode"], f"{100 * s['efficiency']:.1f}%"]
+        for s in data["summary"]
+    ]
+    if rows:
+        output.table("best mode per kernel", ["case", "size", "best mode", "efficiency"], rows)
+    for c in data["checks"]:
+        verdict = "PASS" if c["pass"] else "MISS"
+        ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
+        output.console().print(f"{verdict}  {c['check']}: ratio {ratio} ({c['rule']})")
+    ft = data.get("fits_target")
+    if ft:
+        output.console().print(
+            f"{'PASS' if ft['pass'] else 'MISS'}  target: {ft['target']}: "
+            f"{ft['passed']}/{ft['checks']} checks pass (worst: {ft['worst']})"
+        )
+    if data["failed_runs"]:
+        oom = len(data["failed_runs"]) - data["hard_failures"]
+        output.console().print(
+            f"{len(data['failed_runs'])} failed run(s), {oom} of them the swap baseline "
+            "OOM-killed in its memory cgroup: see the report"
+        )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hetmem.errors import UsageError
 from hetmem.output import check_output_file
-from hetmem.run import MODES, STORAGE_FULL_POLICIES, RunConfig, run
+from hetmem.run.launch import MODES, STORAGE_FULL_POLICIES, RunConfig, run
 from hetmem.sizes import parse_budget, parse_positive, parse_size
 
 

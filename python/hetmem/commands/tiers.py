@@ -123,28 +123,8 @@ class Command:
         if args.json:
             output.print_json(data)
             return 0
-        rows = []
-        notes: list[str] = []
-        for t in data["tiers"]:
-            rows.append(
-                [
-                    t["rank"],
-                    t["name"],
-                    t["kind"],
-                    _size(t["capacity_bytes"]),
-                    _size(t["free_bytes"]),
-                    cpu_ranges(t["cpus"]) or "-",
-                    _bandwidth(t),
-                    _latency(t),
-                    _sources(t),
-                ]
-            )
-            notes += [f"warning: {w}" for w in t.get("warnings", [])]
-            if t["kind"] == "storage":
-                notes.append(
-                    f"{t['name']}: {t['fs_type']}, O_DIRECT "
-                    + ("supported" if t["o_direct"] else "not supported")
-                )
+        rows = [_row(t) for t in data["tiers"]]
+        notes = [n for t in data["tiers"] for n in _notes(t)]
         output.table(
             f"tiers, fastest first (ranked by {data.get('ranking', '?')})",
             [
@@ -164,3 +144,27 @@ class Command:
         for n in notes:
             output.console().print(n, markup=False)
         return 0
+
+
+def _row(t: dict[str, Any]) -> list[Any]:
+    return [
+        t["rank"],
+        t["name"],
+        t["kind"],
+        _size(t["capacity_bytes"]),
+        _size(t["free_bytes"]),
+        cpu_ranges(t["cpus"]) or "-",
+        _bandwidth(t),
+        _latency(t),
+        _sources(t),
+    ]
+
+
+def _notes(t: dict[str, Any]) -> list[str]:
+    notes = [f"warning: {w}" for w in t.get("warnings", [])]
+    if t["kind"] == "storage":
+        notes.append(
+            f"{t['name']}: {t['fs_type']}, O_DIRECT "
+            + ("supported" if t["o_direct"] else "not supported")
+        )
+    return notes

@@ -30,9 +30,10 @@ import time
 import uuid
 from typing import Any
 
-import numpy as np
-
-from hetmem import channel as chan
+from hetmem._numpy import np
+from hetmem.errors import EnvironmentProblem, UsageError
+from hetmem.flow import channel as chan
+from hetmem.sizes import parse_size
 
 _ADIOS_SCRIPT = r"""
 import json, sys, time
@@ -97,8 +98,6 @@ def adios_python(explicit: str | None = None) -> str | None:
         if ok:
             return cand
         if cand == explicit:
-            from hetmem.errors import EnvironmentProblem
-
             raise EnvironmentProblem(f"--adios-python {cand}: cannot import adios2")
     return None
 
@@ -289,3 +288,24 @@ def run(
         "steps": steps,
     }
     return res
+
+
+def bench(
+    small_objects: int, large_bytes: str, steps: int, tier: str, adios_python_arg: str | None
+) -> dict[str, Any]:
+    """`hetmem flow bench` and `hetmem bench flow`: the options checked (named
+    as the command line names them), the ADIOS2 interpreter found, then run()."""
+    large = parse_size(large_bytes, "--large-bytes")
+    if small_objects < 1:
+        raise UsageError("--small-objects: must be >= 1")
+    if steps < 1:
+        raise UsageError("--steps: must be >= 1")
+    if large < 1:
+        raise UsageError("--large-bytes: must be at least 1 byte")
+    return run(
+        small_objects=small_objects,
+        large_bytes=large,
+        steps=steps,
+        tier=tier,
+        adios_py=adios_python(adios_python_arg),
+    )

@@ -29,12 +29,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from hetmem import cache
-from hetmem import channel as chan
+from hetmem import _native
+from hetmem._numpy import np
 from hetmem.errors import SchemaError
-from hetmem.flow import component, kernels
+from hetmem.flow import channel as chan
+from hetmem.flow import component, cpuload, kernels
+from hetmem.probe import memory_nodes
+from hetmem.run import cache
 
 KIND = "flow-calibration"
 SCHEMA = 2
@@ -44,9 +45,6 @@ POINTS = [(3000, 4608), (600, 4608), (200, 64 << 10), (48, 256 << 10), (12, 4 <<
 
 
 def default_tiers() -> list[str]:
-    from hetmem import _native
-    from hetmem.probe import memory_nodes
-
     tiers = ["dram"]
     nodes = memory_nodes()
     if len(nodes) > 1:  # with one node, node:0 is the dram tier again
@@ -225,8 +223,6 @@ def concurrency(
     """Per kind: the measured slowdown with k = 1..max_k processes at once,
     and the memory-side contention left once the CPU sharing with the
     other load measured meanwhile is factored out; and that load."""
-    from hetmem.flow import model
-
     raw: dict[str, dict[str, float]] = {}
     mem: dict[str, dict[str, float]] = {}
     loads = []
@@ -236,12 +232,12 @@ def concurrency(
         best = {k: float("inf") for k in range(1, max_k + 1)}
         ratio = {k: float("inf") for k in range(1, max_k + 1)}
         for _ in range(reps):
-            load = model.external_load(0.3)
+            load = cpuload.external_load(0.3)
             loads.append(load)
             t = {k: unit_time(kind, k) for k in range(1, max_k + 1)}
             for k in best:
                 best[k] = min(best[k], t[k])
-                f = model.cpu_factor(k, load, max_k) / model.cpu_factor(1, load, max_k)
+                f = cpuload.cpu_factor(k, load, max_k) / cpuload.cpu_factor(1, load, max_k)
                 ratio[k] = min(ratio[k], t[k] / t[1] / f)
         raw[kind] = {str(k): best[k] / best[1] for k in best}
         mem[kind] = {str(k): max(1.0, ratio[k]) for k in best}

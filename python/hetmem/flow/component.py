@@ -21,9 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from hetmem import channel as chan
+from hetmem._numpy import np
+from hetmem.flow import channel as chan
 from hetmem.flow import kernels
 
 TIMEOUT = 120.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import numpy as np
+from hetmem._numpy import np
 
 
 class Kernel:

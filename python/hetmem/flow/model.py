@@ -48,11 +48,16 @@ its serial run (io_overlap_profile).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from hetmem.errors import HetmemError
-from hetmem.flow import kernels
+from hetmem.errors import HetmemError, UsageError
+from hetmem.flow import calibrate, kernels, runner
+from hetmem.flow.cpuload import (
+    busy_cpu_seconds,  # noqa: F401  (flow.sweep reads model.busy_cpu_seconds)
+    cpu_factor,
+    external_load,
+)
 from hetmem.flow.spec import Spec
 
 
@@ -91,7 +96,6 @@ def kernel_times(spec: Spec, ranks: list[int]) -> dict[str, dict[int, float]]:
 
 def mix_probe(spec: Spec, p: int) -> dict[str, dict[str, float]]:
     """calibrate.mix_now for the spec's own kernels at p ranks."""
-    from hetmem.flow import calibrate
 
     def job(c: Any) -> tuple[str, int, int]:
         rep = c.repeat
@@ -100,39 +104,6 @@ def mix_probe(spec: Spec, p: int) -> dict[str, dict[str, float]]:
         return (c.kernel, c.size, rep)
 
     return calibrate.mix_now(job(spec.writer), job(spec.reader), p, reps=1)
-
-
-def busy_cpu_seconds() -> float | None:
-    """Busy CPU seconds of the whole machine so far (/proc/stat: user, nice,
-    system, irq, softirq, steal); None where it cannot be read."""
-    import os
-
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return (sum(v[:3]) + sum(v[5:8])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError):
-        return None
-
-
-def external_load(seconds: float = 0.5) -> float:
-    """Busy CPUs outside this process tree over a short idle interval
-    (/proc/stat): the other work sharing the cores, which the model takes
-    as an input (0 where /proc/stat cannot be read)."""
-    import time
-
-    b0, t0 = busy_cpu_seconds(), time.monotonic()
-    time.sleep(seconds)
-    b1, t1 = busy_cpu_seconds(), time.monotonic()
-    if b0 is None or b1 is None:
-        return 0.0
-    return max(0.0, (b1 - b0) / (t1 - t0))
-
-
-def cpu_factor(k: float, load: float, cores: int) -> float:
-    """Time stretch of each of k busy ranks when `load` other CPUs' worth of
-    work shares `cores` cores fairly."""
-    return max(1.0, (k + load) / max(1, cores))
 
 
 def contention(calib: dict[str, Any], kind: str, k: int) -> float:
@@ -204,8 +175,6 @@ def io_profile(spec: Spec, tiers: list[str], ranks: list[int]) -> dict[str, dict
     step and one reader rank's read of its share, each alone, through the
     components' own code on the spec's own objects, per tier and rank
     count; steady state and the extra of the first steps (fresh pages)."""
-    from hetmem.flow import calibrate
-
     n, size = spec.writer.objects, spec.writer.object_bytes
     out: dict[str, dict[str, float]] = {}
     for tier in tiers:
@@ -238,9 +207,6 @@ def io_overlap_profile(spec: Spec, io: dict[str, dict[str, float]]) -> dict[str,
     this machine: a writer's put 5-30% more CPU time in parallel mode,
     which k processes of one kind on separate channels never see). Sets
     io[key]["overlap"] = {"wi": writer factor, "ri": reader factor}."""
-    from dataclasses import replace
-
-    from hetmem.flow import runner
 
     bare = replace(
         spec,
@@ -288,8 +254,6 @@ def _profile_runs(spec: Spec, tier: str, ranks: int, mode: str = "serial") -> li
     """Runs of the spec (serial unless told) until PROFILE_S of workflow
     time (at most PROFILE_RUNS): a short run is at the mercy of one
     scheduling hiccup."""
-    from hetmem.flow import runner
-
     got: list[dict[str, Any]] = []
     try:
         while len(got) < PROFILE_RUNS and sum(x["makespan_s"] for x in got) < PROFILE_S:
@@ -742,16 +706,12 @@ def advise(
     tiers = tiers or list(calib["tiers"])
     missing = [t for t in tiers if t not in calib["tiers"]]
     if missing:
-        from hetmem.errors import UsageError
-
         raise UsageError(
             f"tier {missing[0]} is not calibrated; run `hetmem flow calibrate --tier {missing[0]}`"
         )
     ranks = list(range(1, max_ranks + 1))
     io = None
     if load is None:
-        from hetmem.flow import calibrate
-
         load = external_load(0.3)
         kt = ktimes or kernel_times(spec, ranks)
         io = io_profile(spec, tiers, ranks)

@@ -18,7 +18,7 @@ import json
 import sys
 from typing import Any
 
-from hetmem.flow import model, sweep
+from hetmem.flow import calibrate, model, sweep
 from hetmem.flow import spec as specmod
 
 PARTS = ("mix_now", "overlap", "cpu", "concurrency_now", "parallel_ref")
@@ -74,8 +74,6 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.calibration) as f:
             calib = json.load(f)
     else:
-        from hetmem.flow import calibrate
-
         calib = calibrate.load()
         if calib is None:
             sys.stderr.write("no flow calibration cached: give --calibration\n")

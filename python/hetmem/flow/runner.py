@@ -23,11 +23,11 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from hetmem import channel as chan
-from hetmem import supervise
 from hetmem.errors import EnvironmentProblem, HetmemError
+from hetmem.flow import channel as chan
 from hetmem.flow import kernels
 from hetmem.flow.spec import Spec
+from hetmem.run import supervise
 
 START_TIMEOUT = 60.0
 

@@ -1,0 +1,123 @@
+"""`hetmem profile -- CMD`: the command run under the interposer in profiling
+mode, its per-process profiles published under their final names."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
+from hetmem.output import check_output_dir
+from hetmem.placement import profile as prof
+from hetmem.run import launch as hrun
+
+SAMPLERS = ("auto", "pebs", "ibs", "spe", "damon", "portable", "none")
+PRECISE = ("pebs", "ibs", "spe", "damon")
+
+
+def check_sampler(env: dict[str, str], sampler: str) -> None:
+    """A named precise sampler must work here before the command runs: the
+    interposer's own selection (src/preload/sampler.c) is run once on
+    `true`, and its one-line refusal becomes this command's error (exit 2)."""
+    true = shutil.which("true") or "/bin/true"
+    with tempfile.TemporaryDirectory(prefix="hetmem-sampler-") as tmp:
+        probe_env = dict(env)
+        probe_env["HETMEM_PROFILE"] = os.path.join(tmp, "probe.%p")
+        proc = subprocess.run(
+            [true], env=probe_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        msg = lines[-1] if lines else f"exit status {proc.returncode}"
+        msg = msg.removeprefix("hetmem: cannot start profile mode: ")
+        msg = msg.removeprefix(f"sampler '{sampler}' is not available here: ")
+        raise EnvironmentProblem(f"--sampler {sampler} is not available here: {msg}")
+
+
+def _overhead_of(path: str) -> str:
+    """' (sampler X, estimated overhead Y% of the run)' from a profile's
+    header, or '' when it has none (no sampler, unreadable)."""
+    ov = prof.sampler_overhead(prof.read_header(path))
+    return f" (sampler {ov[0]}, estimated overhead {ov[1]:.1%} of the run)" if ov else ""
+
+
+_INTERPRETER = re.compile(r"^(python|pypy|julia|R$|Rscript|node|ruby|perl)")
+
+
+def _note_interpreters(files: list[str]) -> None:
+    """Sites are C call stacks: an interpreter makes every array from the
+    same frames, which a user should hear before trusting a placement."""
+    for f in files:
+        try:
+            p = prof.load(f)
+        except HetmemError:
+            continue
+        name = Path(p.binary.path).name
+        if _INTERPRETER.match(name) and p.sites:
+            os.write(
+                2,
+                f"hetmem profile: note: {name} is an interpreter: its allocations are told "
+                "apart by C call stacks only, so arrays made by different lines of the "
+                "script share a site (flat/hybrid cannot place them apart; cache mode can "
+                "run it)\n".encode(),
+            )
+            return
+
+
+def record(
+    argv: list[str], output: str, depth: int, threshold: int, sampler: str, period_ms: float
+) -> int:
+    """Runs argv under the interposer in profiling mode; returns its exit status."""
+    if not 1 <= depth <= 64:
+        raise UsageError("--depth must be 1..64")
+    if threshold < os.sysconf("SC_PAGE_SIZE"):
+        raise UsageError("--threshold must be at least one page")
+    if sampler not in SAMPLERS:
+        raise UsageError(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
+    if not 0 < period_ms <= 3_600_000:  # also refuses nan and inf
+        raise UsageError(
+            f"--period must be a number of milliseconds in (0, 3600000], not {period_ms}"
+        )
+    hrun.warn_if_not_interposable(argv, "profile")
+    so = hrun.preload_path()
+    if not so.exists():
+        raise EnvironmentProblem(f"{so} is missing: reinstall hetmem")
+    template = str(Path(prof.output_template(output)).absolute())
+    check_output_dir(template, "-o")
+    token = secrets.token_hex(8)
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = str(so) + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env["HETMEM_PROFILE"] = prof.run_template(template, token)
+    env["HETMEM_PROFILE_DEPTH"] = str(depth)
+    env["HETMEM_ALLOC_THRESHOLD"] = str(threshold)
+    env["HETMEM_SAMPLER"] = sampler
+    env["HETMEM_SAMPLE_PERIOD"] = str(max(100, int(period_ms * 1000)))
+    for k in ("HETMEM_PLACEMENT", "HETMEM_STATS"):
+        env.pop(k, None)
+    if sampler in PRECISE:
+        check_sampler(env, sampler)
+    state: dict[str, Any] = {}
+    try:
+        with hrun._signals(state):
+            rc, _ = hrun._spawn(argv, env, state)
+    except hrun._Interrupted as exc:
+        prof.publish(template, token)
+        os.write(2, f"hetmem profile: interrupted by signal {exc.signum}\n".encode())
+        return 128 + exc.signum
+    files = prof.publish(template, token)
+    for f in files:
+        os.write(2, f"hetmem profile: wrote {f}{_overhead_of(f)}\n".encode())
+    _note_interpreters(files)
+    if not files:
+        os.write(
+            2,
+            b"hetmem profile: note: no profile was written (the command made no "
+            b"process that exited normally under the interposer)\n",
+        )
+    return rc

@@ -1,0 +1,100 @@
+"""A profile's sites as `hetmem profile show` lists them: symbolized frames,
+the name people can tell apart, hottest first; and the one profile a path
+stands for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hetmem.errors import UsageError
+from hetmem.placement import profile as prof
+from hetmem.placement.sitenames import distinct_labels, first_user_frame, frame_text
+from hetmem.placement.symbolize import Symbolizer
+
+
+def load_one(path: str) -> tuple[str, prof.Profile]:
+    """The one profile `path` stands for (a file, or the `-o` name of a run
+    whose launcher wrote a profile beside its one rank's), and its file."""
+    loaded = {f: prof.load(f) for f in prof.expand(path)}
+    if len(loaded) > 1:
+        # a launcher's profile has no site: with one rank, show the rank
+        loaded = {f: p for f, p in loaded.items() if p.sites} or loaded
+    if len(loaded) > 1:
+        raise UsageError(
+            f"{path} stands for {len(loaded)} per-process profiles of one run: "
+            f"{', '.join(loaded)}; show one of them"
+        )
+    ((path, p),) = loaded.items()
+    return path, p
+
+
+def frame_inputs(
+    sites: list[prof.Site], depth: int | None = None
+) -> list[tuple[str, str, str, int]]:
+    out = []
+    for s in sites:
+        for m, off in s.frames[:depth]:
+            out.append((m.key, m.path, m.build_id, off))
+    return out
+
+
+def describe_frames(sym: Symbolizer, site: prof.Site, depth: int | None = None) -> list[str]:
+    """Each frame as 'function at file:line (module+0xoffset)' or
+    'module+0xoffset'."""
+    out = []
+    for m, off in site.frames[:depth]:
+        loc = sym.lookup(m.key, m.path, m.build_id, off)
+        known = loc is not None and bool(loc.function or loc.file)
+        out.append(frame_text(m.path, off, str(loc) if known else None))
+    return out
+
+
+def user_frame(site: prof.Site) -> int:
+    """The index of the site's innermost frame outside the language runtimes
+    (0 when every frame is in one)."""
+    return first_user_frame([m.path for m, _ in site.frames])
+
+
+def site_rows(p: prof.Profile, sym: Symbolizer) -> list[dict[str, Any]]:
+    sym.prefetch(frame_inputs(p.sites))
+    rows = []
+    for i, s in enumerate(p.sites):
+        k = user_frame(s)
+        m, off = s.frames[k]
+        loc = sym.lookup(m.key, m.path, m.build_id, off)
+        rows.append(
+            {
+                "index": i,
+                "user_frame": k,
+                "function": loc.function if loc else None,
+                "file": loc.file if loc else None,
+                "line": loc.line if loc else 0,
+                "frames": [
+                    {"module": m.path, "build_id": m.build_id, "offset": off} for m, off in s.frames
+                ],
+                "symbols": describe_frames(sym, s),
+                "allocs": s.allocs,
+                "bytes": s.bytes,
+                "max_bytes": s.max_bytes,
+                "peak_live_bytes": s.peak_live_bytes,
+                "lifetime_ns": {
+                    "min": s.lifetime_min_ns,
+                    "mean": s.lifetime_mean_ns,
+                    "max": s.lifetime_max_ns,
+                },
+                "never_freed": s.never_freed,
+                "samples": {"loads": s.loads, "stores": s.stores},
+                "est_accesses": s.est_accesses,
+                "accesses_per_byte": s.accesses_per_byte,
+                "random_fraction": s.random_fraction,
+                "small": {"count": s.small_count, "bytes": s.small_bytes},
+            }
+        )
+    for r, label in zip(
+        rows,
+        distinct_labels([r["symbols"] for r in rows], [r["user_frame"] for r in rows]),
+        strict=True,
+    ):
+        r["label"] = label
+    rows.sort(key=lambda r: -r["est_accesses"])
+    return rows
