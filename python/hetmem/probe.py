@@ -171,79 +171,13 @@ def run(plan: Plan, ctx: Context, show_progress: bool = True) -> dict[str, Any]:
             "latency_ns": None,
         }
         tiers.append(tier)
-        for t in plan.threads:
-
-            def stream_step(tier: dict[str, Any] = tier, node: int = node, t: int = t) -> None:
-                r = request(ctx, _stream_request(plan, node, t))
-                tier["array_bytes"] = r["array_bytes"]
-                tier["stream"].append(
-                    {k: r[k] for k in ("threads", "copy_gbs", "scale_gbs", "add_gbs", "triad_gbs")}
-                )
-
-            steps.append((f"node{node}: STREAM, {t} thread{'s' if t > 1 else ''}", stream_step))
-
-        def latency_step(tier: dict[str, Any] = tier, node: int = node) -> None:
-            r = request(
-                ctx,
-                {
-                    "test": "latency",
-                    "numa_node": node,
-                    "loads": plan.latency_loads,
-                    "repetitions": plan.latency_reps,
-                    **({"buffer_bytes": plan.array_bytes} if plan.array_bytes else {}),
-                },
-            )
-            tier["latency_ns"] = r["ns_per_load"]
-            tier["latency_buffer_bytes"] = r["buffer_bytes"]
-
-        steps.append((f"node{node}: latency", latency_step))
-        if plan.loaded_latency:
-            tier["loaded_latency"] = []
-            for k in range(1, allowed_cpus()):
-
-                def loaded_step(tier: dict[str, Any] = tier, node: int = node, k: int = k) -> None:
-                    r = request(
-                        ctx,
-                        {
-                            "test": "latency",
-                            "numa_node": node,
-                            "loads": plan.latency_loads // 2,
-                            "repetitions": plan.latency_reps,
-                            "load_threads": k,
-                            **({"buffer_bytes": plan.array_bytes} if plan.array_bytes else {}),
-                        },
-                    )
-                    tier["loaded_latency"].append(
-                        {
-                            "load_threads": k,
-                            "latency_ns": r["ns_per_load"],
-                            "load_gbs": r["load_gbs"],
-                        }
-                    )
-
-                steps.append((f"node{node}: loaded latency, {k} load threads", loaded_step))
-
+        steps += _memory_steps(ctx, plan, node, tier)
     for path in plan.storage:
         stier: dict[str, Any] = {"name": storage_tier_name(path), "kind": "storage", "path": path}
         tiers.append(stier)
-
-        def storage_step(stier: dict[str, Any] = stier, path: str = path) -> None:
-            r = request(ctx, _storage_request(plan, path))
-            stier.update(
-                {
-                    "seq_read_gbs": r["seq_read_gbs"],
-                    "seq_write_gbs": r["seq_write_gbs"],
-                    "file_bytes": r["file_bytes"],
-                    "block_bytes": r["block_bytes"],
-                    "seq_depth": r["seq_depth"],
-                    "randread": [
-                        {k: p[k] for k in ("qd", "iops", "lat_us_mean", "lat_us_p50", "lat_us_p99")}
-                        for p in r["randread"]
-                    ],
-                }
-            )
-
-        steps.append((f"{storage_tier_name(path)}: O_DIRECT", storage_step))
+        steps.append(
+            (f"{storage_tier_name(path)}: O_DIRECT", _storage_step(ctx, plan, path, stier))
+        )
 
     started = time.monotonic()
     with output.progress(show_progress) as prog:
@@ -264,6 +198,108 @@ def run(plan: Plan, ctx: Context, show_progress: bool = True) -> dict[str, Any]:
         "seconds": round(time.monotonic() - started, 2),
         "tiers": tiers,
     }
+
+
+def _memory_steps(
+    ctx: Context, plan: Plan, node: int, tier: dict[str, Any]
+) -> list[tuple[str, Callable[[], None]]]:
+    """The measurements of one NUMA node, each filling its part of tier."""
+    steps: list[tuple[str, Callable[[], None]]] = []
+    for t in plan.threads:
+        steps.append(
+            (
+                f"node{node}: STREAM, {t} thread{'s' if t > 1 else ''}",
+                _stream_step(ctx, plan, node, t, tier),
+            )
+        )
+    steps.append((f"node{node}: latency", _latency_step(ctx, plan, node, tier)))
+    if plan.loaded_latency:
+        tier["loaded_latency"] = []
+        for k in range(1, allowed_cpus()):
+            steps.append(
+                (
+                    f"node{node}: loaded latency, {k} load threads",
+                    _loaded_step(ctx, plan, node, k, tier),
+                )
+            )
+    return steps
+
+
+def _stream_step(
+    ctx: Context, plan: Plan, node: int, t: int, tier: dict[str, Any]
+) -> Callable[[], None]:
+    def step() -> None:
+        r = request(ctx, _stream_request(plan, node, t))
+        tier["array_bytes"] = r["array_bytes"]
+        tier["stream"].append(
+            {k: r[k] for k in ("threads", "copy_gbs", "scale_gbs", "add_gbs", "triad_gbs")}
+        )
+
+    return step
+
+
+def _latency_step(ctx: Context, plan: Plan, node: int, tier: dict[str, Any]) -> Callable[[], None]:
+    def step() -> None:
+        r = request(
+            ctx,
+            {
+                "test": "latency",
+                "numa_node": node,
+                "loads": plan.latency_loads,
+                "repetitions": plan.latency_reps,
+                **({"buffer_bytes": plan.array_bytes} if plan.array_bytes else {}),
+            },
+        )
+        tier["latency_ns"] = r["ns_per_load"]
+        tier["latency_buffer_bytes"] = r["buffer_bytes"]
+
+    return step
+
+
+def _loaded_step(
+    ctx: Context, plan: Plan, node: int, k: int, tier: dict[str, Any]
+) -> Callable[[], None]:
+    def step() -> None:
+        r = request(
+            ctx,
+            {
+                "test": "latency",
+                "numa_node": node,
+                "loads": plan.latency_loads // 2,
+                "repetitions": plan.latency_reps,
+                "load_threads": k,
+                **({"buffer_bytes": plan.array_bytes} if plan.array_bytes else {}),
+            },
+        )
+        tier["loaded_latency"].append(
+            {
+                "load_threads": k,
+                "latency_ns": r["ns_per_load"],
+                "load_gbs": r["load_gbs"],
+            }
+        )
+
+    return step
+
+
+def _storage_step(ctx: Context, plan: Plan, path: str, stier: dict[str, Any]) -> Callable[[], None]:
+    def step() -> None:
+        r = request(ctx, _storage_request(plan, path))
+        stier.update(
+            {
+                "seq_read_gbs": r["seq_read_gbs"],
+                "seq_write_gbs": r["seq_write_gbs"],
+                "file_bytes": r["file_bytes"],
+                "block_bytes": r["block_bytes"],
+                "seq_depth": r["seq_depth"],
+                "randread": [
+                    {k: p[k] for k in ("qd", "iops", "lat_us_mean", "lat_us_p50", "lat_us_p99")}
+                    for p in r["randread"]
+                ],
+            }
+        )
+
+    return step
 
 
 def save(result: dict[str, Any]) -> Path:
@@ -287,25 +323,7 @@ def print_tables(result: dict[str, Any]) -> None:
     mem = [t for t in result["tiers"] if t["kind"] == "memory"]
     sto = [t for t in result["tiers"] if t["kind"] == "storage"]
     if mem:
-        rows = []
-        for t in mem:
-            for s in t["stream"]:
-                rows.append(
-                    [
-                        t["name"],
-                        s["threads"],
-                        round(s["copy_gbs"], 1),
-                        round(s["scale_gbs"], 1),
-                        round(s["add_gbs"], 1),
-                        round(s["triad_gbs"], 1),
-                        round(t["latency_ns"], 1) if t.get("latency_ns") else None,
-                    ]
-                )
-        output.table(
-            "memory tiers (STREAM GB/s, idle latency ns)",
-            ["tier", "threads", "copy", "scale", "add", "triad", "latency"],
-            rows,
-        )
+        _print_memory(mem)
     loaded = [
         [t["name"], p["load_threads"], round(p["load_gbs"], 1), round(p["latency_ns"], 1)]
         for t in mem
@@ -318,37 +336,63 @@ def print_tables(result: dict[str, Any]) -> None:
             loaded,
         )
     if sto:
-        qds = sorted({p["qd"] for t in sto for p in t["randread"]})
-        rows = []
-        for t in sto:
-            by_qd = {p["qd"]: p for p in t["randread"]}
+        _print_storage(sto)
+
+
+def _print_memory(mem: list[dict[str, Any]]) -> None:
+    rows = []
+    for t in mem:
+        for s in t["stream"]:
             rows.append(
                 [
                     t["name"],
-                    round(t["seq_read_gbs"], 2),
-                    round(t["seq_write_gbs"], 2),
-                    *[round(by_qd[q]["iops"] / 1000, 1) if q in by_qd else None for q in qds],
+                    s["threads"],
+                    round(s["copy_gbs"], 1),
+                    round(s["scale_gbs"], 1),
+                    round(s["add_gbs"], 1),
+                    round(s["triad_gbs"], 1),
+                    round(t["latency_ns"], 1) if t.get("latency_ns") else None,
                 ]
             )
-        output.table(
-            "storage tiers (GB/s; 4 KiB random-read kIOPS by queue depth)",
-            ["tier", "seq read", "seq write", *[f"qd{q}" for q in qds]],
-            rows,
+    output.table(
+        "memory tiers (STREAM GB/s, idle latency ns)",
+        ["tier", "threads", "copy", "scale", "add", "triad", "latency"],
+        rows,
+    )
+
+
+def _print_storage(sto: list[dict[str, Any]]) -> None:
+    qds = sorted({p["qd"] for t in sto for p in t["randread"]})
+    rows = []
+    for t in sto:
+        by_qd = {p["qd"]: p for p in t["randread"]}
+        rows.append(
+            [
+                t["name"],
+                round(t["seq_read_gbs"], 2),
+                round(t["seq_write_gbs"], 2),
+                *[round(by_qd[q]["iops"] / 1000, 1) if q in by_qd else None for q in qds],
+            ]
         )
-        lat_rows = []
-        for t in sto:
-            for p in t["randread"]:
-                lat_rows.append(
-                    [
-                        t["name"],
-                        p["qd"],
-                        round(p["lat_us_mean"], 1),
-                        round(p["lat_us_p50"], 1),
-                        round(p["lat_us_p99"], 1),
-                    ]
-                )
-        output.table(
-            "storage 4 KiB random-read latency (us)",
-            ["tier", "qd", "mean", "p50", "p99"],
-            lat_rows,
-        )
+    output.table(
+        "storage tiers (GB/s; 4 KiB random-read kIOPS by queue depth)",
+        ["tier", "seq read", "seq write", *[f"qd{q}" for q in qds]],
+        rows,
+    )
+    lat_rows = []
+    for t in sto:
+        for p in t["randread"]:
+            lat_rows.append(
+                [
+                    t["name"],
+                    p["qd"],
+                    round(p["lat_us_mean"], 1),
+                    round(p["lat_us_p50"], 1),
+                    round(p["lat_us_p99"], 1),
+                ]
+            )
+    output.table(
+        "storage 4 KiB random-read latency (us)",
+        ["tier", "qd", "mean", "p50", "p99"],
+        lat_rows,
+    )

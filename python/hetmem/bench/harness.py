@@ -302,20 +302,7 @@ def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) ->
     binary = kernel_path(case.kernel)
     with tempfile.TemporaryDirectory(prefix="hetmem-bench-") as tmp:
         stats_file = Path(tmp) / "stats.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "hetmem",
-            "run",
-            "--mode",
-            mode,
-            "--fast-budget",
-            str(plan.budget),
-            "--stats",
-            str(stats_file),
-        ]
-        if plan.storage:
-            cmd += ["--storage", plan.storage]
+        cmd = _run_command(plan, mode, stats_file)
         kcmd = [
             str(binary),
             "--bytes",
@@ -342,22 +329,9 @@ def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) ->
         except subprocess.TimeoutExpired:
             rc, out, err = -1, "", f"timed out after {plan.timeout_s:.0f} s"
         wall = time.perf_counter() - t0
-        stats: dict[str, Any] | None = None
-        if stats_file.exists():
-            try:
-                stats = json.loads(stats_file.read_text())
-            except ValueError:
-                stats = None
+        stats = _read_stats(stats_file)
     result = _kernel_json(out)
-    error = ""
-    error_kind = ""
-    if rc != 0:
-        error = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
-        error_kind = exit_error_kind(mode, stats)
-    elif result is None:
-        error, error_kind = "kernel printed no JSON result", "output"
-    elif not result.get("verified", False):
-        error, error_kind = "kernel result not verified", "verify"
+    error, error_kind = _run_error(rc, err, result, mode, stats)
     return {
         "schema_version": SCHEMA_VERSION,
         "case": case.name,
@@ -379,6 +353,49 @@ def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) ->
         "error_kind": error_kind,
         "finished": time.time(),
     }
+
+
+def _run_command(plan: Plan, mode: str, stats_file: Path) -> list[str]:
+    """`hetmem run` with the plan's mode, budget and storage."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "hetmem",
+        "run",
+        "--mode",
+        mode,
+        "--fast-budget",
+        str(plan.budget),
+        "--stats",
+        str(stats_file),
+    ]
+    if plan.storage:
+        cmd += ["--storage", plan.storage]
+    return cmd
+
+
+def _read_stats(stats_file: Path) -> dict[str, Any] | None:
+    if not stats_file.exists():
+        return None
+    try:
+        stats: dict[str, Any] | None = json.loads(stats_file.read_text())
+    except ValueError:
+        stats = None
+    return stats
+
+
+def _run_error(
+    rc: int, err: str, result: dict[str, Any] | None, mode: str, stats: dict[str, Any] | None
+) -> tuple[str, str]:
+    """The error and its kind of one run ("" when it went well)."""
+    if rc != 0:
+        error = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
+        return error, exit_error_kind(mode, stats)
+    if result is None:
+        return "kernel printed no JSON result", "output"
+    if not result.get("verified", False):
+        return "kernel result not verified", "verify"
+    return "", ""
 
 
 def write_manifest(plan: Plan, argv: Sequence[str]) -> None:
@@ -525,29 +542,34 @@ def efficiency_table(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         ref = times.get((case, mult, "dram"), {})
         modes = sorted({k[2] for k in [*times, *failures] if k[0] == case and k[1] == mult})
         for mode in modes:
-            t = times.get((case, mult, mode), {})
-            effs = [ref[rep] / t[rep] for rep in t if rep in ref and t[rep] > 0]
-            best = min(t.values()) if t else None
-            eff = min(ref.values()) / best if ref and best else None
-            rows.append(
-                {
-                    "case": case,
-                    "group": m.get("group", ""),
-                    "multiple": mult,
-                    "size_bytes": m["size_bytes"],
-                    "mode": mode,
-                    "time_s_best": best,
-                    "time_s_median": statistics.median(t.values()) if t else None,
-                    "efficiency": eff,
-                    "efficiency_stat": EFFICIENCY_STAT,
-                    "efficiency_median": statistics.median(effs) if effs else None,
-                    "efficiency_min": min(effs) if effs else None,
-                    "efficiency_max": max(effs) if effs else None,
-                    "pairs": len(effs),
-                    "failures": failures.get((case, mult, mode), []),
-                }
-            )
+            row = {
+                "case": case,
+                "group": m.get("group", ""),
+                "multiple": mult,
+                "size_bytes": m["size_bytes"],
+                "mode": mode,
+                **_efficiency_figures(ref, times.get((case, mult, mode), {})),
+                "failures": failures.get((case, mult, mode), []),
+            }
+            rows.append(row)
     return rows
+
+
+def _efficiency_figures(ref: dict[int, float], t: dict[int, float]) -> dict[str, Any]:
+    """One mode's times against dram's (ref), both by repetition."""
+    effs = [ref[rep] / t[rep] for rep in t if rep in ref and t[rep] > 0]
+    best = min(t.values()) if t else None
+    eff = min(ref.values()) / best if ref and best else None
+    return {
+        "time_s_best": best,
+        "time_s_median": statistics.median(t.values()) if t else None,
+        "efficiency": eff,
+        "efficiency_stat": EFFICIENCY_STAT,
+        "efficiency_median": statistics.median(effs) if effs else None,
+        "efficiency_min": min(effs) if effs else None,
+        "efficiency_max": max(effs) if effs else None,
+        "pairs": len(effs),
+    }
 
 
 def parse_budget(text: str) -> int:

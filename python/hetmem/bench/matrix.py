@@ -77,6 +77,10 @@ def add_matrix_arguments(
     )
     parser.add_argument("--json", action="store_true", help="print the report data as JSON")
     parser.add_argument("--no-report", action="store_true", help="do not write report.html")
+    _add_kernel_rep_arguments(parser)
+
+
+def _add_kernel_rep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kernel-reps", type=int, default=3, help="repetitions inside each kernel run (3)"
     )
@@ -114,14 +118,7 @@ def make_plan(args: argparse.Namespace, suite: str) -> harness.Plan:
     modes, skipped = choose_modes(args.modes)
     for s in skipped:
         output.err_console().print(f"note: mode {s}")
-    if args.repeat < 1 or args.repeat > 100:
-        raise UsageError("--repeat must be 1..100")
-    if not 0 <= args.fits_repeat <= 100:
-        raise UsageError("--fits-repeat must be 0..100")
-    if args.kernel_reps < 1:
-        raise UsageError("--kernel-reps must be at least 1")
-    if not 0 <= args.kernel_min_time <= 600:
-        raise UsageError("--kernel-min-time must be 0..600 seconds")
+    _check_repetitions(args)
     # --threads 0 is refused, not taken as "all CPUs" (it is falsy)
     threads = args.threads if args.threads is not None else len(os.sched_getaffinity(0))
     if threads < 1:
@@ -144,6 +141,17 @@ def make_plan(args: argparse.Namespace, suite: str) -> harness.Plan:
         kernel_min_time=args.kernel_min_time,
         fits_repeat=args.fits_repeat,
     )
+
+
+def _check_repetitions(args: argparse.Namespace) -> None:
+    if args.repeat < 1 or args.repeat > 100:
+        raise UsageError("--repeat must be 1..100")
+    if not 0 <= args.fits_repeat <= 100:
+        raise UsageError("--fits-repeat must be 0..100")
+    if args.kernel_reps < 1:
+        raise UsageError("--kernel-reps must be at least 1")
+    if not 0 <= args.kernel_min_time <= 600:
+        raise UsageError("--kernel-min-time must be 0..600 seconds")
 
 
 def check_options(args: argparse.Namespace, suite: str) -> None:

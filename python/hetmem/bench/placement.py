@@ -73,7 +73,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hetmem import output
 from hetmem import probe as probe_mod
@@ -187,6 +187,22 @@ ALL_VARIANTS = ("sparse", "sweep", "alloc")
 
 def check_arguments(args: argparse.Namespace, footprint: int) -> None:
     """Refuses bad options before any measurement starts (UsageError, exit 2)."""
+    _check_footprint(footprint)
+    for opt, val in (
+        ("--iters", args.iters),
+        ("--hot-passes", args.hot_passes),
+        ("--repeat", args.repeat),
+        ("--pairs", args.pairs),
+    ):
+        if val < 1:
+            raise UsageError(f"{opt} must be >= 1 (got {val})")
+    _check_names("--modes", "mode", _modes_of(args), ALL_MODES)
+    _check_names("--variants", "variant", _variants_of(args), ALL_VARIANTS)
+    if args.storage and not Path(args.storage).is_dir():
+        raise UsageError(f"--storage: '{args.storage}' is not a directory")
+
+
+def _check_footprint(footprint: int) -> None:
     page = os.sysconf("SC_PAGE_SIZE")
     if footprint < 4 * page:
         raise UsageError(f"--footprint must be at least {format_size(4 * page)}")
@@ -198,58 +214,39 @@ def check_arguments(args: argparse.Namespace, footprint: int) -> None:
             f"--footprint {format_size(footprint)} is more than half of this machine's "
             f"memory ({format_size(total)}): the dram run holds all of it"
         )
-    for opt, val in (
-        ("--iters", args.iters),
-        ("--hot-passes", args.hot_passes),
-        ("--repeat", args.repeat),
-        ("--pairs", args.pairs),
-    ):
-        if val < 1:
-            raise UsageError(f"{opt} must be >= 1 (got {val})")
-    modes = [m for m in (args.modes.split(",") if args.modes else ALL_MODES) if m]
-    for m in modes:
-        if m not in ALL_MODES:
-            raise UsageError(f"--modes: unknown mode '{m}' (modes: {', '.join(ALL_MODES)})")
-    if not modes:
-        raise UsageError("--modes: name at least one mode")
-    variants = [v for v in args.variants.split(",") if v]
-    for v in variants:
-        if v not in ALL_VARIANTS:
-            raise UsageError(
-                f"--variants: unknown variant '{v}' (variants: {', '.join(ALL_VARIANTS)})"
-            )
-    if not variants:
-        raise UsageError("--variants: name at least one variant")
-    if args.storage and not Path(args.storage).is_dir():
-        raise UsageError(f"--storage: '{args.storage}' is not a directory")
+
+
+def _check_names(opt: str, what: str, names: list[str], known: tuple[str, ...]) -> None:
+    for n in names:
+        if n not in known:
+            raise UsageError(f"{opt}: unknown {what} '{n}' ({what}s: {', '.join(known)})")
+    if not names:
+        raise UsageError(f"{opt}: name at least one {what}")
+
+
+def _modes_of(args: argparse.Namespace) -> list[str]:
+    return [m for m in (args.modes.split(",") if args.modes else ALL_MODES) if m]
+
+
+def _variants_of(args: argparse.Namespace) -> list[str]:
+    return [v for v in args.variants.split(",") if v]
 
 
 def run(args: argparse.Namespace) -> int:
     footprint = parse_size(args.footprint, "--footprint")
     budget = footprint // 4
     check_arguments(args, footprint)
-    modes = [m for m in (args.modes.split(",") if args.modes else ALL_MODES) if m]
+    modes = _modes_of(args)
     if "swap" in modes and os.geteuid() != 0:
         modes.remove("swap")
         _say("note: swap mode needs root: skipped")
     if args.huge_pages_ab:
         modes += [m + NOTHP for m in ("flat", "hybrid") if m in modes]
-    variants = [v for v in args.variants.split(",") if v]
+    variants = _variants_of(args)
     storage = str(Path(args.storage or hrun.default_storage()).resolve())
     prog = str(find_program("hm-placement"))
     device = _device_bandwidth(args, storage)
-    tmp_ctx = None
-    if args.output:
-        args.output.mkdir(parents=True, exist_ok=True)
-        work = args.output
-    else:
-        tmp_ctx = tempfile.TemporaryDirectory(prefix="hetmem-bench-placement-")
-        work = Path(tmp_ctx.name)
-    try:
-        results = _measure(args, prog, modes, variants, work, storage, budget, footprint)
-    finally:
-        if tmp_ctx is not None:
-            tmp_ctx.cleanup()
+    results = _measure_in_workdir(args, prog, modes, variants, storage, budget, footprint)
     targets = evaluate(results, device, args.iters, budget)
     data = {
         "schema_version": 1,
@@ -266,6 +263,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(data)
     return 1 if any(t["pass"] is False for t in targets) else 0
+
+
+def _measure_in_workdir(
+    args: argparse.Namespace,
+    prog: str,
+    modes: list[str],
+    variants: list[str],
+    storage: str,
+    budget: int,
+    footprint: int,
+) -> dict[str, Any]:
+    """_measure in -o DIR, else in a temporary folder removed afterwards."""
+    if args.output:
+        args.output.mkdir(parents=True, exist_ok=True)
+        return _measure(args, prog, modes, variants, args.output, storage, budget, footprint)
+    with tempfile.TemporaryDirectory(prefix="hetmem-bench-placement-") as tmp:
+        return _measure(args, prog, modes, variants, Path(tmp), storage, budget, footprint)
 
 
 def round_order(modes: list[str], r: int) -> list[str]:
@@ -298,6 +312,17 @@ def round_order(modes: list[str], r: int) -> list[str]:
     return [m for u in units[k:] + units[:k] for m in u]
 
 
+class _Bench(NamedTuple):
+    """What every run of one bench shares."""
+
+    args: argparse.Namespace
+    prog: str
+    work: Path
+    storage: str
+    budget: int
+    footprint: int
+
+
 def _measure(
     args: argparse.Namespace,
     prog: str,
@@ -308,115 +333,141 @@ def _measure(
     budget: int,
     footprint: int,
 ) -> dict[str, Any]:
+    b = _Bench(args, prog, work, storage, budget, footprint)
     results: dict[str, Any] = {}
-    common = ["--footprint", str(footprint), "--iters", str(args.iters)]
-    common += ["--hot-passes", str(args.hot_passes)]
     placement_any: Path | None = None
     for v in variants:
         if v == "alloc":
             continue
-        argv = [prog, "--variant", v, *common]
-        res: dict[str, Any] = {"modes": {}}
-        prof_file = work / f"{v}.prof"
-        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in round_order(modes, 0)}
-        placement = work / f"{v}.toml"
-        round_gbs: list[list[float | None]] = []
+        vr = _VariantRun(b, v, modes)
         # Rounds: each runs every configuration once, so that the machine's
         # drift over the bench hits them alike and a round's ratios compare
         # runs minutes apart at most; the order rotates (round_order). The
         # placement comes from round 1's profiled run.
         for r in range(args.repeat):
-            this_round = round_order(modes, r)
-            placed = [m for m in this_round if m in ("flat", "hybrid")]
-            first_placed, last_placed = (placed[0], placed[-1]) if placed else (None, None)
-            for mode in this_round:
-                _say(f"{v}: {mode} (run {r + 1})")
-                if mode == "dram":
-                    proc = subprocess.run(argv, capture_output=True, text=True)
-                    runs["dram"].append(_program_result(proc, f"{v} dram"))
-                    continue
-                if mode == "profile":
-                    for old in work.glob(f"{v}.prof.norank.*"):
-                        old.unlink()
-                    proc = _hetmem("profile", "-o", str(prof_file), "--", *argv)
-                    runs["profile"].append(_program_result(proc, f"{v} profile"))
-                    written = sorted(work.glob(f"{v}.prof.norank.*"))
-                    if not written:
-                        raise EnvironmentProblem(f"{v}: hetmem profile wrote no profile")
-                    res["sampler"] = (prof.read_header(written[-1]) or {}).get("sampler")
-                    if r == 0:
-                        proc = _hetmem(
-                            "advise",
-                            str(written[-1]),
-                            "--fast-budget",
-                            str(budget),
-                            "-o",
-                            str(placement),
-                        )
-                        if proc.returncode != 0:
-                            raise HetmemError(f"{v}: hetmem advise failed: {proc.stderr.strip()}")
-                        placement_any = placement
-                    continue
-                probe_round = v == "sweep" and not args.no_device_probe
-                if probe_round and mode == first_placed:
-                    round_gbs.append([_quick_read_gbs(storage)])
-                base = mode.removesuffix(NOTHP)
-                opts = ["--mode", base, "--fast-budget", str(budget), "--storage", storage]
-                if base in ("flat", "hybrid"):
-                    opts += ["--placement", str(placement)]
-                if mode == "swap":
-                    opts += ["--swap-size", str(2 * footprint)]
-                stats = work / f"{v}-{mode}-{r}.json"
-                env = {"HETMEM_HUGE_PAGES": "0"} if mode != base else None
-                proc = _hetmem("run", *opts, "--stats", str(stats), "--", *argv, env=env)
-                one = _program_result(proc, f"{v} {mode}")
-                if base in ("flat", "hybrid"):
-                    st = json.loads(stats.read_text())
-                    pl = st.get("placement") or {}
-                    one["overflows"] = pl.get("overflows")
-                    one["fast_sites"] = sum(1 for s in pl.get("sites", []) if s["tier"] == 0)
-                    one["pager_budget"] = pl.get("pager_budget")
-                    one["huge_page_bytes"] = pl.get("huge_page_bytes")
-                runs[mode].append(one)
-                if probe_round and mode == last_placed and round_gbs:
-                    round_gbs[-1].append(_quick_read_gbs(storage))
-        res["rounds"] = [
-            {m: rs[r]["seconds"] for m, rs in runs.items() if len(rs) > r}
-            for r in range(args.repeat)
-        ]
-        if round_gbs:
-            # the device as it was around each round's flat and hybrid runs:
-            # the mean of the probes before and after them
-            res["round_device_gbs"] = [
-                statistics.mean(g) if (g := [x for x in pair if x]) else None for pair in round_gbs
-            ]
-        for mode, rs in runs.items():
-            if rs:
-                best = _best(rs)
-                res["modes"][mode] = {
-                    "seconds": best["seconds"],
-                    "all_seconds": [x["seconds"] for x in rs],
-                    **{
-                        k: best[k]
-                        for k in (
-                            "overflows",
-                            "fast_sites",
-                            "pager_budget",
-                            "huge_page_bytes",
-                            "hot_seconds",
-                        )
-                        if k in best
-                    },
-                }
-                res["cold_touched_per_iter"] = best.get("cold_touched_per_iter")
-                res["cold_bytes"] = best.get("cold_bytes")
-                res["hot_bytes"] = best.get("hot_bytes")
-        if ab := huge_pages_ab(runs):
-            res["huge_pages_ab"] = ab
-        results[v] = res
+            vr.round(r)
+        if vr.advised:
+            placement_any = vr.placement
+        results[v] = vr.summary()
     if "alloc" in variants:
         results["alloc"] = _measure_alloc(args, prog, work, storage, budget, placement_any)
     return results
+
+
+class _VariantRun:
+    """The rounds of one variant of hm-placement under every configuration."""
+
+    def __init__(self, b: _Bench, v: str, modes: list[str]) -> None:
+        self.b, self.v, self.modes = b, v, modes
+        common = ["--footprint", str(b.footprint), "--iters", str(b.args.iters)]
+        common += ["--hot-passes", str(b.args.hot_passes)]
+        self.argv = [b.prog, "--variant", v, *common]
+        self.res: dict[str, Any] = {"modes": {}}
+        self.prof_file = b.work / f"{v}.prof"
+        self.runs: dict[str, list[dict[str, Any]]] = {m: [] for m in round_order(modes, 0)}
+        self.placement = b.work / f"{v}.toml"
+        self.advised = False
+        self.round_gbs: list[list[float | None]] = []
+
+    def round(self, r: int) -> None:
+        v = self.v
+        this_round = round_order(self.modes, r)
+        placed = [m for m in this_round if m in ("flat", "hybrid")]
+        first_placed, last_placed = (placed[0], placed[-1]) if placed else (None, None)
+        probe_round = v == "sweep" and not self.b.args.no_device_probe
+        for mode in this_round:
+            _say(f"{v}: {mode} (run {r + 1})")
+            if mode == "dram":
+                proc = subprocess.run(self.argv, capture_output=True, text=True)
+                self.runs["dram"].append(_program_result(proc, f"{v} dram"))
+                continue
+            if mode == "profile":
+                self._profile(r)
+                continue
+            if probe_round and mode == first_placed:
+                self.round_gbs.append([_quick_read_gbs(self.b.storage)])
+            self.runs[mode].append(self._run_mode(mode, r))
+            if probe_round and mode == last_placed and self.round_gbs:
+                self.round_gbs[-1].append(_quick_read_gbs(self.b.storage))
+
+    def _profile(self, r: int) -> None:
+        v, work = self.v, self.b.work
+        for old in work.glob(f"{v}.prof.norank.*"):
+            old.unlink()
+        proc = _hetmem("profile", "-o", str(self.prof_file), "--", *self.argv)
+        self.runs["profile"].append(_program_result(proc, f"{v} profile"))
+        written = sorted(work.glob(f"{v}.prof.norank.*"))
+        if not written:
+            raise EnvironmentProblem(f"{v}: hetmem profile wrote no profile")
+        self.res["sampler"] = (prof.read_header(written[-1]) or {}).get("sampler")
+        if r == 0:
+            proc = _hetmem(
+                "advise",
+                str(written[-1]),
+                "--fast-budget",
+                str(self.b.budget),
+                "-o",
+                str(self.placement),
+            )
+            if proc.returncode != 0:
+                raise HetmemError(f"{v}: hetmem advise failed: {proc.stderr.strip()}")
+            self.advised = True
+
+    def _run_mode(self, mode: str, r: int) -> dict[str, Any]:
+        b = self.b
+        base = mode.removesuffix(NOTHP)
+        opts = ["--mode", base, "--fast-budget", str(b.budget), "--storage", b.storage]
+        if base in ("flat", "hybrid"):
+            opts += ["--placement", str(self.placement)]
+        if mode == "swap":
+            opts += ["--swap-size", str(2 * b.footprint)]
+        stats = b.work / f"{self.v}-{mode}-{r}.json"
+        env = {"HETMEM_HUGE_PAGES": "0"} if mode != base else None
+        proc = _hetmem("run", *opts, "--stats", str(stats), "--", *self.argv, env=env)
+        one = _program_result(proc, f"{self.v} {mode}")
+        if base in ("flat", "hybrid"):
+            st = json.loads(stats.read_text())
+            pl = st.get("placement") or {}
+            one["overflows"] = pl.get("overflows")
+            one["fast_sites"] = sum(1 for s in pl.get("sites", []) if s["tier"] == 0)
+            one["pager_budget"] = pl.get("pager_budget")
+            one["huge_page_bytes"] = pl.get("huge_page_bytes")
+        return one
+
+    def summary(self) -> dict[str, Any]:
+        res, runs = self.res, self.runs
+        res["rounds"] = [
+            {m: rs[r]["seconds"] for m, rs in runs.items() if len(rs) > r}
+            for r in range(self.b.args.repeat)
+        ]
+        if self.round_gbs:
+            # the device as it was around each round's flat and hybrid runs:
+            # the mean of the probes before and after them
+            res["round_device_gbs"] = [
+                statistics.mean(g) if (g := [x for x in pair if x]) else None
+                for pair in self.round_gbs
+            ]
+        for mode, rs in runs.items():
+            if rs:
+                _best_of_mode(res, mode, rs)
+        if ab := huge_pages_ab(runs):
+            res["huge_pages_ab"] = ab
+        return res
+
+
+_MODE_EXTRAS = ("overflows", "fast_sites", "pager_budget", "huge_page_bytes", "hot_seconds")
+
+
+def _best_of_mode(res: dict[str, Any], mode: str, rs: list[dict[str, Any]]) -> None:
+    best = _best(rs)
+    res["modes"][mode] = {
+        "seconds": best["seconds"],
+        "all_seconds": [x["seconds"] for x in rs],
+        **{k: best[k] for k in _MODE_EXTRAS if k in best},
+    }
+    res["cold_touched_per_iter"] = best.get("cold_touched_per_iter")
+    res["cold_bytes"] = best.get("cold_bytes")
+    res["hot_bytes"] = best.get("hot_bytes")
 
 
 def huge_pages_ab(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -464,6 +515,21 @@ def _measure_alloc(
         "run", "--mode", "flat", "--placement", str(placement), "--fast-budget", str(budget),
         "--storage", storage, "--",
     ]  # fmt: skip
+    none, flat = _alloc_whole_runs(argv, flat_argv, max(9, args.repeat))
+    return {
+        "pairs": args.pairs,
+        "threads": 2,
+        "none_seconds": min(none),
+        "flat_seconds": min(flat),
+        "all_none": none,
+        "all_flat": flat,
+        "ab": _alloc_ab_runs(argv, flat_argv),
+    }
+
+
+def _alloc_whole_runs(
+    argv: list[str], flat_argv: list[str], rounds: int
+) -> tuple[list[float], list[float]]:
     none: list[float] = []
     flat: list[float] = []
     # whole runs, interleaved pairs: shown beside the sliced measure below,
@@ -472,7 +538,7 @@ def _measure_alloc(
     # here)
     # (the order within a pair alternates, so that neither configuration is
     # always the one that runs just after the other)
-    for r in range(max(9, args.repeat)):
+    for r in range(rounds):
         _say(f"alloc: no preload / flat (run {r + 1})")
         for kind in ("none", "flat") if r % 2 == 0 else ("flat", "none"):
             if kind == "none":
@@ -480,6 +546,10 @@ def _measure_alloc(
                 none.append(_program_result(proc, "alloc")["seconds"])
             else:
                 flat.append(_program_result(_hetmem(*flat_argv, *argv), "alloc flat")["seconds"])
+    return none, flat
+
+
+def _alloc_ab_runs(argv: list[str], flat_argv: list[str]) -> dict[str, Any]:
     ab: dict[str, Any] = {"slices": AB_SLICES, "runs": []}
     ab_argv = [*argv, "--ab", str(AB_SLICES)]
     for r in range(AB_RUNS):
@@ -492,15 +562,7 @@ def _measure_alloc(
             res = _program_result(proc, f"alloc --ab {kind}")["ab"]
             ab["pairs_per_slice"] = res["pairs_per_slice"]
             ab["runs"].append({"kind": kind, "slice_seconds": res["slice_seconds"]})
-    return {
-        "pairs": args.pairs,
-        "threads": 2,
-        "none_seconds": min(none),
-        "flat_seconds": min(flat),
-        "all_none": none,
-        "all_flat": flat,
-        "ab": ab,
-    }
+    return ab
 
 
 # the slices of one --ab run (about 15 ms each at 10^7 pairs) and the runs
@@ -695,149 +757,171 @@ def evaluate(
     out: list[dict[str, Any]] = []
     sp = results.get("sparse")
     if sp:
-        dram = _t(sp, "dram")
-        bm = better_mode(sp, "flat", "hybrid")
-        m, how = near_equal(sp, lambda r: _div(r.get("dram"), r.get(bm) if bm else None))
-        out.append(
-            _target(
-                "sparse: speed of best(flat, hybrid) / dram",
-                m,
-                ">= 0.90",
-                None if m is None else m >= 0.90,
-                f"{how}, against {bm} (the better by median time); best times: dram {dram} s, "
-                f"flat {_t(sp, 'flat')} s, hybrid {_t(sp, 'hybrid')} s",
-            )
-        )
+        out.append(_sparse_target(sp))
     sw = results.get("sweep")
     if sw:
-        gbs = device.get("seq_read_gbs")
-        moved = (sw.get("cold_touched_per_iter") or 0) * iters
-        overlap_bound, io_bound = sweep_bound(sw, gbs, iters, budget)
-        dram_t = _t(sw, "dram")
-        # The target is the issue's bound: what the cold bytes moved at the
-        # probed bandwidth impose (never below the all-DRAM run). The
-        # overlap-aware bound (sweep_bound) is never smaller, so easier to
-        # come within 1.25x of: shown beside it, not judged.
-        bound = max(io_bound, dram_t or 0.0) if io_bound else None
-        best = _fastest(sw, "flat", "hybrid")
-        once = best / bound if bound and best else None
-        mo = best / overlap_bound if overlap_bound and best else None
-        phase = cold_phase(sw, moved)
-        per_round = sweep_rounds(sw, moved)
-        if per_round:
-            m, bm, gbs_r = per_round
-            how = (
-                f"median of {len(gbs_r)} rounds' ratios: {bm} (the better by median time) "
-                f"against the bound of its round, with the device probed around that round's "
-                f"flat and hybrid runs ({', '.join(f'{g:.2f}' for g in gbs_r)} GB/s); against "
-                f"the bench's opening probe alone, best times: {once and round(once, 3)}; "
-            )
-        else:
-            m, how = once, ""
-        out.append(
-            _target(
-                "sweep: best(flat, hybrid) time / bound (cold bytes moved at the probed "
-                "bandwidth, or the dram time if larger)",
-                m,
-                "<= 1.25",
-                None if m is None else m <= 1.25,
-                how + f"opening probe's bound {bound and round(bound, 3)} s; "
-                f"against the overlap-aware bound {overlap_bound and round(overlap_bound, 3)} s "
-                f"(hot passes + cold I/O they cannot prefetch within the budget): "
-                f"{mo and round(mo, 3)}; "
-                f"{format_size(moved)} moved at {gbs} GB/s: {io_bound and round(io_bound, 3)} s; "
-                f"dram {dram_t} s (hot passes {(sw['modes'].get('dram') or {}).get('hot_seconds')}"
-                f" s); flat {_t(sw, 'flat')} s, hybrid {_t(sw, 'hybrid')} s"
-                + (
-                    f"; {phase[0]} outside its hot passes: {round(phase[1], 3)} s, the cold "
-                    f"bytes at {round(phase[2], 2)} GB/s"
-                    if phase
-                    else ""
-                ),
-            )
-        )
+        out.append(_sweep_target(sw, device, iters, budget))
     for v in ("sparse", "sweep"):
         res = results.get(v)
         if not res:
             continue
-        swap = _t(res, "swap")
-        best = _fastest(res, "flat", "hybrid")
-        m = swap / best if swap and best else None
-        out.append(
-            _target(
-                f"{v}: speed-up of best(flat, hybrid) over swap",
-                m,
-                ">= 2",
-                None if m is None else m >= 2,
-                f"swap {swap} s",
-            )
-        )
-        hyb = _t(res, "hybrid")
-        bm = better_mode(res, "flat", "cache")
-        m, how = near_equal(res, lambda r, bm=bm: _div(r.get("hybrid"), r.get(bm) if bm else None))
-        lucky, _ = near_equal(res, lambda r: _div(r.get("hybrid"), _least(r, "flat", "cache")))
-        out.append(
-            _target(
-                f"{v}: hybrid / best(flat, cache)",
-                m,
-                "<= 1.05",
-                None if m is None else m <= 1.05,
-                f"{how}, against {bm} (the better by median time; against each round's "
-                f"faster of the two: {lucky and round(lucky, 3)}); best times: hybrid {hyb} s, "
-                f"flat {_t(res, 'flat')} s, cache {_t(res, 'cache')} s",
-            )
-        )
-        dram, prof = _t(res, "dram"), _t(res, "profile")
-        m, how = near_equal(res, lambda r: _div(r.get("profile"), r.get("dram")))
-        m = None if m is None else m - 1
-        samp = res.get("sampler") or {}
-        out.append(
-            _target(
-                f"{v}: profiling overhead (profile / dram - 1)",
-                m,
-                "<= 0.10",
-                None if m is None else m <= 0.10,
-                f"{how}; best times: profile {prof} s, dram {dram} s; sampler "
-                f"{samp.get('name')} every {samp.get('interval_us')} us, self-reported "
-                f"overhead {samp.get('overhead')}",
-            )
-        )
+        out.append(_swap_target(v, res))
+        out.append(_hybrid_target(v, res))
+        out.append(_profiling_target(v, res))
     al = results.get("alloc")
     if al:
-        whole = alloc_cost(al)
-        runs = (
-            f"whole runs ({al['pairs']} pairs, 2 threads, {len(al['all_none'])} of each, "
-            f"interleaved): median of the pairs' flat / no preload - 1 = {whole:.4f}, best "
-            f"{al['none_seconds']} s vs {al['flat_seconds']} s"
-        )
-        m = alloc_ab_cost(al)
-        if m is None:
-            target, m, detail = "median of the interleaved whole runs' ratios", whole, runs
-        else:
-            ab = al["ab"]
-            own = {
-                kind: ", ".join(
-                    f"{ab_ratio(r['slice_seconds']):.4f}" for r in ab["runs"] if r["kind"] == kind
-                )
-                for kind in ("flat", "control")
-            }
-            target = "side by side in slices: interposer / glibc, over the same without preload"
-            detail = (
-                f"{len(ab['runs']) // 2} runs of each kind, {ab['slices']} slices of "
-                f"{ab['pairs_per_slice']} pairs, the median of all their slice pairs; "
-                f"each run's own median: flat runs' malloc / glibc {own['flat']}; "
-                f"without preload {own['control']}; {runs}"
-            )
-        out.append(
-            _target(
-                f"alloc: flat-mode interposer cost ({target}) - 1",
-                m,
-                "<= 0.03",
-                m <= 0.03,
-                detail,
-            )
-        )
+        out.append(_alloc_target(al))
     return out
+
+
+def _sparse_target(sp: dict[str, Any]) -> dict[str, Any]:
+    dram = _t(sp, "dram")
+    bm = better_mode(sp, "flat", "hybrid")
+    m, how = near_equal(sp, lambda r: _div(r.get("dram"), r.get(bm) if bm else None))
+    return _target(
+        "sparse: speed of best(flat, hybrid) / dram",
+        m,
+        ">= 0.90",
+        None if m is None else m >= 0.90,
+        f"{how}, against {bm} (the better by median time); best times: dram {dram} s, "
+        f"flat {_t(sp, 'flat')} s, hybrid {_t(sp, 'hybrid')} s",
+    )
+
+
+def _sweep_target(
+    sw: dict[str, Any], device: dict[str, Any], iters: int, budget: int | None
+) -> dict[str, Any]:
+    gbs = device.get("seq_read_gbs")
+    moved = (sw.get("cold_touched_per_iter") or 0) * iters
+    overlap_bound, io_bound = sweep_bound(sw, gbs, iters, budget)
+    dram_t = _t(sw, "dram")
+    # The target is the issue's bound: what the cold bytes moved at the
+    # probed bandwidth impose (never below the all-DRAM run). The
+    # overlap-aware bound (sweep_bound) is never smaller, so easier to
+    # come within 1.25x of: shown beside it, not judged.
+    bound = max(io_bound, dram_t or 0.0) if io_bound else None
+    best = _fastest(sw, "flat", "hybrid")
+    once = best / bound if bound and best else None
+    mo = best / overlap_bound if overlap_bound and best else None
+    per_round = sweep_rounds(sw, moved)
+    if per_round:
+        m, bm, gbs_r = per_round
+        how = (
+            f"median of {len(gbs_r)} rounds' ratios: {bm} (the better by median time) "
+            f"against the bound of its round, with the device probed around that round's "
+            f"flat and hybrid runs ({', '.join(f'{g:.2f}' for g in gbs_r)} GB/s); against "
+            f"the bench's opening probe alone, best times: {once and round(once, 3)}; "
+        )
+    else:
+        m, how = once, ""
+    return _target(
+        "sweep: best(flat, hybrid) time / bound (cold bytes moved at the probed "
+        "bandwidth, or the dram time if larger)",
+        m,
+        "<= 1.25",
+        None if m is None else m <= 1.25,
+        how + f"opening probe's bound {bound and round(bound, 3)} s; "
+        f"against the overlap-aware bound {overlap_bound and round(overlap_bound, 3)} s "
+        f"(hot passes + cold I/O they cannot prefetch within the budget): "
+        f"{mo and round(mo, 3)}; " + _sweep_times(sw, moved, gbs, io_bound, dram_t),
+    )
+
+
+def _sweep_times(
+    sw: dict[str, Any], moved: int, gbs: Any, io_bound: float | None, dram_t: float | None
+) -> str:
+    """The sweep target's detail from the I/O bound on."""
+    phase = cold_phase(sw, moved)
+    return (
+        f"{format_size(moved)} moved at {gbs} GB/s: {io_bound and round(io_bound, 3)} s; "
+        f"dram {dram_t} s (hot passes {(sw['modes'].get('dram') or {}).get('hot_seconds')}"
+        f" s); flat {_t(sw, 'flat')} s, hybrid {_t(sw, 'hybrid')} s"
+        + (
+            f"; {phase[0]} outside its hot passes: {round(phase[1], 3)} s, the cold "
+            f"bytes at {round(phase[2], 2)} GB/s"
+            if phase
+            else ""
+        )
+    )
+
+
+def _swap_target(v: str, res: dict[str, Any]) -> dict[str, Any]:
+    swap = _t(res, "swap")
+    best = _fastest(res, "flat", "hybrid")
+    m = swap / best if swap and best else None
+    return _target(
+        f"{v}: speed-up of best(flat, hybrid) over swap",
+        m,
+        ">= 2",
+        None if m is None else m >= 2,
+        f"swap {swap} s",
+    )
+
+
+def _hybrid_target(v: str, res: dict[str, Any]) -> dict[str, Any]:
+    hyb = _t(res, "hybrid")
+    bm = better_mode(res, "flat", "cache")
+    m, how = near_equal(res, lambda r: _div(r.get("hybrid"), r.get(bm) if bm else None))
+    lucky, _ = near_equal(res, lambda r: _div(r.get("hybrid"), _least(r, "flat", "cache")))
+    return _target(
+        f"{v}: hybrid / best(flat, cache)",
+        m,
+        "<= 1.05",
+        None if m is None else m <= 1.05,
+        f"{how}, against {bm} (the better by median time; against each round's "
+        f"faster of the two: {lucky and round(lucky, 3)}); best times: hybrid {hyb} s, "
+        f"flat {_t(res, 'flat')} s, cache {_t(res, 'cache')} s",
+    )
+
+
+def _profiling_target(v: str, res: dict[str, Any]) -> dict[str, Any]:
+    dram, prof = _t(res, "dram"), _t(res, "profile")
+    m, how = near_equal(res, lambda r: _div(r.get("profile"), r.get("dram")))
+    m = None if m is None else m - 1
+    samp = res.get("sampler") or {}
+    return _target(
+        f"{v}: profiling overhead (profile / dram - 1)",
+        m,
+        "<= 0.10",
+        None if m is None else m <= 0.10,
+        f"{how}; best times: profile {prof} s, dram {dram} s; sampler "
+        f"{samp.get('name')} every {samp.get('interval_us')} us, self-reported "
+        f"overhead {samp.get('overhead')}",
+    )
+
+
+def _alloc_target(al: dict[str, Any]) -> dict[str, Any]:
+    whole = alloc_cost(al)
+    runs = (
+        f"whole runs ({al['pairs']} pairs, 2 threads, {len(al['all_none'])} of each, "
+        f"interleaved): median of the pairs' flat / no preload - 1 = {whole:.4f}, best "
+        f"{al['none_seconds']} s vs {al['flat_seconds']} s"
+    )
+    m = alloc_ab_cost(al)
+    if m is None:
+        target, m, detail = "median of the interleaved whole runs' ratios", whole, runs
+    else:
+        ab = al["ab"]
+        own = {
+            kind: ", ".join(
+                f"{ab_ratio(r['slice_seconds']):.4f}" for r in ab["runs"] if r["kind"] == kind
+            )
+            for kind in ("flat", "control")
+        }
+        target = "side by side in slices: interposer / glibc, over the same without preload"
+        detail = (
+            f"{len(ab['runs']) // 2} runs of each kind, {ab['slices']} slices of "
+            f"{ab['pairs_per_slice']} pairs, the median of all their slice pairs; "
+            f"each run's own median: flat runs' malloc / glibc {own['flat']}; "
+            f"without preload {own['control']}; {runs}"
+        )
+    return _target(
+        f"alloc: flat-mode interposer cost ({target}) - 1",
+        m,
+        "<= 0.03",
+        m <= 0.03,
+        detail,
+    )
 
 
 def _print(data: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ import statistics
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hetmem import output
 from hetmem import probe as probe_mod
@@ -117,7 +117,43 @@ def _verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
 
+class _Plan(NamedTuple):
+    rounds: int
+    threads: list[int]
+    reps: int
+    file_bytes: int
+    array_bytes: int  # 0: sized from the last-level cache
+    block: int = 1 << 20
+    depth: int = 8
+
+
 def run(args: argparse.Namespace) -> int:
+    plan = _plan(args)
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "suite": "reference",
+        "machine": cache.machine_key(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "quick": bool(args.quick),
+        "rounds": plan.rounds,
+        "stream": [],
+        "storage": None,
+    }
+    with Context() as ctx:
+        _compare(ctx, args, plan, result)
+    checks = [s["pass"] for s in result["stream"]]
+    if result["storage"]:
+        checks.append(result["storage"]["pass"])
+    result["pass"] = all(checks)
+    path = cache.save("bench-reference", result)
+    if args.json:
+        output.print_json(result)
+    else:
+        _print_reference(result, plan.rounds, path)
+    return 0 if result["pass"] else 1
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
     quick = bool(args.quick)
     # Many short rounds rather than few long ones: on a shared machine the
     # best of each side then comes from equally quiet moments.
@@ -132,186 +168,190 @@ def run(args: argparse.Namespace) -> int:
     reps = 4 if quick else 6
     file_bytes, array_bytes = parse_probe_sizes(args.storage_size, args.array_size)
     file_bytes = file_bytes or (256 << 20 if quick else 1 << 30)
-    block, depth = 1 << 20, 8
+    return _Plan(rounds, threads, reps, file_bytes, array_bytes)
 
-    result: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "suite": "reference",
-        "machine": cache.machine_key(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "quick": quick,
-        "rounds": rounds,
-        "stream": [],
-        "storage": None,
-    }
-    with Context() as ctx:
-        ref_prog = None if args.no_stream else find_program("hm-stream-ref")
-        fio = None
-        sdir = ""
-        if not args.no_storage:
-            fio = shutil.which("fio")
-            if not fio:
-                raise EnvironmentProblem("fio is not installed (Debian: apt-get install fio)")
-            sdir = os.path.realpath(args.storage or ctx.default_storage_dir())
-            # Same checks as the probe (missing, read-only, tmpfs, too full).
-            probe_mod.request(
-                ctx,
-                {"test": "storage", "dir": sdir, "file_bytes": file_bytes, "check_only": True},
-            )
-        if not array_bytes:
-            llc = probe_mod.request(ctx, {"test": "llc"})["llc_bytes"]
-            array_bytes = max(4 * llc, 8 << 20)
-        elements = array_bytes // 8
-        array_bytes = elements * 8
 
-        steps = (0 if args.no_stream else len(threads) * rounds * 2) + (
-            0 if args.no_storage else rounds * 2
+def _compare(ctx: Context, args: argparse.Namespace, plan: _Plan, result: dict[str, Any]) -> None:
+    """The interleaved rounds of probe and reference, into result."""
+    ref_prog = None if args.no_stream else find_program("hm-stream-ref")
+    fio = None
+    sdir = ""
+    if not args.no_storage:
+        fio = shutil.which("fio")
+        if not fio:
+            raise EnvironmentProblem("fio is not installed (Debian: apt-get install fio)")
+        sdir = os.path.realpath(args.storage or ctx.default_storage_dir())
+        # Same checks as the probe (missing, read-only, tmpfs, too full).
+        probe_mod.request(
+            ctx,
+            {"test": "storage", "dir": sdir, "file_bytes": plan.file_bytes, "check_only": True},
         )
-        show = not args.json and os.isatty(2)
-        with output.progress(show) as prog:
-            task = prog.add_task("reference", total=steps)
-            if ref_prog is not None:
-                for t in threads:
-                    probe_runs: list[dict[str, Any]] = []
-                    ref_runs: list[dict[str, Any]] = []
-                    for r in range(rounds):
-                        order = ("probe", "ref") if r % 2 == 0 else ("ref", "probe")
-                        for side in order:
-                            prog.update(task, description=f"STREAM {t} thr: {side}")
-                            if side == "probe":
-                                probe_runs.append(
-                                    probe_mod.request(
-                                        ctx,
-                                        {
-                                            "test": "stream",
-                                            "threads": t,
-                                            "array_bytes": array_bytes,
-                                            "repetitions": reps,
-                                        },
-                                    )
-                                )
-                            else:
-                                ref_runs.append(_run_ref(ref_prog, elements, reps, t))
-                            prog.advance(task)
-                    p = max(x["triad_gbs"] for x in probe_runs)
-                    q = max(x["triad_gbs"] for x in ref_runs)
-                    result["stream"].append(
+    array_bytes = plan.array_bytes
+    if not array_bytes:
+        llc = probe_mod.request(ctx, {"test": "llc"})["llc_bytes"]
+        array_bytes = max(4 * llc, 8 << 20)
+    plan = plan._replace(array_bytes=array_bytes // 8 * 8)
+    steps = (0 if args.no_stream else len(plan.threads) * plan.rounds * 2) + (
+        0 if args.no_storage else plan.rounds * 2
+    )
+    show = not args.json and os.isatty(2)
+    with output.progress(show) as prog:
+        task = prog.add_task("reference", total=steps)
+        if ref_prog is not None:
+            for t in plan.threads:
+                result["stream"].append(_stream_compare(ctx, ref_prog, plan, t, prog, task))
+        if fio is not None:
+            result["storage"] = _storage_compare(ctx, fio, sdir, plan, prog, task)
+
+
+def _stream_compare(
+    ctx: Context, ref_prog: Path, plan: _Plan, t: int, prog: Any, task: Any
+) -> dict[str, Any]:
+    """STREAM triad of the probe against the reference at t threads."""
+    array_bytes = plan.array_bytes
+    probe_runs: list[dict[str, Any]] = []
+    ref_runs: list[dict[str, Any]] = []
+    for r in range(plan.rounds):
+        order = ("probe", "ref") if r % 2 == 0 else ("ref", "probe")
+        for side in order:
+            prog.update(task, description=f"STREAM {t} thr: {side}")
+            if side == "probe":
+                probe_runs.append(
+                    probe_mod.request(
+                        ctx,
                         {
+                            "test": "stream",
                             "threads": t,
                             "array_bytes": array_bytes,
-                            "probe_triad_gbs": p,
-                            "reference_triad_gbs": q,
-                            "ratio": p / q,
-                            "median_ratio": statistics.median(x["triad_gbs"] for x in probe_runs)
-                            / statistics.median(x["triad_gbs"] for x in ref_runs),
-                            "target": TRIAD_TARGET,
-                            "pass": p / q >= TRIAD_TARGET,
-                            "probe_rounds": [x["triad_gbs"] for x in probe_runs],
-                            "reference_rounds": [x["triad_gbs"] for x in ref_runs],
-                        }
+                            "repetitions": plan.reps,
+                        },
                     )
-            if fio is not None:
-                fio_file = Path(sdir) / f".hetmem-fio-{os.getpid()}"
-                probe_gbs: list[float] = []
-                fio_gbs: list[float] = []
-                try:
-                    for r in range(rounds):
-                        order = ("probe", "fio") if r % 2 == 0 else ("fio", "probe")
-                        for side in order:
-                            prog.update(task, description=f"seq read: {side}")
-                            if side == "probe":
-                                res = probe_mod.request(
-                                    ctx,
-                                    {
-                                        "test": "storage",
-                                        "dir": sdir,
-                                        "file_bytes": file_bytes,
-                                        "block_bytes": block,
-                                        "seq_depth": depth,
-                                        "seq_passes": 1,
-                                        "random": False,
-                                        "write": False,
-                                    },
-                                )
-                                probe_gbs.append(res["seq_read_gbs"])
-                            else:
-                                # Written with O_DIRECT first, as the probe does,
-                                # so the read finds real blocks and no dirty cache.
-                                job = _fio(fio, fio_file, file_bytes, block, depth)
-                                fio_gbs.append(job["read"]["bw_bytes"] / 1e9)
-                                fio_file.unlink(missing_ok=True)
-                            prog.advance(task)
-                finally:
+                )
+            else:
+                ref_runs.append(_run_ref(ref_prog, array_bytes // 8, plan.reps, t))
+            prog.advance(task)
+    p = max(x["triad_gbs"] for x in probe_runs)
+    q = max(x["triad_gbs"] for x in ref_runs)
+    return {
+        "threads": t,
+        "array_bytes": array_bytes,
+        "probe_triad_gbs": p,
+        "reference_triad_gbs": q,
+        "ratio": p / q,
+        "median_ratio": statistics.median(x["triad_gbs"] for x in probe_runs)
+        / statistics.median(x["triad_gbs"] for x in ref_runs),
+        "target": TRIAD_TARGET,
+        "pass": p / q >= TRIAD_TARGET,
+        "probe_rounds": [x["triad_gbs"] for x in probe_runs],
+        "reference_rounds": [x["triad_gbs"] for x in ref_runs],
+    }
+
+
+def _storage_compare(
+    ctx: Context, fio: str, sdir: str, plan: _Plan, prog: Any, task: Any
+) -> dict[str, Any]:
+    """Sequential reads of the probe against fio's."""
+    fio_file = Path(sdir) / f".hetmem-fio-{os.getpid()}"
+    probe_gbs: list[float] = []
+    fio_gbs: list[float] = []
+    try:
+        for r in range(plan.rounds):
+            order = ("probe", "fio") if r % 2 == 0 else ("fio", "probe")
+            for side in order:
+                prog.update(task, description=f"seq read: {side}")
+                if side == "probe":
+                    probe_gbs.append(_probe_seq_read(ctx, sdir, plan))
+                else:
+                    # Written with O_DIRECT first, as the probe does,
+                    # so the read finds real blocks and no dirty cache.
+                    job = _fio(fio, fio_file, plan.file_bytes, plan.block, plan.depth)
+                    fio_gbs.append(job["read"]["bw_bytes"] / 1e9)
                     fio_file.unlink(missing_ok=True)
-                p, q = max(probe_gbs), max(fio_gbs)
-                result["storage"] = {
-                    "dir": sdir,
-                    "file_bytes": file_bytes,
-                    "block_bytes": block,
-                    "iodepth": depth,
-                    "probe_seq_read_gbs": p,
-                    "fio_seq_read_gbs": q,
-                    "ratio": p / q,
-                    "median_ratio": statistics.median(probe_gbs) / statistics.median(fio_gbs),
-                    "tolerance": SEQ_TOLERANCE,
-                    "pass": abs(p / q - 1) <= SEQ_TOLERANCE,
-                    "probe_rounds": probe_gbs,
-                    "fio_rounds": fio_gbs,
-                }
-    checks = [s["pass"] for s in result["stream"]]
-    if result["storage"]:
-        checks.append(result["storage"]["pass"])
-    result["pass"] = all(checks)
-    path = cache.save("bench-reference", result)
-    if args.json:
-        output.print_json(result)
-    else:
-        rows: list[list[Any]] = []
-        for s in result["stream"]:
-            rows.append(
-                [
-                    "STREAM triad GB/s",
-                    f"{s['threads']} thread{'s' if s['threads'] > 1 else ''}, "
-                    f"{format_size(s['array_bytes'])} arrays",
-                    round(s["probe_triad_gbs"], 2),
-                    round(s["reference_triad_gbs"], 2),
-                    round(s["ratio"], 3),
-                    round(s["median_ratio"], 3),
-                    f">= {TRIAD_TARGET:.2f}",
-                    _verdict(s["pass"]),
-                ]
-            )
-        st = result["storage"]
-        if st:
-            rows.append(
-                [
-                    "seq read GB/s (fio)",
-                    f"{format_size(st['block_bytes'])} x qd{st['iodepth']}, "
-                    f"{format_size(st['file_bytes'])} in {st['dir']}",
-                    round(st["probe_seq_read_gbs"], 3),
-                    round(st["fio_seq_read_gbs"], 3),
-                    round(st["ratio"], 3),
-                    round(st["median_ratio"], 3),
-                    f"1 +/- {SEQ_TOLERANCE:.2f}",
-                    _verdict(st["pass"]),
-                ]
-            )
-        output.table(
-            f"hetmem bench reference (best of {rounds} interleaved rounds; verdict on the best, "
-            "median ratio shown for noise)",
-            [
-                "measure",
-                "setting",
-                "probe",
-                "reference",
-                "ratio",
-                "median ratio",
-                "target",
-                "verdict",
-            ],
-            rows,
-        )
-        output.console().print(
-            f"verdict: {'all targets met' if result['pass'] else 'target missed'}; saved in {path}"
-        )
-    return 0 if result["pass"] else 1
+                prog.advance(task)
+    finally:
+        fio_file.unlink(missing_ok=True)
+    p, q = max(probe_gbs), max(fio_gbs)
+    return {
+        "dir": sdir,
+        "file_bytes": plan.file_bytes,
+        "block_bytes": plan.block,
+        "iodepth": plan.depth,
+        "probe_seq_read_gbs": p,
+        "fio_seq_read_gbs": q,
+        "ratio": p / q,
+        "median_ratio": statistics.median(probe_gbs) / statistics.median(fio_gbs),
+        "tolerance": SEQ_TOLERANCE,
+        "pass": abs(p / q - 1) <= SEQ_TOLERANCE,
+        "probe_rounds": probe_gbs,
+        "fio_rounds": fio_gbs,
+    }
+
+
+def _probe_seq_read(ctx: Context, sdir: str, plan: _Plan) -> Any:
+    res = probe_mod.request(
+        ctx,
+        {
+            "test": "storage",
+            "dir": sdir,
+            "file_bytes": plan.file_bytes,
+            "block_bytes": plan.block,
+            "seq_depth": plan.depth,
+            "seq_passes": 1,
+            "random": False,
+            "write": False,
+        },
+    )
+    return res["seq_read_gbs"]
+
+
+def _print_reference(result: dict[str, Any], rounds: int, path: Any) -> None:
+    rows: list[list[Any]] = [_stream_row(s) for s in result["stream"]]
+    st = result["storage"]
+    if st:
+        rows.append(_storage_row(st))
+    output.table(
+        f"hetmem bench reference (best of {rounds} interleaved rounds; verdict on the best, "
+        "median ratio shown for noise)",
+        [
+            "measure",
+            "setting",
+            "probe",
+            "reference",
+            "ratio",
+            "median ratio",
+            "target",
+            "verdict",
+        ],
+        rows,
+    )
+    output.console().print(
+        f"verdict: {'all targets met' if result['pass'] else 'target missed'}; saved in {path}"
+    )
+
+
+def _stream_row(s: dict[str, Any]) -> list[Any]:
+    return [
+        "STREAM triad GB/s",
+        f"{s['threads']} thread{'s' if s['threads'] > 1 else ''}, "
+        f"{format_size(s['array_bytes'])} arrays",
+        round(s["probe_triad_gbs"], 2),
+        round(s["reference_triad_gbs"], 2),
+        round(s["ratio"], 3),
+        round(s["median_ratio"], 3),
+        f">= {TRIAD_TARGET:.2f}",
+        _verdict(s["pass"]),
+    ]
+
+
+def _storage_row(st: dict[str, Any]) -> list[Any]:
+    return [
+        "seq read GB/s (fio)",
+        f"{format_size(st['block_bytes'])} x qd{st['iodepth']}, "
+        f"{format_size(st['file_bytes'])} in {st['dir']}",
+        round(st["probe_seq_read_gbs"], 3),
+        round(st["fio_seq_read_gbs"], 3),
+        round(st["ratio"], 3),
+        round(st["median_ratio"], 3),
+        f"1 +/- {SEQ_TOLERANCE:.2f}",
+        _verdict(st["pass"]),
+    ]

@@ -117,46 +117,48 @@ def _plot_efficiency(rows: list[dict[str, Any]]) -> str | None:
     nrow = math.ceil(len(cases) / ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.0 * nrow), squeeze=False)
     for ax, case in zip(axes.flat, cases, strict=False):
-        by_mode: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for r in rows:
-            if r["case"] == case and r["efficiency"] is not None:
-                by_mode[r["mode"]].append(r)
-        for mode, rs in sorted(by_mode.items()):
-            rs.sort(key=lambda r: r["multiple"])
-            x = [r["multiple"] for r in rs]
-            y = [100 * r["efficiency"] for r in rs]
-            # Bars: the spread of the paired per-repetition ratios, which
-            # need not contain the efficiency of the best times.
-            lo = [
-                100 * max(0.0, r["efficiency"] - (r["efficiency_min"] or r["efficiency"]))
-                for r in rs
-            ]
-            hi = [
-                100 * max(0.0, (r["efficiency_max"] or r["efficiency"]) - r["efficiency"])
-                for r in rs
-            ]
-            ax.errorbar(
-                x,
-                y,
-                yerr=[lo, hi],
-                marker="o",
-                ms=4,
-                capsize=3,
-                label=mode,
-                color=MODE_COLORS.get(mode),
-            )
-        ax.axvline(1.0, color="#999999", lw=0.8, ls=":")
-        ax.set_xscale("log", base=2)
-        ax.set_title(case, fontsize=10)
-        ax.set_xlabel("data size / fast budget")
-        ax.set_ylabel("efficiency t_dram/t_mode (%)")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _efficiency_axis(ax, rows, case)
     for ax in list(axes.flat)[len(cases) :]:
         ax.set_visible(False)
     fig.tight_layout()
     return _svg(fig)
+
+
+def _efficiency_axis(ax: Any, rows: list[dict[str, Any]], case: str) -> None:
+    by_mode: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["case"] == case and r["efficiency"] is not None:
+            by_mode[r["mode"]].append(r)
+    for mode, rs in sorted(by_mode.items()):
+        rs.sort(key=lambda r: r["multiple"])
+        x = [r["multiple"] for r in rs]
+        y = [100 * r["efficiency"] for r in rs]
+        # Bars: the spread of the paired per-repetition ratios, which
+        # need not contain the efficiency of the best times.
+        lo = [
+            100 * max(0.0, r["efficiency"] - (r["efficiency_min"] or r["efficiency"])) for r in rs
+        ]
+        hi = [
+            100 * max(0.0, (r["efficiency_max"] or r["efficiency"]) - r["efficiency"]) for r in rs
+        ]
+        ax.errorbar(
+            x,
+            y,
+            yerr=[lo, hi],
+            marker="o",
+            ms=4,
+            capsize=3,
+            label=mode,
+            color=MODE_COLORS.get(mode),
+        )
+    ax.axvline(1.0, color="#999999", lw=0.8, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_title(case, fontsize=10)
+    ax.set_xlabel("data size / fast budget")
+    ax.set_ylabel("efficiency t_dram/t_mode (%)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def _poly_points(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -197,23 +199,44 @@ def _plot_poly(pts: list[dict[str, Any]], bws: dict[str, float], peak_gflops: fl
     largest = max(p["multiple"] for p in pts)
     for mode in sorted({p["mode"] for p in pts}):
         for variant, marker in (("ro", "o"), ("rw", "s")):
-            ps = sorted(
-                (
-                    p
-                    for p in pts
-                    if p["mode"] == mode and p["variant"] == variant and p["multiple"] == largest
-                ),
-                key=lambda p: p["ai"],
-            )
-            if ps:
-                ax.plot(
-                    [p["ai"] for p in ps],
-                    [p["gbs"] for p in ps],
-                    marker=marker,
-                    label=f"{mode} ({variant}, {largest:g}x budget)",
-                    color=MODE_COLORS.get(mode),
-                    ls="-" if variant == "ro" else "--",
-                )
+            _poly_curve(ax, pts, mode, variant, marker, largest)
+    _poly_rooflines(ax, pts, bws, peak_gflops)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte, IMDT eq. 1)")
+    ax.set_ylabel("bandwidth (GB/s)")
+    ax.set_title("polynomial: bandwidth vs arithmetic intensity")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def _poly_curve(
+    ax: Any, pts: list[dict[str, Any]], mode: str, variant: str, marker: str, largest: float
+) -> None:
+    ps = sorted(
+        (
+            p
+            for p in pts
+            if p["mode"] == mode and p["variant"] == variant and p["multiple"] == largest
+        ),
+        key=lambda p: p["ai"],
+    )
+    if ps:
+        ax.plot(
+            [p["ai"] for p in ps],
+            [p["gbs"] for p in ps],
+            marker=marker,
+            label=f"{mode} ({variant}, {largest:g}x budget)",
+            color=MODE_COLORS.get(mode),
+            ls="-" if variant == "ro" else "--",
+        )
+
+
+def _poly_rooflines(
+    ax: Any, pts: list[dict[str, Any]], bws: dict[str, float], peak_gflops: float
+) -> None:
     ais = [p["ai"] for p in pts]
     xs = [min(ais) / 2 * (2 ** (i / 8)) for i in range(0, 8 * 14)]
     xs = [x for x in xs if x <= max(ais) * 2]
@@ -227,15 +250,6 @@ def _plot_poly(pts: list[dict[str, Any]], bws: dict[str, float], peak_gflops: fl
                 ls=":",
             )
             ax.annotate(f"model {name}", (xs[0], min(bw, peak_gflops / xs[0])), fontsize=7)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP/byte, IMDT eq. 1)")
-    ax.set_ylabel("bandwidth (GB/s)")
-    ax.set_title("polynomial: bandwidth vs arithmetic intensity")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return _svg(fig)
 
 
 # Fast budget as a fraction of the footprint <-> size multiple of the budget.
@@ -266,19 +280,7 @@ def _plot_bars(rows: list[dict[str, Any]]) -> str | None:
     width = 0.8 / max(1, len(modes))
     for ax, frac in zip(axes[0], fracs, strict=False):
         for j, mode in enumerate(modes):
-            ys = []
-            for case in cases:
-                r = next(
-                    (
-                        r
-                        for r in sel
-                        if r["case"] == case
-                        and r["mode"] == mode
-                        and wanted[round(r["multiple"], 3)] == frac
-                    ),
-                    None,
-                )
-                ys.append(100 * r["efficiency"] if r else 0.0)
+            ys = [_bar_height(sel, wanted, case, mode, frac) for case in cases]
             ax.bar(
                 [i + j * width for i in range(len(cases))],
                 ys,
@@ -294,6 +296,20 @@ def _plot_bars(rows: list[dict[str, Any]]) -> str | None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     return _svg(fig)
+
+
+def _bar_height(
+    sel: list[dict[str, Any]], wanted: dict[float, float], case: str, mode: str, frac: float
+) -> float:
+    r = next(
+        (
+            r
+            for r in sel
+            if r["case"] == case and r["mode"] == mode and wanted[round(r["multiple"], 3)] == frac
+        ),
+        None,
+    )
+    return 100 * r["efficiency"] if r else 0.0
 
 
 # Issue 5's target for data that fits the fast budget: every mode within 5%
@@ -401,14 +417,7 @@ def physics_checks(
     checks: list[dict[str, Any]] = []
     storage = max((v for k, v in bws.items() if k.startswith("storage")), default=None)
     rw = max((storage_rw or {}).values(), default=None)
-    best_dram: dict[tuple[str, float], dict[str, Any]] = {}
-    for r in latest_runs(list(runs)):
-        t = run_best_time(r)
-        if r.get("mode") != "dram" or r.get("error") or t is None or not r.get("result"):
-            continue
-        k = (r["case"], float(r["multiple"]))
-        if k not in best_dram or t < run_best_time(best_dram[k]):  # type: ignore[operator]
-            best_dram[k] = r
+    best_dram = _best_dram_runs(runs)
     for r in rows:
         if not (
             r["case"].startswith("stream")
@@ -421,53 +430,88 @@ def physics_checks(
         model = stream_storage_model(ref["result"], *rw) if ref and rw else None
         if not model or not ref:
             continue
-        t_dram = run_best_time(ref) or 0.0
-        bound = t_dram / model["time_s"]
-        ratio = r["efficiency"] / bound
-        checks.append(
-            {
-                "check": f"{r['case']} cache efficiency at 4x vs storage/DRAM bound",
-                "measured": r["efficiency"],
-                "model": bound,
-                "ratio": ratio,
-                "pass": 0.5 <= ratio <= 2.0,
-                "rule": "within 2x of the bound",
-                "detail": {
-                    "dram_gbs_kernel": ref["result"]["bytes_moved"] / t_dram / 1e9,
-                    "dram_gbs_probe": max(
-                        (v for k, v in bws.items() if not k.startswith("storage")), default=None
-                    ),
-                    "storage_read_gbs": rw[0],
-                    "storage_write_gbs": rw[1],
-                    "model_bytes_read": model["bytes_read"],
-                    "model_bytes_written": model["bytes_written"],
-                    "model_storage_s": model["time_s"],
-                },
-            }
-        )
+        checks.append(_storage_check(r, ref, model, bws, rw))  # type: ignore[arg-type]
+    crossover = _crossover_check(pts, storage, peak)
+    if crossover:
+        checks.append(crossover)
+    return checks
+
+
+def _best_dram_runs(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, float], dict[str, Any]]:
+    """The fastest successful dram run of each (case, multiple)."""
+    best_dram: dict[tuple[str, float], dict[str, Any]] = {}
+    for r in latest_runs(list(runs)):
+        t = run_best_time(r)
+        if r.get("mode") != "dram" or r.get("error") or t is None or not r.get("result"):
+            continue
+        k = (r["case"], float(r["multiple"]))
+        if k not in best_dram or t < run_best_time(best_dram[k]):  # type: ignore[operator]
+            best_dram[k] = r
+    return best_dram
+
+
+def _storage_check(
+    r: dict[str, Any],
+    ref: dict[str, Any],
+    model: dict[str, Any],
+    bws: dict[str, float],
+    rw: tuple[float, float],
+) -> dict[str, Any]:
+    t_dram = run_best_time(ref) or 0.0
+    bound = t_dram / model["time_s"]
+    ratio = r["efficiency"] / bound
+    return {
+        "check": f"{r['case']} cache efficiency at 4x vs storage/DRAM bound",
+        "measured": r["efficiency"],
+        "model": bound,
+        "ratio": ratio,
+        "pass": 0.5 <= ratio <= 2.0,
+        "rule": "within 2x of the bound",
+        "detail": {
+            "dram_gbs_kernel": ref["result"]["bytes_moved"] / t_dram / 1e9,
+            "dram_gbs_probe": max(
+                (v for k, v in bws.items() if not k.startswith("storage")), default=None
+            ),
+            "storage_read_gbs": rw[0],
+            "storage_write_gbs": rw[1],
+            "model_bytes_read": model["bytes_read"],
+            "model_bytes_written": model["bytes_written"],
+            "model_storage_s": model["time_s"],
+        },
+    }
+
+
+def _crossover_check(
+    pts: list[dict[str, Any]], storage: float | None, peak: float
+) -> dict[str, Any] | None:
+    ps = _largest_tiered(pts)
+    if not (storage and peak > 0) or len(ps) < 2:
+        return None
+    bw_low = ps[0]["gbs"]
+    flops_high = max(p["gflops"] for p in ps)
+    measured = flops_high / bw_low if bw_low > 0 else None
+    predicted = peak / storage
+    ok = measured is not None and 0.5 <= measured / predicted <= 2.0
+    return {
+        "check": "polynomial crossover intensity (cache, read-only)",
+        "measured": measured,
+        "model": predicted,
+        "ratio": (measured / predicted) if measured else None,
+        "pass": ok,
+        "rule": "within 2x of peak flops / storage bandwidth",
+    }
+
+
+def _largest_tiered(pts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The read-only cache-mode points at the largest multiple, by intensity;
+    none when every run fits the budget."""
     tiered = [p for p in pts if p["mode"] == "cache" and p["variant"] == "ro"]
     # the crossover is a property of data beyond the budget, where the
     # storage tier feeds the kernel: no check on runs that all fit
-    if tiered and storage and peak > 0 and max(p["multiple"] for p in tiered) > 1.0:
-        largest = max(p["multiple"] for p in tiered)
-        ps = sorted((p for p in tiered if p["multiple"] == largest), key=lambda p: p["ai"])
-        if len(ps) >= 2:
-            bw_low = ps[0]["gbs"]
-            flops_high = max(p["gflops"] for p in ps)
-            measured = flops_high / bw_low if bw_low > 0 else None
-            predicted = peak / storage
-            ok = measured is not None and 0.5 <= measured / predicted <= 2.0
-            checks.append(
-                {
-                    "check": "polynomial crossover intensity (cache, read-only)",
-                    "measured": measured,
-                    "model": predicted,
-                    "ratio": (measured / predicted) if measured else None,
-                    "pass": ok,
-                    "rule": "within 2x of peak flops / storage bandwidth",
-                }
-            )
-    return checks
+    if not tiered or max(p["multiple"] for p in tiered) <= 1.0:
+        return []
+    largest = max(p["multiple"] for p in tiered)
+    return sorted((p for p in tiered if p["multiple"] == largest), key=lambda p: p["ai"])
 
 
 def _fmt(v: Any) -> str:
@@ -549,7 +593,21 @@ def build(dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
         ],
         "hard_failures": len(hard_failures(runs)),
     }
-    figs = [
+    figs = _figures(rows, pts, bws, peak)
+    parts = _html_head(data, summ)
+    parts += _checks_html(checks)
+    parts += _figures_html(figs)
+    parts += _efficiency_html(rows)
+    parts += _failures_html(failures)
+    parts += _machine_html(bws, manifests)
+    return "".join(parts), data
+
+
+def _figures(
+    rows: list[dict[str, Any]], pts: list[dict[str, Any]], bws: dict[str, float], peak: float
+) -> list[tuple[str, str | None, str]]:
+    """(title, SVG or None, caption) of each plot."""
+    return [
         (
             "Efficiency against data size",
             _plot_efficiency(rows),
@@ -570,7 +628,10 @@ def build(dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
             "(ecoHMEM-style).",
         ),
     ]
-    parts = [
+
+
+def _html_head(data: dict[str, Any], summ: list[dict[str, Any]]) -> list[str]:
+    return [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         "<title>hetmem benchmark report</title>",
         f"<style>{_CSS}</style></head><body>",
@@ -586,26 +647,35 @@ def build(dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
             ],
         ),
     ]
-    if checks:
-        parts.append("<h2>Targets and physics checks</h2>")
-        parts.append(
-            _table(
-                ["check", "measured", "model", "ratio", "rule", "result"],
-                [
-                    [
-                        c["check"],
-                        c["measured"],
-                        c["model"],
-                        c["ratio"],
-                        c["rule"],
-                        "PASS" if c["pass"] else "MISS",
-                    ]
-                    for c in checks
-                ],
-            )
-            .replace("<td>PASS</td>", "<td class='pass'>PASS</td>")
-            .replace("<td>MISS</td>", "<td class='fail'>MISS</td>")
-        )
+
+
+def _checks_html(checks: list[dict[str, Any]]) -> list[str]:
+    if not checks:
+        return []
+    table = _table(
+        ["check", "measured", "model", "ratio", "rule", "result"],
+        [
+            [
+                c["check"],
+                c["measured"],
+                c["model"],
+                c["ratio"],
+                c["rule"],
+                "PASS" if c["pass"] else "MISS",
+            ]
+            for c in checks
+        ],
+    )
+    return [
+        "<h2>Targets and physics checks</h2>",
+        table.replace("<td>PASS</td>", "<td class='pass'>PASS</td>").replace(
+            "<td>MISS</td>", "<td class='fail'>MISS</td>"
+        ),
+    ]
+
+
+def _figures_html(figs: list[tuple[str, str | None, str]]) -> list[str]:
+    parts = []
     for title, svg, caption in figs:
         if svg:
             parts.append(f"<h2>{html.escape(title)}</h2>")
@@ -613,48 +683,55 @@ def build(dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
                 f"<figure class='plot'>{svg}"
                 f"<figcaption>{html.escape(caption)}</figcaption></figure>"
             )
-    parts.append("<h2>Efficiency table</h2>")
-    parts.append(
+    return parts
+
+
+def _efficiency_html(rows: list[dict[str, Any]]) -> list[str]:
+    columns = [
+        "case",
+        "size",
+        "x budget",
+        "mode",
+        "best time (s)",
+        "median time (s)",
+        "efficiency",
+        "min",
+        "max",
+    ]
+    cells = [
+        [
+            r["case"],
+            f"{r['size_bytes'] / 2**20:.0f} MiB",
+            r["multiple"],
+            r["mode"],
+            r.get("time_s_best"),
+            r["time_s_median"],
+            r["efficiency"],
+            r["efficiency_min"],
+            r["efficiency_max"],
+        ]
+        for r in rows
+    ]
+    return ["<h2>Efficiency table</h2>", _table(columns, cells)]
+
+
+def _failures_html(failures: list[dict[str, Any]]) -> list[str]:
+    if not failures:
+        return []
+    return [
+        "<h2>Failed runs</h2>",
         _table(
+            ["case", "x budget", "mode", "rep", "kind", "error"],
             [
-                "case",
-                "size",
-                "x budget",
-                "mode",
-                "best time (s)",
-                "median time (s)",
-                "efficiency",
-                "min",
-                "max",
+                [f["case"], f["multiple"], f["mode"], f["rep"], f.get("error_kind"), f["error"]]
+                for f in failures
             ],
-            [
-                [
-                    r["case"],
-                    f"{r['size_bytes'] / 2**20:.0f} MiB",
-                    r["multiple"],
-                    r["mode"],
-                    r.get("time_s_best"),
-                    r["time_s_median"],
-                    r["efficiency"],
-                    r["efficiency_min"],
-                    r["efficiency_max"],
-                ]
-                for r in rows
-            ],
-        )
-    )
-    if failures:
-        parts.append("<h2>Failed runs</h2>")
-        parts.append(
-            _table(
-                ["case", "x budget", "mode", "rep", "kind", "error"],
-                [
-                    [f["case"], f["multiple"], f["mode"], f["rep"], f.get("error_kind"), f["error"]]
-                    for f in failures
-                ],
-            )
-        )
-    parts.append("<h2>Machine and probe</h2>")
+        ),
+    ]
+
+
+def _machine_html(bws: dict[str, float], manifests: list[dict[str, Any]]) -> list[str]:
+    parts = ["<h2>Machine and probe</h2>"]
     parts.append(
         _table(["tier", "bandwidth (GB/s)"], [[k, v] for k, v in sorted(bws.items())])
         if bws
@@ -668,7 +745,7 @@ def build(dirs: Sequence[Path]) -> tuple[str, dict[str, Any]]:
             f"budget {m.get('budget_bytes', 0) / 2**20:.0f} MiB, {m.get('threads')} threads)</li>"
         )
     parts.append("</ul></body></html>")
-    return "".join(parts), data
+    return parts
 
 
 def write(dirs: Sequence[Path], out: Path | None, force: bool) -> tuple[Path, dict[str, Any]]:

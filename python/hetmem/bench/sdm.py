@@ -77,66 +77,78 @@ def evaluate(
     rows: list[dict[str, Any]], runs: list[dict[str, Any]], device: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """The five targets, each with what was measured; pass None when not measurable."""
-    out: list[dict[str, Any]] = []
-
-    def add(target: str, measured: float | None, goal: float, detail: str) -> None:
-        out.append(
-            {
-                "target": target,
-                "measured": measured,
-                "goal": goal,
-                "pass": None if measured is None else measured >= goal,
-                "detail": detail,
-            }
-        )
-
     seq = device.get("seq_read_gbs")
     scans = _result(runs, "scan-read", 2.0, "cache")
     gbs = max((float(r.get("gbs") or 0) for r in scans), default=None)
-    add(
-        "1. read scan at 2x: cache bandwidth / probed sequential read",
-        gbs / seq if gbs and seq else None,
-        0.80,
-        f"scan {gbs if gbs is None else round(gbs, 3)} GB/s, device {seq} GB/s",
-    )
+    out = [
+        _sdm_target(
+            "1. read scan at 2x: cache bandwidth / probed sequential read",
+            gbs / seq if gbs and seq else None,
+            0.80,
+            f"scan {gbs if gbs is None else round(gbs, 3)} GB/s, device {seq} GB/s",
+        )
+    ]
     for case, goal in (("scan-read", 2.5), ("stream-triad", 2.0)):
-        c = _eff(rows, case, 2.0, "cache")
-        s = _eff(rows, case, 2.0, "swap")
-        ratio = None
-        if c and s and c["time_s_median"] and s["time_s_median"]:
-            ratio = s["time_s_median"] / c["time_s_median"]
-        add(
-            f"2. {case} at 2x: swap time / cache time",
-            ratio,
-            goal,
-            "median kernel times",
+        out.append(
+            _sdm_target(
+                f"2. {case} at 2x: swap time / cache time",
+                _swap_over_cache(rows, case),
+                goal,
+                "median kernel times",
+            )
         )
     c = _eff(rows, "stream-triad", 0.5, "cache")
-    add(
-        "3. stream-triad at 0.5x (fits): cache efficiency",
-        c["efficiency"] if c else None,
-        0.97,
-        "t_dram / t_cache, median of paired repetitions",
+    out.append(
+        _sdm_target(
+            "3. stream-triad at 0.5x (fits): cache efficiency",
+            c["efficiency"] if c else None,
+            0.97,
+            "t_dram / t_cache, median of paired repetitions",
+        )
     )
     for deg in (1024,):
         c = _eff(rows, f"poly-ro-d{deg}", 4.0, "cache")
-        add(
-            f"4. poly degree {deg} at 4x: cache efficiency",
-            c["efficiency"] if c else None,
-            0.90,
-            "t_dram / t_cache",
+        out.append(
+            _sdm_target(
+                f"4. poly degree {deg} at 4x: cache efficiency",
+                c["efficiency"] if c else None,
+                0.90,
+                "t_dram / t_cache",
+            )
         )
+    out.append(_iops_target(runs, device))
+    return out
+
+
+def _sdm_target(target: str, measured: float | None, goal: float, detail: str) -> dict[str, Any]:
+    return {
+        "target": target,
+        "measured": measured,
+        "goal": goal,
+        "pass": None if measured is None else measured >= goal,
+        "detail": detail,
+    }
+
+
+def _swap_over_cache(rows: list[dict[str, Any]], case: str) -> float | None:
+    c = _eff(rows, case, 2.0, "cache")
+    s = _eff(rows, case, 2.0, "swap")
+    if c and s and c["time_s_median"] and s["time_s_median"]:
+        return s["time_s_median"] / c["time_s_median"]
+    return None
+
+
+def _iops_target(runs: list[dict[str, Any]], device: dict[str, Any]) -> dict[str, Any]:
     reads = _result(runs, "gups-read4k", 4.0, "cache")
     iops = max((float(r.get("iops") or 0) for r in reads), default=None)
     qd2 = next((q for q in device.get("randread", []) if q.get("qd") == 2), None)
     dev_iops = qd2.get("iops") if qd2 else None
-    add(
+    return _sdm_target(
         "5. random 4 KiB reads at 4x, 2 threads: cache IOPS / device IOPS at QD2",
         iops / dev_iops if iops and dev_iops else None,
         0.70,
         f"cache {iops if iops is None else round(iops)} IOPS, device {dev_iops} IOPS at QD2",
     )
-    return out
 
 
 def run(args: argparse.Namespace) -> int:

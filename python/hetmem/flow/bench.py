@@ -236,45 +236,13 @@ def run(
         "large_target": 0.5,
         "large_met": min(cl["put_gbs"], cl["get_gbs"]) / cl["memcpy_gbs"] >= 0.5,
     }
-    rows: list[dict[str, Any]] = []
-    ps = python_path(tier, small_bytes, small_objects, steps)
-    pl = python_path(tier, large_bytes, large_objects, steps)
-    py_sw = ps["put_s"] + ps["get_view_s"] - ps["memcpy_s"]
-    res["channel_python"] = {"small": ps, "large": pl}
-    res["targets"].update(
-        {
-            "py_cost_us_per_small_object": (ps["put_s"] + ps["get_view_s"]) * 1e6,
-            "py_sw_cost_us_per_small_object": py_sw * 1e6,
-            "py_sw_cost_met": py_sw * 1e6 <= 1.0,
-        }
-    )
-    rows.append(
-        {
-            "system": f"hetmem channel ({tier}, Python batch)",
-            "small_put_us": ps["put_s"] * 1e6,
-            "small_get_us": ps["get_view_s"] * 1e6,
-            "small_get_copy_us": ps["get_copy_s"] * 1e6,
-            "large_put_gbs": large_bytes / pl["put_s"] / 1e9,
-            "large_get_gbs": large_bytes / pl["get_copy_s"] / 1e9,
-        }
-    )
+    rows = [_python_row(res, tier, small_objects, small_bytes, large_objects, large_bytes, steps)]
     py = adios_py or adios_python()
     res["adios2"] = {"python": py, "version": adios_version(py) if py else None}
     for eng in engines if py else ():
         s = run_adios(py, eng, small_objects, small_bytes, steps)  # type: ignore[arg-type]
         lg_ = run_adios(py, eng, large_objects, large_bytes, steps)  # type: ignore[arg-type]
-        row: dict[str, Any] = {"system": f"ADIOS2 {eng} (Python)"}
-        if "error" in s:
-            row["error"] = s["error"]
-        else:
-            row["small_put_us"] = s["put_s"] * 1e6
-            row["small_get_us"] = s["get_s"] * 1e6
-        if "error" in lg_:
-            row["error"] = lg_["error"]
-        else:
-            row["large_put_gbs"] = large_bytes / lg_["put_s"] / 1e9
-            row["large_get_gbs"] = large_bytes / lg_["get_s"] / 1e9
-        rows.append(row)
+        rows.append(_adios_row(eng, s, lg_, large_bytes))
     base = rows[0]
     for r in rows[1:]:
         if "small_put_us" in r:
@@ -309,3 +277,51 @@ def bench(
         tier=tier,
         adios_py=adios_python(adios_python_arg),
     )
+
+
+def _python_row(
+    res: dict[str, Any],
+    tier: str,
+    small_objects: int,
+    small_bytes: int,
+    large_objects: int,
+    large_bytes: int,
+    steps: int,
+) -> dict[str, Any]:
+    """The channel from Python: its figures and targets into res, its row."""
+    ps = python_path(tier, small_bytes, small_objects, steps)
+    pl = python_path(tier, large_bytes, large_objects, steps)
+    py_sw = ps["put_s"] + ps["get_view_s"] - ps["memcpy_s"]
+    res["channel_python"] = {"small": ps, "large": pl}
+    res["targets"].update(
+        {
+            "py_cost_us_per_small_object": (ps["put_s"] + ps["get_view_s"]) * 1e6,
+            "py_sw_cost_us_per_small_object": py_sw * 1e6,
+            "py_sw_cost_met": py_sw * 1e6 <= 1.0,
+        }
+    )
+    return {
+        "system": f"hetmem channel ({tier}, Python batch)",
+        "small_put_us": ps["put_s"] * 1e6,
+        "small_get_us": ps["get_view_s"] * 1e6,
+        "small_get_copy_us": ps["get_copy_s"] * 1e6,
+        "large_put_gbs": large_bytes / pl["put_s"] / 1e9,
+        "large_get_gbs": large_bytes / pl["get_copy_s"] / 1e9,
+    }
+
+
+def _adios_row(
+    eng: str, s: dict[str, float], lg_: dict[str, float], large_bytes: int
+) -> dict[str, Any]:
+    row: dict[str, Any] = {"system": f"ADIOS2 {eng} (Python)"}
+    if "error" in s:
+        row["error"] = s["error"]
+    else:
+        row["small_put_us"] = s["put_s"] * 1e6
+        row["small_get_us"] = s["get_s"] * 1e6
+    if "error" in lg_:
+        row["error"] = lg_["error"]
+    else:
+        row["large_put_gbs"] = large_bytes / lg_["put_s"] / 1e9
+        row["large_get_gbs"] = large_bytes / lg_["get_s"] / 1e9
+    return row

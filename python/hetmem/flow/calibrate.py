@@ -389,7 +389,30 @@ def mix_now(
     if not live:
         return out
     mixes = [(a, b) for a in range(p + 1) for b in range(p + 1) if a + b > 0]
-    mixes = [(a, b) for a, b in mixes if (a == 0 or "w" in live) and (b == 0 or "r" in live)]
+    mixes = [(a, b) for a, b in mixes if _mix_runs(a, b, live)]
+    times = _mix_times(writer, reader, p, mixes, seconds, reps)
+    for t in live:
+        alone = times[(1, 0) if t == "w" else (0, 1)][t]
+        for (a, b), got in times.items():
+            if t in got:
+                out[t][f"{a},{b}"] = got[t] / alone
+    return out
+
+
+def _mix_runs(a: int, b: int, live: dict[str, Any]) -> bool:
+    """Whether a mix of a writers and b readers has only sides that compute."""
+    return (a == 0 or "w" in live) and (b == 0 or "r" in live)
+
+
+def _mix_times(
+    writer: tuple[str, int, int],
+    reader: tuple[str, int, int],
+    p: int,
+    mixes: list[tuple[int, int]],
+    seconds: float,
+    reps: int,
+) -> dict[tuple[int, int], dict[str, float]]:
+    """The best time per unit of each side in each mix, over reps passes."""
     times: dict[tuple[int, int], dict[str, float]] = {}
     for _ in range(max(1, reps)):
         for a, b in mixes:
@@ -398,9 +421,4 @@ def mix_now(
             old = times.setdefault((a, b), got)
             for t, v in got.items():
                 old[t] = min(old[t], v)
-    for t in live:
-        alone = times[(1, 0) if t == "w" else (0, 1)][t]
-        for (a, b), got in times.items():
-            if t in got:
-                out[t][f"{a},{b}"] = got[t] / alone
-    return out
+    return times

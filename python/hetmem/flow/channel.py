@@ -79,8 +79,17 @@ def _so() -> ctypes.CDLL:
     so = lib()
     if not hasattr(so, "hm_chan_create"):
         raise NativeError("this libhetmem has no workflow channel (rebuild hetmem)")
+    for name, (args, res) in _signatures().items():
+        fn = getattr(so, name)
+        fn.argtypes = args
+        fn.restype = res
+    return so
+
+
+def _signatures() -> dict[str, tuple[list[Any], Any]]:
+    """argtypes and restype of each channel function of libhetmem."""
     c_p, u64, i32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int
-    sig: dict[str, tuple[list[Any], Any]] = {
+    return {
         "hm_chan_config_default": ([ctypes.POINTER(_Config)], None),
         "hm_chan_create": ([c_p, ctypes.POINTER(_Config)], i32),
         "hm_chan_unlink": ([c_p, ctypes.c_char_p, ctypes.c_char_p], i32),
@@ -133,11 +142,6 @@ def _so() -> ctypes.CDLL:
             i32,
         ),
     }
-    for name, (args, res) in sig.items():
-        fn = getattr(so, name)
-        fn.argtypes = args
-        fn.restype = res
-    return so
 
 
 def _raise(ctx: Context, rc: int) -> None:

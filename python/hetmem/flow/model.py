@@ -386,39 +386,8 @@ def run_profile(
     comp: dict[str, list[float]] = {"writer": [], "reader": []}
     out: dict[str, Any] = {}
     for tier in tiers:
-        key = f"{tier}/p1"
-        if key not in io:
-            continue
-        got = _profile_runs(spec, tier, 1)
-        if not got:
-            continue
-
-        def med(role: str, what: str, runs: list[dict[str, Any]] = got) -> float:
-            return statistics.median(x[role][what] for x in runs)
-
-        w = {k: med("writer", k) for k in ("compute", "io")}
-        rd = {k: med("reader", k) for k in ("compute", "io")}
-        r = {"iteration_s": statistics.median(x["iteration_s"] for x in got)}
-        fput = w["io"] / io[key]["put"] if io[key]["put"] > 0 else 1.0
-        fget = rd["io"] / io[key]["get"] if io[key]["get"] > 0 else 1.0
-        sync = _sync(got)
-        share = _cpu_share(got)
-        for k, v in io.items():
-            if k.startswith(f"{tier}/p"):
-                v["put"] *= fput
-                v["get"] *= fget
-                v["put_touch"] = v["get_touch"] = 0.0
-                v["sync"] = sync
-                v["cpu"] = dict(share)
-        comp["writer"].append(w["compute"])
-        comp["reader"].append(rd["compute"])
-        out[tier] = {
-            "iteration_s": r["iteration_s"],
-            "runs": len(got),
-            "put": fput,
-            "get": fget,
-            "sync": sync,
-        }
+        if f"{tier}/p1" in io:
+            _profile_tier(spec, tier, io, comp, out)
     for role in ("writer", "reader"):
         base = kt[role].get(1, 0.0)
         if comp[role] and base > 0:
@@ -427,6 +396,48 @@ def run_profile(
             out[f"{role}_compute"] = f
     _profile_ranks(spec, tiers, kt, io, calib or {}, out)
     return out
+
+
+def _profile_tier(
+    spec: Spec,
+    tier: str,
+    io: dict[str, dict[str, float]],
+    comp: dict[str, list[float]],
+    out: dict[str, Any],
+) -> None:
+    """run_profile's one-rank run on one tier: scales that tier's I/O
+    figures in place and adds its compute medians to comp."""
+    key = f"{tier}/p1"
+    got = _profile_runs(spec, tier, 1)
+    if not got:
+        return
+
+    def med(role: str, what: str, runs: list[dict[str, Any]] = got) -> float:
+        return statistics.median(x[role][what] for x in runs)
+
+    w = {k: med("writer", k) for k in ("compute", "io")}
+    rd = {k: med("reader", k) for k in ("compute", "io")}
+    r = {"iteration_s": statistics.median(x["iteration_s"] for x in got)}
+    fput = w["io"] / io[key]["put"] if io[key]["put"] > 0 else 1.0
+    fget = rd["io"] / io[key]["get"] if io[key]["get"] > 0 else 1.0
+    sync = _sync(got)
+    share = _cpu_share(got)
+    for k, v in io.items():
+        if k.startswith(f"{tier}/p"):
+            v["put"] *= fput
+            v["get"] *= fget
+            v["put_touch"] = v["get_touch"] = 0.0
+            v["sync"] = sync
+            v["cpu"] = dict(share)
+    comp["writer"].append(w["compute"])
+    comp["reader"].append(rd["compute"])
+    out[tier] = {
+        "iteration_s": r["iteration_s"],
+        "runs": len(got),
+        "put": fput,
+        "get": fget,
+        "sync": sync,
+    }
 
 
 def _profile_ranks(
@@ -565,24 +576,7 @@ def simulate(
     busy: dict[str, float] = {}
     t = 0.0
     for _ in range(10_000_000):
-        # advance every rank through signals and satisfied waits, until a
-        # pass changes nothing (a signal may release a rank seen earlier)
-        moved = True
-        while moved:
-            moved = False
-            for i, prog in enumerate(programs):
-                while pc[i] < len(prog) and left[i] <= 0.0:
-                    ph = prog[pc[i]]
-                    if ph.signal is not None:
-                        raised[ph.signal] = raised.get(ph.signal, 0) + 1
-                    elif ph.wait is not None:
-                        if raised.get(ph.wait, 0) < need[ph.wait[0]]:
-                            break
-                    elif ph.work > 0:
-                        left[i] = ph.work
-                        break
-                    pc[i] += 1
-                    moved = True
+        _advance(programs, pc, left, raised, need)
         active = [i for i in range(len(programs)) if left[i] > 0.0]
         if not active:
             if all(pc[i] >= len(p) for i, p in enumerate(programs)):
@@ -592,14 +586,7 @@ def simulate(
         roles = [programs[i][pc[i]].role for i in active]
         rates = {}
         for i in active:
-            ph = programs[i][pc[i]]
-            sd = mixed_slowdown(mix, ph.role, roles) if ph.role in ("w", "r") else None
-            if sd is None:
-                sd = slowdown(calib, ph.kind, k, load)
-            if io_mix and ph.role in ("wi", "ri"):
-                other = "ri" if ph.role == "wi" else "wi"
-                if other in roles:
-                    sd *= max(1.0, float(io_mix.get(ph.role, 1.0)))
+            sd = _phase_slowdown(programs[i][pc[i]], roles, k, calib, load, mix, io_mix)
             rates[i] = 1.0 / sd
         dt = min(left[i] / rates[i] for i in active)
         t += dt
@@ -611,6 +598,53 @@ def simulate(
                 pc[i] += 1
                 left[i] = 0.0
     raise RuntimeError("flow model: simulation did not finish")
+
+
+def _advance(
+    programs: list[list[_Phase]],
+    pc: list[int],
+    left: list[float],
+    raised: dict[tuple[str, int], int],
+    need: dict[str, int],
+) -> None:
+    """Advances every rank through signals and satisfied waits, until a
+    pass changes nothing (a signal may release a rank seen earlier)."""
+    moved = True
+    while moved:
+        moved = False
+        for i, prog in enumerate(programs):
+            while pc[i] < len(prog) and left[i] <= 0.0:
+                ph = prog[pc[i]]
+                if ph.signal is not None:
+                    raised[ph.signal] = raised.get(ph.signal, 0) + 1
+                elif ph.wait is not None:
+                    if raised.get(ph.wait, 0) < need[ph.wait[0]]:
+                        break
+                elif ph.work > 0:
+                    left[i] = ph.work
+                    break
+                pc[i] += 1
+                moved = True
+
+
+def _phase_slowdown(
+    ph: _Phase,
+    roles: list[str],
+    k: int,
+    calib: dict[str, Any],
+    load: float,
+    mix: dict[str, dict[str, float]] | None,
+    io_mix: dict[str, float] | None,
+) -> float:
+    """How much slower than alone a phase runs among k busy ranks."""
+    sd = mixed_slowdown(mix, ph.role, roles) if ph.role in ("w", "r") else None
+    if sd is None:
+        sd = slowdown(calib, ph.kind, k, load)
+    if io_mix and ph.role in ("wi", "ri"):
+        other = "ri" if ph.role == "wi" else "wi"
+        if other in roles:
+            sd *= max(1.0, float(io_mix.get(ph.role, 1.0)))
+    return sd
 
 
 def predict(
@@ -631,19 +665,7 @@ def predict(
     p = cfg.ranks
     serial = cfg.mode == "serial"
     slots = 1 if serial else spec.slots
-    cw, a = ktimes["writer"][p], ktimes["reader"][p]
-    prof = (io or {}).get(f"{cfg.tier}/p{p}")
-    sync = 0.0
-    if prof is not None:
-        put, get, touch, rtouch = prof["put"], prof["get"], prof["put_touch"], prof["get_touch"]
-        sync = float(prof.get("sync", 0.0))
-        cpu = prof.get("cpu")
-        if cpu and not serial:  # see _cpu_share
-            cw, a = cw * cpu.get("w", 1.0), a * cpu.get("r", 1.0)
-            put, get = put * cpu.get("wi", 1.0), get * cpu.get("ri", 1.0)
-    else:
-        put, get, touch = io_costs(spec, tc, p)
-        rtouch = first_read(spec, tc, p)
+    cw, a, put, get, touch, rtouch, sync = _phase_costs(spec, tc, ktimes, cfg, io)
     iokind = f"io:{cfg.tier}"
     wk, rk = spec.writer.kernel, spec.reader.kernel
     iters = spec.iterations
@@ -661,17 +683,6 @@ def predict(
     ref = (calib.get("parallel_ref") or {}).get("ranks", {}).get(str(p))
     if ref and not serial:
         per_it *= float(ref["factor"])
-    w_side, r_side = cw + put, get + a
-    if serial:
-        reason = "interleaved: the phases add up"
-    elif cpu_factor(2 * p, load, cores) > 1 and (w_side + r_side) * cpu_factor(
-        2 * p, load, cores
-    ) / 2 >= max(w_side, r_side):
-        reason = f"CPU-bound ({2 * p} ranks on {cores} cores)"
-    elif w_side >= r_side:
-        reason = "writer binds, reader hidden"
-    else:
-        reason = "reader binds, writer hidden"
     return {
         "config": cfg.label,
         "mode": cfg.mode,
@@ -682,10 +693,49 @@ def predict(
         "writer_io_s": put,
         "reader_io_s": get,
         "reader_compute_s": a,
-        "reason": reason,
+        "reason": _binding_reason(serial, p, load, cores, cw + put, get + a),
         "external_load": load,
         "parallel_ref_factor": float(ref["factor"]) if ref and not serial else None,
     }
+
+
+def _phase_costs(
+    spec: Spec,
+    tc: dict[str, Any],
+    ktimes: dict[str, dict[int, float]],
+    cfg: Config,
+    io: dict[str, dict[str, float]] | None,
+) -> tuple[float, float, float, float, float, float, float]:
+    """Writer compute, reader compute, put, get, first-use extras of put
+    and get, and the serial hand-off cost of one configuration."""
+    p = cfg.ranks
+    cw, a = ktimes["writer"][p], ktimes["reader"][p]
+    prof = (io or {}).get(f"{cfg.tier}/p{p}")
+    sync = 0.0
+    if prof is not None:
+        put, get, touch, rtouch = prof["put"], prof["get"], prof["put_touch"], prof["get_touch"]
+        sync = float(prof.get("sync", 0.0))
+        cpu = prof.get("cpu")
+        if cpu and cfg.mode != "serial":  # see _cpu_share
+            cw, a = cw * cpu.get("w", 1.0), a * cpu.get("r", 1.0)
+            put, get = put * cpu.get("wi", 1.0), get * cpu.get("ri", 1.0)
+    else:
+        put, get, touch = io_costs(spec, tc, p)
+        rtouch = first_read(spec, tc, p)
+    return cw, a, put, get, touch, rtouch, sync
+
+
+def _binding_reason(
+    serial: bool, p: int, load: float, cores: int, w_side: float, r_side: float
+) -> str:
+    if serial:
+        return "interleaved: the phases add up"
+    f = cpu_factor(2 * p, load, cores)
+    if f > 1 and (w_side + r_side) * f / 2 >= max(w_side, r_side):
+        return f"CPU-bound ({2 * p} ranks on {cores} cores)"
+    if w_side >= r_side:
+        return "writer binds, reader hidden"
+    return "reader binds, writer hidden"
 
 
 def advise(
@@ -712,24 +762,7 @@ def advise(
     ranks = list(range(1, max_ranks + 1))
     io = None
     if load is None:
-        load = external_load(0.3)
-        kt = ktimes or kernel_times(spec, ranks)
-        io = io_profile(spec, tiers, ranks)
-        # how k ranks of this session share the cores right now, for the
-        # kinds of work this spec has (the profile below is the k = 1 case,
-        # and its p-rank runs are brought back to it with these)
-        kinds = sorted({c.kernel for c in (spec.writer, spec.reader)} - {"none"})
-        kinds += [f"io:{t}" for t in tiers if any(k.startswith(f"{t}/") for k in io)]
-        calib = dict(calib)
-        calib["concurrency_now"] = calibrate.concurrency_now(kinds, 2 * max_ranks)
-        # and how the spec's own writer and reader kernels slow each other
-        # in every mix the configurations can have (per rank count: each
-        # rank's share of the domain)
-        calib["mix_now"] = {str(p): mix_probe(spec, p) for p in ranks}
-        # and what the two sides' I/O at once does to each one's I/O
-        io_overlap_profile(spec, io)
-        run_profile(spec, tiers, kt, io, calib)
-        calib["parallel_ref"] = parallel_reference(spec, tiers, kt, io, calib, load)
+        load, kt, io, calib = _profile_here(spec, calib, tiers, ranks, ktimes)
     else:
         kt = ktimes or kernel_times(spec, ranks)
     if inputs is not None:
@@ -747,6 +780,36 @@ def advise(
     for r in rows:
         r["predicted_slowdown"] = r["iteration_s"] / best if best > 0 else 1.0
     return rows
+
+
+def _profile_here(
+    spec: Spec,
+    calib: dict[str, Any],
+    tiers: list[str],
+    ranks: list[int],
+    ktimes: dict[str, dict[int, float]] | None,
+) -> tuple[float, dict[str, dict[int, float]], dict[str, dict[str, float]], dict[str, Any]]:
+    """advise's measurements on this machine now: the external load, kernel
+    times, the I/O profile and a copy of calib with the probes of now."""
+    load = external_load(0.3)
+    kt = ktimes or kernel_times(spec, ranks)
+    io = io_profile(spec, tiers, ranks)
+    # how k ranks of this session share the cores right now, for the
+    # kinds of work this spec has (the profile below is the k = 1 case,
+    # and its p-rank runs are brought back to it with these)
+    kinds = sorted({c.kernel for c in (spec.writer, spec.reader)} - {"none"})
+    kinds += [f"io:{t}" for t in tiers if any(k.startswith(f"{t}/") for k in io)]
+    calib = dict(calib)
+    calib["concurrency_now"] = calibrate.concurrency_now(kinds, 2 * len(ranks))
+    # and how the spec's own writer and reader kernels slow each other
+    # in every mix the configurations can have (per rank count: each
+    # rank's share of the domain)
+    calib["mix_now"] = {str(p): mix_probe(spec, p) for p in ranks}
+    # and what the two sides' I/O at once does to each one's I/O
+    io_overlap_profile(spec, io)
+    run_profile(spec, tiers, kt, io, calib)
+    calib["parallel_ref"] = parallel_reference(spec, tiers, kt, io, calib, load)
+    return load, kt, io, calib
 
 
 def replay(

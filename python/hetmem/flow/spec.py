@@ -140,16 +140,7 @@ def _component(d: Any, where: str, writer: bool) -> Component:
     if c.kernel not in KERNELS:
         raise SpecError(f"{where}.kernel: '{c.kernel}' is not one of {', '.join(KERNELS)}")
     if c.kernel != "none":
-        c.size = _int(d, "size", where, None, lo=8)
-        secs = d.get("seconds")
-        if secs is not None:
-            if isinstance(secs, bool) or not isinstance(secs, int | float) or not 0 <= secs <= 3600:
-                raise SpecError(f"{where}.seconds: expected 0..3600 seconds, got {secs!r}")
-            c.seconds = float(secs)
-            if "repeat" in d:
-                raise SpecError(f"{where}.repeat: give repeat or seconds, not both")
-        else:
-            c.repeat = _int(d, "repeat", where, None, lo=1)
+        _kernel_work(d, where, c)
     if writer:
         c.objects = _int(d, "objects", where, None, lo=1)
         c.object_bytes = _size(d, "object_bytes", where)
@@ -158,6 +149,20 @@ def _component(d: Any, where: str, writer: bool) -> Component:
                 f"{where}.objects: {c.objects} objects do not split evenly over {c.ranks} ranks"
             )
     return c
+
+
+def _kernel_work(d: dict[str, Any], where: str, c: Component) -> None:
+    """A kernel's size and its work per step: repeat times, or seconds."""
+    c.size = _int(d, "size", where, None, lo=8)
+    secs = d.get("seconds")
+    if secs is None:
+        c.repeat = _int(d, "repeat", where, None, lo=1)
+        return
+    if isinstance(secs, bool) or not isinstance(secs, int | float) or not 0 <= secs <= 3600:
+        raise SpecError(f"{where}.seconds: expected 0..3600 seconds, got {secs!r}")
+    c.seconds = float(secs)
+    if "repeat" in d:
+        raise SpecError(f"{where}.repeat: give repeat or seconds, not both")
 
 
 def parse(text: str, path: str = "<spec>") -> Spec:

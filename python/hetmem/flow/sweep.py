@@ -65,25 +65,75 @@ def sweep(
     round_inputs: list[int] = []  # per round: which advisor_inputs it predicted from
     advised_rounds = 1
     for rnd in range(runs):
-        if rnd and loads:
-            now = statistics.median(loads[-len(predicted) :])
-            if abs(now - predicted[0].get("external_load", 0.0)) > RELOAD:
-                predicted = advise()
-                advised_rounds += 1
+        if rnd and loads and _load_moved(loads, predicted):
+            predicted = advise()
+            advised_rounds += 1
         round_inputs.append(len(inputs) - 1)
         for p in predicted:
             preds[p["config"]].append(p["iteration_s"])
         order = sorted(predicted, key=lambda p: p["config"])
         random.Random(rnd).shuffle(order)
         for p in order:
-            s = spec.with_config(mode=p["mode"], tier=p["tier"], ranks=p["ranks"])
-            b0, c0, t0 = model.busy_cpu_seconds(), _children(), time.monotonic()
-            measured[p["config"]].append(runner.run(s)["iteration_s"])
-            b1, c1, t1 = model.busy_cpu_seconds(), _children(), time.monotonic()
-            if b0 is not None and b1 is not None:
-                loads.append(max(0.0, (b1 - b0) - (c1 - c0)) / (t1 - t0))
+            _measure_one(spec, p, measured, loads)
             if prog is not None:
                 prog.advance(task)
+    rows = _sweep_rows(predicted, measured, preds, reasons)
+    return {
+        "spec": spec.name,
+        "external_load_predicted": predicted[0].get("external_load", 0.0),
+        "advised_rounds": advised_rounds,
+        "advisor_inputs": inputs,
+        "round_inputs": round_inputs,
+        "external_load_runs": statistics.median(loads) if loads else None,
+        **_ranked(rows),
+    }
+
+
+def _load_moved(loads: list[float], predicted: list[dict[str, Any]]) -> bool:
+    """Whether the other load of the last round differs by more than RELOAD
+    CPUs from the load the predictions were made for."""
+    now = statistics.median(loads[-len(predicted) :])
+    return abs(now - predicted[0].get("external_load", 0.0)) > RELOAD
+
+
+def _ranked(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows fastest first with their slowdowns, and the verdicts on them."""
+    best = min(rows, key=lambda r: r["measured_s"])
+    for r in rows:
+        r["slowdown"] = r["measured_s"] / best["measured_s"]
+    rows.sort(key=lambda r: r["measured_s"])
+    b_runs = best["measured_runs_s"]
+    # configurations the measurement cannot tell from the best: run ranges overlap
+    tied = [r["config"] for r in rows if r is not best and min(r["measured_runs_s"]) <= max(b_runs)]
+    return {
+        "rows": rows,
+        "best": best["config"],
+        **advised_fields(rows, tied),
+        "tied_with_best": tied,
+        "spread": statistics.median(r["spread"] for r in rows),
+        "worst_slowdown": max(r["slowdown"] for r in rows),
+    }
+
+
+def _measure_one(
+    spec: Spec, p: dict[str, Any], measured: dict[str, list[float]], loads: list[float]
+) -> None:
+    """Runs one configuration once; notes its time and the other load
+    on the machine meanwhile."""
+    s = spec.with_config(mode=p["mode"], tier=p["tier"], ranks=p["ranks"])
+    b0, c0, t0 = model.busy_cpu_seconds(), _children(), time.monotonic()
+    measured[p["config"]].append(runner.run(s)["iteration_s"])
+    b1, c1, t1 = model.busy_cpu_seconds(), _children(), time.monotonic()
+    if b0 is not None and b1 is not None:
+        loads.append(max(0.0, (b1 - b0) - (c1 - c0)) / (t1 - t0))
+
+
+def _sweep_rows(
+    predicted: list[dict[str, Any]],
+    measured: dict[str, list[float]],
+    preds: dict[str, list[float]],
+    reasons: dict[str, str],
+) -> list[dict[str, Any]]:
     rows = []
     for p in predicted:
         runs_s = measured[p["config"]]
@@ -99,27 +149,7 @@ def sweep(
             "reason": reasons[p["config"]],
         }
         rows.append(set_prediction(row, preds[p["config"]]))
-    best = min(rows, key=lambda r: r["measured_s"])
-    for r in rows:
-        r["slowdown"] = r["measured_s"] / best["measured_s"]
-    rows.sort(key=lambda r: r["measured_s"])
-    b_runs = best["measured_runs_s"]
-    # configurations the measurement cannot tell from the best: run ranges overlap
-    tied = [r["config"] for r in rows if r is not best and min(r["measured_runs_s"]) <= max(b_runs)]
-    return {
-        "spec": spec.name,
-        "external_load_predicted": predicted[0].get("external_load", 0.0),
-        "advised_rounds": advised_rounds,
-        "advisor_inputs": inputs,
-        "round_inputs": round_inputs,
-        "external_load_runs": statistics.median(loads) if loads else None,
-        "rows": rows,
-        "best": best["config"],
-        **advised_fields(rows, tied),
-        "tied_with_best": tied,
-        "spread": statistics.median(r["spread"] for r in rows),
-        "worst_slowdown": max(r["slowdown"] for r in rows),
-    }
+    return rows
 
 
 def set_prediction(row: dict[str, Any], runs_s: list[float]) -> dict[str, Any]:
@@ -156,7 +186,6 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     spreads = [r["spread"] for res in results for r in res["rows"]]
     n = len(results)
     advised = sum(1 for r in results if r["advised_slowdown"] <= 1.05)
-    within = sum(1 for e in errs if e <= 0.20)
     need = math.ceil(ADVISED_SHARE * n)
     return {
         "specs": n,
@@ -166,6 +195,13 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         "advised_tied": sum(
             1 for r in results if r["advised_slowdown"] > 1.05 and r["advised_tied_with_best"]
         ),
+        **_error_summary(errs, spreads),
+    }
+
+
+def _error_summary(errs: list[float], spreads: list[float]) -> dict[str, Any]:
+    within = sum(1 for e in errs if e <= 0.20)
+    return {
         "configs": len(errs),
         "predictions_within_20pct": within,
         "predictions_met": bool(errs) and within == len(errs),

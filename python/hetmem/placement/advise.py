@@ -114,6 +114,12 @@ def _pos(x: Any) -> float | None:
 def tiers_from_file(path: str | Path) -> list[Tier]:
     """--tiers FILE: {"tiers": [{"name", "kind", "bandwidth_gbs", "latency_ns",
     "capacity_bytes" (null: unlimited), "numa_node"}]}, any order."""
+    raw = _read_tier_list(path)
+    out = [_tier_from_entry(path, i, t) for i, t in enumerate(raw)]
+    return sorted(out, key=lambda t: -t.bandwidth_gbs)
+
+
+def _read_tier_list(path: str | Path) -> list[Any]:
     try:
         doc = json.loads(Path(path).read_text())
     except OSError as exc:
@@ -123,54 +129,38 @@ def tiers_from_file(path: str | Path) -> list[Tier]:
     raw = doc.get("tiers") if isinstance(doc, dict) else None
     if not isinstance(raw, list) or not raw:
         raise SchemaError(f'--tiers {path}: want {{"tiers": [...]}} with at least one tier')
-    out = []
-    for i, t in enumerate(raw):
-        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
-            raise SchemaError(f"--tiers {path}: tier {i} needs a name")
-        bw, lat = _pos(t.get("bandwidth_gbs")), _pos(t.get("latency_ns"))
-        if bw is None or lat is None:
-            raise SchemaError(
-                f"--tiers {path}: tier {t['name']} needs positive bandwidth_gbs and latency_ns"
-            )
-        cap = t.get("capacity_bytes")
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
-            raise SchemaError(
-                f"--tiers {path}: tier {t['name']}: capacity_bytes must be an integer or null"
-            )
-        node = t.get("numa_node", -1)
-        out.append(
-            Tier(
-                name=t["name"],
-                kind=str(t.get("kind", "unknown")),
-                bandwidth_gbs=bw,
-                latency_ns=lat,
-                capacity_bytes=cap,
-                numa_node=node if isinstance(node, int) and not isinstance(node, bool) else -1,
-                source="file",
-            )
+    return raw
+
+
+def _tier_from_entry(path: str | Path, i: int, t: Any) -> Tier:
+    if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+        raise SchemaError(f"--tiers {path}: tier {i} needs a name")
+    bw, lat = _pos(t.get("bandwidth_gbs")), _pos(t.get("latency_ns"))
+    if bw is None or lat is None:
+        raise SchemaError(
+            f"--tiers {path}: tier {t['name']} needs positive bandwidth_gbs and latency_ns"
         )
-    return sorted(out, key=lambda t: -t.bandwidth_gbs)
+    cap = t.get("capacity_bytes")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+        raise SchemaError(
+            f"--tiers {path}: tier {t['name']}: capacity_bytes must be an integer or null"
+        )
+    node = t.get("numa_node", -1)
+    return Tier(
+        name=t["name"],
+        kind=str(t.get("kind", "unknown")),
+        bandwidth_gbs=bw,
+        latency_ns=lat,
+        capacity_bytes=cap,
+        numa_node=node if isinstance(node, int) and not isinstance(node, bool) else -1,
+        source="file",
+    )
 
 
 def _tier_from_inventory(t: dict[str, Any]) -> Tier:
     kind = str(t.get("kind", "unknown"))
-    bw = lat = None
-    source = "nominal"
-    meas = t.get("measured") if isinstance(t.get("measured"), dict) else {}
-    best = meas.get("best") if isinstance(meas.get("best"), dict) else {}
-    # Memory: the best STREAM triad and the pointer-chase latency; storage:
-    # sequential O_DIRECT reads and the 4 KiB random-read latency at depth 1
-    # (docs/formats.md, "Probe result").
-    bw = (
-        _pos(best.get("triad_gbs")) or _pos(meas.get("seq_read_gbs")) or _pos(t.get("measured_gbs"))
-    )
-    lat = _pos(meas.get("latency_ns"))
-    rr = meas.get("randread")
-    if lat is None and isinstance(rr, list) and rr and isinstance(rr[0], dict):
-        us = _pos(rr[0].get("lat_us_mean"))
-        lat = us * 1000.0 if us else None
-    if bw is not None:
-        source = "probe"
+    bw, lat = _measured_figures(t)
+    source = "probe" if bw is not None else "nominal"
     hmat = t.get("hmat") if isinstance(t.get("hmat"), dict) else {}
     if bw is None and _pos(hmat.get("read_bandwidth_mibs")):
         bw = float(hmat["read_bandwidth_mibs"]) * 1.048576e-3
@@ -190,6 +180,24 @@ def _tier_from_inventory(t: dict[str, Any]) -> Tier:
         source=source,
         path=str(t.get("path") or ""),
     )
+
+
+def _measured_figures(t: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(bandwidth GB/s, latency ns) a probe measured for an inventory tier."""
+    meas = t.get("measured") if isinstance(t.get("measured"), dict) else {}
+    best = meas.get("best") if isinstance(meas.get("best"), dict) else {}
+    # Memory: the best STREAM triad and the pointer-chase latency; storage:
+    # sequential O_DIRECT reads and the 4 KiB random-read latency at depth 1
+    # (docs/formats.md, "Probe result").
+    bw = (
+        _pos(best.get("triad_gbs")) or _pos(meas.get("seq_read_gbs")) or _pos(t.get("measured_gbs"))
+    )
+    lat = _pos(meas.get("latency_ns"))
+    rr = meas.get("randread")
+    if lat is None and isinstance(rr, list) and rr and isinstance(rr[0], dict):
+        us = _pos(rr[0].get("lat_us_mean"))
+        lat = us * 1000.0 if us else None
+    return bw, lat
 
 
 def tiers_from_machine() -> tuple[list[Tier], list[str]]:
@@ -332,9 +340,26 @@ def build_problem(
 ) -> Problem:
     if not tiers:
         raise UsageError("no tiers to place on")
+    notes: list[str] = []
+    cost, acc = _cost_matrix(merged, tiers, notes)
+    ranks = ranks_on_nodes(merged, ranks_per_node)
+    groups, coalesced_any = _capacity_groups(merged, tiers, fast_budget, ranks)
+    if coalesced_any:
+        notes.append(
+            f"a profile's time axis had more than {MAX_INTERVALS} distinct live sets; "
+            "neighbours were merged (capacity checks are conservative there)"
+        )
+    last = len(tiers) - 1
+    fixed = {i: last for i, a in enumerate(acc) if a <= 0.0}
+    return Problem(cost=cost, groups=groups, fixed=fixed, notes=notes)
+
+
+def _cost_matrix(
+    merged: Merged, tiers: Sequence[Tier], notes: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """T(site, tier) and the accesses per process of each site."""
     nprof = len(merged.profiles)
     bpa = {int(p.header["bytes_per_access"]) for p in merged.profiles}
-    notes: list[str] = []
     if len(bpa) > 1:
         notes.append(f"profiles disagree on bytes per access {sorted(bpa)}; using the largest")
     b = float(max(bpa))
@@ -344,16 +369,29 @@ def build_problem(
     bw = np.array([t.bandwidth_gbs * 1e9 for t in tiers])
     lat = np.array([t.latency_ns * 1e-9 for t in tiers])
     cost = acc[:, None] * b / bw[None, :] + (rnd * acc)[:, None] * lat[None, :] / threads
-    ranks = ranks_on_nodes(merged, ranks_per_node)
+    return cost, acc
+
+
+def _profile_caps(tiers: Sequence[Tier], fast_budget: int, ranks: int) -> list[int | None]:
+    """One process's capacity of each tier (None: unlimited)."""
+    last = len(tiers) - 1
+    caps: list[int | None] = []
+    for ti, t in enumerate(tiers):
+        node_cap = fast_budget if ti == 0 else t.capacity_bytes
+        caps.append(None if ti == last or node_cap is None else node_cap // ranks)
+    return caps
+
+
+def _capacity_groups(
+    merged: Merged, tiers: Sequence[Tier], fast_budget: int, ranks: list[int]
+) -> tuple[list[Group], bool]:
+    """The distinct capacity checks of all profiles; the flag says whether a
+    time axis was coalesced."""
     groups: list[Group] = []
     coalesced_any = False
     seen: set[tuple[Any, ...]] = set()
-    last = len(tiers) - 1
     for p, mine in enumerate(merged.per_profile):
-        caps: list[int | None] = []
-        for ti, t in enumerate(tiers):
-            node_cap = fast_budget if ti == 0 else t.capacity_bytes
-            caps.append(None if ti == last or node_cap is None else node_cap // ranks[p])
+        caps = _profile_caps(tiers, fast_budget, ranks[p])
         if all(c is None for c in caps):
             continue
         series = {i: s.live for i, s in mine.items() if s.live}
@@ -367,13 +405,7 @@ def build_problem(
             idx = np.fromiter(v.keys(), dtype=np.int64, count=len(v))
             live = np.fromiter(v.values(), dtype=np.int64, count=len(v))
             groups.append(Group(caps=caps, sites=idx, live=live))
-    if coalesced_any:
-        notes.append(
-            f"a profile's time axis had more than {MAX_INTERVALS} distinct live sets; "
-            "neighbours were merged (capacity checks are conservative there)"
-        )
-    fixed = {i: last for i, a in enumerate(acc) if a <= 0.0}
-    return Problem(cost=cost, groups=groups, fixed=fixed, notes=notes)
+    return groups, coalesced_any
 
 
 def objective(problem: Problem, assign: np.ndarray) -> float:
@@ -399,22 +431,11 @@ def solve_greedy(problem: Problem, start: np.ndarray | None = None) -> Solution:
     has room in every interval it is live in. start: a feasible assignment
     to complete (its sites off the slowest tier stay where they are)."""
     t0 = time.perf_counter()
-    s_n, t_n = problem.nsites, problem.ntiers
-    last = t_n - 1
-    assign = np.full(s_n, last, dtype=np.int64)
-    memb: list[list[tuple[int, int]]] = [[] for _ in range(s_n)]
-    for g, grp in enumerate(problem.groups):
-        for s, b in zip(grp.sites.tolist(), grp.live.tolist(), strict=True):
-            memb[s].append((g, b))
+    last = problem.ntiers - 1
+    assign = np.full(problem.nsites, last, dtype=np.int64)
+    memb = _memberships(problem)
     remaining = [[math.inf if c is None else c for c in grp.caps] for grp in problem.groups]
-    placed: set[int] = set()
-    if start is not None:
-        for s in np.nonzero(start != last)[0].tolist():
-            t = int(start[s])
-            assign[s] = t
-            placed.add(s)
-            for g, b in memb[s]:
-                remaining[g][t] -= b
+    placed = _take_start(start, last, assign, memb, remaining)
     peak = np.array([max((b for _, b in m), default=0) for m in memb], dtype=float)
     gain = problem.cost[:, last] - problem.cost.min(axis=1)
     density = gain / np.maximum(peak, 1.0)
@@ -424,12 +445,7 @@ def solve_greedy(problem: Problem, start: np.ndarray | None = None) -> Solution:
             continue
         if s in placed:
             continue
-        for t in np.argsort(problem.cost[s], kind="stable").tolist():
-            if all(remaining[g][t] >= b for g, b in memb[s]):
-                for g, b in memb[s]:
-                    remaining[g][t] -= b
-                assign[s] = t
-                break
+        _place_cheapest(problem, s, assign, memb[s], remaining)
     return Solution(
         assign=assign,
         objective=objective(problem, assign),
@@ -439,12 +455,71 @@ def solve_greedy(problem: Problem, start: np.ndarray | None = None) -> Solution:
     )
 
 
+def _memberships(problem: Problem) -> list[list[tuple[int, int]]]:
+    """Per site: (group, live bytes) of every capacity check it is in."""
+    memb: list[list[tuple[int, int]]] = [[] for _ in range(problem.nsites)]
+    for g, grp in enumerate(problem.groups):
+        for s, b in zip(grp.sites.tolist(), grp.live.tolist(), strict=True):
+            memb[s].append((g, b))
+    return memb
+
+
+def _take_start(
+    start: np.ndarray | None,
+    last: int,
+    assign: np.ndarray,
+    memb: list[list[tuple[int, int]]],
+    remaining: list[list[float]],
+) -> set[int]:
+    """Puts the start's sites off the slowest tier in place; returns them."""
+    placed: set[int] = set()
+    if start is None:
+        return placed
+    for s in np.nonzero(start != last)[0].tolist():
+        t = int(start[s])
+        assign[s] = t
+        placed.add(s)
+        for g, b in memb[s]:
+            remaining[g][t] -= b
+    return placed
+
+
+def _place_cheapest(
+    problem: Problem,
+    s: int,
+    assign: np.ndarray,
+    mine: list[tuple[int, int]],
+    remaining: list[list[float]],
+) -> None:
+    for t in np.argsort(problem.cost[s], kind="stable").tolist():
+        if all(remaining[g][t] >= b for g, b in mine):
+            for g, b in mine:
+                remaining[g][t] -= b
+            assign[s] = t
+            return
+
+
+@dataclass
+class _IlpModel:
+    """The integer program over the free sites: x(i, t) for the tiers t
+    faster than the slowest (k of them), costs relative to the slowest."""
+
+    free: np.ndarray  # site indices the solver decides
+    assign: np.ndarray  # tier per site, the fixed ones already set
+    k: int
+    scale: float
+    c: np.ndarray
+    lb: np.ndarray
+    ub: np.ndarray
+    constraints: list[Any]
+
+    @property
+    def nvar(self) -> int:
+        return int(self.c.size)
+
+
 def solve_ilp(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT_S) -> Solution:
     """The exact integer program, solved by HiGHS."""
-    # lazy: scipy loads numpy, which CLI start-up must not (see hetmem._numpy)
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_matrix
-
     t0 = time.perf_counter()
     s_n, t_n = problem.nsites, problem.ntiers
     free = np.array([s for s in range(s_n) if s not in problem.fixed], dtype=np.int64)
@@ -453,30 +528,67 @@ def solve_ilp(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT_S) -> Sol
         assign[s] = t
     if free.size == 0:
         return Solution(assign, objective(problem, assign), "ilp-highs", True, 0.0)
+    model = _ilp_model(problem, free, assign)
+    lp_x = _lp_relaxation(model.c, model.lb, model.ub, model.constraints, time_limit)
+    fixed_n = 0
+    if lp_x is None:
+        incumbent = solve_greedy(problem)
+    else:
+        incumbent, fixed_n, proven = _lp_incumbent(problem, model, lp_x)
+        if proven:
+            # The LP bound already proves the incumbent optimal within the gap.
+            incumbent.solver, incumbent.optimal = "ilp-highs", True
+            incumbent.seconds = time.perf_counter() - t0
+            incumbent.note = (
+                f"proven within {MIP_REL_GAP:g} of the optimum by the LP bound "
+                "(no branching needed)"
+            )
+            return incumbent
+    res = _milp(model, time_limit)
+    seconds = time.perf_counter() - t0
+    core = f"{model.nvar - fixed_n} of {model.nvar} variables left after reduced-cost fixing"
+    if res.x is None:
+        return _no_milp_solution(res, incumbent, seconds, core)
+    return _ilp_readout(problem, model, res, incumbent, lp_x, seconds, core)
+
+
+def _ilp_model(problem: Problem, free: np.ndarray, assign: np.ndarray) -> _IlpModel:
+    # lazy: scipy loads numpy, which CLI start-up must not (see hetmem._numpy)
+    from scipy.optimize import LinearConstraint
+    from scipy.sparse import csr_matrix
+
     # Variables x(i, t) for the tiers t faster than the slowest only; the
     # slowest tier takes what is left (x(i, last) = 1 - sum_t x(i, t)). The
     # costs are then the time saved against the slowest tier, whose scale
     # does not drown small sites in the sum of large ones, and a variable
     # that saves nothing is left out.
-    k = t_n - 1
-    col_of = np.full(s_n, -1, dtype=np.int64)
-    col_of[free] = np.arange(free.size)
+    k = problem.ntiers - 1
     rel = problem.cost[free, :k] - problem.cost[free, k][:, None]
     scale = float(np.abs(rel).max()) or 1.0
     nvar = free.size * k
     c = (rel / scale).ravel()
     ub = (c < 0).astype(float)
-    constraints = []
+    model = _IlpModel(free, assign, k, scale, c, np.zeros(nvar), ub, [])
     if k > 1:
         rows = np.repeat(np.arange(free.size), k)
         a_one = csr_matrix((np.ones(nvar), (rows, np.arange(nvar))), shape=(free.size, nvar))
-        constraints.append(LinearConstraint(a_one, 0.0, 1.0))
+        model.constraints.append(LinearConstraint(a_one, 0.0, 1.0))
+    _add_capacity_rows(problem, model)
+    return model
 
-    # Capacity rows, each scaled by 1/cap so that tolerances are relative.
+
+def _add_capacity_rows(problem: Problem, model: _IlpModel) -> None:
+    """Capacity rows, each scaled by 1/cap so that tolerances are relative."""
+    # lazy: scipy loads numpy, which CLI start-up must not (see hetmem._numpy)
+    from scipy.optimize import LinearConstraint
+    from scipy.sparse import csr_matrix
+
+    k, ub, assign = model.k, model.ub, model.assign
+    col_of = np.full(problem.nsites, -1, dtype=np.int64)
+    col_of[model.free] = np.arange(model.free.size)
     r_i: list[np.ndarray] = []
     c_i: list[np.ndarray] = []
     v_i: list[np.ndarray] = []
-    nrow = 0
     for grp in problem.groups:
         cols_s = col_of[grp.sites]
         inside = cols_s >= 0
@@ -495,73 +607,88 @@ def solve_ilp(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT_S) -> Sol
                 continue
             if int(live[sel].sum()) <= room:
                 continue  # cannot bind
-            r_i.append(np.full(int(sel.sum()), nrow))
+            r_i.append(np.full(int(sel.sum()), len(r_i)))
             c_i.append(sc[sel] * k + t)
             v_i.append(live[sel].astype(float) / room)
-            nrow += 1
-    if nrow:
+    if r_i:
         a_cap = csr_matrix(
-            (np.concatenate(v_i), (np.concatenate(r_i), np.concatenate(c_i))), shape=(nrow, nvar)
+            (np.concatenate(v_i), (np.concatenate(r_i), np.concatenate(c_i))),
+            shape=(len(r_i), model.nvar),
         )
-        constraints.append(LinearConstraint(a_cap, -np.inf, 1.0))
-    lb = np.zeros(nvar)
-    lp_x = _lp_relaxation(c, lb, ub, constraints, time_limit)
-    fixed_n = 0
-    if lp_x is None:
+        model.constraints.append(LinearConstraint(a_cap, -np.inf, 1.0))
+
+
+def _lp_incumbent(
+    problem: Problem,
+    model: _IlpModel,
+    lp_x: tuple[np.ndarray, float, np.ndarray, np.ndarray],
+) -> tuple[Solution, int, bool]:
+    """The incumbent from LP rounding, how many variables reduced-cost fixing
+    settled, and whether the LP bound proves the incumbent optimal."""
+    free, k = model.free, model.k
+    x_lp, z_lp, red_lo, red_up = lp_x
+    # LP rounding: keep what the relaxation put wholly on a tier, then let
+    # the greedy fill what is left. Its value is usually within a few
+    # items of the bound, which lets reduced-cost fixing settle almost
+    # every variable.
+    whole = x_lp.reshape(free.size, k) >= 1 - 1e-9
+    start = model.assign.copy()
+    start[free] = np.where(whole.any(axis=1), np.argmax(whole, axis=1), k)
+    incumbent = solve_greedy(problem, start)
+    if violations(problem, incumbent.assign):  # LP tolerances: start from scratch
         incumbent = solve_greedy(problem)
-    else:
-        x_lp, z_lp, red_lo, red_up = lp_x
-        # LP rounding: keep what the relaxation put wholly on a tier, then let
-        # the greedy fill what is left. Its value is usually within a few
-        # items of the bound, which lets reduced-cost fixing settle almost
-        # every variable.
-        whole = x_lp.reshape(free.size, k) >= 1 - 1e-9
-        start = assign.copy()
-        start[free] = np.where(whole.any(axis=1), np.argmax(whole, axis=1), k)
-        incumbent = solve_greedy(problem, start)
-        if violations(problem, incumbent.assign):  # LP tolerances: start from scratch
-            incumbent = solve_greedy(problem)
-        fixed_n = _fix_by_reduced_cost(
-            c, lb, ub, incumbent.assign[free], k, x_lp, z_lp, red_lo, red_up
-        )
-        z_inc = float(
-            ((problem.cost[free] - problem.cost[free, k][:, None]) / scale)[
-                np.arange(free.size), np.minimum(incumbent.assign[free], k - 1)
-            ]
-            @ (incumbent.assign[free] < k)
-        )
-        if z_inc - z_lp <= MIP_REL_GAP * abs(z_inc):
-            # The LP bound already proves the incumbent optimal within the gap.
-            incumbent.solver, incumbent.optimal = "ilp-highs", True
-            incumbent.seconds = time.perf_counter() - t0
-            incumbent.note = (
-                f"proven within {MIP_REL_GAP:g} of the optimum by the LP bound "
-                "(no branching needed)"
-            )
-            return incumbent
+    fixed_n = _fix_by_reduced_cost(
+        model.c, model.lb, model.ub, incumbent.assign[free], k, x_lp, z_lp, red_lo, red_up
+    )
+    z_inc = float(
+        ((problem.cost[free] - problem.cost[free, k][:, None]) / model.scale)[
+            np.arange(free.size), np.minimum(incumbent.assign[free], k - 1)
+        ]
+        @ (incumbent.assign[free] < k)
+    )
+    return incumbent, fixed_n, z_inc - z_lp <= MIP_REL_GAP * abs(z_inc)
+
+
+def _milp(model: _IlpModel, time_limit: float) -> Any:
+    # lazy: scipy loads numpy, which CLI start-up must not (see hetmem._numpy)
+    from scipy.optimize import Bounds, milp
+
     with _native_stdout_silenced():
-        res = milp(
-            c,
-            integrality=np.ones(nvar),
-            bounds=Bounds(lb, ub),
-            constraints=constraints,
+        return milp(
+            model.c,
+            integrality=np.ones(model.nvar),
+            bounds=Bounds(model.lb, model.ub),
+            constraints=model.constraints,
             options={
                 "mip_rel_gap": MIP_REL_GAP,
                 "time_limit": float(time_limit),
                 "presolve": PRESOLVE,
             },
         )
-    seconds = time.perf_counter() - t0
-    core = f"{nvar - fixed_n} of {nvar} variables left after reduced-cost fixing"
-    if res.x is None:
-        if res.status == 2:
-            # Nothing better than the greedy exists: it is optimal.
-            incumbent.solver, incumbent.optimal, incumbent.seconds = "ilp-highs", True, seconds
-            incumbent.note = core + "; the LP-rounded solution is optimal"
-            return incumbent
-        incumbent.seconds = seconds
-        incumbent.note = f"HiGHS found no solution ({res.message.strip()}); greedy used instead"
+
+
+def _no_milp_solution(res: Any, incumbent: Solution, seconds: float, core: str) -> Solution:
+    if res.status == 2:
+        # Nothing better than the greedy exists: it is optimal.
+        incumbent.solver, incumbent.optimal, incumbent.seconds = "ilp-highs", True, seconds
+        incumbent.note = core + "; the LP-rounded solution is optimal"
         return incumbent
+    incumbent.seconds = seconds
+    incumbent.note = f"HiGHS found no solution ({res.message.strip()}); greedy used instead"
+    return incumbent
+
+
+def _ilp_readout(
+    problem: Problem,
+    model: _IlpModel,
+    res: Any,
+    incumbent: Solution,
+    lp_x: tuple[np.ndarray, float, np.ndarray, np.ndarray] | None,
+    seconds: float,
+    core: str,
+) -> Solution:
+    """HiGHS's assignment, repaired and compared with the incumbent."""
+    free, k, assign = model.free, model.k, model.assign
     x = np.round(res.x.reshape(free.size, k))
     on = x.max(axis=1) > 0.5
     assign[free] = np.where(on, np.argmax(x, axis=1), k)
@@ -578,16 +705,19 @@ def solve_ilp(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT_S) -> Sol
         assign, value = incumbent.assign, incumbent.objective
         notes.append("the LP-rounded solution was better than HiGHS's")
     if lp_x is not None and not (optimal and not bad):
-        # How far from the optimum it can be at most, by the LP bound, as a
-        # share of the time saved.
-        saved = float(problem.cost[:, k].sum()) - value
-        bound = -lp_x[1] * scale
-        if saved > 0 and bound >= saved:
-            notes.append(
-                f"the optimum saves at most {100 * (bound - saved) / saved:.3g}% more time "
-                "(LP bound)"
-            )
+        notes.extend(_lp_bound_note(problem, k, value, -lp_x[1] * model.scale))
     return Solution(assign, value, "ilp-highs", optimal and not bad, seconds, "; ".join(notes))
+
+
+def _lp_bound_note(problem: Problem, k: int, value: float, bound: float) -> list[str]:
+    """How far from the optimum it can be at most, by the LP bound, as a
+    share of the time saved."""
+    saved = float(problem.cost[:, k].sum()) - value
+    if saved > 0 and bound >= saved:
+        return [
+            f"the optimum saves at most {100 * (bound - saved) / saved:.3g}% more time (LP bound)"
+        ]
+    return []
 
 
 def _lp_relaxation(
@@ -851,67 +981,45 @@ def advise(
     order = sorted(
         range(problem.nsites), key=lambda i: (-benefit[i], -merged.sites[i].est_accesses)
     )
-
-    # Modules in first-use order of the sites, the profiled binary first.
-    modules: list[PModule] = []
-    mindex: dict[str, int] = {}
-
-    def mod(m: Module) -> int:
-        if m.key not in mindex:
-            mindex[m.key] = len(modules)
-            modules.append(PModule(path=m.path, build_id=m.build_id))
-        return mindex[m.key]
-
-    mod(merged.profiles[0].binary)
-    sym = symbolizer
-    if sym is not None:
-        sym.prefetch((m.key, m.path, m.build_id, off) for s in merged.sites for m, off in s.frames)
-    dens = np.array([s.accesses_per_byte for s in merged.sites])
-    dens_rank = np.empty(problem.nsites, dtype=np.int64)
-    dens_rank[np.argsort(-dens, kind="stable")] = np.arange(1, problem.nsites + 1)
-    sites: list[PSite] = []
-    for rank_i, i in enumerate(order):
-        s = merged.sites[i]
-        symbols = []
-        if sym is not None:
-            for m, off in s.frames:
-                loc = sym.lookup(m.key, m.path, m.build_id, off)
-                symbols.append(str(loc) if loc else raw_frame(m.path, off))
-        reason = ""
-        if rank_i < explain_top:
-            reason = explain(problem, sol, tiers, i, int(dens_rank[i]))
-        sites.append(
-            PSite(
-                id=i,
-                tier=int(sol.assign[i]),
-                frames=[(mod(m), off) for m, off in s.frames],
-                symbols=symbols,
-                peak_live_bytes=s.peak_live_bytes,
-                bytes=s.bytes,
-                allocs=s.allocs,
-                est_accesses=s.est_accesses,
-                benefit_s=float(benefit[i]),
-                reason=reason,
-            )
+    modules = _ModuleTable()
+    modules.index(merged.profiles[0].binary)
+    if symbolizer is not None:
+        symbolizer.prefetch(
+            (m.key, m.path, m.build_id, off) for s in merged.sites for m, off in s.frames
         )
+    explainer = _Explainer(problem, sol, tiers, explain_top, merged)
+    sites = [
+        _placed_site(merged, i, sol, benefit, modules, symbolizer, explainer.reason(rank_i, i))
+        for rank_i, i in enumerate(order)
+    ]
     ranks = ranks_on_nodes(merged, ranks_per_node)
-    ptiers = []
-    for ti, t in enumerate(tiers):
-        node_cap = fast_budget if ti == 0 else t.capacity_bytes
-        per_proc = 0 if ti == last or node_cap is None else node_cap // max(ranks)
-        ptiers.append(
-            PTier(
-                name=t.name,
-                kind=t.kind,
-                numa_node=t.numa_node,
-                capacity_bytes=per_proc,
-                bandwidth_gbs=t.bandwidth_gbs,
-                latency_ns=t.latency_ns,
-                path=t.path,
-            )
-        )
+    ptiers = _placement_tiers(tiers, fast_budget, max(ranks))
     t_slow = float(problem.cost[:, last].sum())
     t_fast = float(problem.cost.min(axis=1).sum())
+    meta = _placement_meta(merged, sol, fast_budget, max(ranks), profile_names, t_slow, t_fast)
+    placement = Placement(meta=meta, tiers=ptiers, modules=modules.modules, sites=sites)
+    return Advice(
+        placement=placement,
+        solution=sol,
+        problem=problem,
+        tiers=tiers,
+        notes=list(problem.notes),
+        order=order,
+        time_slowest_s=t_slow,
+        time_placed_s=sol.objective,
+        time_fastest_s=t_fast,
+    )
+
+
+def _placement_meta(
+    merged: Merged,
+    sol: Solution,
+    fast_budget: int,
+    ranks: int,
+    profile_names: Sequence[str],
+    t_slow: float,
+    t_fast: float,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "generated_by": "hetmem advise",
         "created_unix": int(time.time()),
@@ -920,7 +1028,7 @@ def advise(
         "merged_profiles": len(merged.profiles),
         "depth": merged.depth,
         "fast_budget_node_bytes": fast_budget,
-        "ranks_per_node": max(ranks),
+        "ranks_per_node": ranks,
         "solver": sol.solver,
         "optimal": bool(sol.optimal),
         "solve_seconds": round(sol.seconds, 4),
@@ -932,19 +1040,92 @@ def advise(
     }
     if sol.note:
         meta["solver_note"] = sol.note
-    placement = Placement(meta=meta, tiers=ptiers, modules=modules, sites=sites)
-    notes = list(problem.notes)
-    return Advice(
-        placement=placement,
-        solution=sol,
-        problem=problem,
-        tiers=tiers,
-        notes=notes,
-        order=order,
-        time_slowest_s=t_slow,
-        time_placed_s=sol.objective,
-        time_fastest_s=t_fast,
+    return meta
+
+
+class _ModuleTable:
+    """Modules in first-use order of the sites, the profiled binary first."""
+
+    def __init__(self) -> None:
+        self.modules: list[PModule] = []
+        self._index: dict[str, int] = {}
+
+    def index(self, m: Module) -> int:
+        if m.key not in self._index:
+            self._index[m.key] = len(self.modules)
+            self.modules.append(PModule(path=m.path, build_id=m.build_id))
+        return self._index[m.key]
+
+
+class _Explainer:
+    """The reasons for the first explain_top sites of the order."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        sol: Solution,
+        tiers: Sequence[Tier],
+        explain_top: int,
+        merged: Merged,
+    ) -> None:
+        self.problem, self.sol, self.tiers, self.top = problem, sol, tiers, explain_top
+        dens = np.array([s.accesses_per_byte for s in merged.sites])
+        self.dens_rank = np.empty(problem.nsites, dtype=np.int64)
+        self.dens_rank[np.argsort(-dens, kind="stable")] = np.arange(1, problem.nsites + 1)
+
+    def reason(self, rank_i: int, i: int) -> str:
+        if rank_i >= self.top:
+            return ""
+        return explain(self.problem, self.sol, self.tiers, i, int(self.dens_rank[i]))
+
+
+def _placed_site(
+    merged: Merged,
+    i: int,
+    sol: Solution,
+    benefit: np.ndarray,
+    modules: _ModuleTable,
+    sym: Symbolizer | None,
+    reason: str,
+) -> PSite:
+    s = merged.sites[i]
+    symbols = []
+    if sym is not None:
+        for m, off in s.frames:
+            loc = sym.lookup(m.key, m.path, m.build_id, off)
+            symbols.append(str(loc) if loc else raw_frame(m.path, off))
+    return PSite(
+        id=i,
+        tier=int(sol.assign[i]),
+        frames=[(modules.index(m), off) for m, off in s.frames],
+        symbols=symbols,
+        peak_live_bytes=s.peak_live_bytes,
+        bytes=s.bytes,
+        allocs=s.allocs,
+        est_accesses=s.est_accesses,
+        benefit_s=float(benefit[i]),
+        reason=reason,
     )
+
+
+def _placement_tiers(tiers: Sequence[Tier], fast_budget: int, ranks: int) -> list[PTier]:
+    last = len(tiers) - 1
+    ptiers = []
+    for ti, t in enumerate(tiers):
+        node_cap = fast_budget if ti == 0 else t.capacity_bytes
+        per_proc = 0 if ti == last or node_cap is None else node_cap // ranks
+        ptiers.append(
+            PTier(
+                name=t.name,
+                kind=t.kind,
+                numa_node=t.numa_node,
+                capacity_bytes=per_proc,
+                bandwidth_gbs=t.bandwidth_gbs,
+                latency_ns=t.latency_ns,
+                path=t.path,
+            )
+        )
+    return ptiers
 
 
 def benchmark(

@@ -231,6 +231,23 @@ class _V:
 
 def loads(text: str, name: str = "<placement>") -> Placement:
     v = _V(name)
+    doc = _parse_toml(v, text)
+    tiers = [_read_tier(v, i, t) for i, t in enumerate(v.table_list(doc, "tiers"))]
+    if not tiers:
+        raise v.fail("no tiers")
+    modules = [_read_module(v, i, m) for i, m in enumerate(v.table_list(doc, "modules"))]
+    sites: list[PSite] = []
+    seen: set[int] = set()
+    for i, s in enumerate(v.table_list(doc, "sites")):
+        sites.append(_read_site(v, i, s, seen, len(tiers), len(modules)))
+    meta = {k: val for k, val in doc.items() if k not in ("tiers", "modules", "sites")}
+    if "binary" in meta:
+        v.int_(meta, "binary", "header", 0, max(0, len(modules) - 1))
+    return Placement(meta=meta, tiers=tiers, modules=modules, sites=sites)
+
+
+def _parse_toml(v: _V, text: str) -> dict[str, Any]:
+    """The TOML document, once its kind and schema version are right."""
     if tomllib is None:
         raise EnvironmentProblem("reading placement files needs Python 3.11 or later (tomllib)")
     try:
@@ -246,77 +263,76 @@ def loads(text: str, name: str = "<placement>") -> Placement:
         raise v.fail(
             f"schema_version {ver!r} is not supported (this hetmem reads {SCHEMA_VERSION})"
         )
-    tiers: list[PTier] = []
-    for i, t in enumerate(v.table_list(doc, "tiers")):
-        w = f"tier {i}"
-        if v.int_(t, "index", w) != i:
-            raise v.fail(f"{w}: index out of order")
-        tiers.append(
-            PTier(
-                name=v.str_(t, "name", w),
-                kind=_token(v, v.str_(t, "kind", w), f"{w}: 'kind'"),
-                numa_node=v.int_(t, "numa_node", w, -1, 1 << 20),
-                capacity_bytes=v.int_(t, "capacity_bytes", w),
-                bandwidth_gbs=v.num(t, "bandwidth_gbs", w),
-                latency_ns=v.num(t, "latency_ns", w),
-                path=v.str_(t, "path", w, allow_empty=True) if "path" in t else "",
-            )
-        )
-    if not tiers:
-        raise v.fail("no tiers")
-    modules: list[PModule] = []
-    for i, m in enumerate(v.table_list(doc, "modules")):
-        w = f"module {i}"
-        if v.int_(m, "index", w) != i:
-            raise v.fail(f"{w}: index out of order")
-        bid = v.str_(m, "build_id", w, allow_empty=True).lower()
-        if len(bid) % 2 or len(bid) > 128 or any(c not in "0123456789abcdef" for c in bid):
-            raise v.fail(f"{w}: 'build_id' must be hex")
-        modules.append(PModule(path=v.str_(m, "path", w), build_id=bid))
-    sites: list[PSite] = []
-    seen: set[int] = set()
-    for i, s in enumerate(v.table_list(doc, "sites")):
-        w = f"site {i}"
-        sid = v.int_(s, "id", w, 0, 2**32 - 1)
-        if sid in seen:
-            raise v.fail(f"{w}: duplicate id {sid}")
-        seen.add(sid)
-        tier = v.int_(s, "tier", w, 0, len(tiers) - 1)
-        fr = s.get("frames")
-        if not isinstance(fr, list) or not 1 <= len(fr) <= MAX_DEPTH:
-            raise v.fail(f"{w}: 'frames' must hold 1 to {MAX_DEPTH} [module, offset] pairs")
-        frames: list[tuple[int, int]] = []
-        for f in fr:
-            if (
-                not isinstance(f, list)
-                or len(f) != 2
-                or any(isinstance(x, bool) or not isinstance(x, int) for x in f)
-                or not 0 <= f[0] < len(modules)
-                or not 0 <= f[1] < 2**64
-            ):
-                raise v.fail(f"{w}: bad frame {f!r} (want [module index, offset])")
-            frames.append((f[0], f[1]))
-        syms = s.get("symbols", [])
-        if not isinstance(syms, list) or not all(isinstance(x, str) for x in syms):
-            raise v.fail(f"{w}: 'symbols' must be a list of strings")
-        sites.append(
-            PSite(
-                id=sid,
-                tier=tier,
-                frames=frames,
-                symbols=syms,
-                peak_live_bytes=v.int_(s, "peak_live_bytes", w),
-                bytes=v.int_(s, "bytes", w),
-                allocs=v.int_(s, "allocs", w),
-                est_accesses=v.num(s, "est_accesses", w),
-                benefit_s=v.num(s, "benefit_s", w),
-                reason=v.str_(s, "reason", w, allow_empty=True) if "reason" in s else "",
-            )
-        )
-    meta = {k: val for k, val in doc.items() if k not in ("tiers", "modules", "sites")}
-    if "binary" in meta:
-        v.int_(meta, "binary", "header", 0, max(0, len(modules) - 1))
-    return Placement(meta=meta, tiers=tiers, modules=modules, sites=sites)
+    return doc
+
+
+def _read_tier(v: _V, i: int, t: dict[str, Any]) -> PTier:
+    w = f"tier {i}"
+    if v.int_(t, "index", w) != i:
+        raise v.fail(f"{w}: index out of order")
+    return PTier(
+        name=v.str_(t, "name", w),
+        kind=_token(v, v.str_(t, "kind", w), f"{w}: 'kind'"),
+        numa_node=v.int_(t, "numa_node", w, -1, 1 << 20),
+        capacity_bytes=v.int_(t, "capacity_bytes", w),
+        bandwidth_gbs=v.num(t, "bandwidth_gbs", w),
+        latency_ns=v.num(t, "latency_ns", w),
+        path=v.str_(t, "path", w, allow_empty=True) if "path" in t else "",
+    )
+
+
+def _read_module(v: _V, i: int, m: dict[str, Any]) -> PModule:
+    w = f"module {i}"
+    if v.int_(m, "index", w) != i:
+        raise v.fail(f"{w}: index out of order")
+    bid = v.str_(m, "build_id", w, allow_empty=True).lower()
+    if len(bid) % 2 or len(bid) > 128 or any(c not in "0123456789abcdef" for c in bid):
+        raise v.fail(f"{w}: 'build_id' must be hex")
+    return PModule(path=v.str_(m, "path", w), build_id=bid)
+
+
+def _read_site(
+    v: _V, i: int, s: dict[str, Any], seen: set[int], ntiers: int, nmodules: int
+) -> PSite:
+    w = f"site {i}"
+    sid = v.int_(s, "id", w, 0, 2**32 - 1)
+    if sid in seen:
+        raise v.fail(f"{w}: duplicate id {sid}")
+    seen.add(sid)
+    tier = v.int_(s, "tier", w, 0, ntiers - 1)
+    frames = _read_frames(v, w, s.get("frames"), nmodules)
+    syms = s.get("symbols", [])
+    if not isinstance(syms, list) or not all(isinstance(x, str) for x in syms):
+        raise v.fail(f"{w}: 'symbols' must be a list of strings")
+    return PSite(
+        id=sid,
+        tier=tier,
+        frames=frames,
+        symbols=syms,
+        peak_live_bytes=v.int_(s, "peak_live_bytes", w),
+        bytes=v.int_(s, "bytes", w),
+        allocs=v.int_(s, "allocs", w),
+        est_accesses=v.num(s, "est_accesses", w),
+        benefit_s=v.num(s, "benefit_s", w),
+        reason=v.str_(s, "reason", w, allow_empty=True) if "reason" in s else "",
+    )
+
+
+def _read_frames(v: _V, w: str, fr: Any, nmodules: int) -> list[tuple[int, int]]:
+    if not isinstance(fr, list) or not 1 <= len(fr) <= MAX_DEPTH:
+        raise v.fail(f"{w}: 'frames' must hold 1 to {MAX_DEPTH} [module, offset] pairs")
+    frames: list[tuple[int, int]] = []
+    for f in fr:
+        if (
+            not isinstance(f, list)
+            or len(f) != 2
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in f)
+            or not 0 <= f[0] < nmodules
+            or not 0 <= f[1] < 2**64
+        ):
+            raise v.fail(f"{w}: bad frame {f!r} (want [module index, offset])")
+        frames.append((f[0], f[1]))
+    return frames
 
 
 def parse_bytes(data: bytes, name: str = "<placement>") -> Placement:
@@ -384,14 +400,8 @@ def check_modules(
     warnings: list[str] = []
     bad: set[int] = set()
     for i, m in enumerate(p.modules):
-        path = m.path
-        if binary is not None and i == p.binary and _same_program(binary, m.path):
-            # the command is the placement's program: a rebuild of it is
-            # checked here; any other command (mpirun, srun, a script) only
-            # launches it, and the recorded path is checked as for any module
-            path = binary
         try:
-            have = build_id_of(path)
+            have = build_id_of(_path_here(p, i, binary))
         except HetmemError:
             have = None
         if have is None or not m.build_id:
@@ -401,17 +411,24 @@ def check_modules(
     for i in sorted(bad):
         m = p.modules[i]
         n = sum(1 for s in p.sites if any(mi == i for mi, _ in s.frames))
-        where = (
-            binary
-            if (binary is not None and i == p.binary and _same_program(binary, m.path))
-            else m.path
-        )
+        where = _path_here(p, i, binary)
         warnings.append(
             f"{where}: build-id differs from the placement's ({m.build_id[:12]}...): the "
             f"placement was made for another build; ignoring its {n} site(s)"
         )
     kept = [s for s in p.sites if not any(mi in bad for mi, _ in s.frames)]
     return Placement(meta=dict(p.meta), tiers=p.tiers, modules=p.modules, sites=kept), warnings
+
+
+def _path_here(p: Placement, i: int, binary: str | None) -> str:
+    """The file whose build-id module i must have here."""
+    m = p.modules[i]
+    if binary is not None and i == p.binary and _same_program(binary, m.path):
+        # the command is the placement's program: a rebuild of it is
+        # checked here; any other command (mpirun, srun, a script) only
+        # launches it, and the recorded path is checked as for any module
+        return binary
+    return m.path
 
 
 # Programs that start the placement's program rather than being it.
@@ -470,46 +487,54 @@ def parse_compact(text: str) -> Placement:
     lines = text.split("\n")
     if not text.endswith("\n") or lines[-1] != "":
         raise v.fail("truncated")
-    lines = lines[:-1]
-    it = iter(lines)
-
-    def nxt() -> list[str]:
-        try:
-            return next(it).split(" ")
-        except StopIteration:
-            raise v.fail("truncated") from None
-
-    head = nxt()
-    if head != [COMPACT_MAGIC, str(COMPACT_VERSION)]:
+    r = _CompactLines(v, lines[:-1])
+    if r.next() != [COMPACT_MAGIC, str(COMPACT_VERSION)]:
         raise v.fail("bad magic or version")
     try:
-        nt = int(nxt()[1])
-        tiers = []
-        for i in range(nt):
-            f = nxt()
-            if f[0] != "tier" or int(f[1]) != i:
-                raise v.fail("bad tier line")
-            tiers.append(PTier(" ".join(f[5:]), f[2], int(f[3]), int(f[4]), 0.0, 0.0))
-        nm = int(nxt()[1])
-        modules = []
-        for i in range(nm):
-            f = nxt()
-            if f[0] != "module" or int(f[1]) != i:
-                raise v.fail("bad module line")
-            modules.append(PModule(" ".join(f[3:]), "" if f[2] == "-" else f[2]))
-        ns = int(nxt()[1])
-        sites = []
-        for _ in range(ns):
-            f = nxt()
-            if f[0] != "site" or len(f) != 4 + int(f[3]):
-                raise v.fail("bad site line")
-            frames = [(int(a), int(b, 16)) for a, b in (x.split(":") for x in f[4:])]
-            sites.append(PSite(id=int(f[1]), tier=int(f[2]), frames=frames))
+        tiers = [_compact_tier(r, i) for i in range(int(r.next()[1]))]
+        modules = [_compact_module(r, i) for i in range(int(r.next()[1]))]
+        sites = [_compact_site(r) for _ in range(int(r.next()[1]))]
     except (ValueError, IndexError):
         raise v.fail("malformed line") from None
-    if nxt() != ["end"]:
+    if r.next() != ["end"]:
         raise v.fail("missing end")
     return Placement(meta={}, tiers=tiers, modules=modules, sites=sites)
+
+
+class _CompactLines:
+    """The compact table's lines, split into words, one at a time."""
+
+    def __init__(self, v: _V, lines: list[str]) -> None:
+        self.v = v
+        self._it = iter(lines)
+
+    def next(self) -> list[str]:
+        try:
+            return next(self._it).split(" ")
+        except StopIteration:
+            raise self.v.fail("truncated") from None
+
+
+def _compact_tier(r: _CompactLines, i: int) -> PTier:
+    f = r.next()
+    if f[0] != "tier" or int(f[1]) != i:
+        raise r.v.fail("bad tier line")
+    return PTier(" ".join(f[5:]), f[2], int(f[3]), int(f[4]), 0.0, 0.0)
+
+
+def _compact_module(r: _CompactLines, i: int) -> PModule:
+    f = r.next()
+    if f[0] != "module" or int(f[1]) != i:
+        raise r.v.fail("bad module line")
+    return PModule(" ".join(f[3:]), "" if f[2] == "-" else f[2])
+
+
+def _compact_site(r: _CompactLines) -> PSite:
+    f = r.next()
+    if f[0] != "site" or len(f) != 4 + int(f[3]):
+        raise r.v.fail("bad site line")
+    frames = [(int(a), int(b, 16)) for a, b in (x.split(":") for x in f[4:])]
+    return PSite(id=int(f[1]), tier=int(f[2]), frames=frames)
 
 
 def prepare_for_run(

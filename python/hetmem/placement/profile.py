@@ -199,60 +199,20 @@ def _parse_header(c: _Ctx, rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _parse_site(c: _Ctx, rec: dict[str, Any], modules: list[Module], hdr: dict[str, Any]) -> Site:
-    frames_raw = rec.get("frames")
-    if not isinstance(frames_raw, list) or not 1 <= len(frames_raw) <= MAX_DEPTH:
-        raise c.fail(f"'frames' must be a list of 1 to {MAX_DEPTH} [module, offset] pairs")
-    frames: list[tuple[Module, int]] = []
-    for fr in frames_raw:
-        if (
-            not isinstance(fr, list)
-            or len(fr) != 2
-            or any(isinstance(x, bool) or not isinstance(x, int) for x in fr)
-        ):
-            raise c.fail("each frame must be [module index, offset]")
-        mi, off = fr
-        if not 0 <= mi < len(modules):
-            raise c.fail(f"frame names module {mi}, but only {len(modules)} are declared before it")
-        if not 0 <= off < 2**64:
-            raise c.fail(f"frame offset {off} is out of range")
-        frames.append((modules[mi], off))
-    s = Site(frames=frames)
+    s = Site(frames=_site_frames(c, rec.get("frames"), modules))
     s.allocs = c.int_(rec, "allocs")
     s.bytes = c.int_(rec, "bytes")
     s.max_bytes = c.opt_int(rec, "max_bytes")
     s.peak_live_bytes = c.int_(rec, "peak_live_bytes")
     if s.peak_live_bytes > s.bytes:
         raise c.fail("'peak_live_bytes' exceeds 'bytes' (all bytes ever allocated)")
-    live_raw = rec.get("live", [])
-    if not isinstance(live_raw, list) or len(live_raw) > MAX_LIVE_POINTS:
-        raise c.fail("'live' must be a list of [t_ns, bytes] points")
-    last_t = -1
-    wall = int(hdr["wall_ns"])
-    for pt in live_raw:
-        if (
-            not isinstance(pt, list)
-            or len(pt) != 2
-            or any(isinstance(x, bool) or not isinstance(x, int) for x in pt)
-        ):
-            raise c.fail("each 'live' point must be [t_ns, bytes] (integers)")
-        t, b = pt
-        if t <= last_t or t < 0 or t > wall:
-            raise c.fail("'live' times must increase strictly and lie within [0, wall_ns]")
-        if not 0 <= b <= s.peak_live_bytes:
-            raise c.fail("'live' bytes must lie within [0, peak_live_bytes]")
-        last_t = t
-        s.live.append((t, b))
+    s.live = _site_live(c, rec.get("live", []), s.peak_live_bytes, int(hdr["wall_ns"]))
     if s.peak_live_bytes and not s.live:
         # No time series: the conservative reading is peak live bytes all run long.
         s.live = [(0, s.peak_live_bytes)]
     lt = rec.get("lifetime_ns")
     if lt is not None:
-        lt = c.obj(lt, "'lifetime_ns'")
-        s.lifetime_min_ns = c.int_(lt, "min")
-        s.lifetime_mean_ns = c.num(lt, "mean")
-        s.lifetime_max_ns = c.int_(lt, "max")
-        if not s.lifetime_min_ns <= s.lifetime_mean_ns <= s.lifetime_max_ns:
-            raise c.fail("'lifetime_ns' must satisfy min <= mean <= max")
+        _site_lifetime(c, c.obj(lt, "'lifetime_ns'"), s)
     s.never_freed = c.opt_int(rec, "never_freed")
     if s.never_freed > s.allocs:
         raise c.fail("'never_freed' exceeds 'allocs'")
@@ -266,6 +226,56 @@ def _parse_site(c: _Ctx, rec: dict[str, Any], modules: list[Module], hdr: dict[s
     s.small_bytes = c.opt_int(small, "bytes")
     s.est_accesses = (s.loads + s.stores) * float(hdr["sampler"]["period"])
     return s
+
+
+def _int_pair(x: Any) -> bool:
+    return (
+        isinstance(x, list)
+        and len(x) == 2
+        and not any(isinstance(v, bool) or not isinstance(v, int) for v in x)
+    )
+
+
+def _site_frames(c: _Ctx, frames_raw: Any, modules: list[Module]) -> list[tuple[Module, int]]:
+    if not isinstance(frames_raw, list) or not 1 <= len(frames_raw) <= MAX_DEPTH:
+        raise c.fail(f"'frames' must be a list of 1 to {MAX_DEPTH} [module, offset] pairs")
+    frames: list[tuple[Module, int]] = []
+    for fr in frames_raw:
+        if not _int_pair(fr):
+            raise c.fail("each frame must be [module index, offset]")
+        mi, off = fr
+        if not 0 <= mi < len(modules):
+            raise c.fail(f"frame names module {mi}, but only {len(modules)} are declared before it")
+        if not 0 <= off < 2**64:
+            raise c.fail(f"frame offset {off} is out of range")
+        frames.append((modules[mi], off))
+    return frames
+
+
+def _site_live(c: _Ctx, live_raw: Any, peak: int, wall: int) -> list[tuple[int, int]]:
+    if not isinstance(live_raw, list) or len(live_raw) > MAX_LIVE_POINTS:
+        raise c.fail("'live' must be a list of [t_ns, bytes] points")
+    live: list[tuple[int, int]] = []
+    last_t = -1
+    for pt in live_raw:
+        if not _int_pair(pt):
+            raise c.fail("each 'live' point must be [t_ns, bytes] (integers)")
+        t, b = pt
+        if t <= last_t or t < 0 or t > wall:
+            raise c.fail("'live' times must increase strictly and lie within [0, wall_ns]")
+        if not 0 <= b <= peak:
+            raise c.fail("'live' bytes must lie within [0, peak_live_bytes]")
+        last_t = t
+        live.append((t, b))
+    return live
+
+
+def _site_lifetime(c: _Ctx, lt: dict[str, Any], s: Site) -> None:
+    s.lifetime_min_ns = c.int_(lt, "min")
+    s.lifetime_mean_ns = c.num(lt, "mean")
+    s.lifetime_max_ns = c.int_(lt, "max")
+    if not s.lifetime_min_ns <= s.lifetime_mean_ns <= s.lifetime_max_ns:
+        raise c.fail("'lifetime_ns' must satisfy min <= mean <= max")
 
 
 def _lines(path: Path) -> Iterable[tuple[int, bytes]]:
@@ -417,15 +427,7 @@ def _parse(name: str, lines: Iterable[tuple[int, bytes]]) -> Profile:
         c.line = n
         if ended:
             raise c.fail("data after the end record")
-        if len(raw) > MAX_LINE:
-            raise c.fail("line too long")
-        if not raw.endswith(b"\n"):
-            raise c.fail("truncated (last line has no newline)")
-        try:
-            rec = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise c.fail("not valid JSON (truncated or corrupt)") from None
-        rec = c.obj(rec, "record")
+        rec = _record(c, raw)
         if header is None:
             header = _parse_header(c, rec)
             continue
@@ -433,12 +435,7 @@ def _parse(name: str, lines: Iterable[tuple[int, bytes]]) -> Profile:
         if kind == "module":
             if sites:
                 raise c.fail("module records must precede site records")
-            idx = c.int_(rec, "index")
-            if idx != len(modules):
-                raise c.fail(f"module index {idx} out of order (expected {len(modules)})")
-            modules.append(
-                Module(path=c.str_(rec, "path", allow_empty=False), build_id=_build_id(c, rec))
-            )
+            modules.append(_parse_module(c, rec, len(modules)))
         elif kind == "site":
             sites.append(_parse_site(c, rec, modules, header))
         elif kind == "end":
@@ -447,16 +444,44 @@ def _parse(name: str, lines: Iterable[tuple[int, bytes]]) -> Profile:
             ended = True
         else:
             raise c.fail(f"unknown record type {kind!r}")
+    hdr = _check_complete(c, header, ended, len(modules))
+    return Profile(path=name, header=hdr, modules=modules, sites=sites)
+
+
+def _record(c: _Ctx, raw: bytes) -> dict[str, Any]:
+    """One line's JSON object."""
+    if len(raw) > MAX_LINE:
+        raise c.fail("line too long")
+    if not raw.endswith(b"\n"):
+        raise c.fail("truncated (last line has no newline)")
+    try:
+        rec = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise c.fail("not valid JSON (truncated or corrupt)") from None
+    return c.obj(rec, "record")
+
+
+def _parse_module(c: _Ctx, rec: dict[str, Any], expected: int) -> Module:
+    idx = c.int_(rec, "index")
+    if idx != expected:
+        raise c.fail(f"module index {idx} out of order (expected {expected})")
+    return Module(path=c.str_(rec, "path", allow_empty=False), build_id=_build_id(c, rec))
+
+
+def _check_complete(
+    c: _Ctx, header: dict[str, Any] | None, ended: bool, nmodules: int
+) -> dict[str, Any]:
+    """The header, once the file proved whole."""
     if header is None:
         c.line = 0
         raise c.fail("empty file (not a hetmem profile)")
     if not ended:
         c.line = 0
         raise c.fail("truncated: no end record (did the process die before exit?)")
-    if not int(header["binary"]) < len(modules):
+    if not int(header["binary"]) < nmodules:
         c.line = 1
         raise c.fail("'binary' names a module the file does not declare")
-    return Profile(path=name, header=header, modules=modules, sites=sites)
+    return header
 
 
 # --------------------------------------------------------------------------

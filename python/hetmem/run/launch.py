@@ -245,33 +245,43 @@ def validate(cfg: RunConfig) -> None:
     if cfg.placement is not None:
         raise UsageError("--placement is for --mode flat or hybrid")
     if cfg.mode == "cache":
-        if cfg.threshold is not None and cfg.threshold < os.sysconf("SC_PAGE_SIZE"):
-            raise UsageError("--threshold must be at least one page")
-        if not preload_path().exists():
-            raise EnvironmentProblem(f"{preload_path()} is missing: reinstall hetmem")
-        check_storage(cfg.storage, 1 << 20)
-        check_pager(cfg)
+        _validate_cache(cfg)
     else:
-        if os.geteuid() != 0:
-            raise EnvironmentProblem(
-                "--mode swap needs root (it creates a memory cgroup and a swap file)"
-            )
-        check_storage(cfg.storage, 1 << 20)
-        free = _free_bytes(cfg.storage)
-        if cfg.swap_size is None:
-            # The footprint is unknown: 4x the budget, at least 8 GiB, but
-            # never more than 90% of what the storage tier has free.
-            cfg.swap_size = min(max(4 * cfg.budget, 8 * GIB), int(free * 0.9))
-        if cfg.swap_size < cfg.budget or cfg.swap_size < (16 << 20):
-            raise UsageError(
-                f"swap size {cfg.swap_size} bytes is too small "
-                f"(storage '{cfg.storage}' has {free} bytes free)"
-            )
-        if cfg.swap_size > free:
-            raise UsageError(
-                f"storage directory '{cfg.storage}' is full: {free} bytes free, "
-                f"swap file needs {cfg.swap_size}"
-            )
+        _validate_swap(cfg)
+
+
+def _validate_cache(cfg: RunConfig) -> None:
+    assert cfg.storage is not None
+    if cfg.threshold is not None and cfg.threshold < os.sysconf("SC_PAGE_SIZE"):
+        raise UsageError("--threshold must be at least one page")
+    if not preload_path().exists():
+        raise EnvironmentProblem(f"{preload_path()} is missing: reinstall hetmem")
+    check_storage(cfg.storage, 1 << 20)
+    check_pager(cfg)
+
+
+def _validate_swap(cfg: RunConfig) -> None:
+    assert cfg.storage is not None
+    if os.geteuid() != 0:
+        raise EnvironmentProblem(
+            "--mode swap needs root (it creates a memory cgroup and a swap file)"
+        )
+    check_storage(cfg.storage, 1 << 20)
+    free = _free_bytes(cfg.storage)
+    if cfg.swap_size is None:
+        # The footprint is unknown: 4x the budget, at least 8 GiB, but
+        # never more than 90% of what the storage tier has free.
+        cfg.swap_size = min(max(4 * cfg.budget, 8 * GIB), int(free * 0.9))
+    if cfg.swap_size < cfg.budget or cfg.swap_size < (16 << 20):
+        raise UsageError(
+            f"swap size {cfg.swap_size} bytes is too small "
+            f"(storage '{cfg.storage}' has {free} bytes free)"
+        )
+    if cfg.swap_size > free:
+        raise UsageError(
+            f"storage directory '{cfg.storage}' is full: {free} bytes free, "
+            f"swap file needs {cfg.swap_size}"
+        )
 
 
 def validate_place(cfg: RunConfig) -> None:

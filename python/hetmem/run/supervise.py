@@ -404,6 +404,17 @@ def take_down(rec: dict[str, Any]) -> list[str]:
     sw = rec.get("swap")
     if isinstance(sw, dict) and remove_swap(sw):
         removed.append(f"{sw['dir']}/{SWAP_NAME}")
+    removed += _remove_files(rec)
+    name = rec.get("record")
+    active = isinstance(sw, dict) and find_swap(sw.get("dev", -1), sw.get("ino", -1))
+    if isinstance(name, str) and not active and not (isinstance(cg, str) and os.path.isdir(cg)):
+        drop_record(name)
+    return removed
+
+
+def _remove_files(rec: dict[str, Any]) -> list[str]:
+    """The record's folder trees and files, removed; returns those gone."""
+    removed: list[str] = []
     for tree in rec.get("trees", []):
         if os.path.isdir(tree) and not os.path.islink(tree):
             shutil.rmtree(tree, ignore_errors=True)
@@ -412,10 +423,6 @@ def take_down(rec: dict[str, Any]) -> list[str]:
         with suppress(OSError):
             os.unlink(path)
             removed.append(path)
-    name = rec.get("record")
-    active = isinstance(sw, dict) and find_swap(sw.get("dev", -1), sw.get("ino", -1))
-    if isinstance(name, str) and not active and not (isinstance(cg, str) and os.path.isdir(cg)):
-        drop_record(name)
     return removed
 
 
