@@ -32,7 +32,7 @@ target_link_options(hetmem_preload PRIVATE
 set_target_properties(hetmem_preload PROPERTIES LINK_DEPENDS ${HM_PRELOAD_DIR}/preload.map)
 install(TARGETS hetmem_preload LIBRARY DESTINATION _lib COMPONENT runtime)
 
-# Test and benchmark programs for the interposer (run by tests/test_run.py,
+# Test and benchmark programs for the interposer (run by tests/integration/test_run.py,
 # not by ctest: they are meant to run under LD_PRELOAD).
 if(HETMEM_BUILD_TESTS)
   add_executable(hm_preload_target ${PROJECT_SOURCE_DIR}/tests/c/preload_target.c)

@@ -24,7 +24,7 @@
 
 /* Every symbol the interposer defines, listed once:
  * X(return type, name, (parameters)). preload.map exports exactly these
- * names (tests/test_run.py checks both agree); hooks.c declares each one
+ * names (tests/integration/test_run.py checks both agree); hooks.c declares each one
  * with default visibility from this list, so a prototype that drifts from
  * glibc's fails to compile. pthread_create is hooked so that threads the
  * runtime starts (the pager's fault handlers) inherit the recursion guard. */

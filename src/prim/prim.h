@@ -20,7 +20,7 @@
  * sigprocmask, sched_getcpu/getcpu/sched_*affinity/sched_yield, dup/pipe/
  * fork/execve/waitpid, sockets, gethostname/uname, rlimits, prctl (and
  * their fortified and 64-bit variants). pthread_* is not part of the seam.
- * tests/test_os_seam.py holds the exact list and checks every object built
+ * tests/unit/test_os_seam.py holds the exact list and checks every object built
  * from src/ with nm -u; a new need gets a _hm_prim_ wrapper here. */
 #ifndef HM_PRIM_H
 #define HM_PRIM_H

@@ -314,7 +314,7 @@ class Recorder:
     """Copies what src/tiers.c reads under an fsroot from src into a Tree,
     files as text and links as links, skipping what cannot be read (as
     discovery degrades it to unknown). Keep it in step with src/tiers.c:
-    tests/test_make_trees.py records every golden tree and compares."""
+    tests/integration/test_make_trees.py records every golden tree and compares."""
 
     def __init__(self, src: Path, tree: Tree) -> None:
         self.src, self.tree = src, tree
