@@ -301,6 +301,9 @@ static hm_chan_t *hm__chan_new(hm_ctx_t *ctx, int fd, void *base, uint64_t total
   ch->map_len = total;
   ch->h = h;
   ch->role = role;
+  /* No rank until hm__claim_rank takes one: hm_chan_close on a handle
+   * refused before then must not mark or unlock rank 0. */
+  ch->rank = -1;
   ch->timeout_ms = h->timeout_ms;
   return ch;
 }
@@ -346,7 +349,6 @@ int hm_chan_open(hm_ctx_t *ctx, const char *tier, const char *name, hm_chan_role
   }
   rc = hm__claim_rank(ch, role == HM_CHAN_WRITER ? h->writer : h->reader, n, rank);
   if (rc) {
-    ch->rank = -1;
     hm_chan_close(ch);
     return _hm_error(ctx, rc, "channel '%s': %s rank %s is held by a live process", name,
                      role == HM_CHAN_WRITER ? "writer" : "reader",
