@@ -595,14 +595,23 @@ static uint32_t hm__dram_bw(const struct hm_tiers_s *T) {
   return dram_bw;
 }
 
-static hm_tier_kind_t hm__kind_of(const _hm_tier_t *t, uint32_t dram_bw) {
+/* The kind a node's device provenance names (GPU memory, NVDIMM, CXL), or
+ * HM_TIER_UNKNOWN when it names none. */
+static hm_tier_kind_t hm__device_kind(const _hm_tier_t *t) {
   const char *st = t->hw_subtype;
-  bool hbm_rated = t->pub.read_bandwidth_mibs && dram_bw &&
-                   t->pub.read_bandwidth_mibs > 2 * (uint64_t)dram_bw;
   if (t->gpu_bus_id[0] || !strcmp(st, "GPUMemory")) return HM_TIER_GPU;
   if (!strcmp(t->dax_origin, "nvdimm") || !strcmp(st, "NVM") || !strcmp(st, "CXL-NVM"))
     return !strcmp(st, "CXL-NVM") ? HM_TIER_CXL : HM_TIER_PMEM;
   if (!strcmp(t->dax_origin, "cxl") || !strcmp(st, "CXL-DRAM")) return HM_TIER_CXL;
+  return HM_TIER_UNKNOWN;
+}
+
+static hm_tier_kind_t hm__kind_of(const _hm_tier_t *t, uint32_t dram_bw) {
+  const char *st = t->hw_subtype;
+  bool hbm_rated = t->pub.read_bandwidth_mibs && dram_bw &&
+                   t->pub.read_bandwidth_mibs > 2 * (uint64_t)dram_bw;
+  hm_tier_kind_t dev = hm__device_kind(t);
+  if (dev != HM_TIER_UNKNOWN) return dev;
   if (t->ncpus > 0) return HM_TIER_DRAM;
   if (hbm_rated || !strcmp(st, "HBM")) return HM_TIER_HBM;
   if (t->cpus_known && !t->dax_origin[0] && !strcmp(st, "DRAM"))

@@ -301,16 +301,16 @@ static hm_chan_t *hm__chan_new(hm_ctx_t *ctx, int fd, void *base, uint64_t total
   ch->map_len = total;
   ch->h = h;
   ch->role = role;
+  /* No rank until hm__claim_rank takes one: hm_chan_close on a handle
+   * refused before then must not mark or unlock rank 0. */
+  ch->rank = -1;
   ch->timeout_ms = h->timeout_ms;
   return ch;
 }
 
-int hm_chan_open(hm_ctx_t *ctx, const char *tier, const char *name, hm_chan_role_t role,
-                 int rank, hm_chan_t **out) {
-  if (!ctx || !out) return -EINVAL;
-  *out = NULL;
-  if (role != HM_CHAN_WRITER && role != HM_CHAN_READER)
-    return _hm_error(ctx, -EINVAL, "channel role must be writer or reader");
+/* Opens and maps the segment of (tier, name); errors name its path. */
+static int hm__open_segment(hm_ctx_t *ctx, const char *tier, const char *name, int *fd_out,
+                            void **base, uint64_t *total) {
   char path[HM_PATH_MAX];
   int rc = hm_chan_path(tier, name, path, sizeof path);
   if (rc) return _hm_error(ctx, -EINVAL, "bad channel tier '%s' or name '%s'",
@@ -322,36 +322,56 @@ int hm_chan_open(hm_ctx_t *ctx, const char *tier, const char *name, hm_chan_role
   int kind, node;
   const char *dir;
   hm__tier(tier, &kind, &node, &dir);
-  void *base = NULL;
-  uint64_t total = 0;
-  rc = hm__open_map(fd, kind == 3, &base, &total);
+  rc = hm__open_map(fd, kind == 3, base, total);
   if (rc) {
     _hm_prim_close(fd);
     if (rc == -EPROTO)
       return _hm_error(ctx, rc, "'%s' is not a hetmem channel of layout %u", path, HM__LAYOUT);
     return _hm_error(ctx, rc, "channel '%s': %s", path, hm_strerror(rc));
   }
-  hm_chan_t *ch = hm__chan_new(ctx, fd, base, total, role);
-  if (!ch) {
-    _hm_prim_unmap(base, total);
-    _hm_prim_close(fd);
-    return -ENOMEM;
-  }
+  *fd_out = fd;
+  return 0;
+}
+
+/* Gives ch the asked rank of its role, or closes it and says why. */
+static int hm__open_rank(hm_ctx_t *ctx, hm_chan_t *ch, const char *name, int rank) {
   _hm_chan_hdr_t *h = ch->h;
+  hm_chan_role_t role = ch->role;
   uint32_t n = role == HM_CHAN_WRITER ? h->nwriters : h->nreaders;
   if (rank >= (int)n) {
     hm_chan_close(ch);
     return _hm_error(ctx, -EINVAL, "channel '%s' has %u %s ranks; rank %d is out of range",
                      name, n, role == HM_CHAN_WRITER ? "writer" : "reader", rank);
   }
-  rc = hm__claim_rank(ch, role == HM_CHAN_WRITER ? h->writer : h->reader, n, rank);
+  int rc = hm__claim_rank(ch, role == HM_CHAN_WRITER ? h->writer : h->reader, n, rank);
   if (rc) {
-    ch->rank = -1;
     hm_chan_close(ch);
     return _hm_error(ctx, rc, "channel '%s': %s rank %s is held by a live process", name,
                      role == HM_CHAN_WRITER ? "writer" : "reader",
                      rank < 0 ? "(every one)" : "");
   }
+  return 0;
+}
+
+int hm_chan_open(hm_ctx_t *ctx, const char *tier, const char *name, hm_chan_role_t role,
+                 int rank, hm_chan_t **out) {
+  if (!ctx || !out) return -EINVAL;
+  *out = NULL;
+  if (role != HM_CHAN_WRITER && role != HM_CHAN_READER)
+    return _hm_error(ctx, -EINVAL, "channel role must be writer or reader");
+  int fd = -1;
+  void *base = NULL;
+  uint64_t total = 0;
+  int rc = hm__open_segment(ctx, tier, name, &fd, &base, &total);
+  if (rc) return rc;
+  hm_chan_t *ch = hm__chan_new(ctx, fd, base, total, role);
+  if (!ch) {
+    _hm_prim_unmap(base, total);
+    _hm_prim_close(fd);
+    return -ENOMEM;
+  }
+  rc = hm__open_rank(ctx, ch, name, rank);
+  if (rc) return rc;
   *out = ch;
   return 0;
 }

@@ -338,37 +338,54 @@ static int hm__storage_qds(hm_ctx_t *ctx, hm__jobj_t *o, hm_storage_config_t *cf
   return 0;
 }
 
+/* The storage request's integer and flag fields, checked in this order so
+ * the first bad one is the one an error names. */
+static int hm__storage_fields(hm_ctx_t *ctx, hm__jobj_t *o, int64_t num[4], bool *flag[3]) {
+  static const struct {
+    const char *key;
+    double hi;
+  } ints[4] = {{"file_bytes", HM__BIG},
+               {"block_bytes", 1 << 30},
+               {"seq_depth", 256},
+               {"seq_passes", 1000}};
+  static const char *const bools[3] = {"random", "write", "check_only"};
+  int rc = 0;
+  for (size_t i = 0; !rc && i < 4; i++) rc = hm__jint(ctx, o, ints[i].key, 0, ints[i].hi, &num[i]);
+  for (size_t i = 0; !rc && i < 3; i++) rc = hm__jbool(ctx, o, bools[i], flag[i]);
+  return rc;
+}
+
+/* The optional "rand_seconds" into *secs (left 0 when absent). */
+static int hm__storage_secs(hm_ctx_t *ctx, hm__jobj_t *o, double *secs) {
+  hm__jval_t *s = hm__jget(o, "rand_seconds");
+  if (!s || s->kind == HM__J_NULL) return 0;
+  if (s->kind != HM__J_NUM || !(s->num > 0 && s->num < 3600))
+    return _hm_error(ctx, -EINVAL, "probe request: 'rand_seconds' must be in (0, 3600)");
+  *secs = s->num;
+  return 0;
+}
+
 /* The storage request into cfg; *write and *check are its two flags that
  * shape the answer. */
 static int hm__storage_request(hm_ctx_t *ctx, hm__jobj_t *o, hm_storage_config_t *cfg,
                                bool *write, bool *check) {
-  int64_t bytes = 0, block = 0, depth = 0, passes = 0;
+  int64_t num[4] = {0, 0, 0, 0}; /* file_bytes, block_bytes, seq_depth, seq_passes */
   bool random = true;
+  bool *flag[3] = {&random, write, check};
   double secs = 0;
   int rc;
   hm__jval_t *d = hm__jget(o, "dir");
   if (!d || d->kind != HM__J_STR)
     return _hm_error(ctx, -EINVAL, "probe request: 'dir' (a string) is required");
-  if ((rc = hm__jint(ctx, o, "file_bytes", 0, HM__BIG, &bytes)) ||
-      (rc = hm__jint(ctx, o, "block_bytes", 0, 1 << 30, &block)) ||
-      (rc = hm__jint(ctx, o, "seq_depth", 0, 256, &depth)) ||
-      (rc = hm__jint(ctx, o, "seq_passes", 0, 1000, &passes)) ||
-      (rc = hm__jbool(ctx, o, "random", &random)) || (rc = hm__jbool(ctx, o, "write", write)) ||
-      (rc = hm__jbool(ctx, o, "check_only", check)))
-    return rc;
+  if ((rc = hm__storage_fields(ctx, o, num, flag))) return rc;
   if ((rc = hm__storage_qds(ctx, o, cfg))) return rc;
-  hm__jval_t *s = hm__jget(o, "rand_seconds");
-  if (s && s->kind != HM__J_NULL) {
-    if (s->kind != HM__J_NUM || !(s->num > 0 && s->num < 3600))
-      return _hm_error(ctx, -EINVAL, "probe request: 'rand_seconds' must be in (0, 3600)");
-    secs = s->num;
-  }
+  if ((rc = hm__storage_secs(ctx, o, &secs))) return rc;
   if ((rc = hm__junused(ctx, o))) return rc;
   cfg->dir = d->str;
-  cfg->file_bytes = (uint64_t)bytes;
-  cfg->block_bytes = (uint32_t)block;
-  cfg->seq_depth = (uint32_t)depth;
-  cfg->seq_passes = (uint32_t)passes;
+  cfg->file_bytes = (uint64_t)num[0];
+  cfg->block_bytes = (uint32_t)num[1];
+  cfg->seq_depth = (uint32_t)num[2];
+  cfg->seq_passes = (uint32_t)num[3];
   cfg->rand_seconds = secs;
   cfg->flags = (random ? 0 : HM_STORAGE_NO_RANDOM) | (*write ? 0 : HM_STORAGE_NO_WRITE) |
                (*check ? HM_STORAGE_CHECK_ONLY : 0);

@@ -107,6 +107,19 @@ static void hm__rand_stats(hm_randread_point_t *pt, uint32_t qd, uint64_t *lat, 
   pt->lat_us_p99 = nlat ? (double)lat[(size_t)((double)(nlat - 1) * 0.99)] * 1e-3 : 0;
 }
 
+/* After the timed loop: its error, or the stats of its nlat reads done in
+ * ns; frees lat either way. */
+static int hm__rand_done(hm_ctx_t *ctx, int r, hm_randread_point_t *pt, uint32_t qd,
+                         uint64_t *lat, size_t nlat, uint64_t ns) {
+  if (r < 0) {
+    free(lat);
+    return _hm_error(ctx, r, "storage: random read failed: %s", hm_strerror(r));
+  }
+  hm__rand_stats(pt, qd, lat, nlat, ns);
+  free(lat);
+  return 0;
+}
+
 /* 4 KiB reads at random aligned offsets with qd in flight for `seconds`. */
 static int hm__randread(hm_ctx_t *ctx, _hm_prim_ring_t *ring, int fd, char *buf,
                         uint64_t size, uint32_t qd, double seconds, hm_randread_point_t *pt) {
@@ -154,13 +167,7 @@ static int hm__randread(hm_ctx_t *ctx, _hm_prim_ring_t *ring, int fd, char *buf,
     }
   }
   hm__drain(ring, inflight);
-  if (r < 0) {
-    free(lat);
-    return _hm_error(ctx, r, "storage: random read failed: %s", hm_strerror(r));
-  }
-  hm__rand_stats(pt, qd, lat, nlat, now - t0);
-  free(lat);
-  return 0;
+  return hm__rand_done(ctx, r, pt, qd, lat, nlat, now - t0);
 }
 
 /* One storage probe: its parameters, probe file, ring and buffer. */
@@ -179,16 +186,22 @@ typedef struct hm__sto_s {
   size_t buflen;
 } hm__sto_t;
 
-/* cfg with its defaults, checked. */
-static int hm__sto_params(hm__sto_t *S) {
+/* cfg's parameters into S, a default for each one left 0. */
+static void hm__sto_defaults(hm__sto_t *S) {
   const hm_storage_config_t *cfg = S->cfg;
-  hm_ctx_t *ctx = S->ctx;
   S->block = cfg->block_bytes ? cfg->block_bytes : 1u << 20;
   S->depth = cfg->seq_depth ? cfg->seq_depth : 8;
   S->passes = cfg->seq_passes ? cfg->seq_passes : 3;
   S->secs = cfg->rand_seconds > 0 ? cfg->rand_seconds : 1.0;
   S->nqd = cfg->nqd ? cfg->nqd : (uint32_t)(sizeof hm__default_qds / sizeof(uint32_t));
   S->qds = cfg->nqd ? cfg->qds : hm__default_qds;
+}
+
+/* cfg with its defaults, checked. */
+static int hm__sto_params(hm__sto_t *S) {
+  const hm_storage_config_t *cfg = S->cfg;
+  hm_ctx_t *ctx = S->ctx;
+  hm__sto_defaults(S);
   if (S->block % HM__RAND_BLOCK || S->depth > 256 || S->nqd > HM_STORAGE_MAX_QD)
     return _hm_error(ctx, -EINVAL,
                      "storage: block size must be a multiple of 4 KiB, depth at most 256");
@@ -300,6 +313,24 @@ static int hm__sto_measure(hm__sto_t *S, hm_storage_result_t *r) {
   return 0;
 }
 
+/* The probe file, then (unless only checking) the measurements; *out is
+ * written only on success. The caller frees S's file, ring and buffer. */
+static int hm__sto_run(hm__sto_t *S, hm_storage_result_t *out) {
+  hm_storage_result_t r;
+  memset(&r, 0, sizeof r);
+  int rc = hm__sto_file(S);
+  if (!rc && !(S->cfg->flags & HM_STORAGE_CHECK_ONLY)) {
+    rc = hm__sto_buffers(S);
+    if (!rc) rc = hm__sto_measure(S, &r);
+  }
+  if (rc) return rc;
+  r.size = sizeof r;
+  r.version = HM_STORAGE_RESULT_VERSION;
+  r.file_bytes = S->size;
+  *out = r;
+  return 0;
+}
+
 int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_result_t *out) {
   if (!cfg || !out || cfg->size < sizeof *cfg || out->size < sizeof *out)
     return _hm_error(ctx, -EINVAL, "storage: config or result struct of the wrong size");
@@ -315,19 +346,7 @@ int hm_probe_storage(hm_ctx_t *ctx, const hm_storage_config_t *cfg, hm_storage_r
   if (rc) return rc;
   S.buflen = (size_t)S.depth * S.block;
   if (S.buflen < (size_t)S.maxqd * HM__RAND_BLOCK) S.buflen = (size_t)S.maxqd * HM__RAND_BLOCK;
-  hm_storage_result_t r;
-  memset(&r, 0, sizeof r);
-  rc = hm__sto_file(&S);
-  if (!rc && !(cfg->flags & HM_STORAGE_CHECK_ONLY)) {
-    rc = hm__sto_buffers(&S);
-    if (!rc) rc = hm__sto_measure(&S, &r);
-  }
-  if (!rc) {
-    r.size = sizeof r;
-    r.version = HM_STORAGE_RESULT_VERSION;
-    r.file_bytes = S.size;
-    *out = r;
-  }
+  rc = hm__sto_run(&S, out);
   _hm_prim_ring_free(S.ring);
   if (S.buf) _hm_prim_unmap(S.buf, S.buflen);
   if (S.fd >= 0) _hm_prim_close(S.fd);

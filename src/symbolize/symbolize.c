@@ -266,18 +266,27 @@ static int hm__open_module(hm_ctx_t *ctx, const char *found, Dwfl **out, Dwfl_Mo
   return rc;
 }
 
-int hm_symbolize(hm_ctx_t *ctx, const char *module_path, const char *build_id,
-                 const uint64_t *offsets, size_t n, char **json_out) {
+/* hm_symbolize's arguments, checked; a NULL *build_id becomes "". */
+static int hm__symbolize_args(hm_ctx_t *ctx, const char *module_path, const char **build_id,
+                              const uint64_t *offsets, size_t n, char **json_out) {
   if (!json_out || (n && !offsets))
     return _hm_error(ctx, -EINVAL, "hm_symbolize: NULL argument");
-  if (!build_id) build_id = "";
-  if (!hm__valid_hex(build_id))
-    return _hm_error(ctx, -EINVAL, "hm_symbolize: build-id '%s' is not lower-case hex", build_id);
-  if ((!module_path || !*module_path) && !*build_id)
+  if (!*build_id) *build_id = "";
+  if (!hm__valid_hex(*build_id))
+    return _hm_error(ctx, -EINVAL, "hm_symbolize: build-id '%s' is not lower-case hex",
+                     *build_id);
+  if ((!module_path || !*module_path) && !**build_id)
     return _hm_error(ctx, -EINVAL, "hm_symbolize: neither a path nor a build-id");
+  return 0;
+}
+
+int hm_symbolize(hm_ctx_t *ctx, const char *module_path, const char *build_id,
+                 const uint64_t *offsets, size_t n, char **json_out) {
+  int rc = hm__symbolize_args(ctx, module_path, &build_id, offsets, n, json_out);
+  if (rc) return rc;
   char found[HM_PATH_MAX];
   int verified = 0;
-  int rc = hm__locate(ctx, module_path, build_id, found, sizeof found, &verified);
+  rc = hm__locate(ctx, module_path, build_id, found, sizeof found, &verified);
   if (rc) return rc;
   Dwfl *dwfl = NULL;
   Dwfl_Module *mod = NULL;

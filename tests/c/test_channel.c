@@ -181,6 +181,39 @@ static void test_ranks(hm_ctx_t *ctx) {
   CHECK_EQ_INT(hm_chan_unlink(ctx, "dram", name), 0);
 }
 
+/* An out-of-range rank is refused without touching any rank: writer rank 0
+ * stays active (no end of stream for a reader), still held (-EBUSY for a
+ * second open) and still works. */
+static void test_bad_rank(hm_ctx_t *ctx) {
+  const char *name = uname_("badrank");
+  CHECK_EQ_INT(make(ctx, "dram", name, 2, 1, 1, HM_CHAN_BLOCK, 8), 0);
+  hm_chan_t *w0 = NULL, *r0 = NULL, *bad = NULL;
+  CHECK_EQ_INT(hm_chan_open(ctx, "dram", name, HM_CHAN_WRITER, 0, &w0), 0);
+  CHECK_EQ_INT(hm_chan_open(ctx, "dram", name, HM_CHAN_READER, 0, &r0), 0);
+  if (!w0 || !r0) return;
+  CHECK_EQ_INT(hm_chan_open(ctx, "dram", name, HM_CHAN_WRITER, 1, &bad), -EINVAL);
+  CHECK(bad == NULL);
+  CHECK(strstr(hm_ctx_last_error(ctx), "out of range") != NULL);
+  CHECK_EQ_INT(hm_chan_open(ctx, "dram", name, HM_CHAN_READER, 7, &bad), -EINVAL);
+  CHECK(bad == NULL);
+  CHECK_EQ_INT(hm_chan_wait(r0, 0, 0), -ETIMEDOUT); /* not -ENODATA: rank 0 is not closed */
+  CHECK_EQ_INT(hm_chan_open(ctx, "dram", name, HM_CHAN_WRITER, 0, &bad), -EBUSY);
+  hm_chan_close(bad);
+  CHECK_EQ_INT(hm_chan_open(ctx, "dram", name, HM_CHAN_READER, 0, &bad), -EBUSY);
+  hm_chan_close(bad);
+  int v = 42;
+  CHECK_EQ_INT(hm_chan_put(w0, "v", 0, &v, sizeof v), 0);
+  CHECK_EQ_INT(hm_chan_commit(w0, 0), 0);
+  CHECK_EQ_INT(hm_chan_wait(r0, 0, 1000), 0);
+  const void *p = NULL;
+  size_t n = 0;
+  CHECK_EQ_INT(hm_chan_get(r0, "v", 0, &p, &n), 0);
+  CHECK(p && *(const int *)p == 42);
+  hm_chan_close(w0);
+  hm_chan_close(r0);
+  CHECK_EQ_INT(hm_chan_unlink(ctx, "dram", name), 0);
+}
+
 /* Many objects in one step: every one is found by its key. */
 static void test_many(hm_ctx_t *ctx) {
   const char *name = uname_("many");
@@ -376,6 +409,7 @@ int main(void) {
   test_queue(ctx, HM_CHAN_BLOCK);
   test_queue(ctx, HM_CHAN_DISCARD);
   test_ranks(ctx);
+  test_bad_rank(ctx);
   test_many(ctx);
   test_tiers_and_input(ctx);
   test_fork(ctx);
