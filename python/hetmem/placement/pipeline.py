@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetmem.placement import advise as adv
+from hetmem.placement import problem as pb
 from hetmem.placement import profile as prof
+from hetmem.placement.advise import Advice, advise
 from hetmem.placement.limits import DEFAULT_TIME_LIMIT_S, MAX_ILP_SITES
 from hetmem.placement.symbolize import Symbolizer
 
@@ -29,8 +30,8 @@ class ProfilesAdvice:
     names: list[str]  # the profile files merged
     profiles: list[prof.Profile]
     merged: prof.Merged
-    tiers: list[adv.Tier]
-    advice: adv.Advice
+    tiers: list[pb.Tier]
+    advice: Advice
     notes: list[str] = field(default_factory=list)
 
 
@@ -62,12 +63,12 @@ def gather_profiles(args: list[str]) -> tuple[list[str], list[prof.Profile], lis
     return names, profiles, notes
 
 
-def tiers_for(tiers_file: str | None) -> tuple[list[adv.Tier], list[str]]:
+def tiers_for(tiers_file: str | None) -> tuple[list[pb.Tier], list[str]]:
     """The tiers from --tiers FILE, else from this machine; with notes."""
     if tiers_file:
-        tiers, notes = adv.tiers_from_file(tiers_file), []
+        tiers, notes = pb.tiers_from_file(tiers_file), []
     else:
-        tiers, notes = adv.tiers_from_machine()
+        tiers, notes = pb.tiers_from_machine()
     if len(tiers) < 2:
         notes.append(f"only one tier ({tiers[0].name}): every site goes there")
     return tiers, notes
@@ -85,7 +86,7 @@ def advise_profiles(
     merged = prof.merge(profiles)
     tiers, notes = tiers_for(tiers_file)
     sym = Symbolizer() if symbols else None
-    res = adv.advise(
+    res = advise(
         merged,
         tiers,
         budget,
