@@ -13,7 +13,9 @@ import pytest
 from hetmem.errors import SchemaError
 from hetmem.placement import advise as A
 from hetmem.placement import fileformat as PL
+from hetmem.placement import problem as PB
 from hetmem.placement import profile as P
+from hetmem.placement import solve as SV
 from hetmem.placement import symbolize
 
 BID = "ab" * 20
@@ -57,7 +59,7 @@ def tiers(n, caps):
     bw = [100.0, 25.0, 5.0, 1.0][:n]
     lat = [100.0, 300.0, 1000.0, 5000.0][:n]
     return [
-        A.Tier(
+        PB.Tier(
             name=f"t{i}",
             kind="dram",
             bandwidth_gbs=bw[i],
@@ -68,7 +70,7 @@ def tiers(n, caps):
     ]
 
 
-def brute_force(merged: P.Merged, problem: A.Problem, ts, budget, ranks):
+def brute_force(merged: P.Merged, problem: PB.Problem, ts, budget, ranks):
     """Every assignment, checked against the raw live series at every event
     time (independently of the advisor's interval reduction)."""
     s_n, t_n = problem.nsites, problem.ntiers
@@ -129,18 +131,18 @@ def test_ilp_is_exact_against_brute_force(seed):
     merged = P.merge(random_instance(rng, nsites, nprof))
     budget = int(rng.integers(60, 200))
     ts = tiers(ntiers, [None, int(rng.integers(50, 150)), None][:ntiers])
-    problem = A.build_problem(merged, ts, budget)
-    ranks = A.ranks_on_nodes(merged, None)
+    problem = PB.build_problem(merged, ts, budget)
+    ranks = PB.ranks_on_nodes(merged, None)
     assert ranks == [nprof] * nprof  # distinct ranks on one host share it
     exact = brute_force(merged, problem, ts, budget, ranks)
-    sol = A.solve_ilp(problem)
+    sol = SV.solve_ilp(problem)
     assert sol.optimal and sol.solver == "ilp-highs"
-    assert not A.violations(problem, sol.assign)
+    assert not PB.violations(problem, sol.assign)
     base = float(problem.cost[:, -1].sum())
     # Optimal within the solver's proven relative gap on the time saved.
-    assert sol.objective <= exact[0] + A.MIP_REL_GAP * (base - exact[0]) + 1e-15
-    greedy = A.solve_greedy(problem)
-    assert not A.violations(problem, greedy.assign)
+    assert sol.objective <= exact[0] + SV.MIP_REL_GAP * (base - exact[0]) + 1e-15
+    greedy = SV.solve_greedy(problem)
+    assert not PB.violations(problem, greedy.assign)
     assert greedy.objective >= exact[0] - 1e-15
 
 
@@ -149,14 +151,14 @@ def test_capacity_counts_peak_concurrent_use_not_sum_of_maxima():
     # exceeds the 150-byte budget; the peak concurrent use (100) does not.
     sites = [seg_site(0x10 + i, [(i * 300, i * 300 + 300, 100)], 100 + i) for i in range(3)]
     merged = P.merge([parse(prof_text(sites))])
-    problem = A.build_problem(merged, tiers(2, [None, None]), 150)
-    sol = A.solve(problem)
+    problem = PB.build_problem(merged, tiers(2, [None, None]), 150)
+    sol = SV.solve(problem)
     assert list(sol.assign) == [0, 0, 0]
     # Overlapping lifetimes: only one of them fits, the one with most accesses.
     sites = [seg_site(0x10 + i, [(0, 500, 100)], 100 + i) for i in range(3)]
     merged = P.merge([parse(prof_text(sites))])
-    problem = A.build_problem(merged, tiers(2, [None, None]), 150)
-    sol = A.solve(problem)
+    problem = PB.build_problem(merged, tiers(2, [None, None]), 150)
+    sol = SV.solve(problem)
     assert list(sol.assign) == [1, 1, 0]
 
 
@@ -169,8 +171,8 @@ def test_three_tiers_time_varying():
         seg_site(0x30, [(600, 900, 100)], 10),
     ]
     merged = P.merge([parse(prof_text(sites))])
-    problem = A.build_problem(merged, tiers(3, [None, 150, None]), 100)
-    sol = A.solve(problem)
+    problem = PB.build_problem(merged, tiers(3, [None, 150, None]), 100)
+    sol = SV.solve(problem)
     assert list(sol.assign) == [0, 1, 0]
 
 
@@ -178,7 +180,7 @@ def test_cost_model_by_hand():
     s = seg_site(0x10, [(0, 10, 64)], 10, random_fraction=0.5)
     merged = P.merge([parse(prof_text([s], sampler={"name": "x", "period": 100.0}, threads=2))])
     ts = tiers(2, [None, None])
-    problem = A.build_problem(merged, ts, 1 << 30)
+    problem = PB.build_problem(merged, ts, 1 << 30)
     acc = 10 * 100.0
     for t in range(2):
         want = acc * 64 / (ts[t].bandwidth_gbs * 1e9) + 0.5 * acc * ts[t].latency_ns * 1e-9 / 2
@@ -190,35 +192,35 @@ def test_budget_is_divided_among_ranks_on_a_node():
         a = parse(prof_text([seg_site(0x10, [(0, 10, 100)], 50)], rank=0, host="n1"))
         b = parse(prof_text([seg_site(0x10, [(0, 10, 100)], 50)], rank=1, host=host_b))
         merged = P.merge([a, b])
-        problem = A.build_problem(merged, tiers(2, [None, None]), 150, rpn)
-        return A.solve(problem).assign[0], A.ranks_on_nodes(merged, rpn)
+        problem = PB.build_problem(merged, tiers(2, [None, None]), 150, rpn)
+        return SV.solve(problem).assign[0], PB.ranks_on_nodes(merged, rpn)
 
     assert run("n1") == (1, [2, 2])  # 75 B per rank: does not fit
     assert run("n2") == (0, [1, 1])  # one rank per node: fits
     assert run("n1", rpn=1) == (0, [1, 1])
     # Repeated runs of one rank do not count as more ranks.
     a = parse(prof_text([seg_site(0x10, [(0, 10, 100)], 50)], rank=0))
-    assert A.ranks_on_nodes(P.merge([a, a]), None) == [1, 1]
+    assert PB.ranks_on_nodes(P.merge([a, a]), None) == [1, 1]
 
 
 def test_zero_access_sites_stay_slow_and_greedy_fallback_is_stated():
     sites = [seg_site(0x10 + i, [(0, 10, 10)], 0 if i == 0 else 10 * i) for i in range(5)]
     merged = P.merge([parse(prof_text(sites))])
-    problem = A.build_problem(merged, tiers(2, [None, None]), 1 << 20)
-    sol = A.solve(problem)
+    problem = PB.build_problem(merged, tiers(2, [None, None]), 1 << 20)
+    sol = SV.solve(problem)
     assert sol.assign[0] == 1 and all(sol.assign[1:] == 0)
-    sol = A.solve(problem, max_ilp_sites=2)
+    sol = SV.solve(problem, max_ilp_sites=2)
     assert sol.solver == "greedy" and "greedy" in sol.note
 
 
 def test_interval_reduction_is_exact_and_bounded():
     series = {0: [(0, 5), (10, 0)], 1: [(5, 7), (20, 0)], 2: [(30, 1), (40, 0)]}
-    ivs, coalesced = A.intervals_of(series)
+    ivs, coalesced = PB.intervals_of(series)
     assert not coalesced
     # {0:5} is dominated by {0:5, 1:7}; {1:7} too; {2:1} stands alone.
     assert ivs == [{0: 5, 1: 7}, {2: 1}]
     many = {i: [(2 * i, 1), (2 * i + 1, 0)] for i in range(100)}
-    ivs, coalesced = A.intervals_of(many, limit=10)
+    ivs, coalesced = PB.intervals_of(many, limit=10)
     assert coalesced and len(ivs) <= 10
     assert all(any(v.get(i) == 1 for v in ivs) for i in range(100))
 
@@ -437,7 +439,7 @@ def test_advise_cli_bad_profile(tmp_path, hetmem):
 
 
 def test_tier_figures_from_probe_hmat_and_nominal():
-    probed = A._tier_from_inventory(
+    probed = PB._tier_from_inventory(
         {
             "name": "node0",
             "kind": "dram",
@@ -447,7 +449,7 @@ def test_tier_figures_from_probe_hmat_and_nominal():
         }
     )
     assert (probed.bandwidth_gbs, probed.latency_ns, probed.source) == (21.5, 110.0, "probe")
-    storage = A._tier_from_inventory(
+    storage = PB._tier_from_inventory(
         {
             "name": "storage:/var/tmp",
             "kind": "storage",
@@ -455,7 +457,7 @@ def test_tier_figures_from_probe_hmat_and_nominal():
         }
     )
     assert (storage.bandwidth_gbs, storage.latency_ns) == (2.5, 40_000.0)
-    hmat = A._tier_from_inventory(
+    hmat = PB._tier_from_inventory(
         {
             "name": "node2",
             "kind": "cxl",
@@ -463,5 +465,5 @@ def test_tier_figures_from_probe_hmat_and_nominal():
         }
     )
     assert hmat.source == "hmat" and hmat.bandwidth_gbs == pytest.approx(31.45728)
-    nominal = A._tier_from_inventory({"name": "node3", "kind": "pmem"})
-    assert nominal.source == "nominal" and nominal.bandwidth_gbs == A.NOMINAL["pmem"][0]
+    nominal = PB._tier_from_inventory({"name": "node3", "kind": "pmem"})
+    assert nominal.source == "nominal" and nominal.bandwidth_gbs == PB.NOMINAL["pmem"][0]

@@ -17,7 +17,6 @@ from typing import Any
 from hetmem._numpy import np
 from hetmem.placement.fileformat import Placement, PModule, PSite, PTier
 from hetmem.placement.limits import DEFAULT_TIME_LIMIT_S, MAX_ILP_SITES
-from hetmem.placement.problem import NOMINAL as NOMINAL
 from hetmem.placement.problem import (
     Problem,
     Solution,
@@ -26,18 +25,11 @@ from hetmem.placement.problem import (
     ranks_on_nodes,
     synthetic_problem,
 )
-from hetmem.placement.problem import _tier_from_inventory as _tier_from_inventory
-from hetmem.placement.problem import intervals_of as intervals_of
-from hetmem.placement.problem import violations as violations
 from hetmem.placement.profile import Merged, Module
 from hetmem.placement.sitenames import raw_frame
-from hetmem.placement.solve import MIP_REL_GAP as MIP_REL_GAP
 from hetmem.placement.solve import solve, solve_greedy, solve_ilp
 from hetmem.placement.symbolize import Symbolizer
 from hetmem.sizes import format_size
-
-# The `X as X` imports above are re-exports: tests/unit/test_advise.py
-# reaches the model and the solver through this module.
 
 # --------------------------------------------------------------------------
 # Explanations
