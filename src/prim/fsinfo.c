@@ -3,6 +3,7 @@
  * under an fsroot): storage tiers are always the live machine's. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +27,11 @@ int _hm_prim_check_writable_dir(const char *path) {
 }
 
 int _hm_prim_realpath(const char *path, char *out, size_t len) {
-  char *r = realpath(path, NULL);
-  if (!r) return -errno;
+  /* A PATH_MAX buffer on the stack, never realpath's malloc: the
+   * interposer calls this while it writes a profile. */
+  char r[PATH_MAX];
+  if (!realpath(path, r)) return -errno;
   int n = snprintf(out, len, "%s", r);
-  free(r);
   return (n < 0 || (size_t)n >= len) ? -ENAMETOOLONG : 0;
 }
 

@@ -175,7 +175,6 @@ ssize_t _hm_prim_vm_pio(int fd, int write, void *buf, size_t len, uint64_t off);
 /* Blocks every signal in the calling thread; old_set is a sigset_t. */
 int _hm_prim_vm_block_signals(void *old_set);
 int _hm_prim_vm_restore_signals(const void *old_set);
-int _hm_prim_vm_tid(void);
 /* Ends the process by sig with its default action (a core-dumping signal
  * such as SIGBUS, as the kernel ends a process whose mapped file fails):
  * the disposition is reset with the raw syscall (an interposed sigaction

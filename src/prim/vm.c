@@ -107,7 +107,6 @@ int _hm_prim_vm_restore_signals(const void *old_set) {
   return pthread_sigmask(SIG_SETMASK, (const sigset_t *)old_set, NULL) ? -EINVAL : 0;
 }
 
-int _hm_prim_vm_tid(void) { return _hm_prim_tid(); }
 
 int _hm_prim_vm_phys_mem(uint64_t *out) {
   long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
