@@ -341,7 +341,7 @@ typedef struct hm_pager_config_s {
                              default anonymous + UFFDIO_COPY (faster here: see pager.c) */
 
 /** Fills cfg from ctx's options (fast_budget, storage, fetch_unit, prefetch,
- *  io_depth). Callers then change what they need. */
+ *  io_depth, handler_threads). Callers then change what they need. */
 HM_API void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg);
 
 /** Opens a pager. Errors (with a message on ctx): -EINVAL for a budget
@@ -389,7 +389,7 @@ HM_API int hm_pager_advise(hm_pager_t *pager, void *addr, size_t length, hm_advi
 /** Writes dirty resident pages of the range back (addr NULL: every region). */
 HM_API int hm_pager_flush(hm_pager_t *pager, void *addr, size_t length);
 
-#define HM_PAGER_STATS_VERSION 1
+#define HM_PAGER_STATS_VERSION 2
 typedef struct hm_pager_stats_s {
   uint32_t size;    /* set by the caller to sizeof(hm_pager_stats_t) */
   uint32_t version; /* set by the pager */
@@ -414,6 +414,11 @@ typedef struct hm_pager_stats_s {
   uint64_t readahead_triggers; /* anonymous mode: held-back trigger pages a stream reached */
   uint64_t successor_prefetches; /* a stream reached a region's end and the region that
                                     followed it last time was requested at once */
+  /* Version 2: */
+  uint64_t demand_bytes_read; /* of bytes_read, what demand fetches read (a thread waited) */
+  uint64_t footprint_bytes;   /* fetch units filled at least once, in bytes: the data the
+                                 program touched; bytes_read / footprint_bytes is how many
+                                 times it was read back from the storage tier */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

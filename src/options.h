@@ -24,6 +24,8 @@ typedef enum _hm_opt_kind_e {
   X(FETCH_UNIT, fetch_unit, SIZE, "256KiB", "pager fetch unit (64KiB..2MiB)")               \
   X(IO_DEPTH, io_depth, COUNT, "32", "io_uring queue depth for storage-tier I/O")           \
   X(PREFETCH, prefetch, STR, "auto", "pager prefetch policy: auto, off, sequential")        \
+  X(HANDLER_THREADS, handler_threads, COUNT, "0",                                            \
+    "pager fault-handling threads (0: chosen by the pager)")                                  \
   X(ALLOC_THRESHOLD, alloc_threshold, SIZE, "1MiB",                                          \
     "smallest allocation the interposer serves from a tier")                                  \
   X(STATS, stats, STR, "", "file the interposer writes its statistics to at exit")          \

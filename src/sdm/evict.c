@@ -36,6 +36,10 @@ int32_t _hm_sdm_slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
   S->act_pos = p->nact;
   p->act[p->nact++] = (uint32_t)s;
   r->units[u].slot = s;
+  if (!(r->units[u].flags & HM_UF_SEEN)) {
+    r->units[u].flags |= HM_UF_SEEN;
+    HM_SDM_ADD(p, c_footprint, p->unit);
+  }
   return s;
 }
 

@@ -247,6 +247,7 @@ static void hm__fill_check(hm_pager_t *p, _hm_sdm_op_t *op, char *dst, size_t le
     }
   }
   HM_SDM_ADD(p, c_bytes_read, len);
+  if (!op->prefetch) HM_SDM_ADD(p, c_demand_bytes, len);
 }
 
 /* Whether this fill of S holds back a readahead trigger page. */
@@ -380,7 +381,14 @@ void _hm_sdm_fill_start(_hm_sdm_handler_t *h, _hm_sdm_op_t *op) {
     _hm_sdm_fill_done(h, op, -EBUSY); /* cannot happen: ops <= ring entries */
     return;
   }
-  if (!op->prefetch) HM_SDM_ADD(p, c_fetches, 1);
+  if (!op->prefetch) {
+    /* A thread waits for this read: it goes to the device now, not when
+     * the handler next waits on its ring after serving what else is ready
+     * (one more io_uring_enter per demand read; 6.6 us from the fault's
+     * message to the read's submission on average before, GUPS read4k). */
+    (void)_hm_prim_ring_submit(h->ring);
+    HM_SDM_ADD(p, c_fetches, 1);
+  }
 }
 
 /* ------------------------------------------------------------------------
@@ -560,14 +568,63 @@ static int hm__fault_trigger(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, con
   return 0;
 }
 
+/* Random fills. A random miss reads the region's learned number of pages
+ * from its page (r->rnd_npg: 1, 2 or 4), not the unit's missing run: a
+ * random reader wants what it touches, and a 256 KiB read per 4 KiB block
+ * read 56-67 KiB per fault (GUPS read4k at 4x its budget). The count is
+ * learned per epoch of HM__RND_EPOCH random fills: when the page right after
+ * a fill faults next in at least a quarter of them (a 4 KiB block that is
+ * not page-aligned spans two pages, and malloc's blocks start 16 bytes into
+ * one), the count doubles, so such a block costs one read of 8 KiB instead
+ * of two reads in a row; every 8th epoch fills half as much, to see whether
+ * that would do. Cost: a few compares and increments under the pager lock
+ * the fault path holds anyway. */
+#define HM__RND_EPOCH 256u
+#define HM__RND_MAX 4u
+
+static uint32_t hm__rnd_pages(const _hm_sdm_region_t *r) {
+  uint32_t n = r->rnd_npg;
+  return r->rnd_epoch % 8u == 7u && n > 1 ? n / 2 : n;
+}
+
+/* A random fill at pg of the unit of S (pager lock held): counted, and
+ * counted short when it starts where the last random fill of the unit
+ * ended and the thread's last fault was on this unit (its next access
+ * needed the next page; a unit walked over time, interleaved with others,
+ * is hm__walk_run's); the epoch ends. */
+static void hm__rnd_count(_hm_sdm_region_t *r, const _hm_sdm_slot_t *S, uint32_t pg, int res,
+                          int same) {
+  if (res && same && S->walk_next == pg + 1u) r->rnd_short++;
+  if (++r->rnd_fills < HM__RND_EPOCH) return;
+  uint32_t used = hm__rnd_pages(r);
+  if (r->rnd_short * 4u >= r->rnd_fills) {
+    uint32_t want = used * 2u > HM__RND_MAX ? HM__RND_MAX : used * 2u;
+    if (want > r->rnd_npg) r->rnd_npg = (uint16_t)want;
+  } else if (used < r->rnd_npg) {
+    r->rnd_npg = (uint16_t)used;
+  }
+  r->rnd_fills = r->rnd_short = 0;
+  r->rnd_epoch++;
+}
+
+/* Pages from pg a random fill of a resident unit covers: at least want,
+ * stopping at a filled page or the unit's end. */
+static uint32_t hm__rnd_run(const hm_pager_t *p, const _hm_sdm_slot_t *S, uint32_t pg,
+                            uint32_t want) {
+  uint32_t end = pg + 1;
+  while (end < p->upages && end - pg < want && !_hm_sdm_bit(S->filled, end)) end++;
+  return end - pg;
+}
+
 /* The pages a miss fills: of a partly filled unit, the missing run around
- * pg (or just pg, or a walk for a random reader); of an absent one, the
- * whole unit, one page for a random reader, or a strided stream's part. */
+ * pg (or a random reader's pages, or a walk); of an absent one, the whole
+ * unit, a random reader's pages, or a strided stream's part. */
 static void hm__miss_pages(const hm_pager_t *p, const hm__at_t *at, int random, int zero,
                            int64_t trend, uint32_t *pg0, uint32_t *npg) {
   uint32_t pg = at->pg;
   *pg0 = 0;
   *npg = p->upages;
+  uint32_t rn = hm__rnd_pages(at->r);
   if (at->U->state == HM_U_RES) {
     _hm_sdm_slot_t *S = &p->slots[at->U->slot];
     uint32_t lo = pg, end = pg + 1;
@@ -575,28 +632,34 @@ static void hm__miss_pages(const hm_pager_t *p, const hm__at_t *at, int random, 
       while (lo > 0 && !_hm_sdm_bit(S->filled, lo - 1)) lo--;
       while (end < p->upages && !_hm_sdm_bit(S->filled, end)) end++;
     } else {
-      end = pg + hm__walk_run(p, S, pg);
+      uint32_t walk = hm__walk_run(p, S, pg);
+      end = pg + hm__rnd_run(p, S, pg, walk > rn ? walk : rn);
     }
     *pg0 = lo;
     *npg = end - lo;
   } else if (random && !zero) {
     *pg0 = pg;
-    *npg = 1;
+    *npg = pg + rn > p->upages ? p->upages - pg : rn;
   } else if (!zero) {
     _hm_sdm_sub(p, trend, pg, pg0, npg);
   }
 }
 
-/* The demand fill of a miss, budget reserved (pager lock held). */
+/* The demand fill of a miss, budget reserved (pager lock held). random:
+ * 0 no, 1 a random fill, 2 one on the unit of the thread's last fault. */
 static _hm_sdm_op_t *hm__miss_op(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f,
                                  const hm__at_t *at, uint32_t pg0, uint32_t npg, int zero,
                                  int random) {
   hm_pager_t *p = h->p;
   _hm_sdm_unit_t *U = at->U;
   _hm_sdm_op_t *op = _hm_sdm_op_get(h);
-  int32_t s = U->state == HM_U_NONE ? _hm_sdm_slot_take(p, at->r, at->u) : U->slot;
+  int res = U->state != HM_U_NONE;
+  int32_t s = res ? U->slot : _hm_sdm_slot_take(p, at->r, at->u);
   p->slots[s].ref = 1;
-  if (random) p->slots[s].walk_next = (uint16_t)(pg0 + npg + 1);
+  if (random && !zero) {
+    hm__rnd_count(at->r, &p->slots[s], at->pg, res, random == 2);
+    p->slots[s].walk_next = (uint16_t)(pg0 + npg + 1);
+  }
   /* A write fault on an absent page: the thread would take a WP fault
    * right after the fill; the unit is dirty now and filled unprotected
    * (one round trip per unit less for stores first, like initialisation
@@ -617,18 +680,38 @@ static _hm_sdm_op_t *hm__miss_op(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f,
   return op;
 }
 
+/* What the misses of the region were lately (hm__miss_random). */
+static void hm__rnd_score(_hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *plan) {
+  if (plan->random && r->rnd_score < 16) r->rnd_score++;
+  if (plan->trend != 0) r->rnd_score = r->rnd_score > 4 ? (uint8_t)(r->rnd_score - 4) : 0;
+}
+
+/* Whether a miss fills as random (pager lock held): advised so, or so
+ * classified by its stream; or, with no trend of its own, the thread's
+ * first miss in a region whose misses were mostly random, or another miss
+ * on a unit that random fills made (a second page of the same reader's
+ * block: filling the unit's whole missing run there read 64 KiB per 4 KiB
+ * block). */
+static int hm__miss_random(const hm_pager_t *p, const hm__at_t *at,
+                           const _hm_sdm_pf_plan_t *plan) {
+  if ((at->U->flags & HM_UF_RANDOM) || plan->random) return 1;
+  if (plan->trend != 0) return 0;
+  if (plan->fresh && at->r->rnd_score >= 8) return 1;
+  return at->U->state == HM_U_RES && p->slots[at->U->slot].walk_next != 0;
+}
+
 /* A miss: the unit is absent, or this page of it is. The detector sees
  * each fault once (*fed), even when eviction makes us look at the unit
  * again. 1: look again (eviction made room), else as _hm_sdm_fault. */
 static int hm__fault_miss(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const hm__at_t *at,
                           _hm_sdm_pf_plan_t *plan, int *fed) {
   hm_pager_t *p = h->p;
-  int random = (at->U->flags & HM_UF_RANDOM) != 0;
-  if (p->cfg.prefetch != HM_PREFETCH_OFF && !random && !*fed) {
+  if (p->cfg.prefetch != HM_PREFETCH_OFF && !(at->U->flags & HM_UF_RANDOM) && !*fed) {
     hm__feed_at(h, f, at, 0, plan);
+    hm__rnd_score(at->r, plan);
     *fed = 1;
   }
-  random |= plan->random;
+  int random = hm__miss_random(p, at, plan);
   if (!at->pf_on) memset(plan, 0, sizeof *plan);
   int zero = !(at->U->flags & HM_UF_ONDISK);
   uint32_t pg0, npg;
@@ -643,7 +726,7 @@ static int hm__fault_miss(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const 
     if (_hm_sdm_evict(h, bytes)) return -EAGAIN;
     return 1; /* state may have changed meanwhile: look again */
   }
-  _hm_sdm_op_t *op = hm__miss_op(h, f, at, pg0, npg, zero, random);
+  _hm_sdm_op_t *op = hm__miss_op(h, f, at, pg0, npg, zero, random && plan->same ? 2 : random);
   _hm_sdm_plan_hold(at->r, plan);
   pthread_mutex_unlock(&p->lk);
   _hm_sdm_fill_start(h, op);

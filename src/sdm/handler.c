@@ -253,25 +253,31 @@ static void hm__drain_willneed(_hm_sdm_handler_t *h) {
   }
 }
 
+/* One completion of the ring: 0, or -1 when the pager stops. */
+static int hm__dispatch(_hm_sdm_handler_t *h, uint64_t tag, int res) {
+  hm_pager_t *p = h->p;
+  if (tag == HM__TAG_UFFD) {
+    hm__read_faults(h);
+    (void)_hm_prim_ring_poll(h->ring, p->uffd, HM__TAG_UFFD);
+  } else if (tag == HM__TAG_EVENT) {
+    if (atomic_load(&p->stop)) return -1;
+    uint64_t v;
+    (void)_hm_prim_read(p->evfd, &v, sizeof v); /* fails when another handler took it */
+    hm__drain_willneed(h);
+    (void)_hm_prim_ring_poll(h->ring, p->evfd, HM__TAG_EVENT);
+  } else {
+    _hm_sdm_fill_done(h, (_hm_sdm_op_t *)(uintptr_t)tag, res);
+  }
+  return 0;
+}
+
 /* Handles what the ring has ready (waiting up to wait_us for the first). */
 static void hm__poll_once(_hm_sdm_handler_t *h, int wait_us) {
-  hm_pager_t *p = h->p;
   uint64_t tag;
   int res;
   int rc = _hm_prim_ring_next(h->ring, wait_us, &tag, &res);
   while (rc == 1) {
-    if (tag == HM__TAG_UFFD) {
-      hm__read_faults(h);
-      (void)_hm_prim_ring_poll(h->ring, p->uffd, HM__TAG_UFFD);
-    } else if (tag == HM__TAG_EVENT) {
-      if (atomic_load(&p->stop)) return;
-      uint64_t v;
-      (void)_hm_prim_read(p->evfd, &v, sizeof v); /* fails when another handler took it */
-      hm__drain_willneed(h);
-      (void)_hm_prim_ring_poll(h->ring, p->evfd, HM__TAG_EVENT);
-    } else {
-      _hm_sdm_fill_done(h, (_hm_sdm_op_t *)(uintptr_t)tag, res);
-    }
+    if (hm__dispatch(h, tag, res)) return;
     rc = _hm_prim_ring_next(h->ring, 0, &tag, &res);
   }
 }

@@ -151,8 +151,9 @@ void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg) {
   cfg->prefetch = !strcmp(pf, "off")          ? HM_PREFETCH_OFF
                   : !strcmp(pf, "sequential") ? HM_PREFETCH_SEQUENTIAL
                                               : HM_PREFETCH_AUTO;
-  cfg->handler_threads = 0;
+  cfg->handler_threads = ctx ? (uint32_t)_hm_opt_u64(ctx, HM_OPT_HANDLER_THREADS) : 0;
   cfg->flags = 0;
+
 }
 
 /* The backing directory: a directory on a disk where O_DIRECT files can

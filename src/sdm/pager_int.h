@@ -142,7 +142,7 @@ struct hm_pager_s {
   /* counters (relaxed atomics) */
   atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
       c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
-      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ;
+      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes, c_footprint;
 };
 
 #define HM_SDM_ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)

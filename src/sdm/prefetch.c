@@ -136,6 +136,7 @@ static void hm__stream_new(_hm_sdm_pf_t *pf, _hm_sdm_stream_t *s, int tid, const
   s->window = seq_hint ? max_window : 2;
   s->next_pf = unit + 1;
   s->stamp = pf->clock;
+  plan->fresh = 1;
   if (seq_hint || hit) {
     plan->stride = 1;
     plan->from = unit + 1;
@@ -164,17 +165,21 @@ static int64_t hm__record(_hm_sdm_stream_t *s, int64_t unit, int64_t delta, int 
   return delta;
 }
 
-/* No trend: the window halves, and a full history of jumps longer than a
- * unit marks the thread random. */
+/* No trend: the window halves, and a history of jumps longer than a unit
+ * (three of the last four) marks the thread random. Three, not four: a
+ * random 4 KiB block that crosses into the next unit (one in 64 with 256 KiB
+ * units) adds a delta of 1, and with four required the next four misses
+ * each filled a whole unit, 16 KiB read per access on average. */
 static void hm__no_trend(_hm_sdm_stream_t *s, _hm_sdm_pf_plan_t *plan) {
   s->window = s->window > 1 ? s->window / 2 : 1;
   if (s->n < 4) return;
-  int far = 1;
+  unsigned far = 0;
   for (unsigned i = 0; i < 4; i++) {
     int64_t d = s->hist[(s->pos + 8u - 1u - i) % 8u];
-    if (d >= -1 && d <= 1) far = 0;
+    far += d < -1 || d > 1;
   }
-  plan->random = far;
+  plan->random = far >= 3;
+  s->rnd = (uint8_t)plan->random;
 }
 
 /* Along a trend: the window grows, and the plan covers what the stream
@@ -182,6 +187,7 @@ static void hm__no_trend(_hm_sdm_stream_t *s, _hm_sdm_pf_plan_t *plan) {
 static void hm__along(_hm_sdm_stream_t *s, int64_t unit, int64_t delta, int hit,
                       uint32_t max_window, _hm_sdm_pf_plan_t *plan) {
   int64_t trend = s->trend;
+  s->rnd = 0;
   /* A jump that the majority still reads as the old trend (a new pass
    * over the region, another phase of the program) starts the window over:
    * a long sequential fill followed by a strided pass read a full window
@@ -226,7 +232,11 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   }
   s->stamp = pf->clock;
   int64_t delta = unit - s->last;
-  if (delta == 0) return;
+  if (delta == 0) {
+    plan->random = s->rnd;
+    plan->same = 1;
+    return;
+  }
   delta = hm__record(s, unit, delta, hit, seq_hint);
   if (s->trend == 0)
     hm__no_trend(s, plan);

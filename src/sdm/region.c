@@ -42,6 +42,7 @@ static int hm__region_new(hm_pager_t *p, size_t length, _hm_sdm_region_t **out) 
   r->len = len;
   r->nunits = (uint32_t)(len / p->unit);
   r->pf_limit = p->maxwin;
+  r->rnd_npg = 1;
   *out = r;
   return 0;
 }

@@ -19,6 +19,7 @@ enum { HM_U_NONE = 0, HM_U_FILLING = 1, HM_U_RES = 2, HM_U_BUSY = 3 };
 #define HM_UF_ONDISK 0x01u /* the backing file holds data for it (else: zeros) */
 #define HM_UF_RANDOM 0x02u /* advised random: no prefetch, page-sized fills */
 #define HM_UF_SEQ 0x04u    /* advised sequential: a large window from the start */
+#define HM_UF_SEEN 0x08u   /* filled at least once (counted in the footprint) */
 
 typedef struct _hm_sdm_unit_s {
   uint8_t state;
@@ -65,6 +66,16 @@ typedef struct _hm_sdm_region_s {
   /* Prefetch accuracy, per region (pager lock): resolved prefetches and the
    * used ones among them in the current epoch, and the window limit. */
   uint32_t pf_issued, pf_used, pf_limit;
+  /* Random fills (fault.c, hm__rnd_*): the pages a random miss reads from
+   * its page (1, 2 or 4), learned from how often the page right after a
+   * random fill faults next; the epoch's fills, such faults, and epochs
+   * counted (pager lock). */
+  uint32_t rnd_fills, rnd_short;
+  uint16_t rnd_npg, rnd_epoch;
+  /* How random its misses were lately: +1 per miss classified random, -4
+   * per miss along a trend, within 0..16; at 8 or more a thread's first
+   * miss in the region, which has no history yet, fills as random. */
+  uint8_t rnd_score;
   /* Where the next stream began (a unit's address in the application's
    * view) after a stream last reached this region's end, 0: not known. An
    * address, not a pointer: the region there may have been unmapped since,
@@ -86,6 +97,11 @@ typedef struct _hm_sdm_stream_s {
   /* Its requests reached the end of its region (_hm_sdm_pf_end): the
    * thread's next miss that starts a stream elsewhere is what followed. */
   uint8_t ended;
+  /* The last classification was random (a full history of long jumps):
+   * kept for the faults that carry no delta of their own (a second fault
+   * on the unit of the last one, like the two pages a 4 KiB block that is
+   * not page-aligned spans), which must fill as randomly as the first. */
+  uint8_t rnd;
 } _hm_sdm_stream_t;
 
 #define HM_SDM_STREAMS 64
@@ -125,6 +141,11 @@ typedef struct _hm_sdm_pf_plan_s {
   /* The stream had already reached its region's end (_hm_sdm_pf_end): the
    * pager need not look for the end again on this pass. */
   uint8_t ended;
+  /* The fault started the thread's first stream in the region: no history
+   * to classify it by (the pager then goes by what the region showed). */
+  uint8_t fresh;
+  /* The thread's last fault in the region was on the same unit. */
+  uint8_t same;
 } _hm_sdm_pf_plan_t;
 
 /* Feeds a fault at unit (hit: it landed on a prefetched unit) and returns
