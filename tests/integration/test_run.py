@@ -22,6 +22,7 @@ import pytest
 
 from conftest import CBUILD, REPO, needs_pager, run_hetmem
 from hetmem import _native
+from hetmem.bench import kernels
 
 TARGET = CBUILD / "hm_preload_target"
 PRELOAD = _native.library_dir() / "libhetmem_preload.so"
@@ -602,3 +603,26 @@ def test_forked_child_touching_a_pager_block_is_told_why(
     untouched = run_hetmem(*args, "--", str(TARGET), "forktouch", "0")
     assert untouched.returncode == 0 and untouched.stdout == "exit 0\n"
     assert FORK_MSG not in untouched.stderr
+
+
+@needs_pager
+def test_cache_run_says_why_it_was_slow(tmp_path: Path) -> None:
+    """A scan of 64 MiB, four times over, through a 16 MiB budget reads its
+    data back about four times: the end of the run says so, with a budget
+    that would hold it, and --stats carries the same figures."""
+    stats = tmp_path / "s.json"
+    proc = run_hetmem(
+        "run", "--mode", "cache", "--fast-budget", "16M", "--storage", str(tmp_path),
+        "--stats", str(stats), "--",
+        str(kernels.kernel_path("scan")), "--bytes", "64M", "--reps", "4", "--threads", "1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(stats.read_text())["pager_summary"]
+    assert summary["footprint_bytes"] >= 64 << 20
+    assert summary["times_read_back"] >= 2.0
+    notes = [ln for ln in proc.stderr.splitlines() if ln.startswith("hetmem run: note: ")]
+    assert any("per demand read" in ln for ln in notes), proc.stderr
+    hint = [ln for ln in notes if "working set back" in ln]
+    assert len(hint) == 1, proc.stderr
+    m = re.search(r"a budget of (\d+)M would hold it", hint[0])
+    assert m and 64 < int(m.group(1)) < 96, hint[0]

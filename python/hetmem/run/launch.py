@@ -56,7 +56,7 @@ from hetmem.errors import (
 from hetmem.output import check_output_dir, check_shared_dir, write_atomic
 from hetmem.output import run_note as note
 from hetmem.placement import fileformat as placement_mod
-from hetmem.run import supervise
+from hetmem.run import diagnose, supervise
 from hetmem.run.swap import MemoryCgroup, SwapFile, SwapSampler, clean_stale, read_swaps
 from hetmem.sizes import format_size, parse_size
 
@@ -557,10 +557,31 @@ def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
     )
     stats["storage_full"] = _merge_storage_full(procs)
     _note_storage_full(stats["storage_full"], cfg)
+    _note_pager(stats, True)
     if procs and stats["threshold"] is None:
         stats["threshold"] = procs[0].get("threshold")
     stats["processes"] = procs
     return rc, wall
+
+
+def _note_pager(stats: dict[str, Any], say: bool) -> None:
+    """The pager's end-of-run figures (in --stats as pager_summary; on
+    stderr, when say, if the working set was read back several times) and
+    the hint when the budget was far below it. Flat mode does not say them:
+    its pager's cache is small by design, the placement put those sites on
+    the storage tier."""
+    pager = stats.get("pager")
+    summary = diagnose.summarize(pager)
+    stats["pager_summary"] = summary
+    if not say:
+        return
+    text = diagnose.line(summary)
+    if text:
+        note(text)
+    own = int(((pager or {}).get("counters") or {}).get("own_bytes", 0))
+    tip = diagnose.hint(summary, own)
+    if tip:
+        note(tip)
 
 
 def _merge_storage_full(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -705,6 +726,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
     stats["placement"] = _merge_placement(procs)
     stats["storage_full"] = _merge_storage_full(procs)
     _note_storage_full(stats["storage_full"], cfg)
+    _note_pager(stats, cfg.mode == "hybrid")
     # a full storage tier's fallbacks have their own note
     full_fallbacks = (stats["storage_full"] or {}).get("fallbacks", 0)
     fallbacks = (stats["interposer"] or {}).get("fallbacks", 0) - full_fallbacks

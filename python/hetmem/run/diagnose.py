@@ -1,0 +1,102 @@
+"""Why a cache-mode run was slow, from the pager's counters.
+
+`summarize` turns the merged pager statistics of a run into the figures a
+user asks about first: how often a fault had to wait for a read, how many
+bytes each such read brought in, and how many times the data the program
+touched was read back from the storage tier. `hint` adds the one line that
+says what to change when the budget is far below the working set. Both go
+into `--stats` (`pager_summary`) and, when the pager read the data back at
+least twice, onto stderr at the end of the run.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hetmem.sizes import format_size
+
+# Reading the working set back this many times or more is worth the
+# figures on stderr and, when the cache could not hold it, the hint (a
+# program that writes its data and reads it once more out of core reads it
+# back once: that is the tier doing its job; --stats has the figures).
+REREAD_HINT = 2.0
+# Slack for the pager's own memory (tables, buffers) and rounding in the
+# suggested budget, on top of the working set itself.
+BUDGET_SLACK = 1.05
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def summarize(pager: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The summary of a run's merged pager statistics (None without them)."""
+    if not pager or not isinstance(pager.get("counters"), dict):
+        return None
+    c = pager["counters"]
+    faults = int(c.get("faults", 0))
+    fetches = int(c.get("fetches", 0))
+    footprint = int(c.get("footprint_bytes", 0))
+    read = int(c.get("bytes_read", 0))
+    cache = int((pager.get("config") or {}).get("dram_budget", 0)) - int(c.get("own_bytes", 0))
+    return {
+        "schema_version": 1,
+        "faults": faults,
+        "faults_without_read": _ratio(faults - fetches, faults) if faults >= fetches else None,
+        "bytes_per_demand_fetch": _ratio(int(c.get("demand_bytes_read", 0)), fetches),
+        "footprint_bytes": footprint,
+        "bytes_read": read,
+        "times_read_back": _ratio(read, footprint),
+        "cache_bytes": max(cache, 0),
+        "prefetch_accuracy": _ratio(
+            int(c.get("prefetch_used", 0)),
+            int(c.get("prefetch_used", 0)) + int(c.get("prefetch_wasted", 0)),
+        ),
+    }
+
+
+def suggested_budget(footprint: int, own: int) -> int:
+    """A budget that holds footprint bytes: with the pager's own memory and
+    some slack, rounded up to a tenth of a GiB (or to a MiB below 1 GiB)."""
+    need = (footprint + own) * BUDGET_SLACK
+    step = (1 << 30) / 10 if need >= (1 << 30) else (1 << 20)
+    return int(math.ceil(need / step) * step)
+
+
+def _budget_text(n: int) -> str:
+    """4G-style, as --fast-budget takes it."""
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f}G".replace(".0G", "G")
+    return f"{math.ceil(n / (1 << 20))}M"
+
+
+def hint(summary: dict[str, Any] | None, own_bytes: int) -> str | None:
+    """One line when the run read its working set back at least
+    REREAD_HINT times because the cache could not hold it."""
+    if not summary:
+        return None
+    times = summary.get("times_read_back") or 0.0
+    foot = summary["footprint_bytes"]
+    if times < REREAD_HINT or foot <= summary["cache_bytes"]:
+        return None
+    budget = suggested_budget(foot, own_bytes)
+    return (
+        f"the command read its {format_size(foot)} working set back {times:.1f} times; "
+        f"a budget of {_budget_text(budget)} would hold it (--fast-budget)"
+    )
+
+
+def line(summary: dict[str, Any] | None) -> str | None:
+    """The end-of-run figures, when the pager read the data touched back at
+    least REREAD_HINT times."""
+    if not summary or (summary.get("times_read_back") or 0.0) < REREAD_HINT:
+        return None
+    parts = [f"cache mode read {format_size(summary['bytes_read'])}"]
+    if summary["times_read_back"] is not None:
+        parts.append(f"{summary['times_read_back']:.2f}x the data touched")
+    if summary["faults_without_read"] is not None:
+        parts.append(f"{summary['faults_without_read']:.0%} of faults waited for no read")
+    if summary["bytes_per_demand_fetch"] is not None:
+        parts.append(f"{format_size(summary['bytes_per_demand_fetch'])} per demand read")
+    return "; ".join(parts)

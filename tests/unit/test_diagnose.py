@@ -1,0 +1,68 @@
+"""hetmem.run.diagnose: the end-of-run figures and the budget hint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hetmem.run import diagnose
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def _pager(**counters: int) -> dict[str, Any]:
+    base = {
+        "faults": 0,
+        "fetches": 0,
+        "bytes_read": 0,
+        "demand_bytes_read": 0,
+        "footprint_bytes": 0,
+        "own_bytes": 12 * MiB,
+        "prefetch_used": 0,
+        "prefetch_wasted": 0,
+    }
+    base.update(counters)
+    return {"config": {"dram_budget": 512 * MiB}, "counters": base}
+
+
+def test_loop_larger_than_the_cache_gets_a_hint() -> None:
+    s = diagnose.summarize(
+        _pager(
+            faults=1000,
+            fetches=900,
+            bytes_read=12 * 1600 * MiB,
+            demand_bytes_read=900 * 8192,
+            footprint_bytes=1600 * MiB,
+        )
+    )
+    assert s is not None
+    assert s["times_read_back"] == 12.0
+    assert s["bytes_per_demand_fetch"] == 8192.0
+    assert s["faults_without_read"] == 0.1
+    tip = diagnose.hint(s, 12 * MiB)
+    assert tip is not None
+    assert "1.56 GiB working set back 12.0 times" in tip
+    assert "budget of 1.7G" in tip
+    line = diagnose.line(s)
+    assert line is not None and "8 KiB per demand read" in line
+
+
+def test_no_hint_when_the_data_fits_or_is_read_once() -> None:
+    fits = diagnose.summarize(
+        _pager(faults=10, fetches=10, bytes_read=3 * 100 * MiB, footprint_bytes=100 * MiB)
+    )
+    assert diagnose.hint(fits, 0) is None  # 100 MiB fits a 500 MiB cache
+    once = diagnose.summarize(_pager(faults=10, fetches=10, bytes_read=GiB, footprint_bytes=GiB))
+    assert diagnose.hint(once, 0) is None
+
+
+def test_nothing_read_says_nothing() -> None:
+    s = diagnose.summarize(_pager(faults=5))
+    assert s is not None and diagnose.line(s) is None and diagnose.hint(s, 0) is None
+    assert diagnose.summarize(None) is None
+    assert diagnose.summarize({"counters": None}) is None
+
+
+def test_suggested_budget_rounds_up() -> None:
+    assert diagnose.suggested_budget(GiB, 0) == int(11 * (GiB / 10))  # 1.05 GiB -> 1.1G
+    assert diagnose.suggested_budget(100 * MiB, 0) == 105 * MiB
