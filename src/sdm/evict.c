@@ -91,12 +91,18 @@ static void hm__victim_add(hm__victims_t *v, _hm_sdm_region_t *r, const _hm_sdm_
   v->freed += (uint64_t)S->nfilled * HM_SDM_PAGE;
 }
 
-/* First the units streams left behind (hm__demote_behind, fault.c). */
+/* First the units streams left behind (hm__demote_behind, fault.c), the
+ * most recently left first. A region swept over and over that is larger
+ * than the cache then keeps what the sweep passed first resident: those
+ * units are hits on the next sweep, where taking the oldest first (what
+ * CLOCK and LRU do) evicted each unit just before the sweep came back to it
+ * and read the whole region on every sweep (a conjugate gradient at 1/3 of
+ * its footprint re-read its matrix each iteration). An entry the ring
+ * dropped goes back to CLOCK. */
 static void hm__take_demoted(hm_pager_t *p, hm__victims_t *v) {
   while (p->demq_n && hm__want_more(v)) {
-    int32_t e = p->demq[p->demq_head];
-    p->demq_head = (p->demq_head + 1) % HM_SDM_DEMQ;
     p->demq_n--;
+    int32_t e = p->demq[(p->demq_head + p->demq_n) % HM_SDM_DEMQ];
     _hm_sdm_slot_t *S = &p->slots[e];
     /* Still demoted: the flag is reset when the slot is taken again (an
      * entry must not outlive the fill it was made for, or a unit evicted

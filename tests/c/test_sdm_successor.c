@@ -72,8 +72,10 @@ static void run(uint32_t flags, const char *mode) {
          mode, (unsigned long long)head_fetches[0], (unsigned long long)head_fetches[1],
          (unsigned long long)head_fetches[2], (unsigned long long)head_fetches[3],
          (unsigned long long)(s1.successor_prefetches - succ0));
-  /* First pass: what follows z is not known yet when x begins. */
-  CHECK(head_fetches[0] >= 1);
+  /* First pass: what follows z is not known yet when x begins, but x's
+   * head may still be resident: eviction keeps what a sweep passed first
+   * (x's head was written first), so no check here; the new order below
+   * is the control (its first pass must miss). */
   /* Every transition has been seen (pass 1 is left a margin). One stray
    * miss over passes 2-3 is allowed: on a loaded 2-core machine about 1 run
    * in 15 had one (timing: the reader got to a head before the successor's

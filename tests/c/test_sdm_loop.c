@@ -1,0 +1,86 @@
+/* Cyclic sweeps of a working set larger than the cache: a region of 1.5x
+ * and of 3x the budget, read front to back over and over by two threads
+ * (each its half). What the sweep passed first must stay resident and hit
+ * on the next sweep. The issue's target is (1 - 0.8 x cache / working set)
+ * x working set read per sweep once the sweeps repeat; this cache measured
+ * 0.79-0.82 of itself kept (the rest: the streams' prefetch windows and the
+ * evictor's free margin), so the test asserts 0.7, which still fails by far
+ * when eviction takes the least recently used first (CLOCK, LRU): that
+ * evicts each unit just before the sweep comes back to it (the landed
+ * pager read 0.85 of the working set per sweep at 3x, bench scan). Every
+ * word must read back. */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sdm_testutil.h"
+#include "testhelper.h"
+
+#define MiB (1024ull * 1024ull)
+#define BUDGET (32 * MiB)
+#define UNIT (64 * 1024)
+#define SWEEPS 6
+#define STEADY 3 /* sweeps measured: the last ones */
+
+typedef struct {
+  const uint64_t *a;
+  size_t lo, hi;
+  uint64_t bad;
+} half_t;
+
+static void *sweep_half(void *arg) {
+  half_t *h = arg;
+  for (size_t i = h->lo; i < h->hi; i++) h->bad += h->a[i] != hm_sdm_mix(i);
+  return NULL;
+}
+
+static uint64_t sweep(const uint64_t *a, size_t n) {
+  half_t h[2] = {{a, 0, n / 2, 0}, {a, n / 2, n, 0}};
+  pthread_t th;
+  CHECK_EQ_INT(pthread_create(&th, NULL, sweep_half, &h[1]), 0);
+  sweep_half(&h[0]);
+  pthread_join(th, NULL);
+  return h[0].bad + h[1].bad;
+}
+
+static void run(hm_pager_t *p, uint64_t bytes) {
+  uint64_t *a = NULL;
+  CHECK_EQ_INT(hm_pager_map(p, bytes, (void **)&a), 0);
+  if (!a) return;
+  size_t n = bytes / 8;
+  for (size_t i = 0; i < n; i++) a[i] = hm_sdm_mix(i);
+  hm_pager_stats_t s0 = {.size = sizeof s0}, s1 = {.size = sizeof s1};
+  uint64_t bad = 0;
+  for (int k = 0; k < SWEEPS; k++) {
+    if (k == SWEEPS - STEADY) CHECK_EQ_INT(hm_pager_stats(p, &s0), 0);
+    bad += sweep(a, n);
+  }
+  CHECK_EQ_INT(hm_pager_stats(p, &s1), 0);
+  CHECK_EQ_INT(bad, 0);
+  double cache = (double)(BUDGET - s1.own_bytes), ws = (double)bytes;
+  double per = (double)(s1.bytes_read - s0.bytes_read) / STEADY;
+  double bound = (1.0 - 0.7 * cache / ws) * ws, target = (1.0 - 0.8 * cache / ws) * ws;
+  printf("working set %.1fx the budget: %.1f MiB read per sweep (kept %.2f of the cache), "
+         "bound %.1f MiB, target %.1f MiB\n",
+         ws / (double)BUDGET, per / (double)MiB, (ws - per) / cache, bound / (double)MiB,
+         target / (double)MiB);
+  CHECK(per <= bound);
+  CHECK_EQ_INT(hm_pager_unmap(p, a, bytes), 0);
+}
+
+int main(void) {
+  const char *dir = hm_sdm_scratch();
+  hm_ctx_t *ctx = NULL;
+  CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
+  hm_pager_t *p = hm_sdm_open_anon(ctx, dir, BUDGET, UNIT);
+  CHECK(p != NULL);
+  if (!p) return hm_test_done("test_sdm_loop");
+  run(p, BUDGET * 3 / 2);
+  run(p, BUDGET * 3);
+  hm_pager_stats_t s = {.size = sizeof s};
+  CHECK_EQ_INT(hm_pager_stats(p, &s), 0);
+  CHECK(s.peak_resident_bytes + s.own_bytes <= BUDGET);
+  CHECK_EQ_INT(hm_pager_close(p), 0);
+  hm_ctx_free(ctx);
+  return hm_test_done("test_sdm_loop");
+}
