@@ -234,6 +234,7 @@ static void hm__free_handlers(hm_pager_t *p) {
 
 /* Stops the handler threads and frees what open made, whatever it got to. */
 static void hm__destroy(hm_pager_t *p) {
+  _hm_sdm_evictor_free(p);
   if (p->h) {
     atomic_store(&p->stop, 1);
     uint64_t one = (uint64_t)p->nh;
@@ -252,6 +253,7 @@ static void hm__destroy(hm_pager_t *p) {
   free(p->regs);
   pthread_mutex_destroy(&p->lk);
   pthread_cond_destroy(&p->cv);
+  pthread_cond_destroy(&p->ev_cv);
   free(p);
 }
 
@@ -532,6 +534,7 @@ static int hm__handlers_start(hm_pager_t *p) {
     else
       rc = -EAGAIN;
   }
+  if (!rc) rc = _hm_sdm_evictor_start(p);
   (void)_hm_prim_vm_restore_signals(oldset);
   if (rc) return hm__fail(p, rc, "cannot start the pager's handler threads");
   return 0;
@@ -549,6 +552,7 @@ static hm_pager_t *hm__pager_new(hm_ctx_t *ctx, hm_pager_config_t *cfg) {
   p->uffd = p->pagemap = p->evfd = -1;
   pthread_mutex_init(&p->lk, NULL);
   pthread_cond_init(&p->cv, NULL);
+  pthread_cond_init(&p->ev_cv, NULL);
   snprintf(p->dir, sizeof p->dir, "%s", cfg->backing_dir);
   cfg->backing_dir = p->dir;
   p->unit = cfg->fetch_unit;
@@ -579,6 +583,10 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
     return _hm_error(ctx, rc, "pager setup failed: %s", hm_strerror(rc));
   }
   rc = hm__handlers_new(p, &z);
+  if (!rc && (rc = _hm_sdm_evictor_new(p)) != 0) {
+    hm__destroy(p);
+    return _hm_error(ctx, rc, "pager setup failed: %s", hm_strerror(rc));
+  }
   if (!rc) rc = hm__handlers_start(p);
   if (rc) return rc;
   *out = p;
