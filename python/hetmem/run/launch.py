@@ -555,13 +555,19 @@ def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         if procs
         else None
     )
-    stats["storage_full"] = _merge_storage_full(procs)
-    _note_storage_full(stats["storage_full"], cfg)
-    _note_pager(stats, True)
+    _note_tiers(stats, procs, cfg)
     if procs and stats["threshold"] is None:
         stats["threshold"] = procs[0].get("threshold")
     stats["processes"] = procs
     return rc, wall
+
+
+def _note_tiers(stats: dict[str, Any], procs: list[dict[str, Any]], cfg: RunConfig) -> None:
+    """The storage-full counters and the pager's figures into stats, and
+    what the user hears of them at the end of the run."""
+    stats["storage_full"] = _merge_storage_full(procs)
+    _note_storage_full(stats["storage_full"], cfg)
+    _note_pager(stats, cfg.mode in ("cache", "hybrid"))
 
 
 def _note_pager(stats: dict[str, Any], say: bool) -> None:
@@ -724,9 +730,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         else None
     )
     stats["placement"] = _merge_placement(procs)
-    stats["storage_full"] = _merge_storage_full(procs)
-    _note_storage_full(stats["storage_full"], cfg)
-    _note_pager(stats, cfg.mode == "hybrid")
+    _note_tiers(stats, procs, cfg)
     # a full storage tier's fallbacks have their own note
     full_fallbacks = (stats["storage_full"] or {}).get("fallbacks", 0)
     fallbacks = (stats["interposer"] or {}).get("fallbacks", 0) - full_fallbacks
