@@ -54,10 +54,12 @@ def _run_in(tmp_path: Path, app: progs.App, params: dict[str, int]) -> dict:
 @needs_hpcc
 def test_hpcc_output_is_read_and_compared(tmp_path: Path) -> None:
     app = progs.APPS["hpcc"]
-    out = _run_in(tmp_path, app, progs.hpcc_size(1 << 20))  # N = 320
+    params = progs.hpcc_size(1 << 20)  # N = 320
+    out = _run_in(tmp_path, app, params)
     s = out["summary"]
     assert out["failures"] == [], out["failures"]
     assert s["HPL_N"] == 320 and s["Success"] == 1
+    assert s["RandomAccess_N"] * 8 == params["ra_table_bytes"]
     assert out["checks"]["ra_passed"] == 6 and out["checks"]["stream_validates"] == 2
     assert out["checks"]["residual_passed"] >= 2 and out["fft_max_err"] < 1e-12
     assert app.compare(out, copy.deepcopy(out)) == []

@@ -18,7 +18,9 @@ start included). A run that fails, times out (--timeout) or prints another
 scientific result than dram (hpcc: validation counts, sizes, HPL's norms,
 FFT error; LAMMPS: the final thermo row, relative tolerance 1e-6) is a
 failure in the table. Swap needs root; without it the suite says so and
-skips swap.
+skips swap. hpcc's RandomAccess table is 50-100% of its footprint: at a
+budget below it, most of its random updates fault, which can take hours
+with a slow pager; --timeout bounds every run.
 
 Targets, per application (side by side in one run):
 1. every mode completes at every budget with dram's scientific output;

@@ -7,9 +7,10 @@ it with the all-DRAM run's: a different scientific result is a failure.
 hpcc (HPC Challenge 1.5.0, package hpcc): one process (an MPI singleton, no
 mpirun needed) runs HPL, PTRANS, DGEMM, STREAM, RandomAccess and FFT in that
 order, each sized from HPL's N: the matrix is N^2 doubles, RandomAccess's
-table the largest power of two of words within half of it, STREAM's three
-vectors and FFT's a share of it. The footprint is N^2 x 8 bytes; peak RSS
-adds Open MPI's runtime (about 30 MiB).
+table the largest power of two of bytes within it (so 50-100% of it), STREAM's
+three vectors and FFT's a share of it. The footprint is N^2 x 8 bytes; peak
+RSS adds Open MPI's runtime (about 30 MiB). At a budget below the table,
+RandomAccess's 4 random updates per table word fault on most updates.
 
 LAMMPS (package lammps, program lmp): the bundled 3-d Lennard-Jones melt
 example (lammps-examples' melt/in.melt: fcc lattice 0.8442, lj/cut 2.5, nve)
@@ -103,7 +104,8 @@ def hpcc_size(footprint: int) -> dict[str, int]:
     """HPL's N for a footprint of N^2 doubles, a multiple of the block size."""
     n = math.isqrt(footprint // 8) // HPCC_NB * HPCC_NB
     n = max(n, HPCC_MIN_N)
-    return {"N": n, "NB": HPCC_NB, "footprint": n * n * 8}
+    table = 1 << ((n * n * 8).bit_length() - 1)  # RandomAccess's, in bytes
+    return {"N": n, "NB": HPCC_NB, "footprint": n * n * 8, "ra_table_bytes": table}
 
 
 def hpcc_input(n: int, nb: int = HPCC_NB) -> str:

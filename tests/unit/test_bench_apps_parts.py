@@ -22,6 +22,8 @@ def test_hpcc_n_is_the_largest_block_multiple_within_the_footprint(footprint: in
     assert (n + progs.HPCC_NB) ** 2 * 8 > footprint
     # within one block row and column of the request
     assert p["footprint"] > footprint * (1 - 2 * progs.HPCC_NB / n)
+    table = p["ra_table_bytes"]  # RandomAccess's: a power of two, 50-100% of the matrix
+    assert table & (table - 1) == 0 and p["footprint"] / 2 < table <= p["footprint"]
 
 
 def test_hpcc_input_file_has_the_problem_size_on_line_6() -> None:
