@@ -101,3 +101,20 @@ def test_targets_judge_cache_against_swap_and_placement_against_cache() -> None:
     t = {x["target"].split(":")[0]: x for x in apps.evaluate({"hpcc": res}, modes)}
     assert t["1. hpcc"]["pass"] is False and "hybrid at 25%" in t["1. hpcc"]["detail"]
     assert t["3. hpcc at 25%"]["pass"] is False  # flat alone: 25 s > cache's 20 s
+
+
+def test_swap_oom_is_the_baselines_result_not_a_failure() -> None:
+    modes = ["dram", "cache", "swap"]
+    oom = {"mode": "swap", "wall_s": 9.0, "error": "exit code 137: OOM-killed",
+           "error_kind": "baseline-oom"}  # fmt: skip
+    recs = [_rec("dram", 10.0), _rec("cache", 20.0), oom]
+    rows = apps.summarize(recs, modes)
+    assert rows["swap"]["baseline_oom"] is True and rows["swap"]["ok"] is False
+    res = {"dram_rss_bytes": 1, "budgets": {"50": {"modes": rows}}}
+    t = {x["target"].split(":")[0]: x for x in apps.evaluate({"lammps": res}, modes)}
+    assert t["1. lammps"]["pass"] is True and "swap at 50% OOM-killed" in t["1. lammps"]["detail"]
+    assert t["2. lammps at 50%"]["pass"] is True and t["2. lammps at 50%"]["measured"] is None
+    recs[1] = _rec("cache", 20.0, "output differs from dram")  # cache failing too: no pass
+    res["budgets"]["50"]["modes"] = apps.summarize(recs, modes)
+    t = {x["target"].split(":")[0]: x for x in apps.evaluate({"lammps": res}, modes)}
+    assert t["1. lammps"]["pass"] is False and t["2. lammps at 50%"]["pass"] is None

@@ -277,9 +277,10 @@ def judge(rec: dict[str, Any], app: App, ref: dict[str, Any] | None) -> None:
     if rec["timed_out"]:
         rec["error"], rec["error_kind"] = f"timed out after {rec['wall_s']:.0f} s", "timeout"
     elif rec["exit_code"] != 0:
-        stats = _stats(rec)
+        rec["error_kind"] = exit_error_kind(rec["mode"], _stats(rec))
         rec["error"] = f"exit code {rec['exit_code']}"
-        rec["error_kind"] = exit_error_kind(rec["mode"], stats)
+        if rec["error_kind"] == "baseline-oom":
+            rec["error"] += ": OOM-killed in its memory cgroup (the baseline's own result)"
     elif ref is None:
         rec["mismatches"] = list(out.get("failures", []))
         rec["error_kind"] = "output" if rec["mismatches"] else ""
@@ -454,6 +455,9 @@ def summarize(recs: list[dict[str, Any]], modes: list[str]) -> dict[str, dict[st
             "errors": [r["error"] for r in rs if r["error"]],
             "error_kinds": sorted({r["error_kind"] for r in rs if r["error"]}),
         }
+        # Linux swap OOM-killed under its cgroup: what a user of the baseline
+        # gets, not a failure of hetmem (harness.hard_failures alike)
+        out[mode]["baseline_oom"] = out[mode]["error_kinds"] == ["baseline-oom"]
     for row in out.values():
         row["efficiency"] = _ratio(out.get("dram"), row)
         row["vs_swap"] = _ratio(out.get("swap"), row)
@@ -480,21 +484,30 @@ def evaluate(apps: dict[str, Any], modes: list[str]) -> list[dict[str, Any]]:
     """The issue's targets per application, from its per-budget summaries."""
     out = []
     for app, res in apps.items():
-        rows = [
-            (pct, m, row) for pct, bd in res["budgets"].items() for m, row in bd["modes"].items()
-        ]
-        done = sum(1 for _, _, row in rows if row["ok"])
-        bad = [f"{m} at {pct}%" for pct, m, row in rows if not row["ok"]]
-        ran_dram = bool(res.get("dram_rss_bytes"))
-        out.append(_target(
-            f"1. {app}: every mode completes with dram's output",
-            done / len(rows) if rows and ran_dram else (0.0 if not ran_dram else None),
-            1.0,
-            f"{done}/{len(rows)} mode x budget" + (f"; failed: {', '.join(bad)}" if bad else ""),
-        ))  # fmt: skip
+        out.append(_completion_target(app, res))
         for pct, bd in res["budgets"].items():
             out += _budget_targets(app, pct, bd["modes"], modes)
     return out
+
+
+def _completion_target(app: str, res: dict[str, Any]) -> dict[str, Any]:
+    """Target 1: every mode at every budget ran with dram's output; the swap
+    baseline OOM-killed in its cgroup is shown, not counted."""
+    rows = [(pct, m, row) for pct, bd in res["budgets"].items() for m, row in bd["modes"].items()]
+    oom = [f"{m} at {pct}%" for pct, m, row in rows if row.get("baseline_oom")]
+    rows = [x for x in rows if not x[2].get("baseline_oom")]
+    done = sum(1 for _, _, row in rows if row["ok"])
+    bad = [f"{m} at {pct}%" for pct, m, row in rows if not row["ok"]]
+    detail = f"{done}/{len(rows)} mode x budget"
+    if bad:
+        detail += f"; failed: {', '.join(bad)}"
+    if oom:
+        detail += f"; {', '.join(oom)} OOM-killed (the baseline's own result, not counted)"
+    if not res.get("dram_rss_bytes"):
+        measured: float | None = 0.0  # dram itself failed
+    else:
+        measured = done / len(rows) if rows else None
+    return _target(f"1. {app}: every mode completes with dram's output", measured, 1.0, detail)
 
 
 def _budget_targets(
@@ -510,6 +523,9 @@ def _budget_targets(
             f"2. {app} at {pct}%: swap time / cache time", s / c if s and c else None,
             CACHE_OVER_SWAP, f"cache {_s(c)}, swap {_s(s)}",
         ))  # fmt: skip
+        if c and (rows.get("swap") or {}).get("baseline_oom"):
+            # no ratio: swap could not finish where cache did
+            out[-1] |= {"pass": True, "detail": f"cache {_s(c)}; swap OOM-killed in its cgroup"}
     placed = [x for x in (t("flat"), t("hybrid")) if x]
     if "cache" in modes and ("flat" in modes or "hybrid" in modes):
         c, p = t("cache"), min(placed, default=None)
