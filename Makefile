@@ -13,7 +13,8 @@ TSAN_BUILD := build/tsan
 # Debian packages the build, the tests and the reference measurements need.
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config libhwloc-dev hwloc \
   libnuma-dev numactl liburing-dev fio libdw-dev libelf-dev libopenblas-dev \
-  liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin util-linux chromium
+  liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin util-linux chromium \
+  hpcc lammps lammps-examples
 
 .PHONY: all deps venv install cbuild test test-c test-sanitize fuzz demo lint clean hooks \
   hooks-if-unset metrics

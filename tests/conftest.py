@@ -32,9 +32,13 @@ needs_pager = pytest.mark.skipif(not _has_pager(), reason="this build has no pag
 
 
 def run_hetmem(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 600, check: bool = False
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    check: bool = False,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Runs the hetmem CLI in a subprocess, as a user would."""
+    """Runs the hetmem CLI in a subprocess, as a user would (in cwd if given)."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
@@ -44,6 +48,7 @@ def run_hetmem(
         text=True,
         env=full_env,
         timeout=timeout,
+        cwd=cwd,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"hetmem {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")

@@ -137,6 +137,23 @@ def _hetmem(
     )
 
 
+def written_profile(prof_file: Path, what: str) -> Path:
+    """The profile `hetmem profile -o PROF_FILE` wrote last (PROF_FILE.norank.*);
+    EnvironmentProblem naming `what` when there is none."""
+    written = sorted(prof_file.parent.glob(f"{prof_file.name}.norank.*"))
+    if not written:
+        raise EnvironmentProblem(f"{what}: hetmem profile wrote no profile")
+    return written[-1]
+
+
+def advise(profile: Path, budget: int, placement: Path, what: str) -> None:
+    """`hetmem advise PROFILE --fast-budget BUDGET -o PLACEMENT`; HetmemError
+    naming `what` when it fails."""
+    proc = _hetmem("advise", str(profile), "--fast-budget", str(budget), "-o", str(placement))
+    if proc.returncode != 0:
+        raise HetmemError(f"{what}: hetmem advise failed: {proc.stderr.strip()}")
+
+
 def _program_result(proc: subprocess.CompletedProcess[str], what: str) -> dict[str, Any]:
     if proc.returncode != 0:
         tail = (proc.stderr or "").strip().splitlines()[-1:] or ["(no output)"]
@@ -187,7 +204,7 @@ ALL_VARIANTS = ("sparse", "sweep", "alloc")
 
 def check_arguments(args: argparse.Namespace, footprint: int) -> None:
     """Refuses bad options before any measurement starts (UsageError, exit 2)."""
-    _check_footprint(footprint)
+    check_footprint(footprint)
     for opt, val in (
         ("--iters", args.iters),
         ("--hot-passes", args.hot_passes),
@@ -202,7 +219,7 @@ def check_arguments(args: argparse.Namespace, footprint: int) -> None:
         raise UsageError(f"--storage: '{args.storage}' is not a directory")
 
 
-def _check_footprint(footprint: int) -> None:
+def check_footprint(footprint: int) -> None:
     page = os.sysconf("SC_PAGE_SIZE")
     if footprint < 4 * page:
         raise UsageError(f"--footprint must be at least {format_size(4 * page)}")
@@ -396,21 +413,10 @@ class _VariantRun:
             old.unlink()
         proc = _hetmem("profile", "-o", str(self.prof_file), "--", *self.argv)
         self.runs["profile"].append(_program_result(proc, f"{v} profile"))
-        written = sorted(work.glob(f"{v}.prof.norank.*"))
-        if not written:
-            raise EnvironmentProblem(f"{v}: hetmem profile wrote no profile")
-        self.res["sampler"] = (prof.read_header(written[-1]) or {}).get("sampler")
+        written = written_profile(self.prof_file, v)
+        self.res["sampler"] = (prof.read_header(written) or {}).get("sampler")
         if r == 0:
-            proc = _hetmem(
-                "advise",
-                str(written[-1]),
-                "--fast-budget",
-                str(self.b.budget),
-                "-o",
-                str(self.placement),
-            )
-            if proc.returncode != 0:
-                raise HetmemError(f"{v}: hetmem advise failed: {proc.stderr.strip()}")
+            advise(written, self.b.budget, self.placement, v)
             self.advised = True
 
     def _run_mode(self, mode: str, r: int) -> dict[str, Any]:
@@ -502,15 +508,8 @@ def _measure_alloc(
         # no profiled variant ran: profile the allocation loop itself
         prof_file = work / "alloc.prof"
         _hetmem("profile", "-o", str(prof_file), "--", *argv)
-        written = sorted(work.glob("alloc.prof.norank.*"))
-        if not written:
-            raise EnvironmentProblem("alloc: hetmem profile wrote no profile")
         placement = work / "alloc.toml"
-        proc = _hetmem(
-            "advise", str(written[-1]), "--fast-budget", str(budget), "-o", str(placement)
-        )
-        if proc.returncode != 0:
-            raise HetmemError(f"alloc: hetmem advise failed: {proc.stderr.strip()}")
+        advise(written_profile(prof_file, "alloc"), budget, placement, "alloc")
     flat_argv = [
         "run", "--mode", "flat", "--placement", str(placement), "--fast-budget", str(budget),
         "--storage", storage, "--",

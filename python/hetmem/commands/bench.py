@@ -30,7 +30,9 @@ class Command:
         "  reference  probe STREAM triad vs a McCalpin-style STREAM built with the\n"
         "             same flags; probe O_DIRECT sequential read vs fio\n"
         "  flow       workflow channel vs ADIOS2 SST and BP5\n"
-        "  lattice    lattice QCD mini-app benchmarks\n\n"
+        "  lattice    lattice QCD mini-app benchmarks\n"
+        "  placement  flat and hybrid placement vs dram, cache and swap\n"
+        "  apps       real applications (hpcc, LAMMPS) in every mode, outputs checked\n\n"
         "Kernel-matrix suites write a result folder with report.html (see hetmem report)."
     )
 
