@@ -32,9 +32,14 @@
  * the pager's own memory (slot table, bounce buffers, per-region unit
  * tables) never exceed cfg.dram_budget. Eviction takes first the units a
  * sequential stream has passed in a region larger than the cache (queued
- * by hm__demote_behind in fault.c), then runs CLOCK over the resident units with a
- * reference bit set on faults; prefetched units that the hand has passed
- * once without their being touched go first (wasted prefetch).
+ * by hm__demote_behind in fault.c), the most recently passed first, so
+ * that a region swept over and over keeps what a sweep passed first; then
+ * it runs CLOCK over the resident units with a reference bit set on
+ * faults; prefetched units that the hand has passed once without their
+ * being touched go first (wasted prefetch). A background thread
+ * (evictor.c) evicts ahead of need between two water marks, so that a
+ * fault evicts, and waits for write-backs, only when the budget is truly
+ * exhausted.
  * Memory is really freed: PUNCH_HOLE on the memfd, MADV_DONTNEED on
  * anonymous memory.
  *
