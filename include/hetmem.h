@@ -419,9 +419,6 @@ typedef struct hm_pager_stats_s {
   uint64_t footprint_bytes;   /* fetch units filled at least once, in bytes: the data the
                                  program touched; bytes_read / footprint_bytes is how many
                                  times it was read back from the storage tier */
-  uint64_t background_evictions; /* eviction batches the background evictor ran */
-  uint64_t fault_evictions;      /* eviction batches a fault ran itself, waiting for them:
-                                    the cache was full (the evictor behind) */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

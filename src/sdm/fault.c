@@ -723,7 +723,6 @@ static int hm__fault_miss(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const 
   }
   if (!_hm_sdm_reserve(p, bytes, at->U->state == HM_U_NONE)) {
     pthread_mutex_unlock(&p->lk);
-    HM_SDM_ADD(p, c_fault_evict_calls, 1);
     if (_hm_sdm_evict(h, bytes)) return -EAGAIN;
     return 1; /* state may have changed meanwhile: look again */
   }

@@ -36,10 +36,7 @@
  * that a region swept over and over keeps what a sweep passed first; then
  * it runs CLOCK over the resident units with a reference bit set on
  * faults; prefetched units that the hand has passed once without their
- * being touched go first (wasted prefetch). A background thread
- * (evictor.c) evicts ahead of need between two water marks, so that a
- * fault evicts, and waits for write-backs, only when the budget is truly
- * exhausted.
+ * being touched go first (wasted prefetch).
  * Memory is really freed: PUNCH_HOLE on the memfd, MADV_DONTNEED on
  * anonymous memory.
  *
@@ -239,7 +236,6 @@ static void hm__free_handlers(hm_pager_t *p) {
 
 /* Stops the handler threads and frees what open made, whatever it got to. */
 static void hm__destroy(hm_pager_t *p) {
-  _hm_sdm_evictor_free(p);
   if (p->h) {
     atomic_store(&p->stop, 1);
     uint64_t one = (uint64_t)p->nh;
@@ -258,7 +254,6 @@ static void hm__destroy(hm_pager_t *p) {
   free(p->regs);
   pthread_mutex_destroy(&p->lk);
   pthread_cond_destroy(&p->cv);
-  pthread_cond_destroy(&p->ev_cv);
   free(p);
 }
 
@@ -539,7 +534,6 @@ static int hm__handlers_start(hm_pager_t *p) {
     else
       rc = -EAGAIN;
   }
-  if (!rc) rc = _hm_sdm_evictor_start(p);
   (void)_hm_prim_vm_restore_signals(oldset);
   if (rc) return hm__fail(p, rc, "cannot start the pager's handler threads");
   return 0;
@@ -557,7 +551,6 @@ static hm_pager_t *hm__pager_new(hm_ctx_t *ctx, hm_pager_config_t *cfg) {
   p->uffd = p->pagemap = p->evfd = -1;
   pthread_mutex_init(&p->lk, NULL);
   pthread_cond_init(&p->cv, NULL);
-  pthread_cond_init(&p->ev_cv, NULL);
   snprintf(p->dir, sizeof p->dir, "%s", cfg->backing_dir);
   cfg->backing_dir = p->dir;
   p->unit = cfg->fetch_unit;
@@ -588,10 +581,6 @@ int hm_pager_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in, hm_pager_t **o
     return _hm_error(ctx, rc, "pager setup failed: %s", hm_strerror(rc));
   }
   rc = hm__handlers_new(p, &z);
-  if (!rc && (rc = _hm_sdm_evictor_new(p)) != 0) {
-    hm__destroy(p);
-    return _hm_error(ctx, rc, "pager setup failed: %s", hm_strerror(rc));
-  }
   if (!rc) rc = hm__handlers_start(p);
   if (rc) return rc;
   *out = p;

@@ -138,17 +138,11 @@ struct hm_pager_s {
   uint32_t demq_head, demq_n;
   _hm_sdm_handler_t *h;
   unsigned nh;
-  /* Background eviction (evictor.c): its thread and write ring, the water
-   * marks of free cache bytes, and whether it was woken (pager lock). */
-  _hm_sdm_handler_t *evh;
-  pthread_cond_t ev_cv;
-  uint64_t ev_low, ev_high;
-  int ev_kicked;
   atomic_int stop;
   /* counters (relaxed atomics) */
   atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
       c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
-      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes, c_footprint, c_bg_evict_calls, c_fault_evict_calls;
+      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes, c_footprint;
 };
 
 #define HM_SDM_ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)
@@ -197,16 +191,12 @@ static inline _hm_sdm_region_t *_hm_sdm_find(hm_pager_t *p, uint64_t addr) {
   return NULL;
 }
 
-void _hm_sdm_evictor_kick(hm_pager_t *p);
-
-/* Reserves bytes of budget and want_slots free slots (pager lock held).
- * Wakes the background evictor when less than its low mark stays free. */
+/* Reserves bytes of budget and want_slots free slots (pager lock held). */
 static inline int _hm_sdm_reserve(hm_pager_t *p, uint64_t bytes, uint32_t want_slots) {
-  int ok = p->used + bytes <= p->cap && p->nact + want_slots <= p->nslots;
-  if (ok) p->used += bytes;
-  if (!p->ev_kicked && p->cap - (p->used < p->cap ? p->used : p->cap) < p->ev_low)
-    _hm_sdm_evictor_kick(p);
-  return ok;
+  if (p->used + bytes > p->cap) return 0;
+  if (p->nact + want_slots > p->nslots) return 0;
+  p->used += bytes;
+  return 1;
 }
 
 /* Accuracy over the last 64 resolved prefetches (used, or evicted unused)
@@ -289,13 +279,6 @@ void *_hm_sdm_handler_main(void *arg);
 /* Queues a fault's plan, then the successor prefetch it chose, if any (no
  * lock held; the caller took a busy reference with _hm_sdm_plan_hold). */
 void _hm_sdm_plan_queue(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl);
-
-/* evictor.c: background eviction between water marks. _new sizes the
- * marks and makes the thread's ring (none for a cache under 4 MiB); _start
- * starts it (signals blocked by the caller); _free stops and frees it. */
-int _hm_sdm_evictor_new(hm_pager_t *p);
-int _hm_sdm_evictor_start(hm_pager_t *p);
-void _hm_sdm_evictor_free(hm_pager_t *p);
 
 /* evict.c: the slot table, CLOCK, eviction and write-back. */
 int32_t _hm_sdm_slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u);

@@ -2,7 +2,6 @@
 target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/pager.c
   ${CMAKE_CURRENT_LIST_DIR}/handler.c
-  ${CMAKE_CURRENT_LIST_DIR}/evictor.c
   ${CMAKE_CURRENT_LIST_DIR}/fault.c
   ${CMAKE_CURRENT_LIST_DIR}/evict.c
   ${CMAKE_CURRENT_LIST_DIR}/region.c

@@ -3,8 +3,8 @@
  * (each its half). What the sweep passed first must stay resident and hit
  * on the next sweep. The issue's target is (1 - 0.8 x cache / working set)
  * x working set read per sweep once the sweeps repeat; this cache measured
- * 0.79-0.82 of itself kept (the rest: the streams' prefetch windows and the
- * evictor's free margin), so the test asserts 0.7, which still fails by far
+ * 0.83-0.90 of itself kept (the rest holds the streams' prefetch
+ * windows), so the test asserts 0.7, which still fails by far
  * when eviction takes the least recently used first (CLOCK, LRU): that
  * evicts each unit just before the sweep comes back to it (the landed
  * pager read 0.85 of the working set per sweep at 3x, bench scan). Every
