@@ -416,9 +416,9 @@ typedef struct hm_pager_stats_s {
                                     followed it last time was requested at once */
   /* Version 2: */
   uint64_t demand_bytes_read; /* of bytes_read, what demand fetches read (a thread waited) */
-  uint64_t footprint_bytes;   /* fetch units filled at least once, in bytes: the data the
-                                 program touched; bytes_read / footprint_bytes is how many
-                                 times it was read back from the storage tier */
+  uint64_t footprint_bytes;   /* the most data touched at once: fetch units of live regions
+                                 filled at least once, in bytes (peak); bytes_read /
+                                 footprint_bytes is how many times it was read back */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

@@ -38,7 +38,9 @@ int32_t _hm_sdm_slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
   r->units[u].slot = s;
   if (!(r->units[u].flags & HM_UF_SEEN)) {
     r->units[u].flags |= HM_UF_SEEN;
-    HM_SDM_ADD(p, c_footprint, p->unit);
+    r->seen_units++;
+    p->seen_live += p->unit;
+    if (p->seen_live > p->seen_peak) p->seen_peak = p->seen_live;
   }
   return s;
 }

@@ -105,6 +105,10 @@ struct hm_pager_s {
   uint64_t used;     /* filled + being filled */
   uint64_t resident; /* filled */
   uint64_t peak;
+  /* Data touched: fetch units of live regions filled at least once, and
+   * the most of it at once (footprint_bytes). A program that frees and
+   * allocates again counts what it holds, not what it ever held. */
+  uint64_t seen_live, seen_peak;
   uint32_t maxwin;
   pthread_mutex_t lk;
   pthread_cond_t cv;
@@ -142,7 +146,7 @@ struct hm_pager_s {
   /* counters (relaxed atomics) */
   atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
       c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
-      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes, c_footprint;
+      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes;
 };
 
 #define HM_SDM_ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)

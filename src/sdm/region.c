@@ -231,6 +231,7 @@ static void hm__region_retire(hm_pager_t *p, _hm_sdm_region_t *r, size_t idx) {
     r->units[u].slot = -1;
   }
   _hm_sdm_pf_forget(&p->pf, r);
+  p->seen_live -= (uint64_t)r->seen_units * p->unit;
   p->own -= r->units_bytes;
   p->cap = (p->cfg.dram_budget - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1);
 }

@@ -76,6 +76,7 @@ typedef struct _hm_sdm_region_s {
    * per miss along a trend, within 0..16; at 8 or more a thread's first
    * miss in the region, which has no history yet, fills as random. */
   uint8_t rnd_score;
+  uint32_t seen_units; /* units filled at least once (HM_UF_SEEN) */
   /* Where the next stream began (a unit's address in the application's
    * view) after a stream last reached this region's end, 0: not known. An
    * address, not a pointer: the region there may have been unmapped since,

@@ -30,12 +30,12 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   s.readahead_triggers = HM_SDM_GET(p, c_ra_triggers);
   s.successor_prefetches = HM_SDM_GET(p, c_pf_succ);
   s.demand_bytes_read = HM_SDM_GET(p, c_demand_bytes);
-  s.footprint_bytes = HM_SDM_GET(p, c_footprint);
   pthread_mutex_lock(&p->lk);
   s.resident_bytes = p->resident;
   s.peak_resident_bytes = p->peak;
   s.own_bytes = p->own;
   s.budget_bytes = p->cfg.dram_budget;
+  s.footprint_bytes = p->seen_peak;
   pthread_mutex_unlock(&p->lk);
   memcpy(out, &s, s.size);
   return 0;
