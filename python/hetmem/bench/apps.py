@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 from hetmem import __version__, output
 from hetmem.bench import placement as place_bench
 from hetmem.bench.apps_programs import APPS, App
-from hetmem.bench.harness import available_modes, exit_error_kind
+from hetmem.bench.harness import available_modes, exit_error_kind, target_row
 from hetmem.errors import HetmemError, UsageError
 from hetmem.run import cache as cache_mod
 from hetmem.run import launch as hrun
@@ -470,16 +470,6 @@ def _ratio(num: dict[str, Any] | None, den: dict[str, Any]) -> float | None:
     return a / t if a and t else None
 
 
-def _target(target: str, measured: float | None, goal: float, detail: str) -> dict[str, Any]:
-    return {
-        "target": target,
-        "measured": measured,
-        "goal": goal,
-        "pass": None if measured is None else measured >= goal,
-        "detail": detail,
-    }
-
-
 def evaluate(apps: dict[str, Any], modes: list[str]) -> list[dict[str, Any]]:
     """The issue's targets per application, from its per-budget summaries."""
     out = []
@@ -507,7 +497,7 @@ def _completion_target(app: str, res: dict[str, Any]) -> dict[str, Any]:
         measured: float | None = 0.0  # dram itself failed
     else:
         measured = done / len(rows) if rows else None
-    return _target(f"1. {app}: every mode completes with dram's output", measured, 1.0, detail)
+    return target_row(f"1. {app}: every mode completes with dram's output", measured, 1.0, detail)
 
 
 def _budget_targets(
@@ -519,7 +509,7 @@ def _budget_targets(
     out = []
     if "cache" in modes and "swap" in modes:
         c, s = t("cache"), t("swap")
-        out.append(_target(
+        out.append(target_row(
             f"2. {app} at {pct}%: swap time / cache time", s / c if s and c else None,
             CACHE_OVER_SWAP, f"cache {_s(c)}, swap {_s(s)}",
         ))  # fmt: skip
@@ -529,7 +519,7 @@ def _budget_targets(
     placed = [x for x in (t("flat"), t("hybrid")) if x]
     if "cache" in modes and ("flat" in modes or "hybrid" in modes):
         c, p = t("cache"), min(placed, default=None)
-        out.append(_target(
+        out.append(target_row(
             f"3. {app} at {pct}%: cache time / better of flat and hybrid",
             c / p if c and p else None, PLACED_OVER_CACHE,
             f"cache {_s(c)}, flat {_s(t('flat'))}, hybrid {_s(t('hybrid'))}",

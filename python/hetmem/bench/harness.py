@@ -577,3 +577,15 @@ def parse_budget(text: str) -> int:
     if budget < (16 << 20):
         raise UsageError(f"--fast-budget {text}: use at least 16MiB for benchmarks")
     return budget
+
+
+def target_row(target: str, measured: float | None, goal: float, detail: str) -> dict[str, Any]:
+    """One target of a suite's table and JSON: met when measured >= goal,
+    not measured (pass None) when measured is None."""
+    return {
+        "target": target,
+        "measured": measured,
+        "goal": goal,
+        "pass": None if measured is None else measured >= goal,
+        "detail": detail,
+    }

@@ -26,7 +26,7 @@ from hetmem import output
 from hetmem import probe as probe_mod
 from hetmem._native import Context
 from hetmem.bench import matrix
-from hetmem.bench.harness import latest_runs, load_runs
+from hetmem.bench.harness import latest_runs, load_runs, target_row
 from hetmem.run import cache as cache_mod
 
 name = "sdm"
@@ -81,7 +81,7 @@ def evaluate(
     scans = _result(runs, "scan-read", 2.0, "cache")
     gbs = max((float(r.get("gbs") or 0) for r in scans), default=None)
     out = [
-        _sdm_target(
+        target_row(
             "1. read scan at 2x: cache bandwidth / probed sequential read",
             gbs / seq if gbs and seq else None,
             0.80,
@@ -90,7 +90,7 @@ def evaluate(
     ]
     for case, goal in (("scan-read", 2.5), ("stream-triad", 2.0)):
         out.append(
-            _sdm_target(
+            target_row(
                 f"2. {case} at 2x: swap time / cache time",
                 _swap_over_cache(rows, case),
                 goal,
@@ -99,7 +99,7 @@ def evaluate(
         )
     c = _eff(rows, "stream-triad", 0.5, "cache")
     out.append(
-        _sdm_target(
+        target_row(
             "3. stream-triad at 0.5x (fits): cache efficiency",
             c["efficiency"] if c else None,
             0.97,
@@ -109,7 +109,7 @@ def evaluate(
     for deg in (1024,):
         c = _eff(rows, f"poly-ro-d{deg}", 4.0, "cache")
         out.append(
-            _sdm_target(
+            target_row(
                 f"4. poly degree {deg} at 4x: cache efficiency",
                 c["efficiency"] if c else None,
                 0.90,
@@ -118,16 +118,6 @@ def evaluate(
         )
     out.append(_iops_target(runs, device))
     return out
-
-
-def _sdm_target(target: str, measured: float | None, goal: float, detail: str) -> dict[str, Any]:
-    return {
-        "target": target,
-        "measured": measured,
-        "goal": goal,
-        "pass": None if measured is None else measured >= goal,
-        "detail": detail,
-    }
 
 
 def _swap_over_cache(rows: list[dict[str, Any]], case: str) -> float | None:
@@ -143,7 +133,7 @@ def _iops_target(runs: list[dict[str, Any]], device: dict[str, Any]) -> dict[str
     iops = max((float(r.get("iops") or 0) for r in reads), default=None)
     qd2 = next((q for q in device.get("randread", []) if q.get("qd") == 2), None)
     dev_iops = qd2.get("iops") if qd2 else None
-    return _sdm_target(
+    return target_row(
         "5. random 4 KiB reads at 4x, 2 threads: cache IOPS / device IOPS at QD2",
         iops / dev_iops if iops and dev_iops else None,
         0.70,
