@@ -235,6 +235,7 @@ static int hm__prepare_profile(uint64_t thr, const char *prof, char *why, size_t
   _hm_pl_prof_cfg_t pc = {prof,    c->depth, (size_t)thr,
                           sampler, period,   &c->table, hm_ctx_fsroot(c->ctx)};
   if ((rc = _hm_pl_prof_start(&pc, why, len))) return hm__fail(rc, "%s", why);
+  c->own_maps = _hm_pl_prof_per_mapping();
   atomic_store(&_hm_pl_profiling, 1);
   _hm_pl_prof_thread(+1); /* the main thread */
   _hm_pl_tls.counted = 1;

@@ -57,6 +57,7 @@ typedef enum _hm_pl_backend_e {
   HM_PL_PAGER = 1, /* a pager region (cache mode; the storage tier of flat/hybrid) */
   HM_PL_FAST = 2,  /* glibc memory that is tracked: fast tier, or any block while profiling */
   HM_PL_NUMA = 3,  /* an anonymous mapping bound to a NUMA node with mbind */
+  HM_PL_OWN = 4,   /* profiling: an anonymous mapping of its own, between guard pages */
   HM_PL__BACKENDS
 } _hm_pl_backend_t;
 
@@ -223,6 +224,9 @@ typedef struct _hm_pl_prof_cfg_s {
 
 /* 0, or a negative errno with a one-line reason. */
 int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len);
+/* 1 when the sampler counts per mapping (refs): large blocks then get a
+ * mapping of their own. */
+int _hm_pl_prof_per_mapping(void);
 uint64_t _hm_pl_prof_now(void); /* ns since start */
 /* The site of a captured stack (a slot of a lock-free table), 0 when full. */
 uint32_t _hm_pl_prof_site(const _hm_pl_stack_t *st);
@@ -316,6 +320,8 @@ typedef struct _hm_pl_ctx_s {
   int mode;                  /* HM_PL_M_* */
   int depth;                 /* frames captured per large allocation */
   int hybrid;                /* placement: hybrid (else flat) */
+  int own_maps;              /* profile: each large block in a mapping of its own
+                              * (HM_PL_OWN), for the refs sampler's per-mapping counts */
   uint64_t pager_budget;     /* the pager's DRAM cache (cache: budget) */
   _hm_pl_pstat_t *pstat;     /* placement: 1 + sites */
   _Atomic uint64_t tier_live[HM_PL_MAX_TIERS], tier_peak[HM_PL_MAX_TIERS];

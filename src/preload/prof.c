@@ -263,6 +263,8 @@ int _hm_pl_prof_start(const _hm_pl_prof_cfg_t *cfg, char *why, size_t len) {
   return hm__start_sampler(cfg->sampler && *cfg->sampler ? cfg->sampler : "auto", why, len);
 }
 
+int _hm_pl_prof_per_mapping(void) { return strcmp(_hm_pf.sampler_name, "refs") == 0; }
+
 int _hm_pl_prof_segv_action(const struct sigaction *act, struct sigaction *old) {
   return _hm_smp_portable_segv_action(act, old);
 }

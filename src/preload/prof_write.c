@@ -195,7 +195,7 @@ static void hm__header(_hm_sb_t *sb, const hm__w_t *w, const char *host, const c
   if (_hm_pf.precise) {
     period = _hm_smp_period();
     cpu = _hm_smp_cpu_ns(); /* the PMU's interrupts are not in it */
-    overhead = (double)cpu / (double)w->wall;
+    overhead = (double)(cpu + _hm_smp_program_cost_ns()) / (double)w->wall;
     _hm_smp_describe(extra, sizeof extra);
   }
   _hm_sb_printf(sb,

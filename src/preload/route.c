@@ -202,6 +202,37 @@ static void *hm__numa_block(const _hm_pl_req_t *req, int node, size_t *maplen_ou
   return (void *)key;
 }
 
+/* A block in an anonymous mapping of its own, between two PROT_NONE guard
+ * pages (profile mode under the refs sampler): the kernel merges
+ * neighbouring anonymous mappings with the same flags, ours or not, and
+ * the guards keep one block's pages in one mapping, whose Referenced count
+ * in smaps is then the block's. glibc serves large blocks from mappings of
+ * their own too (past its mmap threshold); the guards cost address space
+ * and two mappings. Fresh anonymous memory reads as zeros: calloc needs
+ * no memset. maplen is the block's part; base is one page in. */
+static void *hm__own_block(const _hm_pl_req_t *req, size_t *maplen_out, uint32_t *off_out) {
+  size_t pg = _hm_pl_ctx.page;
+  size_t pad = req->align > pg ? req->align : 0;
+  size_t lead = hm__lead(req);
+  if (req->size > SIZE_MAX - pad - lead - 3 * pg) return NULL;
+  size_t maplen = (req->size + pad + lead + pg - 1) / pg * pg;
+  void *all = NULL;
+  if (_hm_prim_sys_mmap(NULL, maplen + 2 * pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0,
+                        &all))
+    return NULL;
+  char *base = (char *)all + pg;
+  if (_hm_prim_sys_mprotect(base, maplen, PROT_READ | PROT_WRITE)) {
+    (void)_hm_prim_sys_munmap(all, maplen + 2 * pg);
+    return NULL;
+  }
+  uintptr_t key = (uintptr_t)base;
+  if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
+  key += lead;
+  *maplen_out = maplen;
+  *off_out = (uint32_t)(key - (uintptr_t)base);
+  return (void *)key;
+}
+
 /* glibc memory, tracked (the fast tier, or any block while profiling). */
 static void *hm__glibc_block(const _hm_pl_req_t *req, int zero, size_t *maplen_out) {
   void *p = req->align ? __libc_memalign(req->align, req->size)
@@ -218,6 +249,9 @@ static void hm__release_memory(uint16_t backend, void *base, uintptr_t key, size
     if (_hm_pl_ctx.pager) hm_pager_unmap(_hm_pl_ctx.pager, base, maplen);
     break;
   case HM_PL_NUMA: (void)_hm_prim_sys_munmap(base, maplen); break;
+  case HM_PL_OWN: /* with its guards */
+    (void)_hm_prim_sys_munmap((char *)base - _hm_pl_ctx.page, maplen + 2 * _hm_pl_ctx.page);
+    break;
   case HM_PL_FAST: __libc_free((void *)key); break;
   default: break;
   }
@@ -290,14 +324,26 @@ static void *hm__alloc_profile(const _hm_pl_req_t *req, int zero) {
   _hm_pl_capture(&st, _hm_pl_ctx.depth);
   uint32_t site = _hm_pl_prof_site(&st);
   size_t maplen = 0;
-  void *user = hm__glibc_block(req, zero, &maplen);
+  uint32_t off = 0;
+  uint16_t backend = _hm_pl_ctx.own_maps ? HM_PL_OWN : HM_PL_FAST;
+  void *user = backend == HM_PL_OWN ? hm__own_block(req, &maplen, &off)
+                                    : hm__glibc_block(req, zero, &maplen);
+  if (!user && backend == HM_PL_OWN) { /* out of mappings: glibc's, shared */
+    backend = HM_PL_FAST;
+    off = 0;
+    user = hm__glibc_block(req, zero, &maplen);
+  }
   if (!user) return NULL;
-  if (_hm_pl_table_insert_ex(&_hm_pl_ctx.table, (uintptr_t)user, 0, maplen, req->size,
-                             HM_PL_FAST, req->flags, site, 0, _hm_pl_prof_now())) {
+  if (_hm_pl_table_insert_ex(&_hm_pl_ctx.table, (uintptr_t)user, off, maplen, req->size,
+                             backend, req->flags, site, 0, _hm_pl_prof_now())) {
     _hm_pl_prof_alloc(site, req->size);
     hm__account_alloc(req->size, req->flags);
-  } else {
-    hm__note_fallback(); /* table full: an untracked glibc block */
+    return user;
+  }
+  hm__note_fallback(); /* table full: an untracked glibc block */
+  if (backend == HM_PL_OWN) { /* free() must find glibc's block */
+    hm__release_memory(backend, (void *)((uintptr_t)user - off), (uintptr_t)user, maplen);
+    user = hm__glibc_block(req, zero, &maplen);
   }
   return user;
 }

@@ -13,7 +13,7 @@
 #include "prim/prim.h"
 #include "sampler.h"
 
-static const char *const hm__names[] = {"none", "pebs", "ibs", "spe", "damon", "portable"};
+static const char *const hm__names[] = {"none", "pebs", "ibs", "spe", "damon", "portable", "refs"};
 
 const char *_hm_smp_kind_name(_hm_smp_kind_t k) {
   return (unsigned)k < sizeof hm__names / sizeof hm__names[0] ? hm__names[k] : "?";
@@ -81,7 +81,12 @@ void _hm_smp_spans_free(_hm_smp_spans_t *s) {
 /* ------------------------------------------------------------------------
  * Selection
  * ------------------------------------------------------------------------ */
-static const _hm_smp_kind_t hm__order[] = {HM_SMP_PEBS, HM_SMP_IBS, HM_SMP_SPE, HM_SMP_DAMON};
+/* Precise before coarse; refs before portable: it never protects a page,
+ * so the kernel's copies into and out of the program's memory (Open MPI's
+ * single-copy transfers, read(2) into a buffer) keep working. */
+static const _hm_smp_kind_t hm__order[] = {HM_SMP_PEBS, HM_SMP_IBS, HM_SMP_SPE, HM_SMP_DAMON,
+                                           HM_SMP_REFS};
+#define HM__NORDER (sizeof hm__order / sizeof hm__order[0])
 
 /* Probes t when run (one[] gets what it found, reason why it failed),
  * else describes it untouched (a DAMON probe writes to sysfs); 1 when t
@@ -92,23 +97,24 @@ static int hm__probe_one(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t t, int run, ch
     snprintf(one, olen, "{\"probed\":false}");
     return 0;
   }
-  int rc = t == HM_SMP_DAMON ? _hm_smp_damon_probe(cfg, one, olen, reason, rlen)
-                             : _hm_smp_perf_probe(cfg, t, one, olen, reason, rlen);
+  int rc = t == HM_SMP_DAMON  ? _hm_smp_damon_probe(cfg, one, olen, reason, rlen)
+           : t == HM_SMP_REFS ? _hm_smp_refs_probe(cfg, one, olen, reason, rlen)
+                              : _hm_smp_perf_probe(cfg, t, one, olen, reason, rlen);
   return rc == 0;
 }
 
 static int hm__is_auto(const char *want) { return !want || !*want || strcmp(want, "auto") == 0; }
 
 static int hm__unknown(const char *want, char *why, size_t wlen) {
-  snprintf(why, wlen, "unknown sampler '%s' (choose auto, pebs, ibs, spe, damon, portable "
-           "or none)", want);
+  snprintf(why, wlen, "unknown sampler '%s' (choose auto, pebs, ibs, spe, damon, refs, "
+           "portable or none)", want);
   return -EINVAL;
 }
 
 /* A named precise sampler whose probe failed: why says what it found. */
 static int hm__unavailable(const char *want, _hm_smp_kind_t named, char reason[][256],
                            char *why, size_t wlen) {
-  for (size_t i = 0; i < 4; i++)
+  for (size_t i = 0; i < HM__NORDER; i++)
     if (hm__order[i] == named)
       snprintf(why, wlen, "sampler '%s' is not available here: %s", want, reason[i]);
   return -ENOTSUP;
@@ -121,9 +127,9 @@ int _hm_smp_select(const _hm_smp_cfg_t *cfg, const char *want, _hm_smp_kind_t *k
   if (!is_auto && named == HM_SMP_NONE) return hm__unknown(want, why, wlen);
   size_t k = 0;
   int chosen = 0;
-  char one[1024], reason[4][256];
+  char one[1024], reason[HM__NORDER][256];
   k += (size_t)snprintf(probed + k, plen - k, "{");
-  for (size_t i = 0; i < 4; i++) {
+  for (size_t i = 0; i < HM__NORDER; i++) {
     _hm_smp_kind_t t = hm__order[i];
     reason[i][0] = 0;
     /* probe what auto would try, the named one, and describe the rest */
@@ -152,6 +158,7 @@ static struct {
   _hm_smp_kind_t kind;
   _hm_smp_perf_t *perf;
   _hm_smp_damon_t *damon;
+  _hm_smp_refs_t *refs;
   _hm_pl_table_t *table;
   _hm_smp_credit_fn fn;
   void *arg;
@@ -174,12 +181,15 @@ static void hm__drain(void) {
   else if (hm__run.damon)
     hm__run.credited +=
         _hm_smp_damon_drain(hm__run.damon, &hm__run.spans, hm__run.fn, hm__run.arg);
+  else if (hm__run.refs)
+    hm__run.credited += _hm_smp_refs_drain(hm__run.refs, &hm__run.spans, hm__run.fn, hm__run.arg);
 }
 
 static void *hm__loop(void *unused) {
   (void)unused;
-  uint64_t ns = hm__run.period_us * 1000ull;
   while (!atomic_load(&hm__run.stop)) {
+    uint64_t ns = hm__run.refs ? _hm_smp_refs_interval_ns(hm__run.refs)
+                               : hm__run.period_us * 1000ull;
     _hm_prim_sleep_ns(ns);
     if (atomic_load(&hm__run.stop)) break;
     hm__drain();
@@ -197,8 +207,9 @@ int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *t
   hm__run.fn = fn;
   hm__run.arg = arg;
   hm__run.period_us = cfg->period_us ? cfg->period_us : 10000;
-  if (kind == HM_SMP_DAMON) {
-    rc = _hm_smp_damon_start(cfg, &hm__run.damon, why, wlen);
+  if (kind == HM_SMP_DAMON || kind == HM_SMP_REFS) {
+    rc = kind == HM_SMP_DAMON ? _hm_smp_damon_start(cfg, &hm__run.damon, why, wlen)
+                              : _hm_smp_refs_start(cfg, &hm__run.refs, why, wlen);
     hm__run.period = (double)_hm_prim_page_size() / 64.0;
   } else {
     rc = _hm_smp_perf_start(cfg, kind, &hm__run.perf, why, wlen);
@@ -210,9 +221,11 @@ int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *t
     snprintf(why, wlen, "cannot start the sampler thread: %s", strerror(rc));
     _hm_smp_perf_stop(hm__run.perf);
     _hm_smp_damon_stop(hm__run.damon);
+    _hm_smp_refs_stop(hm__run.refs);
     free(hm__run.damon);
     hm__run.perf = NULL;
     hm__run.damon = NULL;
+    hm__run.refs = NULL;
     return -rc;
   }
   hm__run.owner = _hm_prim_pid();
@@ -229,15 +242,19 @@ void _hm_smp_halt(void) {
     hm__run.forked = 1;
     hm__run.perf = NULL;
     hm__run.damon = NULL;
+    hm__run.refs = NULL;
     return;
   }
   atomic_store(&hm__run.stop, 1);
   pthread_join(hm__run.thread, NULL);
   hm__drain(); /* what arrived since the last period */
   if (hm__run.damon) _hm_smp_damon_stop(hm__run.damon);
+  if (hm__run.refs) _hm_smp_refs_stop(hm__run.refs);
 }
 
 uint64_t _hm_smp_cpu_ns(void) { return atomic_load(&hm__run.cpu_ns); }
+
+uint64_t _hm_smp_program_cost_ns(void) { return _hm_smp_refs_touch_cost_ns(hm__run.refs); }
 
 double _hm_smp_period(void) { return hm__run.period > 0 ? hm__run.period : 1.0; }
 
@@ -248,4 +265,5 @@ void _hm_smp_describe(char *out, size_t len) {
   if (k < 0 || (size_t)k >= len) return;
   if (hm__run.perf) _hm_smp_perf_describe(hm__run.perf, out + k, len - (size_t)k);
   else if (hm__run.damon) _hm_smp_damon_describe(hm__run.damon, out + k, len - (size_t)k);
+  else if (hm__run.refs) _hm_smp_refs_describe(hm__run.refs, out + k, len - (size_t)k);
 }

@@ -9,11 +9,13 @@
  *   spe   Arm SPE (arm_spe_N PMU): data virtual address packets of the AUX area
  *   damon DAMON's sysfs admin interface with vaddr operations: regions'
  *         nr_accesses, read through a `stat` scheme's tried regions
+ *   refs  the kernel's referenced bits per mapping: /proc/self/smaps,
+ *         cleared through /proc/self/clear_refs (sampler_refs.c)
  *
  * One sample of pebs/ibs/spe is one sampled memory operation: it stands for
  * `period` operations (the event's sample period). One damon sample is "one
  * page of the site was seen accessed in one sampling interval", like the
- * portable sampler's, so its period is page size / 64. */
+ * portable sampler's and refs', so its period is page size / 64. */
 #ifndef HM_SAMPLER_H
 #define HM_SAMPLER_H
 
@@ -31,6 +33,7 @@ typedef enum _hm_smp_kind_e {
   HM_SMP_SPE,
   HM_SMP_DAMON,
   HM_SMP_PORTABLE,
+  HM_SMP_REFS,
 } _hm_smp_kind_t;
 
 const char *_hm_smp_kind_name(_hm_smp_kind_t k);
@@ -127,14 +130,47 @@ uint64_t _hm_smp_damon_drain(_hm_smp_damon_t *d, const _hm_smp_spans_t *spans,
 void _hm_smp_damon_describe(const _hm_smp_damon_t *d, char *out, size_t len);
 void _hm_smp_damon_stop(_hm_smp_damon_t *d);
 
+/* ---- Referenced bits (sampler_refs.c) ---- */
+typedef struct _hm_smp_refs_s _hm_smp_refs_t;
+/* 0 when smaps reads and clear_refs takes a clear (cfg->root's /proc). */
+int _hm_smp_refs_probe(const _hm_smp_cfg_t *cfg, char *probed, size_t plen, char *why,
+                       size_t wlen);
+int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why,
+                       size_t wlen);
+/* Reads the referenced bytes of every mapping, credits them and clears
+ * the bits; returns samples (touched pages x intervals) credited. */
+uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans,
+                            _hm_smp_credit_fn fn, void *arg);
+/* A walk over smaps text: what it credits to, and what it found. */
+typedef struct _hm_smp_refs_walk_s {
+  const _hm_smp_spans_t *spans;
+  _hm_smp_credit_fn fn;
+  void *arg;
+  size_t page;
+  uint64_t total;      /* weight credited x HM_SMP_FIX */
+  uint64_t mappings;   /* mappings read */
+  uint64_t anon_pages; /* referenced pages of anonymous mappings */
+} _hm_smp_refs_walk_t;
+/* Credits the mappings of smaps text (modified: lines are cut at their
+ * newlines) to the spans they hold, by overlap. */
+void _hm_smp_refs_credit_text(char *text, size_t len, _hm_smp_refs_walk_t *w);
+/* How long the thread sleeps before the next drain: the configured
+ * interval, stretched to keep the sampler's duty cycle down. */
+uint64_t _hm_smp_refs_interval_ns(const _hm_smp_refs_t *r);
+/* What the program's threads paid to set accessed bits again (estimated:
+ * referenced pages x the touch cost measured at start). */
+uint64_t _hm_smp_refs_touch_cost_ns(const _hm_smp_refs_t *r);
+void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len);
+void _hm_smp_refs_stop(_hm_smp_refs_t *r);
+
 /* ---- Selection and the sampler thread (sampler.c) ---- */
-/* Chooses the sampler for want (auto, pebs, ibs, spe, damon, portable):
- * auto takes the first of pebs, ibs, spe, damon whose probe succeeds, else
- * portable. A named sampler that is unavailable is an error (-ENOTSUP and
+/* Chooses the sampler for want (auto, pebs, ibs, spe, damon, refs,
+ * portable): auto takes the first of pebs, ibs, spe, damon, refs whose
+ * probe succeeds, else portable. A named sampler that is unavailable is an error (-ENOTSUP and
  * why). probed gets {"pebs":{...},...}, what each probe found. */
 int _hm_smp_select(const _hm_smp_cfg_t *cfg, const char *want, _hm_smp_kind_t *kind,
                    char *probed, size_t plen, char *why, size_t wlen);
-/* Starts kind (pebs, ibs, spe or damon) with a thread that drains it every
+/* Starts kind (pebs, ibs, spe, damon or refs) with a thread that drains it every
  * period_us into fn, attributing to the live blocks of table. */
 int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *table,
                 _hm_smp_credit_fn fn, void *arg, char *why, size_t wlen);
@@ -143,6 +179,9 @@ void _hm_smp_halt(void);
 /* Accesses one sample stands for, and header JSON members (leading comma). */
 double _hm_smp_period(void);
 uint64_t _hm_smp_cpu_ns(void); /* the sampler thread's CPU time */
+/* What sampling cost the program's own threads (refs: accessed bits set
+ * again after each clear); 0 for the others. */
+uint64_t _hm_smp_program_cost_ns(void);
 void _hm_smp_describe(char *out, size_t len);
 
 

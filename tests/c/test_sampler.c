@@ -23,6 +23,7 @@
 #include "../../src/preload/sampler.c"
 #include "../../src/preload/sampler_perf.c"
 #include "../../src/preload/sampler_damon.c"
+#include "../../src/preload/sampler_refs.c"
 #include "testhelper.h"
 
 #define TREE(x) HM_SOURCE_DIR "/tests/golden/samplers/" x
@@ -397,6 +398,86 @@ static void test_drain(void) {
   free(mem);
 }
 
+/* ---- referenced bits (sampler_refs.c) ---- */
+/* smaps text as the kernel writes it: a block alone in its mapping takes
+ * the mapping's whole count; a mapping holding two blocks is shared by
+ * overlap; a file mapping's bits are not what clear_refs 2 clears. */
+static void test_refs_text(void) {
+  char text[] =
+      "7f0000100000-7f0000201000 rw-p 00000000 00:00 0 \n"
+      "Size:               1028 kB\n"
+      "Referenced:          400 kB\n"
+      "AnonHugePages:         0 kB\n"
+      "VmFlags: rd wr mr mw me ac \n"
+      "7f0000201000-7f0000202000 ---p 00000000 00:00 0 \n"
+      "Referenced:            0 kB\n"
+      "7f0000400000-7f0000800000 rw-p 00000000 00:00 0          [heap]\n"
+      "Referenced:         2048 kB\n"
+      "7f0001000000-7f0001100000 r--p 00000000 08:01 123456     /usr/lib/libx.so\n"
+      "Referenced:          512 kB\n";
+  /* site 1: the whole first mapping past a 16-byte header; sites 2 and 3:
+   * the first half and the last quarter of the heap mapping */
+  _hm_smp_span_t sp[3] = {{0x7f0000100010ull, 0x7f0000200fffull, 1},
+                          {0x7f0000400000ull, 0x7f0000600000ull, 2},
+                          {0x7f0000700000ull, 0x7f0000800000ull, 3}};
+  _hm_smp_spans_t spans = {sp, 3, 3};
+  credits_t c;
+  memset(&c, 0, sizeof c);
+  _hm_smp_refs_walk_t w = {&spans, credit, &c, 4096, 0, 0, 0};
+  _hm_smp_refs_credit_text(text, strlen(text), &w);
+  CHECK_EQ_INT(w.mappings, 4);
+  CHECK_EQ_INT(c.loads[1], 100 * HM_SMP_FIX); /* 400 kB: 100 pages */
+  CHECK_EQ_INT(c.loads[2], 256 * HM_SMP_FIX); /* half of 512 pages */
+  CHECK_EQ_INT(c.loads[3], 128 * HM_SMP_FIX); /* a quarter */
+  CHECK_EQ_INT(c.stores[1] + c.stores[2] + c.stores[3], 0);
+  CHECK_EQ_INT(w.anon_pages, 100 + 512); /* the library's 128 are not */
+  CHECK_EQ_INT(w.total, (100 + 256 + 128) * HM_SMP_FIX);
+}
+
+/* The sampler live on this kernel: pages touched between two drains are
+ * credited to their block, untouched ones are not, and the next drain
+ * sees only what was touched since. */
+static void test_refs_live(void) {
+  _hm_smp_cfg_t cfg = {"/", 10000, 0, 0, NULL};
+  char probed[256], why[256];
+  if (_hm_smp_refs_probe(&cfg, probed, sizeof probed, why, sizeof why)) {
+    printf("# refs live test skipped: %s\n", why);
+    return;
+  }
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 256;
+  /* [guard][a: n pages][guard][b: n - 1 pages][guard]: two mappings that
+   * merge with nothing */
+  char *m = mmap(NULL, (2 * n + 2) * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(m != MAP_FAILED);
+  if (m == MAP_FAILED) return;
+  char *a = m + page, *b = a + (n + 1) * page;
+  CHECK(mprotect(a, n * page, PROT_READ | PROT_WRITE) == 0);
+  CHECK(mprotect(b, (n - 1) * page, PROT_READ | PROT_WRITE) == 0);
+  memset(a, 1, n * page);
+  memset(b, 1, (n - 1) * page);
+  _hm_smp_refs_t *r = NULL;
+  CHECK_EQ_INT(_hm_smp_refs_start(&cfg, &r, why, sizeof why), 0);
+  CHECK(r && r->touch_ns >= 0.0);
+  if (!r) return;
+  _hm_smp_span_t sp[2] = {{(uintptr_t)a, (uintptr_t)a + n * page, 1},
+                          {(uintptr_t)b, (uintptr_t)b + (n - 1) * page, 2}};
+  _hm_smp_spans_t spans = {sp, 2, 2};
+  for (size_t i = 0; i < n / 4; i++) a[i * page]++; /* a quarter of a */
+  credits_t c;
+  memset(&c, 0, sizeof c);
+  _hm_smp_refs_drain(r, &spans, credit, &c);
+  CHECK_EQ_INT(c.loads[1], (n / 4) * HM_SMP_FIX);
+  CHECK_EQ_INT(c.loads[2], 0);
+  memset(&c, 0, sizeof c);
+  for (size_t i = 0; i < n - 1; i++) b[i * page]++;
+  _hm_smp_refs_drain(r, &spans, credit, &c);
+  CHECK_EQ_INT(c.loads[1], 0);
+  CHECK_EQ_INT(c.loads[2], (n - 1) * HM_SMP_FIX);
+  CHECK(_hm_smp_refs_interval_ns(r) >= 10000000u);
+  _hm_smp_refs_stop(r);
+  munmap(m, (2 * n + 2) * page);
+}
+
 typedef struct touch_s {
   volatile char *base;
   size_t from, to, page;
@@ -474,6 +555,8 @@ int main(void) {
   test_encode();
   test_select();
   test_drain();
+  test_refs_text();
+  test_refs_live();
   test_live_software_event();
   return hm_test_done("test_sampler");
 }

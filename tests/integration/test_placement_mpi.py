@@ -84,3 +84,62 @@ def test_mpi_program_is_profiled_advised_and_placed(tmp_path: Path) -> None:
     assert by_bytes[2 * (16 << 20)]["bytes"] == [2 * (16 << 20), 0]
     assert by_bytes[2 * (64 << 20)]["bytes"] == [0, 2 * (64 << 20)]
     assert placed["unmatched"]["allocations"] == 0
+
+
+# Ranks that send each other large malloc'd buffers: Open MPI's shared-memory
+# transport copies them with process_vm_readv (CMA single copy) from the
+# other rank's memory. The default sampler must not make those copies fail
+# (the portable sampler's protected pages did: "Read -1, expected N, errno =
+# 14" from every transfer) and each rank's profile must still see accesses.
+XFER = r"""#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  size_t n = (size_t)1 << 21; /* 16 MiB each */
+  double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), s = 0, t = 0;
+  for (size_t i = 0; i < n; i++) a[i] = r + (double)(i % 1000);
+  for (int it = 0; it < 20; it++) {
+    if (r == 0) {
+      MPI_Send(a, (int)n, MPI_DOUBLE, 1, 0, MPI_COMM_WORLD);
+      MPI_Recv(b, (int)n, MPI_DOUBLE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(b, (int)n, MPI_DOUBLE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(a, (int)n, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD);
+    }
+    for (size_t i = 0; i < n; i += 16) s += b[i];
+  }
+  MPI_Reduce(&s, &t, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (!r) printf("%.1f\n", t);
+  free(a);
+  free(b);
+  MPI_Finalize();
+  return 0;
+}
+"""
+
+
+def test_mpi_single_copy_transfers_survive_profiling(tmp_path: Path) -> None:
+    exe = tmp_path / "xfer"
+    subprocess.run([MPICC, "-g", "-O2", "-x", "c", "-", "-o", str(exe)], input=XFER, text=True,
+                   check=True)  # fmt: skip
+    launch = [MPIRUN, "-np", "2", "--oversubscribe", "--mca", "btl", "self,vader",
+              "--mca", "btl_vader_single_copy_mechanism", "cma", str(exe)]  # fmt: skip
+    if os.geteuid() == 0:
+        launch.insert(1, "--allow-run-as-root")
+    plain = subprocess.run(launch, capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    proc = run_hetmem("profile", "-o", str(tmp_path / "x.prof"), "--", *launch)
+    assert proc.returncode == 0, proc.stderr
+    assert "errno = 14" not in proc.stderr and "Read -1" not in proc.stderr, proc.stderr
+    assert proc.stdout == plain.stdout  # the same sums as without hetmem
+    for rank in (0, 1):
+        (f,) = tmp_path.glob(f"x.prof.{rank}.*")
+        lines = [json.loads(ln) for ln in f.read_text().splitlines()]
+        assert lines[0]["sampler"]["name"] == "refs"
+        sites = [ln for ln in lines if ln.get("type") == "site" and ln["bytes"] == 16 << 20]
+        assert len(sites) == 2  # a and b
+        for s in sites:
+            assert s["samples"]["loads"] > 0, s

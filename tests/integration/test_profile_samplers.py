@@ -337,3 +337,46 @@ def test_portable_estimates_follow_the_pages_touched(tmp_path: Path) -> None:
     assert per_byte["idle"] < per_byte["all"] / 50, per_byte
     samp = header(path)["sampler"]
     assert samp["armed_pages"] > 0 and samp["faults"] > 0
+
+
+# --------------------------------------------------------------------------
+# The refs sampler (the default where no PMU or vaddr DAMON is): the
+# kernel's referenced bits per mapping, nothing protected. Per byte its
+# samples must follow the share of pages touched, like the portable one's.
+
+
+@pytest.mark.skipif(not FRACTION_TARGET.exists(), reason=f"{FRACTION_TARGET} not built")
+def test_refs_estimates_follow_the_pages_touched(tmp_path: Path) -> None:
+    proc = run_hetmem(
+        "profile", "-o", str(tmp_path / "p.prof"), "--", str(FRACTION_TARGET), "1000",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (path,) = profile_files(tmp_path)
+    samp = header(path)["sampler"]
+    assert samp["name"] == "refs", samp  # auto, on a machine without PMU sampling
+    assert samp["errors"] == 0 and samp["drains"] >= 3
+    assert samp["touch_ns_per_page"] >= 0 and samp["referenced_pages"] > 0
+    assert "clear_refs" in samp["method"]
+    source = (REPO / "tests" / "c" / "fraction_target.c").read_text().splitlines()
+    show = run_hetmem("profile", "show", "--json", str(path), check=True)
+    per_byte = {}
+    for s in json.loads(show.stdout)["sites"]:
+        line = source[s["line"] - 1]
+        per_byte[line.split("site: ")[1].split()[0]] = s["accesses_per_byte"]
+    # every page of `all` against a quarter of those of `quarter`: 4:1
+    # (3.95 here; every touched page counts once per interval)
+    assert 3.0 < per_byte["all"] / per_byte["quarter"] < 5.0, per_byte
+    assert per_byte["idle"] < per_byte["all"] / 50, per_byte
+
+
+@pytest.mark.skipif(not FRACTION_TARGET.exists(), reason=f"{FRACTION_TARGET} not built")
+def test_a_profile_without_access_samples_is_pointed_out(tmp_path: Path) -> None:
+    proc = run_hetmem(
+        "profile", "--sampler", "none", "-o", str(tmp_path / "p.prof"), "--",
+        str(FRACTION_TARGET), "10",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (path,) = profile_files(tmp_path)
+    got = run_hetmem("advise", str(path), "--fast-budget", "8MiB")
+    assert got.returncode == 0, got.stderr
+    assert "warning: the profiles have no access samples" in got.stderr

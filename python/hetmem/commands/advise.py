@@ -109,8 +109,9 @@ class Command:
         if args.json:
             output.print_json(_json(got, args.output))
             return 0
-        for n in got.notes:
-            output.err_console().print(f"note: {n}", markup=False)
+        for n in got.notes:  # a note that is a warning says so itself
+            prefix = "" if n.startswith("warning: ") else "note: "
+            output.err_console().print(prefix + n, markup=False)
         _print_summary(got)
         _print_tiers(got)
         _print_sites(got, args.explain)

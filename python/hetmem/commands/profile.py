@@ -56,10 +56,13 @@ class Command:
             "--sampler",
             default="auto",
             choices=SAMPLERS,
-            help="access sampler: auto (default: the first of pebs, ibs, spe, damon that "
-            "works here, else portable), pebs (Intel PEBS mem-loads/mem-stores), ibs (AMD IBS "
-            "op), spe (Arm SPE), damon (DAMON vaddr monitoring, needs root), portable "
-            "(page-protection sampling), none; a named one this machine lacks is an error",
+            help="access sampler: auto (default: the first of pebs, ibs, spe, damon, refs "
+            "that works here, else portable), pebs (Intel PEBS mem-loads/mem-stores), ibs (AMD "
+            "IBS op), spe (Arm SPE), damon (DAMON vaddr monitoring, needs root), refs (the "
+            "kernel's referenced bits per mapping, via /proc/self/smaps and clear_refs; safe "
+            "with MPI single-copy transfers), portable (page-protection sampling; breaks "
+            "system calls and other processes' copies that touch a sampled page), none; a "
+            "named one this machine lacks is an error",
         )
         parser.add_argument(
             "--depth", type=int, default=8, metavar="N", help="frames per site, 1..64 (8)"

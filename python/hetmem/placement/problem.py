@@ -317,6 +317,12 @@ def build_problem(
         )
     last = len(tiers) - 1
     fixed = {i: last for i, a in enumerate(acc) if a <= 0.0}
+    if acc.size and not (acc > 0.0).any():
+        notes.append(
+            "warning: the profiles have no access samples (sampler none, or a run too short "
+            f"for its sampler): every site is left on the slowest tier ({tiers[last].name}); "
+            "profile again with a sampler and a run of a few seconds or more"
+        )
     return Problem(cost=cost, groups=groups, fixed=fixed, notes=notes)
 
 

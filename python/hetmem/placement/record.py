@@ -17,8 +17,9 @@ from hetmem.output import check_output_dir
 from hetmem.placement import profile as prof
 from hetmem.run import launch as hrun
 
-SAMPLERS = ("auto", "pebs", "ibs", "spe", "damon", "portable", "none")
-PRECISE = ("pebs", "ibs", "spe", "damon")
+SAMPLERS = ("auto", "pebs", "ibs", "spe", "damon", "refs", "portable", "none")
+# the samplers that need something of this machine: checked before the run
+PRECISE = ("pebs", "ibs", "spe", "damon", "refs")
 
 
 def check_sampler(env: dict[str, str], sampler: str) -> None:
@@ -45,6 +46,43 @@ def _overhead_of(path: str) -> str:
     header, or '' when it has none (no sampler, unreadable)."""
     ov = prof.sampler_overhead(prof.read_header(path))
     return f" (sampler {ov[0]}, estimated overhead {ov[1]:.1%} of the run)" if ov else ""
+
+
+# fewer intervals than this and a page sampler tells hot from cold poorly
+FEW_INTERVALS = 8
+
+
+def samples_note(p: prof.Profile) -> str | None:
+    """What a user should hear about a profile's access samples: none at
+    all (advise then has nothing to rank by), or few intervals of the refs
+    sampler (whose interval stretches with the memory the program touches)."""
+    samp = p.header.get("sampler") or {}
+    name = samp.get("name")
+    if not p.sites or name in (None, "none"):
+        return None
+    if not any(s.loads + s.stores for s in p.sites):
+        return (
+            f"{name} sampler recorded no access to the {len(p.sites)} site(s): the run was "
+            "too short for it; advise would leave every site on the slowest tier"
+        )
+    drains = samp.get("drains")
+    if name == "refs" and isinstance(drains, int) and drains < FEW_INTERVALS:
+        iv = float(samp.get("interval_mean_us") or 0) / 1000
+        return (
+            f"the refs sampler saw {drains} interval(s) of {iv:.0f} ms on average (it "
+            "stretches them to keep its cost near 3%): a longer run ranks sites better"
+        )
+    return None
+
+
+def _note_samples(files: list[str]) -> None:
+    for f in files:
+        try:
+            note = samples_note(prof.load(f))
+        except HetmemError:
+            continue
+        if note:
+            os.write(2, f"hetmem profile: note: {os.path.basename(f)}: {note}\n".encode())
 
 
 _INTERPRETER = re.compile(r"^(python|pypy|julia|R$|Rscript|node|ruby|perl)")
@@ -114,6 +152,7 @@ def record(
     for f in files:
         os.write(2, f"hetmem profile: wrote {f}{_overhead_of(f)}\n".encode())
     _note_interpreters(files)
+    _note_samples(files)
     if not files:
         os.write(
             2,

@@ -1,0 +1,295 @@
+/* The "refs" access sampler (sampler.h): the kernel's own referenced bits,
+ * read per mapping. Every interval the sampler thread reads
+ * /proc/self/smaps, credits each mapping's `Referenced` bytes (pages whose
+ * accessed bit or referenced flag was set since the last clear) to the
+ * live blocks in it, and clears the bits of the anonymous mappings by
+ * writing 2 to /proc/self/clear_refs.
+ *
+ * Why it exists: nothing of the program's memory is ever protected. The
+ * portable sampler's PROT_NONE pages made the kernel's copies fail with
+ * EFAULT: Open MPI's single-copy transfers (process_vm_readv/CMA from the
+ * other rank), read(2) into a sampled buffer, and so on. Here a copy by
+ * the kernel or by another process just sets the accessed bit, like any
+ * access, and is counted.
+ *
+ * One sample is "one page of the block was touched in one interval", as
+ * with DAMON and the portable sampler, so the profile's period is page
+ * size / 64. Profile mode gives each large block a mapping of its own
+ * between guard pages while this sampler runs (route.c), so a mapping's
+ * count is its block's; where a mapping holds several blocks the count is
+ * shared by overlap. Loads and stores are not told apart (all are
+ * credited as loads).
+ *
+ * Costs, both growing with the memory the program touches:
+ *  - the drain: reading smaps and clear_refs walk the page tables of the
+ *    process (about 1 ms per 100 MiB resident here), on the sampler thread;
+ *  - the program's next touch of each page after a clear sets its accessed
+ *    bit again: a page walk and a locked update of the entry, paid by the
+ *    program's threads (0.3-0.5 us a page in this VM, where a 1 GiB memset
+ *    ran 2.5x slower right after a clear; expected far less on bare metal).
+ * Neither is bounded by sampling a subset (clear_refs has no range), so
+ * the interval is: the start measures the touch cost per page (a 16 MiB
+ * mapping timed before and after a clear), and after each drain the next
+ * interval is HM__REFS_DUTY x (drain time + pages referenced x touch
+ * cost), at least the configured one. The overhead stays near
+ * 1/HM__REFS_DUTY; a short run then gets few intervals (the profile says
+ * how many, and `hetmem profile` warns). Samples are not scaled by the
+ * interval: a page touched once and one touched all interval long both
+ * count once, so a site's samples count the intervals it was used in. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prim/prim.h"
+#include "sampler.h"
+
+#define HM__REFS_SMAPS "/proc/self/smaps"
+#define HM__REFS_CLEAR "/proc/self/clear_refs"
+#define HM__REFS_DUTY 33u /* interval >= this x the cost of one: ~3% */
+/* Calibration pages: more than the TLB covers, or the cost hides (2 MiB
+ * showed 5 ns a page here, 8 MiB and more 300-470 ns) */
+#define HM__REFS_CAL_PAGES 4096u
+
+struct _hm_smp_refs_s {
+  const char *root;
+  char *buf; /* smaps text, mapped (the profiler must not profile itself) */
+  size_t cap;
+  size_t page;
+  uint64_t base_ns;  /* the configured interval */
+  uint64_t first_clear, last_clear, last_cost_ns, max_cost_ns, cost_sum_ns;
+  uint64_t drains, mappings, attributed, errors;
+  double touch_ns;        /* measured cost of re-touching a cleared page */
+  uint64_t ref_pages;     /* referenced anonymous pages, all drains */
+  uint64_t next_ns;       /* the next interval */
+};
+
+/* Touches one byte per page of [p, p + n pages); its time in ns. */
+static uint64_t hm__touch(volatile char *p, size_t n, size_t page) {
+  uint64_t t0 = _hm_prim_now_ns();
+  for (size_t i = 0; i < n; i++) p[i * page]++;
+  return _hm_prim_now_ns() - t0;
+}
+
+/* The extra cost of the first touch of a page after a clear: a mapping
+ * touched, timed warm, cleared and timed again; the less of 2 tries
+ * (about 4 ms at start here). */
+static double hm__touch_cost(_hm_smp_refs_t *r) {
+  size_t len = HM__REFS_CAL_PAGES * r->page;
+  void *p = NULL;
+  if (_hm_prim_map_anon(len, &p)) return 0.0;
+  double best = -1.0;
+  (void)hm__touch(p, HM__REFS_CAL_PAGES, r->page); /* fault them in */
+  for (int k = 0; k < 2; k++) {
+    uint64_t warm = hm__touch(p, HM__REFS_CAL_PAGES, r->page);
+    (void)_hm_prim_write_text(r->root, HM__REFS_CLEAR, "2");
+    uint64_t cold = hm__touch(p, HM__REFS_CAL_PAGES, r->page);
+    double c = cold > warm ? (double)(cold - warm) / HM__REFS_CAL_PAGES : 0.0;
+    if (best < 0 || c < best) best = c;
+  }
+  _hm_prim_unmap(p, len);
+  return best;
+}
+
+/* 0 when smaps reads and clear_refs takes the anonymous-memory clear. */
+int _hm_smp_refs_probe(const _hm_smp_cfg_t *cfg, char *probed, size_t plen, char *why,
+                       size_t wlen) {
+  char head[64];
+  const char *what = HM__REFS_SMAPS;
+  ssize_t n = _hm_prim_read_text(cfg->root, HM__REFS_SMAPS, head, sizeof head);
+  int rc = n >= 0 || n == -EFBIG ? 0 : (int)n; /* EFBIG: longer than head */
+  if (!rc) {
+    what = HM__REFS_CLEAR;
+    rc = _hm_prim_write_text(cfg->root, HM__REFS_CLEAR, "2");
+  }
+  snprintf(probed, plen, "{\"clear_refs\":%s}", rc ? "false" : "true");
+  if (rc) snprintf(why, wlen, "%s: %s", what, strerror(-rc));
+  return rc;
+}
+
+int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why,
+                       size_t wlen) {
+  void *p = NULL;
+  int rc = _hm_prim_map_anon(sizeof(_hm_smp_refs_t), &p);
+  if (rc) {
+    snprintf(why, wlen, "refs sampler: %s", strerror(-rc));
+    return rc;
+  }
+  _hm_smp_refs_t *r = p;
+  memset(r, 0, sizeof *r);
+  r->root = cfg->root;
+  r->page = _hm_prim_page_size();
+  r->base_ns = (cfg->period_us ? cfg->period_us : 10000) * 1000ull;
+  r->next_ns = r->base_ns;
+  r->touch_ns = hm__touch_cost(r);
+  r->first_clear = r->last_clear = _hm_prim_now_ns();
+  (void)_hm_prim_write_text(r->root, HM__REFS_CLEAR, "2"); /* start from clean bits */
+  *out = r;
+  return 0;
+}
+
+/* Reads the whole of smaps into r->buf (grown as needed); its length, or
+ * a negative errno. */
+static ssize_t hm__read_smaps(_hm_smp_refs_t *r) {
+  for (;;) {
+    if (!r->cap) {
+      void *p = NULL;
+      if (_hm_prim_map_anon(1u << 20, &p)) return -ENOMEM;
+      r->buf = p;
+      r->cap = 1u << 20;
+    }
+    ssize_t n = _hm_prim_read_text(r->root, HM__REFS_SMAPS, r->buf, r->cap);
+    if (n != -EFBIG) return n;
+    void *p = NULL;
+    if (_hm_prim_map_anon(r->cap * 2, &p)) return -ENOMEM;
+    _hm_prim_unmap(r->buf, r->cap);
+    r->buf = p;
+    r->cap *= 2;
+  }
+}
+
+typedef struct hm__vma_s {
+  uint64_t lo, hi, ref;
+  int anon; /* no file behind it: what clear_refs 2 clears */
+} hm__vma_t;
+
+/* Credits one mapping's referenced bytes to the spans overlapping it, by
+ * overlap. Returns the weight credited (x HM_SMP_FIX). */
+static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_spans_t *s,
+                               _hm_smp_credit_fn fn, void *arg, size_t page) {
+  if (!v->ref || v->hi <= v->lo) return 0;
+  size_t a = 0, b = s->n; /* first span ending above lo */
+  while (a < b) {
+    size_t m = (a + b) / 2;
+    if (s->v[m].hi <= v->lo) a = m + 1;
+    else b = m;
+  }
+  uint64_t total = 0;
+  double pages = (double)v->ref / (double)page, len = (double)(v->hi - v->lo);
+  for (size_t i = a; i < s->n && s->v[i].lo < v->hi; i++) {
+    uint64_t l = s->v[i].lo > v->lo ? s->v[i].lo : v->lo;
+    uint64_t h = s->v[i].hi < v->hi ? s->v[i].hi : v->hi;
+    if (h <= l) continue;
+    /* a block that is most of its mapping takes the whole count: the
+     * mapping's other bytes are its page-rounding and malloc's header */
+    double share = (double)(h - l) / len;
+    if (share > 0.5 && s->v[i].lo <= v->lo + page && s->v[i].hi + page >= v->hi) share = 1.0;
+    uint64_t w = (uint64_t)(pages * share * HM_SMP_FIX + 0.5);
+    if (!w) continue;
+    fn(arg, s->v[i].site, w, 0);
+    total += w;
+  }
+  return total;
+}
+
+/* Skips n space-separated fields of s. */
+static const char *hm__skip(const char *s, int n) {
+  for (int k = 0; k < n; k++) {
+    while (*s == ' ') s++;
+    while (*s && *s != ' ') s++;
+  }
+  while (*s == ' ') s++;
+  return s;
+}
+
+/* Parses one smaps header line ("lo-hi perms offset dev inode [path]");
+ * 1 when it is one. */
+static int hm__vma_header(const char *line, hm__vma_t *v) {
+  char c = line[0];
+  if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return 0;
+  char *end;
+  unsigned long long lo = strtoull(line, &end, 16);
+  if (*end != '-') return 0;
+  unsigned long long hi = strtoull(end + 1, &end, 16);
+  if (*end != ' ') return 0;
+  const char *inode = hm__skip(end, 3);
+  v->lo = lo, v->hi = hi, v->ref = 0;
+  v->anon = inode[0] == '0' && (inode[1] == ' ' || inode[1] == '\0');
+  return 1;
+}
+
+/* Adds v's referenced pages to w (all anonymous ones: what the next
+ * touches pay for) and credits v's spans. */
+static void hm__account(hm__vma_t *v, _hm_smp_refs_walk_t *w) {
+  if (v->anon) w->anon_pages += v->ref / w->page;
+  w->total += hm__credit_vma(v, w->spans, w->fn, w->arg, w->page);
+}
+
+void _hm_smp_refs_credit_text(char *text, size_t len, _hm_smp_refs_walk_t *w) {
+  hm__vma_t v = {0, 0, 0, 0};
+  int in = 0;
+  for (size_t i = 0; i < len;) {
+    char *line = text + i, *nl = memchr(line, '\n', len - i);
+    size_t ll = nl ? (size_t)(nl - line) : len - i;
+    i += ll + 1;
+    if (nl) *nl = '\0'; /* the buffer is ours: lines become strings */
+    hm__vma_t h;
+    if (hm__vma_header(line, &h)) {
+      if (in) hm__account(&v, w);
+      v = h, in = 1, w->mappings++;
+    } else if (in && strncmp(line, "Referenced:", 11) == 0) {
+      v.ref = strtoull(line + 11, NULL, 10) * 1024u;
+    }
+  }
+  if (in) hm__account(&v, w);
+}
+
+/* The next interval: HM__REFS_DUTY x what this one cost (see the top). */
+static void hm__next_interval(_hm_smp_refs_t *r, uint64_t drain_ns, uint64_t anon_pages) {
+  double cost = (double)drain_ns + (double)anon_pages * r->touch_ns;
+  double next = cost * HM__REFS_DUTY;
+  r->next_ns = next > (double)r->base_ns ? (uint64_t)next : r->base_ns;
+}
+
+uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans,
+                            _hm_smp_credit_fn fn, void *arg) {
+  if (!r) return 0;
+  uint64_t t0 = _hm_prim_now_ns();
+  ssize_t n = hm__read_smaps(r);
+  if (_hm_prim_write_text(r->root, HM__REFS_CLEAR, "2")) r->errors++;
+  r->last_clear = _hm_prim_now_ns();
+  if (n < 0) {
+    r->errors++;
+    return 0;
+  }
+  _hm_smp_refs_walk_t w = {spans, fn, arg, r->page, 0, 0, 0};
+  _hm_smp_refs_credit_text(r->buf, (size_t)n, &w);
+  uint64_t cost = _hm_prim_now_ns() - t0;
+  r->drains++;
+  r->mappings = w.mappings;
+  r->attributed += w.total;
+  r->ref_pages += w.anon_pages;
+  r->last_cost_ns = cost;
+  r->cost_sum_ns += cost;
+  if (cost > r->max_cost_ns) r->max_cost_ns = cost;
+  hm__next_interval(r, cost, w.anon_pages);
+  return w.total / HM_SMP_FIX;
+}
+
+uint64_t _hm_smp_refs_interval_ns(const _hm_smp_refs_t *r) { return r ? r->next_ns : 10000000u; }
+
+uint64_t _hm_smp_refs_touch_cost_ns(const _hm_smp_refs_t *r) {
+  return r ? (uint64_t)((double)r->ref_pages * r->touch_ns) : 0;
+}
+
+void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len) {
+  uint64_t d = r->drains ? r->drains : 1;
+  snprintf(out, len,
+           ",\"method\":\"referenced bits: /proc/self/smaps, cleared by /proc/self/clear_refs\","
+           "\"mappings\":%llu,\"interval_mean_us\":%.0f,\"drain_mean_us\":%.1f,"
+           "\"drain_max_us\":%.1f,\"touch_ns_per_page\":%.1f,\"referenced_pages\":%llu,"
+           "\"touch_cost_ns\":%llu,\"loads_and_stores\":\"not told apart\",\"errors\":%llu",
+           (unsigned long long)r->mappings,
+           (double)(r->last_clear - r->first_clear) / (double)d / 1e3,
+           (double)r->cost_sum_ns / (double)d / 1e3, (double)r->max_cost_ns / 1e3, r->touch_ns,
+           (unsigned long long)r->ref_pages, (unsigned long long)_hm_smp_refs_touch_cost_ns(r),
+           (unsigned long long)r->errors);
+}
+
+void _hm_smp_refs_stop(_hm_smp_refs_t *r) {
+  if (!r) return;
+  if (r->buf) _hm_prim_unmap(r->buf, r->cap);
+  r->buf = NULL;
+  r->cap = 0;
+}
