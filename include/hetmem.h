@@ -445,7 +445,12 @@ HM_API HM_NODISCARD int hm_module_build_id(hm_ctx_t *ctx, const char *path, char
  *  else /usr/lib/debug/.build-id/xx/yyyy.debug. *json_out (release with
  *  hm_free): {"path": file read, "build_id", "verified": bool, "dwarf":
  *  bool, "frames": [{"offset", "function" (null if unknown),
- *  "function_offset", "file" (null if unknown), "line", "column"}]}; the
+ *  "function_offset", "file" (null if unknown), "line", "column"}]}; a
+ *  frame in code the compiler inlined gives file/line of the outermost
+ *  inlined call (in "function" itself), "inlined_file"/"inlined_line" (the
+ *  line table's place) and "inlined": [{"function" (linkage name where
+ *  there is one), "file", "line"}], the inlined functions innermost first,
+ *  each at the place in it of the call below it. The
  *  offsets are looked up exactly as given (pass a return address minus 1
  *  to get the call's line). Errors: -ESTALE when the file at module_path
  *  has another build-id and no debug file matches, -ENOENT when neither

@@ -163,36 +163,87 @@ static int hm__fn_cb(Dwarf_Die *die, void *arg) {
   return DWARF_CB_ABORT;
 }
 
-/* Where the function holding addr made the call that the compiler inlined
- * there: the outermost inlined scope's DW_AT_call_file:call_line. A site in
- * make_hot() through inlined std::vector code then reads as make_hot at its
- * own line, not at new_allocator.h. 0 when addr is in no inlined scope.
- * (dwarf_getscopes cannot tell: past an inlined instance it follows the
- * abstract origin's scopes, not the caller's.) */
-static int hm__outer_call(Dwfl_Module *mod, Dwarf_Addr addr, const char **file, int *line,
-                          int *col) {
+#define HM__MAX_INLINE 32
+
+/* The inlined scopes holding a pc, outermost first: in[0] was inlined into
+ * the function itself, in[k + 1] into in[k]. (dwarf_getscopes cannot give
+ * this: past an inlined instance it follows the abstract origin's scopes,
+ * not the caller's.) */
+typedef struct {
+  Dwarf_Die cu;
+  Dwarf_Die in[HM__MAX_INLINE];
+  int n;
+} hm__nest_t;
+
+static int hm__nest(Dwfl_Module *mod, Dwarf_Addr addr, hm__nest_t *nest) {
   Dwarf_Addr cubias = 0;
   Dwarf_Die *cu = dwfl_module_addrdie(mod, addr, &cubias);
+  nest->n = 0;
   if (!cu) return 0;
+  nest->cu = *cu;
   hm__fn_search_t q = {.pc = addr - cubias, .found = 0};
   if (dwarf_getfuncs(cu, hm__fn_cb, &q, 0) < 0 || !q.found) return 0;
-  Dwarf_Die in;
-  if (!hm__find_inline(&q.fn, q.pc, &in)) return 0;
+  Dwarf_Die *parent = &q.fn;
+  while (nest->n < HM__MAX_INLINE && hm__find_inline(parent, q.pc, &nest->in[nest->n]))
+    parent = &nest->in[nest->n++];
+  return nest->n;
+}
+
+/* Where the code that in stands for was called from: its
+ * DW_AT_call_file:call_line:call_column. */
+static int hm__call_site(hm__nest_t *nest, Dwarf_Die *in, const char **file, int *line,
+                         int *col) {
   Dwarf_Attribute a;
   Dwarf_Word fidx = 0, ln = 0, cn = 0;
   Dwarf_Files *files = NULL;
   size_t nf = 0;
-  if (dwarf_formudata(dwarf_attr(&in, DW_AT_call_file, &a), &fidx) != 0 ||
-      dwarf_formudata(dwarf_attr(&in, DW_AT_call_line, &a), &ln) != 0 ||
-      dwarf_getsrcfiles(cu, &files, &nf) != 0 || fidx >= nf)
+  if (dwarf_formudata(dwarf_attr(in, DW_AT_call_file, &a), &fidx) != 0 ||
+      dwarf_formudata(dwarf_attr(in, DW_AT_call_line, &a), &ln) != 0 ||
+      dwarf_getsrcfiles(&nest->cu, &files, &nf) != 0 || fidx >= nf)
     return 0;
   const char *f = dwarf_filesrc(files, fidx, NULL, NULL);
   if (!f) return 0;
-  if (dwarf_formudata(dwarf_attr(&in, DW_AT_call_column, &a), &cn) != 0) cn = 0;
+  if (dwarf_formudata(dwarf_attr(in, DW_AT_call_column, &a), &cn) != 0) cn = 0;
   *file = f;
   *line = (int)ln;
   *col = (int)cn;
   return 1;
+}
+
+/* An inlined subroutine's name through its abstract origin: the linkage
+ * name where there is one (C++: demangled later, with its class and
+ * template arguments), else DW_AT_name. */
+static const char *hm__inline_name(Dwarf_Die *in) {
+  Dwarf_Attribute a;
+  const char *n = dwarf_formstring(dwarf_attr_integrate(in, DW_AT_linkage_name, &a));
+  if (!n) n = dwarf_formstring(dwarf_attr_integrate(in, DW_AT_MIPS_linkage_name, &a));
+  return n ? n : dwarf_formstring(dwarf_attr_integrate(in, DW_AT_name, &a));
+}
+
+static void hm__loc_json(_hm_sb_t *sb, const char *fn, const char *file, int line) {
+  _hm_sb_puts(sb, "{\"function\":");
+  if (fn) _hm_sb_json_str(sb, fn);
+  else _hm_sb_puts(sb, "null");
+  _hm_sb_puts(sb, ",\"file\":");
+  if (file) _hm_sb_json_str(sb, file);
+  else _hm_sb_puts(sb, "null");
+  _hm_sb_printf(sb, ",\"line\":%d}", line);
+}
+
+/* ,"inlined":[...]: the functions inlined at this frame, innermost first,
+ * each with the place in it of the call below it (the innermost: the
+ * frame's own line-table place). */
+static void hm__inlined_json(_hm_sb_t *sb, hm__nest_t *nest, const char *src, int lineno) {
+  _hm_sb_puts(sb, ",\"inlined\":[");
+  for (int j = nest->n - 1; j >= 0; j--) {
+    const char *file = src;
+    int line = lineno, col = 0;
+    if (j + 1 < nest->n && !hm__call_site(nest, &nest->in[j + 1], &file, &line, &col))
+      file = NULL, line = 0;
+    if (j != nest->n - 1) _hm_sb_puts(sb, ",");
+    hm__loc_json(sb, hm__inline_name(&nest->in[j]), file, line);
+  }
+  _hm_sb_puts(sb, "]");
 }
 
 static void hm__frame_json(_hm_sb_t *sb, Dwfl_Module *mod, Dwarf_Addr bias, uint64_t offset) {
@@ -213,8 +264,10 @@ static void hm__frame_json(_hm_sb_t *sb, Dwfl_Module *mod, Dwarf_Addr bias, uint
   const char *src = line ? dwfl_lineinfo(line, NULL, &lineno, &col, NULL, NULL) : NULL;
   const char *call = NULL;
   int cline = 0, ccol = 0;
-  if (mod && hm__outer_call(mod, addr, &call, &cline, &ccol)) {
-    /* the line table's place is inside the inlined code: kept beside */
+  hm__nest_t nest; /* about 1 KiB */
+  if (mod && hm__nest(mod, addr, &nest) && hm__call_site(&nest, &nest.in[0], &call, &cline, &ccol)) {
+    /* the line table's place is inside the inlined code: kept beside, and
+     * the whole chain of inlined functions */
     _hm_sb_puts(sb, ",\"file\":");
     _hm_sb_json_str(sb, call);
     _hm_sb_printf(sb, ",\"line\":%d,\"column\":%d", cline, ccol);
@@ -223,6 +276,7 @@ static void hm__frame_json(_hm_sb_t *sb, Dwfl_Module *mod, Dwarf_Addr bias, uint
       _hm_sb_json_str(sb, src);
       _hm_sb_printf(sb, ",\"inlined_line\":%d", lineno);
     }
+    hm__inlined_json(sb, &nest, src, lineno);
     _hm_sb_puts(sb, "}");
     return;
   }

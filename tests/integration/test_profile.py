@@ -395,9 +395,13 @@ def test_cxx_sites_are_named_by_the_program(tmp_path: Path) -> None:
     # operator new (libstdc++) is skipped; the names are demangled; the line
     # is the program's call, not the inlined new_allocator.h / alloc_traits.h
     assert ("make_hot", "v.cpp", 4) in where
-    grow = [s for s in show["sites"] if "_M_realloc_insert" in s["function"]]
-    assert grow and all(s["user_frame"] == 1 for s in show["sites"])
-    assert "main at " + str(src) + ":9" in " ".join(grow[0]["symbols"])
+    assert all(s["user_frame"] == 1 for s in show["sites"])
+    # std::vector's own growth (_M_realloc_insert, a function of the program
+    # compiled from the library's header) is the runtime's too: the site is
+    # main's push_back line
+    grow = [s for s in show["sites"] if any("_M_realloc_insert" in f for f in s["symbols"])]
+    assert grow and all((s["function"], s["line"]) == ("main", 9) for s in grow), grow
+    assert all(s["label"].startswith(f"main at {src}:9") for s in grow)
 
 
 FORTRAN_SRC = """module work

@@ -96,3 +96,94 @@ def test_a_helper_called_twice_is_two_sites_by_name(tmp_path: Path) -> None:
     assert short(a) in out and short(b) in out
     text = placement.read_text()
     assert f"[[sites]]  # {a}" in text and f"[[sites]]  # {b}" in text
+
+
+def test_inlined_functions_expand_a_frame() -> None:
+    from hetmem.placement.sitenames import site_functions
+
+    lib = "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+    sym = (
+        "std::vector<double>::resize(unsigned long) at /usr/include/c++/12/bits/stl_vector.h:1011"
+        " <- Domain::Domain(unsigned long) at /src/a.cc:12 <- main at /src/a.cc:30"
+    )
+    texts, start, where = site_functions([lib, "/src/app"], [0x10, 0x1309], ["new", sym])
+    assert texts == [
+        "new (libstdc++.so.6+0x10)",
+        "std::vector<double>::resize(unsigned long) at /usr/include/c++/12/bits/stl_vector.h:1011",
+        "Domain::Domain(unsigned long) at /src/a.cc:12",
+        "main at /src/a.cc:30 (app+0x1309)",
+    ]
+    # the runtime library and the runtime's inlined header are skipped
+    assert start == 2 and where == (1, 1)
+
+
+# An -O3 C++ program whose allocations are all inlined into main: a vector
+# resized in an inlined constructor, and a template allocator called twice
+# from an inlined time step. Each frame is main's, at the line of the
+# outermost inlined call; only the inline chain tells the sites apart.
+CXX_SRC = r"""#include <cstdio>
+#include <cstdlib>
+#include <vector>
+template <typename T> static inline T *Allocate(size_t n) {
+  return static_cast<T *>(malloc(n * sizeof(T)));  // ALLOCATE
+}
+struct Domain {
+  std::vector<double> x, y, z;
+  explicit Domain(size_t n) {
+    x.resize(n);  // X
+    y.resize(n);  // Y
+    z.resize(n);  // Z
+  }
+};
+static inline double Integrate(Domain &d, size_t n) {
+  double *a = Allocate<double>(n);  // A
+  double *b = Allocate<double>(n);  // B
+  double s = 0;
+  for (size_t i = 0; i < n; i++) {
+    a[i] = d.x[i] + 1.0;
+    b[i] = d.y[i] + d.z[i] + 2.0;
+  }
+  for (size_t i = 0; i < n; i += 512) s += a[i] + b[i];
+  free(a);
+  free(b);
+  return s;
+}
+int main() {
+  size_t n = (size_t)1 << 18;
+  Domain d(n);
+  double s = 0;
+  for (int it = 0; it < 3; it++) s += Integrate(d, n);
+  std::printf("%.1f\n", s);
+  return 0;
+}
+"""
+
+
+def test_sites_inlined_into_one_caller_have_their_own_lines(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    from conftest import profile_and_show
+
+    gxx = shutil.which("g++")
+    if not gxx:
+        import pytest
+
+        pytest.skip("no g++")
+    src = tmp_path / "app.cc"
+    src.write_text(CXX_SRC)
+    exe = tmp_path / "app"
+    subprocess.run([gxx, "-O3", "-g", str(src), "-o", str(exe)], check=True)
+    line = {tag: n for n, text in enumerate(CXX_SRC.splitlines(), 1)
+            for tag in ("ALLOCATE", "X", "Y", "Z", "A", "B") if text.endswith(f"// {tag}")}  # fmt: skip
+    proc, _, show = profile_and_show(tmp_path, "c", str(exe))
+    assert proc.returncode == 0, proc.stderr
+    labels = sorted(short(s["label"]) for s in show["sites"])
+    assert labels == sorted(
+        [f"Domain::Domain(unsigned long) at app.cc:{line[t]}" for t in "XYZ"]
+        + [f"Allocate<double> at app.cc:{line['ALLOCATE']} <- Integrate at app.cc:{line[t]}"
+           for t in "AB"]
+    ), labels  # fmt: skip
+    # the row's place is the innermost function outside the runtimes
+    rows = {s["line"] for s in show["sites"]}
+    assert rows == {line["X"], line["Y"], line["Z"], line["ALLOCATE"]}

@@ -33,7 +33,7 @@ from hetmem import probe
 from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError
 from hetmem.output import write_atomic
 from hetmem.placement import symbolize
-from hetmem.placement.sitenames import distinct_labels, first_user_frame, frame_text
+from hetmem.placement.sitenames import distinct_labels, site_functions
 
 KIND = "hetmem-placement"
 SCHEMA_VERSION = 1
@@ -181,8 +181,9 @@ def site_labels(p: Placement) -> list[str]:
     for s in p.sites:
         paths = [p.modules[mi].path if 0 <= mi < len(p.modules) else "?" for mi, _ in s.frames]
         syms = [*s.symbols, *[None] * len(s.frames)]  # symbols may be fewer (--no-symbols)
-        frames.append([frame_text(paths[k], off, syms[k]) for k, (_, off) in enumerate(s.frames)])
-        starts.append(first_user_frame(paths))
+        texts, start, _ = site_functions(paths, [o for _, o in s.frames], syms[: len(paths)])
+        frames.append(texts)
+        starts.append(start)
     return distinct_labels(frames, starts)
 
 

@@ -10,6 +10,13 @@ frame in which it differs from every other site of that name, so that
 read the same. Optimized Fortran and C often give two calls in one routine
 the same source line, which is why frames are compared with their module
 offsets, not only as symbols.
+
+A frame in code the compiler inlined stands for several functions (an
+-O3 C++ time step inlined into main makes every array of it read `main at
+lulesh.cc:2748`): it is expanded into them, innermost first, so a site
+reads `Allocate<double> at lulesh.h:60 <- IntegrateStressForElems at
+lulesh.cc:516`. Code inlined from the language runtimes' headers (C++'s
+std::vector) is skipped like a runtime library.
 """
 
 from __future__ import annotations
@@ -26,6 +33,14 @@ RUNTIME_MODULE = re.compile(
 )
 
 
+# What separates the functions of one frame (symbolize.Location's text).
+INLINE_SEP = " <- "
+
+# Headers of the language runtimes, whose code the compiler inlines into the
+# program's own functions.
+SYSTEM_SOURCE = re.compile(r"^/usr/(?:local/)?include/|/include/c\+\+/|^/usr/lib/gcc/")
+
+
 def raw_frame(module_path: str, offset: int) -> str:
     """A frame as 'module+0xoffset' (the module by its file name)."""
     return f"{module_path.rsplit('/', 1)[-1]}+0x{offset:x}"
@@ -36,6 +51,42 @@ def frame_text(module_path: str, offset: int, symbol: str | None) -> str:
     alone when it has no symbol."""
     raw = raw_frame(module_path, offset)
     return f"{symbol} ({raw})" if symbol and symbol != raw else raw
+
+
+def frame_functions(module_path: str, offset: int, symbol: str | None) -> list[str]:
+    """A frame as the functions a reader sees, innermost first: those the
+    compiler inlined there, then the frame's own function, which carries the
+    module offset ('module+0xoffset' alone without a symbol)."""
+    raw = raw_frame(module_path, offset)
+    if not symbol or symbol == raw:
+        return [raw]
+    parts = symbol.split(INLINE_SEP)
+    parts[-1] = f"{parts[-1]} ({raw})"
+    return parts
+
+
+def in_runtime(module_path: str, text: str) -> bool:
+    """A function of a frame that belongs to a language runtime: its module
+    is one, or its source is a runtime's header."""
+    if RUNTIME_MODULE.match(module_path.rsplit("/", 1)[-1]):
+        return True
+    return " at " in text and bool(SYSTEM_SOURCE.search(text.rsplit(" at ", 1)[1]))
+
+
+def site_functions(
+    paths: Sequence[str], offsets: Sequence[int], symbols: Sequence[str | None]
+) -> tuple[list[str], int, tuple[int, int]]:
+    """A site's frames expanded into functions (frame_functions), the index
+    of the first one outside the language runtimes (0 when none is), and
+    where that one is: (frame index, position in the frame's functions)."""
+    texts: list[str] = []
+    start, where = -1, (0, 0)
+    for k, (path, off, sym) in enumerate(zip(paths, offsets, symbols, strict=True)):
+        for pos, text in enumerate(frame_functions(path, off, sym)):
+            if start < 0 and not in_runtime(path, text):
+                start, where = len(texts), (k, pos)
+            texts.append(text)
+    return texts, max(start, 0), where
 
 
 def first_user_frame(module_paths: Sequence[str]) -> int:

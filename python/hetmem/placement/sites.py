@@ -8,8 +8,13 @@ from typing import Any
 
 from hetmem.errors import UsageError
 from hetmem.placement import profile as prof
-from hetmem.placement.sitenames import distinct_labels, first_user_frame, frame_text
-from hetmem.placement.symbolize import Symbolizer
+from hetmem.placement.sitenames import (
+    distinct_labels,
+    first_user_frame,
+    frame_text,
+    site_functions,
+)
+from hetmem.placement.symbolize import Location, Symbolizer
 
 
 def load_one(path: str) -> tuple[str, prof.Profile]:
@@ -55,17 +60,31 @@ def user_frame(site: prof.Site) -> int:
     return first_user_frame([m.path for m, _ in site.frames])
 
 
+def _functions(sym: Symbolizer, site: prof.Site) -> tuple[list[str], int, Location | None]:
+    """The site's frames as functions (inlined ones expanded), the index of
+    the first outside the language runtimes, and its place."""
+    locs = [sym.lookup(m.key, m.path, m.build_id, off) for m, off in site.frames]
+    known = [loc if loc is not None and (loc.function or loc.file) else None for loc in locs]
+    texts, start, (k, pos) = site_functions(
+        [m.path for m, _ in site.frames],
+        [off for _, off in site.frames],
+        [str(loc) if loc else None for loc in known],
+    )
+    loc = known[k] if k < len(known) else None
+    return texts, start, loc.chain()[pos] if loc else None
+
+
 def site_rows(p: prof.Profile, sym: Symbolizer) -> list[dict[str, Any]]:
     sym.prefetch(frame_inputs(p.sites))
-    rows = []
+    rows, functions, starts = [], [], []
     for i, s in enumerate(p.sites):
-        k = user_frame(s)
-        m, off = s.frames[k]
-        loc = sym.lookup(m.key, m.path, m.build_id, off)
+        texts, start, loc = _functions(sym, s)
+        functions.append(texts)
+        starts.append(start)
         rows.append(
             {
                 "index": i,
-                "user_frame": k,
+                "user_frame": user_frame(s),
                 "function": loc.function if loc else None,
                 "file": loc.file if loc else None,
                 "line": loc.line if loc else 0,
@@ -90,11 +109,7 @@ def site_rows(p: prof.Profile, sym: Symbolizer) -> list[dict[str, Any]]:
                 "small": {"count": s.small_count, "bytes": s.small_bytes},
             }
         )
-    for r, label in zip(
-        rows,
-        distinct_labels([r["symbols"] for r in rows], [r["user_frame"] for r in rows]),
-        strict=True,
-    ):
+    for r, label in zip(rows, distinct_labels(functions, starts), strict=True):
         r["label"] = label
     rows.sort(key=lambda r: -r["est_accesses"])
     return rows

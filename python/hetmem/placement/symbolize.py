@@ -17,15 +17,27 @@ from typing import Any
 
 from hetmem._native import Context, lib
 from hetmem.errors import HetmemError, NativeError
+from hetmem.placement.sitenames import INLINE_SEP
 
 
 @dataclass(frozen=True)
 class Location:
+    """A frame's place: its function at file:line, and the functions the
+    compiler inlined there (innermost first, each at the place in it of the
+    call below it). Shown as 'inner at f:l <- ... <- function at f:l'."""
+
     function: str | None
     file: str | None
     line: int
+    inlined: tuple[Location, ...] = ()
+
+    def chain(self) -> list[Location]:
+        """The frame as the functions a reader sees, innermost first."""
+        return [*self.inlined, Location(self.function, self.file, self.line)]
 
     def __str__(self) -> str:
+        if self.inlined:
+            return INLINE_SEP.join(str(x) for x in self.chain())
         fn = self.function or "??"
         if self.file:
             return f"{fn} at {self.file}:{self.line}"
@@ -131,6 +143,17 @@ def symbolize_raw(path: str, build_id_hex: str, offsets: list[int]) -> dict[str,
         return json.loads(_take(so, out))
 
 
+def _location(fr: dict[str, Any]) -> Location:
+    """A frame of hm_symbolize's JSON, names demangled."""
+    fn = fr.get("function")
+    inl = tuple(
+        Location(demangle(i["function"]) if i.get("function") else None, i.get("file"),
+                 int(i.get("line") or 0))
+        for i in fr.get("inlined") or ()
+    )  # fmt: skip
+    return Location(demangle(fn) if fn else None, fr.get("file"), int(fr.get("line", 0)), inl)
+
+
 class Symbolizer:
     """Caches locations per (module key, offset); remembers failures per
     module so that a missing binary is reported once, not per frame."""
@@ -154,12 +177,7 @@ class Symbolizer:
                 self.problems[key] = str(exc)
                 continue
             for off, fr in zip(offs, data["frames"], strict=True):
-                fn = fr.get("function")
-                self._cache[(key, off)] = Location(
-                    function=demangle(fn) if fn else None,
-                    file=fr.get("file"),
-                    line=int(fr.get("line", 0)),
-                )
+                self._cache[(key, off)] = _location(fr)
 
     def lookup(self, key: str, path: str, bid: str, off: int) -> Location | None:
         if (key, off) not in self._cache and key not in self.problems:
