@@ -220,6 +220,17 @@ def test_advise_output_in_a_missing_folder_is_refused_before_solving(hetmem, tmp
     _assert_refused(proc, "does not exist")
 
 
+def test_advise_storage_names_the_storage_tier(hetmem, tmp_path):
+    proc = hetmem("advise", PROFILE, "--fast-budget", "16M", "--storage", "/nonexistent-hetmem",
+                  timeout=120)  # fmt: skip
+    _assert_refused(proc, "--storage /nonexistent-hetmem: not a directory")
+    proc = hetmem("advise", PROFILE, "--fast-budget", "16M", "--storage", str(tmp_path), "--json",
+                  timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    names = [t["name"] for t in json.loads(proc.stdout)["tiers"]]
+    assert f"storage:{os.path.realpath(tmp_path)}" in names, names
+
+
 def test_flow_run_of_a_binary_file_is_one_line(hetmem, tmp_path):
     # was a UnicodeDecodeError traceback
     spec = tmp_path / "spec.bin"

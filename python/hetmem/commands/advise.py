@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from typing import Any
 
@@ -54,6 +55,13 @@ class Command:
             "--tiers", metavar="FILE", help="tier characteristics as JSON instead of this machine's"
         )
         parser.add_argument(
+            "--storage",
+            metavar="DIR",
+            help="the storage tier is this directory (as `hetmem run --storage DIR` will use), "
+            "with its `hetmem probe --storage DIR` figures where they were measured; default: "
+            "the default storage directory",
+        )
+        parser.add_argument(
             "--ranks-per-node", type=int, metavar="N", help="ranks sharing a node's budget"
         )
         parser.add_argument(
@@ -98,7 +106,12 @@ class Command:
             explain_top=args.explain,
         )
         got = pipeline.advise_profiles(
-            args.profiles, budget, args.tiers, options, symbols=not args.no_symbols
+            args.profiles,
+            budget,
+            args.tiers,
+            options,
+            symbols=not args.no_symbols,
+            storage=args.storage,
         )
         comment = [
             "hetmem placement: which tier serves each allocation site (docs/formats.md).",
@@ -136,6 +149,13 @@ class Command:
             raise UsageError("--time-limit S must be a positive number of seconds")
         if args.output:
             check_output_file(args.output, "-o")
+        if args.storage is not None:
+            if args.tiers:
+                raise UsageError(
+                    "--storage and --tiers exclude each other (the file names its tiers)"
+                )
+            if not os.path.isdir(args.storage):
+                raise UsageError(f"--storage {args.storage}: not a directory")
         return budget
 
     def bench(self, args: argparse.Namespace) -> int:

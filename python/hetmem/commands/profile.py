@@ -179,6 +179,16 @@ _SITE_COLUMNS = [
 ]
 
 
+def _lifetime(row: dict[str, Any]) -> str:
+    """The mean lifetime of the freed blocks; the never-freed ones (alive at
+    exit: their lifetime is the run's) are said as such, not counted as 0."""
+    nf, allocs = row["never_freed"], row["allocs"]
+    if nf >= allocs:
+        return "never freed"
+    mean = _ns(row["lifetime_ns"]["mean"])
+    return f"{mean} ({nf} never freed)" if nf else mean
+
+
 def _print_sites(rows: list[dict[str, Any]]) -> None:
     output.table(
         "allocation sites, hottest first",
@@ -190,7 +200,7 @@ def _print_sites(rows: list[dict[str, Any]]) -> None:
                 r["allocs"],
                 format_size(r["bytes"]),
                 format_size(r["peak_live_bytes"]),
-                _ns(r["lifetime_ns"]["mean"]),
+                _lifetime(r),
                 f"{r['est_accesses']:.3g}",
                 f"{r['accesses_per_byte']:.3g}",
             ]

@@ -63,12 +63,15 @@ def gather_profiles(args: list[str]) -> tuple[list[str], list[prof.Profile], lis
     return names, profiles, notes
 
 
-def tiers_for(tiers_file: str | None) -> tuple[list[pb.Tier], list[str]]:
-    """The tiers from --tiers FILE, else from this machine; with notes."""
+def tiers_for(
+    tiers_file: str | None, storage: str | None = None
+) -> tuple[list[pb.Tier], list[str]]:
+    """The tiers from --tiers FILE, else from this machine (its storage tier
+    the directory storage, when given); with notes."""
     if tiers_file:
         tiers, notes = pb.tiers_from_file(tiers_file), []
     else:
-        tiers, notes = pb.tiers_from_machine()
+        tiers, notes = pb.tiers_from_machine(storage)
     if len(tiers) < 2:
         notes.append(f"only one tier ({tiers[0].name}): every site goes there")
     return tiers, notes
@@ -80,11 +83,12 @@ def advise_profiles(
     tiers_file: str | None,
     options: SolveOptions,
     symbols: bool = True,
+    storage: str | None = None,
 ) -> ProfilesAdvice:
     """`hetmem advise`'s work: every note in the order the command shows them."""
     names, profiles, dropped_notes = gather_profiles(profile_args)
     merged = prof.merge(profiles)
-    tiers, notes = tiers_for(tiers_file)
+    tiers, notes = tiers_for(tiers_file, storage)
     sym = Symbolizer() if symbols else None
     res = advise(
         merged,

@@ -166,13 +166,14 @@ def _measured_figures(t: dict[str, Any]) -> tuple[float | None, float | None]:
     return bw, lat
 
 
-def tiers_from_machine() -> tuple[list[Tier], list[str]]:
+def tiers_from_machine(storage: str | None = None) -> tuple[list[Tier], list[str]]:
     """This machine's tiers: the inventory with cached probe measurements
-    (hetmem.tiers), else the cached probe result alone; notes say which."""
+    (hetmem.tiers), else the cached probe result alone; notes say which.
+    storage: the storage tier's directory (default: the default one)."""
     notes: list[str] = []
     entries: list[dict[str, Any]] | None = None
     try:
-        entries = inv.inventory()["tiers"]
+        entries = inv.inventory(storage=[storage] if storage else None)["tiers"]
     except ImportError:
         notes.append("tier inventory unavailable; using the cached probe result only")
     except Exception as exc:  # the native library may lack discovery: degrade
@@ -191,9 +192,10 @@ def tiers_from_machine() -> tuple[list[Tier], list[str]]:
     tiers = [_tier_from_inventory(t) for t in entries if isinstance(t, dict)]
     nominal = [t.name for t in tiers if t.source == "nominal"]
     if nominal:
+        how = f"hetmem probe --storage {storage}" if storage else "hetmem probe"
         notes.append(
             f"no measurement for {', '.join(nominal)}: nominal figures for their kind "
-            "(run `hetmem probe` for measured ones)"
+            f"(run `{how}` for measured ones)"
         )
     return sorted(tiers, key=lambda t: -t.bandwidth_gbs), notes
 
