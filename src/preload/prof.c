@@ -144,6 +144,14 @@ void _hm_pl_prof_release(_hm_pl_block_t *b, uint32_t site, uint64_t t, uintptr_t
 void _hm_pl_prof_small(uintptr_t ra, size_t size) {
   _hm_pf_tbuf_t *tb = hm__tbuf();
   if (!tb) return;
+  if (size >= _hm_pf.cfg.threshold / 4) {
+    atomic_store_explicit(&tb->near_count,
+                          atomic_load_explicit(&tb->near_count, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_store_explicit(&tb->near_bytes,
+                          atomic_load_explicit(&tb->near_bytes, memory_order_relaxed) + size,
+                          memory_order_relaxed);
+  }
   size_t h = (size_t)((ra * 0x9E3779B97F4A7C15ull) >> 52) & (HM_PF_SMALL - 1);
   for (unsigned i = 0; i < 8; i++) {
     _hm_pf_small_t *e = &tb->small[(h + i) & (HM_PF_SMALL - 1)];

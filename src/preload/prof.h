@@ -50,6 +50,9 @@ typedef struct _hm_pf_tbuf_s {
   _hm_pf_chunk_t *_Atomic head; /* set by the owner, read by the writer */
   _hm_pf_chunk_t *cur;
   _Atomic uint64_t other_count, other_bytes; /* small table full */
+  /* small allocations of at least a quarter of the threshold: a program
+   * whose arrays are just under it is told so (one writer: plain adds) */
+  _Atomic uint64_t near_count, near_bytes;
   _hm_pf_small_t small[HM_PF_SMALL];
 } _hm_pf_tbuf_t;
 

@@ -85,6 +85,7 @@ typedef struct hm__w_s {
   int32_t *order;           /* file index -> loaded module */
   int nmods;
   uint64_t other_count, other_bytes; /* small allocations of no site */
+  uint64_t near_count, near_bytes;   /* small ones of >= threshold / 4 */
   _hm_pf_ev_t *ev;          /* events up to wall, sorted per site then time */
   size_t nev;
 } hm__w_t;
@@ -133,6 +134,8 @@ static int hm__collect_sites(hm__w_t *w) {
 static void hm__attribute_thread(hm__w_t *w, _hm_pf_tbuf_t *tb) {
   w->other_count += atomic_load(&tb->other_count);
   w->other_bytes += atomic_load(&tb->other_bytes);
+  w->near_count += atomic_load(&tb->near_count);
+  w->near_bytes += atomic_load(&tb->near_bytes);
   for (size_t i = 0; i < HM_PF_SMALL; i++) {
     uintptr_t ra = atomic_load(&tb->small[i].ra);
     if (!ra) continue;
@@ -209,7 +212,8 @@ static void hm__header(_hm_sb_t *sb, const hm__w_t *w, const char *host, const c
                 "\"period\":%.1f,\"overhead\":%.6f,\"interval_us\":%llu,"
                 "\"pages_per_block\":%u,\"periods\":%llu,\"armed_pages\":%llu,\"faults\":%llu,"
                 "\"fault_cost_ns\":%llu,\"sampler_cpu_ns\":%llu,\"handler_lost\":%s,"
-                "\"probed\":%s%s},\"small\":{\"count\":%llu,\"bytes\":%llu},"
+                "\"probed\":%s%s},\"small\":{\"count\":%llu,\"bytes\":%llu,"
+                "\"near_threshold\":{\"from\":%zu,\"count\":%llu,\"bytes\":%llu}},"
                 "\"stopped_by_signal\":%d}\n",
                 _hm_pf.start_unix, (unsigned long long)w->wall, _hm_pf.cfg.depth,
                 _hm_pf.cfg.threshold, threads > 0 ? threads : 1, _hm_pf.sampler_name, period,
@@ -218,7 +222,8 @@ static void hm__header(_hm_sb_t *sb, const hm__w_t *w, const char *host, const c
                 (unsigned long long)ps.faults, (unsigned long long)ps.fault_cost_ns,
                 (unsigned long long)cpu, ps.handler_lost ? "true" : "false", _hm_pf.probed,
                 extra, (unsigned long long)w->other_count, (unsigned long long)w->other_bytes,
-                _hm_pl_term_signal());
+                _hm_pf.cfg.threshold / 4, (unsigned long long)w->near_count,
+                (unsigned long long)w->near_bytes, _hm_pl_term_signal());
 }
 
 static void hm__modules(_hm_sb_t *sb, const hm__w_t *w) {

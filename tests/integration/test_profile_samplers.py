@@ -380,3 +380,41 @@ def test_a_profile_without_access_samples_is_pointed_out(tmp_path: Path) -> None
     got = run_hetmem("advise", str(path), "--fast-budget", "8MiB")
     assert got.returncode == 0, got.stderr
     assert "warning: the profiles have no access samples" in got.stderr
+
+
+NEAR_SRC = r"""#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(void) {
+  char *p[64];
+  long s = 0;
+  for (int i = 0; i < 64; i++) {
+    p[i] = malloc(700 << 10); /* 64 arrays just under the 1 MiB threshold */
+    memset(p[i], i, 700 << 10);
+  }
+  for (int i = 0; i < 64; i++) s += p[i][i];
+  printf("%ld\n", s);
+  return 0;
+}
+"""
+
+
+def test_arrays_just_under_the_threshold_get_a_hint(tmp_path: Path) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    exe = tmp_path / "near"
+    subprocess.run([cc, "-O1", "-x", "c", "-", "-o", str(exe)], input=NEAR_SRC, text=True,
+                   check=True)  # fmt: skip
+    proc = run_hetmem("profile", "-o", str(tmp_path / "p.prof"), "--", str(exe))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{sum(range(64))}\n"
+    (path,) = profile_files(tmp_path)
+    near = header(path)["small"]["near_threshold"]
+    assert near == {"from": 256 << 10, "count": 64, "bytes": 64 * (700 << 10)}
+    assert "64 allocation(s) of 256 KiB to 1 MiB (43.8 MiB in all)" in proc.stderr
+    assert "--threshold 256KiB profiles them" in proc.stderr
+    # and with the threshold the hint names, they are sites
+    proc = run_hetmem("profile", "--threshold", "256KiB", "-o", str(tmp_path / "q.prof"), "--",
+                      str(exe))  # fmt: skip
+    assert proc.returncode == 0 and "below the threshold" not in proc.stderr, proc.stderr

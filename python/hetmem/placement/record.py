@@ -16,6 +16,7 @@ from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.output import check_output_dir
 from hetmem.placement import profile as prof
 from hetmem.run import launch as hrun
+from hetmem.sizes import format_size
 
 SAMPLERS = ("auto", "pebs", "ibs", "spe", "damon", "refs", "portable", "none")
 # the samplers that need something of this machine: checked before the run
@@ -75,14 +76,38 @@ def samples_note(p: prof.Profile) -> str | None:
     return None
 
 
+# below the threshold, this much memory in allocations of at least a quarter
+# of it is worth a hint (bytes allocated: small blocks' frees are not seen)
+NEAR_HINT_BYTES = 32 << 20
+
+
+def threshold_note(p: prof.Profile) -> str | None:
+    """A hint when allocations just under the threshold (a code's 0.5-1 MB
+    persistent arrays under the 1 MiB default) add up to much memory: they
+    are not sites, so no placement can move them."""
+    near = (p.header.get("small") or {}).get("near_threshold")
+    thr = p.header.get("threshold")
+    if not isinstance(near, dict) or not isinstance(thr, int) or thr <= 0:
+        return None
+    nbytes, count, low = near.get("bytes", 0), near.get("count", 0), near.get("from", thr // 4)
+    if not isinstance(nbytes, int) or nbytes < NEAR_HINT_BYTES:
+        return None
+    return (
+        f"{count} allocation(s) of {format_size(low)} to {format_size(thr)} ({format_size(nbytes)} "
+        f"in all) were below the threshold and are not sites; --threshold "
+        f"{format_size(low).replace(' ', '')} profiles them"
+    )
+
+
 def _note_samples(files: list[str]) -> None:
     for f in files:
         try:
-            note = samples_note(prof.load(f))
+            p = prof.load(f)
         except HetmemError:
             continue
-        if note:
-            os.write(2, f"hetmem profile: note: {os.path.basename(f)}: {note}\n".encode())
+        for note in (samples_note(p), threshold_note(p)):
+            if note:
+                os.write(2, f"hetmem profile: note: {os.path.basename(f)}: {note}\n".encode())
 
 
 _INTERPRETER = re.compile(r"^(python|pypy|julia|R$|Rscript|node|ruby|perl)")
