@@ -372,7 +372,14 @@ HM_API int hm_pager_close(hm_pager_t *pager);
  *  space is reserved now: -ENOSPC if the storage tier cannot hold it. */
 HM_API HM_NODISCARD int hm_pager_map(hm_pager_t *pager, size_t length, void **addr);
 
-/** Unmaps a region returned by hm_pager_map (addr and length as mapped). */
+/** Maps a region at addr exactly (page-aligned; length a multiple of the
+ *  fetch unit), replacing whatever the caller had there: for memory the
+ *  program already has at a fixed address, such as its static arrays,
+ *  moved aside first and copied back in. -EINVAL when not aligned. */
+HM_API HM_NODISCARD int hm_pager_map_at(hm_pager_t *pager, void *addr, size_t length);
+
+/** Unmaps a region returned by hm_pager_map or hm_pager_map_at (addr and
+ *  length as mapped). */
 HM_API int hm_pager_unmap(hm_pager_t *pager, void *addr, size_t length);
 
 typedef enum hm_advice_e {

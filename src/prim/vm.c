@@ -32,6 +32,16 @@ int _hm_prim_vm_map(int fd, size_t len, void **out) {
   return _hm_prim_sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0, out);
 }
 
+int _hm_prim_vm_map_at(int fd, size_t len, void *addr) {
+  void *got = NULL;
+  int rc = fd < 0 ? _hm_prim_sys_mmap(addr, len, PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                                      -1, 0, &got)
+                  : _hm_prim_sys_mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                                      fd, 0, &got);
+  return rc ? rc : got == addr ? 0 : -EINVAL;
+}
+
 int _hm_prim_vm_unmap(void *addr, size_t len) {
   if (!addr) return 0;
   return _hm_prim_sys_munmap(addr, len);

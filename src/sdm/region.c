@@ -68,8 +68,17 @@ static int hm__region_backing(hm_pager_t *p, _hm_sdm_region_t *r) {
   return 0;
 }
 
-/* The unit table and the views of r, registered with the userfaultfd. */
-static int hm__region_views(hm_pager_t *p, _hm_sdm_region_t *r) {
+/* The region's view of the program at at (NULL: anywhere) into r->base. */
+static int hm__region_base(int fd, size_t len, void *at, _hm_sdm_region_t *r) {
+  void *mem = NULL;
+  int rc = at ? _hm_prim_vm_map_at(fd, len, at) : _hm_prim_vm_map(fd, len, &mem);
+  if (!rc) r->base = at ? at : mem;
+  return rc;
+}
+
+/* The unit table and the views of r (the program's at at, unless NULL),
+ * registered with the userfaultfd. */
+static int hm__region_views(hm_pager_t *p, _hm_sdm_region_t *r, void *at) {
   size_t len = r->len;
   r->units_bytes = ((size_t)r->nunits * sizeof(_hm_sdm_unit_t) + HM_SDM_PAGE - 1) &
                    ~(size_t)(HM_SDM_PAGE - 1);
@@ -82,17 +91,15 @@ static int hm__region_views(hm_pager_t *p, _hm_sdm_region_t *r) {
     rc = _hm_prim_vm_memfd("hetmem-sdm", len);
     if (rc < 0) return rc;
     r->memfd = rc;
-    rc = _hm_prim_vm_map(r->memfd, len, &mem);
+    rc = hm__region_base(r->memfd, len, at, r);
     if (rc) return rc;
-    r->base = mem;
     rc = _hm_prim_vm_map(r->memfd, len, &mem);
     if (rc) return rc;
     r->alias = mem;
     (void)_hm_prim_vm_madvise(r->alias, len, MADV_DONTFORK);
   } else {
-    rc = _hm_prim_vm_map(-1, len, &mem);
+    rc = hm__region_base(-1, len, at, r);
     if (rc) return rc;
-    r->base = mem;
   }
   /* The child of a fork never sees a region (see hetmem.h). */
   rc = _hm_prim_vm_madvise(r->base, len, MADV_DONTFORK);
@@ -171,9 +178,8 @@ static int hm__region_publish(hm_pager_t *p, _hm_sdm_region_t *r) {
   return 0;
 }
 
-int hm_pager_map(hm_pager_t *p, size_t length, void **addr) {
-  if (!p || !addr || length == 0) return -EINVAL;
-  *addr = NULL;
+/* Maps a region at at (NULL: where the kernel puts it) into *addr. */
+static int hm__map(hm_pager_t *p, size_t length, void *at, void **addr) {
   _hm_sdm_region_t *r = NULL;
   int rc = hm__region_new(p, length, &r);
   if (rc) return rc;
@@ -182,7 +188,7 @@ int hm_pager_map(hm_pager_t *p, size_t length, void **addr) {
     hm__region_free(p, r);
     return rc;
   }
-  rc = hm__region_views(p, r);
+  rc = hm__region_views(p, r, at);
   if (rc) {
     size_t len = r->len;
     hm__region_free(p, r);
@@ -196,6 +202,22 @@ int hm_pager_map(hm_pager_t *p, size_t length, void **addr) {
   }
   *addr = r->base;
   return 0;
+}
+
+int hm_pager_map(hm_pager_t *p, size_t length, void **addr) {
+  if (!p || !addr || length == 0) return -EINVAL;
+  *addr = NULL;
+  return hm__map(p, length, NULL, addr);
+}
+
+int hm_pager_map_at(hm_pager_t *p, void *addr, size_t length) {
+  if (!p || !addr || length == 0) return -EINVAL;
+  if ((uintptr_t)addr % HM_SDM_PAGE || length % p->unit)
+    return _hm_error(p->ctx, -EINVAL,
+                     "hm_pager_map_at: %p and %zu bytes must be page- and fetch-unit-aligned",
+                     addr, length);
+  void *got = NULL;
+  return hm__map(p, length, addr, &got);
 }
 
 /* ------------------------------------------------------------------------
