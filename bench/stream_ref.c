@@ -7,7 +7,11 @@
  *
  * usage: hm-stream-ref [--elements N] [--ntimes K]
  * Threads and pinning come from OpenMP's environment (OMP_NUM_THREADS,
- * OMP_PROC_BIND, OMP_PLACES). Prints one JSON object on stdout. */
+ * OMP_PROC_BIND, OMP_PLACES). Prints one JSON object on stdout.
+ *
+ * Built with -DHM_STREAM_STATIC=N it is hm-stream-static: the arrays are
+ * static, of N elements each (zero-initialized .bss, as in McCalpin's
+ * original and in NAS-style codes), and --elements may not exceed N. */
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -18,6 +22,28 @@
 #define SCALAR 3.0
 
 static double *a, *b, *c;
+#ifdef HM_STREAM_STATIC
+static double sa[HM_STREAM_STATIC], sb[HM_STREAM_STATIC], sc[HM_STREAM_STATIC];
+#define HM__PROGRAM "hm-stream-static"
+#else
+#define HM__PROGRAM "hm-stream-ref"
+#endif
+
+/* The arrays: malloc'd, or the static ones. */
+static int arrays(size_t n) {
+#ifdef HM_STREAM_STATIC
+  if (n > HM_STREAM_STATIC) {
+    fprintf(stderr, HM__PROGRAM ": at most %zu elements\n", (size_t)HM_STREAM_STATIC);
+    return 0;
+  }
+  a = sa, b = sb, c = sc;
+#else
+  a = malloc(n * sizeof(double));
+  b = malloc(n * sizeof(double));
+  c = malloc(n * sizeof(double));
+#endif
+  return a && b && c;
+}
 
 static double mysecond(void) { return omp_get_wtime(); }
 
@@ -43,7 +69,11 @@ static int check(size_t n, int ntimes) {
 }
 
 int main(int argc, char **argv) {
+#ifdef HM_STREAM_STATIC
+  size_t n = HM_STREAM_STATIC;
+#else
   size_t n = 80000000;
+#endif
   int ntimes = 10;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--elements") && i + 1 < argc) {
@@ -56,14 +86,11 @@ int main(int argc, char **argv) {
     }
   }
   if (n < 1024 || ntimes < 2) {
-    fprintf(stderr, "hm-stream-ref: need at least 1024 elements and 2 repetitions\n");
+    fprintf(stderr, HM__PROGRAM ": need at least 1024 elements and 2 repetitions\n");
     return 2;
   }
-  a = malloc(n * sizeof(double));
-  b = malloc(n * sizeof(double));
-  c = malloc(n * sizeof(double));
-  if (!a || !b || !c) {
-    fprintf(stderr, "hm-stream-ref: cannot allocate 3 x %zu doubles\n", n);
+  if (!arrays(n)) {
+    fprintf(stderr, HM__PROGRAM ": cannot have 3 x %zu doubles\n", n);
     return 1;
   }
   int threads = 1;
@@ -112,14 +139,16 @@ int main(int argc, char **argv) {
   double bytes[4] = {2.0 * sizeof(double) * (double)n, 2.0 * sizeof(double) * (double)n,
                      3.0 * sizeof(double) * (double)n, 3.0 * sizeof(double) * (double)n};
   int valid = check(n, ntimes);
-  printf("{\"program\": \"hm-stream-ref\", \"elements\": %zu, \"array_bytes\": %zu, "
+  printf("{\"program\": \"" HM__PROGRAM "\", \"elements\": %zu, \"array_bytes\": %zu, "
          "\"threads\": %d, \"ntimes\": %d, \"copy_gbs\": %.4f, \"scale_gbs\": %.4f, "
          "\"add_gbs\": %.4f, \"triad_gbs\": %.4f, \"valid\": %s}\n",
          n, n * sizeof(double), threads, ntimes, bytes[0] / mintime[0] * 1e-9,
          bytes[1] / mintime[1] * 1e-9, bytes[2] / mintime[2] * 1e-9,
          bytes[3] / mintime[3] * 1e-9, valid ? "true" : "false");
+#ifndef HM_STREAM_STATIC
   free(a);
   free(b);
   free(c);
+#endif
   return valid ? 0 : 1;
 }

@@ -34,12 +34,14 @@ typedef enum _hm_opt_kind_e {
     "one line on stderr) or fallback (served from DRAM beyond the budget, counted in stats)")  \
   X(PROFILE, profile, STR, "", "allocation-site profile path template (%h %r %p); on if set") \
   X(PROFILE_DEPTH, profile_depth, COUNT, "8", "frames recorded per allocation site (1..64)")   \
-  X(SAMPLER, sampler, STR, "auto", "access sampler while profiling: auto, pebs, ibs, spe, damon, portable, none") \
+  X(SAMPLER, sampler, STR, "auto", "access sampler while profiling: auto, pebs, ibs, spe, damon, refs, portable, none") \
   X(SAMPLE_PERIOD, sample_period, COUNT, "10000", "access sampler period, microseconds")      \
   X(PLACEMENT, placement, STR, "", "compact placement table (flat/hybrid modes); on if set") \
   X(PLACE_MODE, place_mode, STR, "flat", "flat (pager gets a minimal cache) or hybrid")       \
   X(HUGE_PAGES, huge_pages, BOOL, "1",                                                       \
     "flat/hybrid: transparent huge pages on large DRAM and NUMA-tier blocks")                 \
+  X(STATICS, statics, BOOL, "1",                                                             \
+    "cache mode: move large zero-initialized static arrays (.bss) into the pager")          \
   X(VERBOSE, verbose, BOOL, "0", "print diagnostics to stderr")
 
 typedef enum _hm_opt_id_e {

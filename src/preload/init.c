@@ -162,7 +162,8 @@ static void hm__atfork_child(void) {
    * that execs starts afresh with a pager of its own. The child is
    * single-threaded here, so nothing races with the clear. */
   if (atomic_load(&_hm_pl_ctx.state) != HM_PL_NONE) atomic_store(&_hm_pl_ctx.state, HM_PL_FORKED);
-  if (atomic_load(&_hm_pl_ctx.large_allocs) != atomic_load(&_hm_pl_ctx.large_frees)) {
+  if (atomic_load(&_hm_pl_ctx.large_allocs) != atomic_load(&_hm_pl_ctx.large_frees) ||
+      _hm_pl_ctx.statics_managed) {
     hm__forked_watch();
     _hm_pl_table_clear(&_hm_pl_ctx.table);
   }
@@ -379,6 +380,13 @@ __attribute__((constructor)) static void hm__ctor(void) {
     _hm_pl_say(msg);
     exit(2);
   }
+  /* Static data, once prepared (the pager opens through
+   * _hm_pl_ensure_prepared) and still before main. */
+  _hm_pl_tls.guard++;
+  size_t thr = atomic_load(&_hm_pl_threshold);
+  _hm_pl_statics_find(thr);
+  _hm_pl_statics_prepare(thr);
+  _hm_pl_tls.guard--;
 }
 
 /* The mode and its settings, before a large request is routed: a library

@@ -63,6 +63,7 @@ typedef enum _hm_pl_backend_e {
 
 /* Block flags. */
 #define HM_PL_FROM_MMAP 1u /* made by the mmap hook: munmap/mremap may end it */
+#define HM_PL_STATIC 2u    /* static data put behind the pager (statics.c) */
 
 /* One live large block. key is the address handed to the application (0:
  * never used, 1: deleted, 2: being filled in); the block's mapping starts
@@ -303,6 +304,17 @@ void _hm_pl_full_json(struct _hm_sb_s *sb);
 
 enum { HM_PL_NONE = 0, HM_PL_OPENING = 1, HM_PL_READY = 2, HM_PL_FORKED = 3 };
 
+/* A large static segment of a loaded module (statics.c). */
+#define HM_PL_MAX_STATICS 16
+typedef struct _hm_pl_static_s {
+  uintptr_t lo, hi;  /* its whole pages */
+  uintptr_t at;      /* the part behind the pager: [at, at + managed) */
+  size_t managed;
+  int data;          /* initialized (.data); else zero-initialized (.bss) */
+  char module[256];
+  const char *why;   /* why not (wholly) managed; NULL when it is */
+} _hm_pl_static_t;
+
 /* What the interposer does with large requests, fixed at start-up. */
 enum { HM_PL_M_CACHE = 0, HM_PL_M_PROFILE = 1, HM_PL_M_PLACE = 2 };
 extern HM_PL_HIDDEN const char *const _hm_pl_mode_names[3]; /* cache profile placement */
@@ -320,6 +332,9 @@ typedef struct _hm_pl_ctx_s {
   int mode;                  /* HM_PL_M_* */
   int depth;                 /* frames captured per large allocation */
   int hybrid;                /* placement: hybrid (else flat) */
+  _hm_pl_static_t statics[HM_PL_MAX_STATICS]; /* found at start-up (statics.c) */
+  int nstatics;
+  int statics_managed;       /* how many are behind the pager */
   int own_maps;              /* profile: each large block in a mapping of its own
                               * (HM_PL_OWN), for the refs sampler's per-mapping counts */
   uint64_t pager_budget;     /* the pager's DRAM cache (cache: budget) */
@@ -398,6 +413,7 @@ extern void *__libc_pvalloc(size_t size);
  * references then read as NULL and cache mode says so at start-up. */
 #pragma weak hm_pager_open
 #pragma weak hm_pager_map
+#pragma weak hm_pager_map_at
 #pragma weak hm_pager_unmap
 #pragma weak hm_pager_advise
 #pragma weak hm_pager_config_default
@@ -417,7 +433,17 @@ _Noreturn void _hm_pl_die_inside_malloc(const char *why);
 /* The mode and its settings, before a large request is routed (see init.c). */
 void _hm_pl_ensure_prepared(void);
 
+/* statics.c: large static segments. Lists them (before main); in cache
+ * mode puts the untouched part of each .bss behind the pager; writes them
+ * into the statistics line. */
+void _hm_pl_statics_find(size_t thr);
+void _hm_pl_statics_prepare(size_t thr);
+void _hm_pl_statics_json(_hm_sb_t *sb);
+
 /* route.c: routing, accounting, backends, huge-page advice. */
+/* Opens the pager once per process (cache mode, or a storage tier); 0 when
+ * it is open. */
+int _hm_pl_open_pager(void);
 /* Serves a large request from its backend and records the block; NULL when
  * it cannot (the caller then falls back to glibc). zero: calloc. */
 void *_hm_pl_large_alloc_z(const _hm_pl_req_t *req, int zero);

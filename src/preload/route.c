@@ -70,6 +70,8 @@ static int hm__ensure_pager(void) {
   }
 }
 
+int _hm_pl_open_pager(void) { return hm__ensure_pager(); }
+
 /* ------------------------------------------------------------------------
  * Routing and backends
  * ------------------------------------------------------------------------ */

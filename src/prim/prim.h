@@ -203,6 +203,8 @@ int _hm_prim_sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
                       void **out);
 int _hm_prim_sys_munmap(void *addr, size_t len);
 int _hm_prim_sys_madvise(void *addr, size_t len, int advice);
+/* Which pages of [addr, addr + len) are resident: one byte per page. */
+int _hm_prim_sys_mincore(void *addr, size_t len, unsigned char *vec);
 int _hm_prim_sys_mprotect(void *addr, size_t len, int prot);
 int _hm_prim_sys_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr,
                         void **out);

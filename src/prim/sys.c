@@ -38,6 +38,10 @@ int _hm_prim_sys_madvise(void *addr, size_t len, int advice) {
   return hm__rc(syscall(SYS_madvise, addr, len, advice));
 }
 
+int _hm_prim_sys_mincore(void *addr, size_t len, unsigned char *vec) {
+  return hm__rc(syscall(SYS_mincore, addr, len, vec));
+}
+
 int _hm_prim_sys_mprotect(void *addr, size_t len, int prot) {
   return hm__rc(syscall(SYS_mprotect, addr, len, prot));
 }

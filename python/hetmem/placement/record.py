@@ -99,13 +99,28 @@ def threshold_note(p: prof.Profile) -> str | None:
     )
 
 
+def statics_notes(p: prof.Profile) -> list[str]:
+    """Large static arrays are no allocation site: the profile cannot rank
+    them, and a user whose arrays are all static would otherwise see 0 sites
+    and no reason."""
+    out = []
+    for st in p.header.get("statics") or ():
+        seg = ".bss" if st.get("segment") == "bss" else ".data"
+        out.append(
+            f"static data of {os.path.basename(str(st.get('module')))} ({seg}, "
+            f"{format_size(int(st.get('bytes', 0)))}) is not an allocation site: not profiled"
+            + (" (cache mode puts it behind the pager)" if seg == ".bss" else "")
+        )
+    return out
+
+
 def _note_samples(files: list[str]) -> None:
     for f in files:
         try:
             p = prof.load(f)
         except HetmemError:
             continue
-        for note in (samples_note(p), threshold_note(p)):
+        for note in (samples_note(p), threshold_note(p), *statics_notes(p)):
             if note:
                 os.write(2, f"hetmem profile: note: {os.path.basename(f)}: {note}\n".encode())
 

@@ -568,6 +568,31 @@ def _note_tiers(stats: dict[str, Any], procs: list[dict[str, Any]], cfg: RunConf
     stats["storage_full"] = _merge_storage_full(procs)
     _note_storage_full(stats["storage_full"], cfg)
     _note_pager(stats, cfg.mode in ("cache", "hybrid"))
+    _note_statics(procs)
+
+
+def _note_statics(procs: list[dict[str, Any]]) -> None:
+    """Once per program and segment: large static data that stayed in plain
+    memory (all of it, or the part written before main), with its size and
+    why; the interposer's statistics list every segment."""
+    said: set[tuple[str, str]] = set()
+    for q in procs:
+        for st in q.get("statics") or ():
+            key = (str(st.get("module")), str(st.get("segment")))
+            why, size, managed = (
+                st.get("why"),
+                int(st.get("bytes", 0)),
+                int(st.get("managed_bytes", 0)),
+            )
+            if not why or key in said:
+                continue
+            said.add(key)
+            part = f", {format_size(managed)} of it behind the pager" if managed else ""
+            seg = ".bss" if key[1] == "bss" else ".data"
+            note(
+                f"static data of {os.path.basename(key[0])} ({seg}, {format_size(size)}{part}) "
+                f"is not managed: {why}"
+            )
 
 
 def _note_pager(stats: dict[str, Any], say: bool) -> None:
