@@ -109,7 +109,8 @@ static void hm__pf_successor(_hm_sdm_handler_t *h, int tid, _hm_sdm_region_t *r,
 static void hm__pf_feed(_hm_sdm_handler_t *h, int tid, _hm_sdm_region_t *r, uint32_t u,
                         uint32_t pg, int hit, int seq, uint32_t maxw, _hm_sdm_pf_plan_t *plan) {
   hm_pager_t *p = h->p;
-  _hm_sdm_pf_fault(&p->pf, tid, r, u, hit, seq, maxw, plan);
+  int hints = (seq ? HM_SDM_PF_SEQ : 0) | (r->rnd_score >= 8 ? HM_SDM_PF_RANDOM_REGION : 0);
+  _hm_sdm_pf_fault(&p->pf, tid, r, u, hit, hints, maxw, plan);
   plan->pg = pg;
   if (plan->pred) {
     /* Streams of an unmapped region are forgotten: pred is a live region. */

@@ -89,6 +89,7 @@ typedef struct _hm_sdm_stream_s {
   int tid;
   const void *reg;
   int64_t last;
+  int64_t first;   /* where its current pass began: a fault there is a new pass */
   int64_t hist[8]; /* last fault deltas, in units */
   uint8_t n, pos;
   uint32_t window; /* units ahead to prefetch, adaptive */
@@ -149,11 +150,15 @@ typedef struct _hm_sdm_pf_plan_s {
   uint8_t same;
 } _hm_sdm_pf_plan_t;
 
+/* Hints of a fault (bits): advised sequential; in a region whose misses
+ * were mostly random (no new stream is started there). */
+#define HM_SDM_PF_SEQ 1
+#define HM_SDM_PF_RANDOM_REGION 2
 /* Feeds a fault at unit (hit: it landed on a prefetched unit) and returns
  * what to prefetch, capped at max_window units and at the stream's share of
  * pf->share. */
 void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, int hit,
-                      int seq_hint, uint32_t max_window, _hm_sdm_pf_plan_t *plan);
+                      int hints, uint32_t max_window, _hm_sdm_pf_plan_t *plan);
 /* Moves a stream's last position (units mapped ahead of its reader). */
 void _hm_sdm_pf_advance(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit);
 /* The (tid, reg) stream's requests reached the end of its region: 1 the
