@@ -9,6 +9,13 @@
  *                  touched sparsely (--variant sparse: one cache line in
  *                  every --stride pages, default 2048: 8 MiB, so that most
  *                  fetch units of a pager are not touched either).
+ * --variant even: no hot or cold arrays: cold_x/y/z hold the whole footprint
+ *                  (a third each) and every iteration updates each of them
+ *                  --hot-passes times, front to back (three equally hot
+ *                  arrays: for split placement, when together they need
+ *                  more than the fast tier has and each alone too);
+ * --variant mixed: the same arrays, each pass updating all three in one
+ *                  loop (x[i], y[i] and z[i] together, as STREAM's triad).
  * --variant alloc: the allocation-heavy benchmark: --threads threads make
  * --pairs malloc/free pairs in all of mixed sizes (16 B .. 64 KiB, skewed
  * small, a window of live blocks per thread); with --ab SLICES, in as many
@@ -257,6 +264,35 @@ static int run_alloc(uint64_t pairs, int threads, int ab_slices) {
   return 0;
 }
 
+/* --variant even: three arrays of a third of the footprint, each updated
+ * passes times per iteration. */
+static int run_even(size_t footprint, int iters, int passes, int mixed) {
+  size_t n = footprint / sizeof(double) / 3;
+  double *x = alloc_cold_x(n), *y = alloc_cold_y(n), *z = alloc_cold_z(n);
+  double *a[3] = {x, y, z}, check = 0, t0 = now_s();
+  for (int it = 0; it < iters; it++)
+    for (int k = 0; k < (mixed ? 1 : 3); k++)
+      for (int p = 0; p < passes; p++)
+        for (size_t i = 0; mixed && i < n; i++) {
+          x[i] = 0.5 * x[i] + 1.0;
+          y[i] = 0.5 * y[i] + x[i];
+          z[i] = 0.5 * z[i] + y[i];
+        }
+  for (int it = 0; !mixed && it < iters; it++)
+    for (int k = 0; k < 3; k++)
+      for (int p = 0; p < passes; p++)
+        for (size_t i = 0; i < n; i++) a[k][i] = 0.5 * a[k][i] + 1.0;
+  double t = now_s() - t0;
+  for (int k = 0; k < 3; k++) check += sweep(a[k], n);
+  printf("{\"variant\":\"%s\",\"seconds\":%.6f,\"footprint\":%zu,\"array_bytes\":%zu,"
+         "\"iters\":%d,\"passes\":%d,\"checksum\":%.6e}\n",
+         mixed ? "mixed" : "even", t, footprint, n * sizeof(double), iters, passes, check);
+  free(x);
+  free(y);
+  free(z);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *variant = "sparse";
   size_t footprint = (size_t)256 << 20;
@@ -288,7 +324,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--huge-pages")) huge = 1;
     else {
       fprintf(stderr,
-              "usage: hm-placement [--variant sweep|sparse|alloc] [--footprint BYTES] "
+              "usage: hm-placement [--variant sweep|sparse|even|mixed|alloc] [--footprint BYTES] "
               "[--iters N] [--hot-passes N] [--stride PAGES] [--pairs N] [--threads N] "
               "[--ab SLICES] [--exit3] [--numa-policies] [--huge-pages]\n");
       return 2;
@@ -298,6 +334,8 @@ int main(int argc, char **argv) {
     int rc = run_alloc(pairs, threads, ab_slices);
     return rc ? rc : exit3 ? 3 : 0;
   }
+  if (!strcmp(variant, "even") || !strcmp(variant, "mixed"))
+    return run_even(footprint, iters, hot_passes, !strcmp(variant, "mixed"));
   if (strcmp(variant, "sweep") && strcmp(variant, "sparse")) {
     fprintf(stderr, "hm-placement: unknown variant '%s'\n", variant);
     return 2;

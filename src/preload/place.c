@@ -35,6 +35,7 @@ typedef struct hm__pmod_s {
 
 typedef struct hm__psite_s {
   uint32_t id, tier, n, first; /* frames at frames[first .. first+n) */
+  uint64_t split;              /* fast-tier prefix of each allocation (0: none) */
 } hm__psite_t;
 
 typedef struct hm__pframe_s {
@@ -239,7 +240,7 @@ static int hm__parse_site(hm__reader_t *r, size_t got) {
       n > HM_PL_MAX_DEPTH || tier >= hm__pt.ntiers || (got && id <= hm__pt.sites[got - 1].id))
     return hm__bad(r->why, r->wlen, r->ln, "bad site line (ids must increase, tier must exist)");
   if ((rc = hm__parse_frames(r, line + used, n))) return rc;
-  hm__pt.sites[got] = (hm__psite_t){id, tier, n, (uint32_t)hm__pt.nframes};
+  hm__pt.sites[got] = (hm__psite_t){id, tier, n, (uint32_t)hm__pt.nframes, 0};
   hm__pt.nframes += n;
   return 0;
 }
@@ -257,10 +258,27 @@ static int hm__parse_sites(hm__reader_t *r) {
   return 0;
 }
 
-/* 'end', and nothing after it. */
+/* "split <id> <bytes>": the site's allocations start on the fastest tier. */
+static int hm__parse_split(hm__reader_t *r, const char *line) {
+  unsigned id;
+  unsigned long long bytes;
+  int used = -1;
+  if (sscanf(line, "split %u %llu%n", &id, &bytes, &used) != 2 || used != (int)strlen(line))
+    return hm__bad(r->why, r->wlen, r->ln, "bad split line");
+  for (size_t i = 0; i < hm__pt.nsites; i++)
+    if (hm__pt.sites[i].id == id) {
+      hm__pt.sites[i].split = bytes;
+      return 0;
+    }
+  return hm__bad(r->why, r->wlen, r->ln, "split line for a site that is not there");
+}
+
+/* Any split lines, then 'end', and nothing after it. */
 static int hm__parse_end(hm__reader_t *r) {
   char *line;
-  int rc = hm__line(r, &line);
+  int rc;
+  while (!(rc = hm__line(r, &line)) && strncmp(line, "split ", 6) == 0)
+    if ((rc = hm__parse_split(r, line))) return rc;
   if (rc) return rc;
   if (strcmp(line, "end") != 0) return hm__bad(r->why, r->wlen, r->ln, "expected 'end'");
   rc = hm__line(r, &line);
@@ -291,6 +309,8 @@ void _hm_pl_place_site(size_t i, uint32_t *id, uint32_t *tier) {
   *id = hm__pt.sites[i].id;
   *tier = hm__pt.sites[i].tier;
 }
+
+uint64_t _hm_pl_place_split(size_t i) { return i < hm__pt.nsites ? hm__pt.sites[i].split : 0; }
 
 /* The placement module a loaded module is: same build-id, or the same path
  * when the placement has no build-id for it. Decided once per module. */

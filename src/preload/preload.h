@@ -58,6 +58,7 @@ typedef enum _hm_pl_backend_e {
   HM_PL_FAST = 2,  /* glibc memory that is tracked: fast tier, or any block while profiling */
   HM_PL_NUMA = 3,  /* an anonymous mapping bound to a NUMA node with mbind */
   HM_PL_OWN = 4,   /* profiling: an anonymous mapping of its own, between guard pages */
+  HM_PL_SPLIT = 5, /* placement: a fast-tier prefix, the rest on the site's tier (route.c) */
   HM_PL__BACKENDS
 } _hm_pl_backend_t;
 
@@ -83,6 +84,7 @@ typedef struct _hm_pl_block_s {
   uint16_t sampled;        /* the access sampler has armed pages in it */
   uint64_t t_alloc;        /* ns since start (profiling: lifetimes) */
   _Atomic uint32_t pin;    /* sampler arming it right now (free waits) */
+  uint32_t split_pages;    /* HM_PL_SPLIT: the mapping's first pages, on the fast tier */
 } _hm_pl_block_t;
 
 #define HM_PL_KEY_EMPTY ((uintptr_t)0)
@@ -198,6 +200,9 @@ const _hm_pl_tier_t *_hm_pl_place_tier(size_t i);
 size_t _hm_pl_place_sites(void);
 /* Site i's id and tier (i in 0.._hm_pl_place_sites()-1, sorted by id). */
 void _hm_pl_place_site(size_t i, uint32_t *id, uint32_t *tier);
+/* Bytes of each allocation of placement site i that the fastest tier
+ * serves before the site's own tier serves the rest (0: none). */
+uint64_t _hm_pl_place_split(size_t i);
 /* The placement site a captured stack belongs to (index, or -1), by the
  * rule of hetmem.placement.match. Cost: a hit in this thread's cache of
  * raw return-address chains (a hash, a compare) or, on a miss, module
@@ -323,6 +328,7 @@ extern HM_PL_HIDDEN const char *const _hm_pl_mode_names[3]; /* cache profile pla
  * and per tier; relaxed atomics, read at exit. */
 typedef struct _hm_pl_pstat_s {
   _Atomic uint64_t allocs, overflows;
+  _Atomic uint64_t splits; /* allocations served split (route.c) */
   _Atomic uint64_t bytes[HM_PL_MAX_TIERS];
 } _hm_pl_pstat_t;
 

@@ -270,12 +270,107 @@ static void hm__advise_huge(void *p, size_t size) {
     atomic_fetch_add_explicit(&_hm_pl_ctx.huge_bytes, e - a, memory_order_relaxed);
 }
 
+/* ------------------------------------------------------------------------
+ * Split placement: a site's allocations start on the fastest tier (the
+ * placement's `split` bytes of each) and go on on the site's own tier, in
+ * one range of addresses: an anonymous mapping whose head stays in DRAM
+ * (or is bound to the fast node) and whose tail is the pager's region at
+ * that address (hm_pager_map_at) or is bound to the slow node. The advisor
+ * splits a large site when the fast tier has room for part of it only,
+ * taking its accesses as spread evenly over it. Costs: one more mmap and
+ * mbind or pager region per allocation of such a site.
+ * ------------------------------------------------------------------------ */
+typedef struct hm__split_s {
+  size_t lead, head, tail; /* head: the fast pages (lead included); tail: the rest, mapped */
+} hm__split_t;
+
+/* The layout for req with split fast bytes over slow tier t; 0 when the
+ * split would leave a side empty (then the whole block goes to t). */
+static int hm__split_layout(const _hm_pl_req_t *req, uint64_t split, int t, hm__split_t *L) {
+  size_t pg = _hm_pl_ctx.page, lead = hm__lead(req);
+  if (req->align > pg || split >= req->size) return 0;
+  size_t head = (lead + (size_t)split) / pg * pg, total = lead + req->size;
+  if (head < pg || head >= total) return 0;
+  size_t q = _hm_pl_place_tier((size_t)t)->numa >= 0 ? pg : (size_t)_hm_pl_ctx.fetch_unit;
+  L->lead = lead;
+  L->head = head;
+  L->tail = (total - head + q - 1) / q * q;
+  return 1;
+}
+
+/* Maps L: the head bound to the fast node (when tier 0 is one), the tail
+ * on tier t. The mapping's start, or NULL. */
+static void *hm__split_map(const hm__split_t *L, int t) {
+  const _hm_pl_tier_t *fast = _hm_pl_place_tier(0), *slow = _hm_pl_place_tier((size_t)t);
+  void *base = NULL;
+  size_t len = L->head + L->tail;
+  if (_hm_prim_sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0,
+                        &base))
+    return NULL;
+  char *tail = (char *)base + L->head;
+  int rc = fast->numa >= 0 ? _hm_prim_bind_node(base, L->head, fast->numa) : 0;
+  if (!rc && slow->numa >= 0) rc = _hm_prim_bind_node(tail, L->tail, slow->numa);
+  else if (!rc)
+    rc = hm__ensure_pager() != 0 || !hm_pager_map_at ||
+         hm_pager_map_at(_hm_pl_ctx.pager, tail, L->tail) != 0;
+  if (rc) {
+    (void)_hm_prim_sys_munmap(base, len);
+    return NULL;
+  }
+  if (_hm_pl_ctx.huge) hm__advise_huge(base, L->head);
+  return base;
+}
+
+static void hm__split_unmap(void *base, size_t head, size_t maplen, int t) {
+  if (_hm_pl_place_tier((size_t)t)->numa < 0 && _hm_pl_ctx.pager)
+    hm_pager_unmap(_hm_pl_ctx.pager, (char *)base + head, maplen - head);
+  (void)_hm_prim_sys_munmap(base, _hm_pl_place_tier((size_t)t)->numa < 0 ? head : maplen);
+}
+
+/* Serves req split between tier 0 and tier want (site's split bytes), or
+ * NULL when the site has none, the split leaves a side empty or tier 0 has
+ * no room for the head: the caller then serves it whole. */
+static void *hm__split_serve(const _hm_pl_req_t *req, int site, int want) {
+  hm__split_t L;
+  if (want <= 0 || !hm__split_layout(req, _hm_pl_place_split((size_t)site), want, &L))
+    return NULL;
+  size_t fast = L.head - L.lead, slow = req->size - fast;
+  if (!hm__tier_reserve(0, fast)) return NULL;
+  if (!hm__tier_reserve(want, slow)) {
+    _hm_pl_tier_account(0, fast, -1);
+    return NULL;
+  }
+  void *base = hm__split_map(&L, want);
+  _hm_pl_block_t *b = NULL;
+  if (base)
+    b = _hm_pl_table_insert_ex(&_hm_pl_ctx.table, (uintptr_t)base + L.lead, (uint32_t)L.lead,
+                               L.head + L.tail, req->size, HM_PL_SPLIT, req->flags,
+                               (uint32_t)(site + 1), (uint16_t)want, 0);
+  if (!b) {
+    if (base) hm__split_unmap(base, L.head, L.head + L.tail, want);
+    _hm_pl_tier_account(0, fast, -1);
+    _hm_pl_tier_account(want, slow, -1);
+    return NULL;
+  }
+  b->split_pages = (uint32_t)(L.head / _hm_pl_ctx.page); /* before the caller sees it */
+  _hm_pl_pstat_t *ps = &_hm_pl_ctx.pstat[site + 1];
+  atomic_fetch_add_explicit(&ps->allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&ps->bytes[0], fast, memory_order_relaxed);
+  atomic_fetch_add_explicit(&ps->bytes[want], slow, memory_order_relaxed);
+  atomic_fetch_add_explicit(&ps->splits, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&_hm_pl_ctx.tier_allocs[want], 1, memory_order_relaxed);
+  hm__account_alloc(req->size, req->flags);
+  return (char *)base + L.lead;
+}
+
 /* Placement: serves req from tier want or, when it is full, the next
  * slower tier with room (the slowest never refuses). site: placement site
  * index or -1. */
 static void *hm__place_serve(const _hm_pl_req_t *req, int zero, int site, int want) {
   int nt = (int)_hm_pl_place_tiers();
   _hm_pl_pstat_t *ps = &_hm_pl_ctx.pstat[site + 1];
+  void *split = site >= 0 ? hm__split_serve(req, site, want) : NULL;
+  if (split) return split;
   for (int t = want; t < nt; t++) {
     if (!hm__tier_reserve(t, req->size)) continue;
     const _hm_pl_tier_t *ti = _hm_pl_place_tier((size_t)t);
@@ -415,12 +510,20 @@ void _hm_pl_large_free(_hm_pl_block_t *b) {
   uint16_t backend = b->backend, tier = b->tier;
   uint32_t site = b->site;
   uint64_t t_alloc = b->t_alloc;
+  size_t head = (size_t)b->split_pages * _hm_pl_ctx.page;
   _hm_pl_table_remove(&_hm_pl_ctx.table, b);
   atomic_fetch_add_explicit(&_hm_pl_ctx.large_frees, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&_hm_pl_ctx.live_bytes, req, memory_order_relaxed);
   _hm_pl_tls.guard++;
   if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) _hm_pl_prof_release(b, site, t_alloc, key, req);
-  if (_hm_pl_ctx.mode == HM_PL_M_PLACE) _hm_pl_tier_account(tier, req, -1);
-  hm__release_memory(backend, base, key, maplen);
+  if (backend == HM_PL_SPLIT) {
+    size_t fast = head - (size_t)(key - (uintptr_t)base);
+    _hm_pl_tier_account(0, fast, -1);
+    _hm_pl_tier_account(tier, req - fast, -1);
+    hm__split_unmap(base, head, maplen, tier);
+  } else {
+    if (_hm_pl_ctx.mode == HM_PL_M_PLACE) _hm_pl_tier_account(tier, req, -1);
+    hm__release_memory(backend, base, key, maplen);
+  }
   _hm_pl_tls.guard--;
 }

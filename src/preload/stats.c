@@ -21,6 +21,26 @@ static void hm__bytes_json(_hm_sb_t *sb, const _hm_pl_pstat_t *ps, size_t nt) {
   _hm_sb_puts(sb, "]");
 }
 
+/* Every placement site that allocated: its outcomes. */
+static void hm__sites_json(_hm_sb_t *sb, size_t ns, size_t nt) {
+  const char *sep = "";
+  for (size_t i = 0; i < ns; i++) {
+    const _hm_pl_pstat_t *ps = &_hm_pl_ctx.pstat[i + 1];
+    if (!atomic_load(&ps->allocs)) continue;
+    uint32_t id, tier;
+    _hm_pl_place_site(i, &id, &tier);
+    _hm_sb_printf(sb, "%s{\"id\":%u,\"tier\":%u,\"allocations\":%llu,\"overflows\":%llu,"
+                      "\"split_allocations\":%llu,\"split_bytes\":%llu,\"bytes\":",
+                  sep, id, tier, (unsigned long long)atomic_load(&ps->allocs),
+                  (unsigned long long)atomic_load(&ps->overflows),
+                  (unsigned long long)atomic_load(&ps->splits),
+                  (unsigned long long)_hm_pl_place_split(i));
+    hm__bytes_json(sb, ps, nt);
+    _hm_sb_puts(sb, "}");
+    sep = ",";
+  }
+}
+
 /* Per-site placement outcomes (docs/formats.md, "Interposer statistics"). */
 static void hm__placement_json(_hm_sb_t *sb) {
   size_t nt = _hm_pl_place_tiers(), ns = _hm_pl_place_sites();
@@ -54,20 +74,7 @@ static void hm__placement_json(_hm_sb_t *sb) {
                 (unsigned long long)atomic_load(&_hm_pl_ctx.pstat[0].overflows));
   hm__bytes_json(sb, &_hm_pl_ctx.pstat[0], nt);
   _hm_sb_puts(sb, "},\"sites\":[");
-  const char *sep = "";
-  for (size_t i = 0; i < ns; i++) {
-    const _hm_pl_pstat_t *ps = &_hm_pl_ctx.pstat[i + 1];
-    if (!atomic_load(&ps->allocs)) continue;
-    uint32_t id, tier;
-    _hm_pl_place_site(i, &id, &tier);
-    _hm_sb_printf(sb, "%s{\"id\":%u,\"tier\":%u,\"allocations\":%llu,\"overflows\":%llu,"
-                      "\"bytes\":",
-                  sep, id, tier, (unsigned long long)atomic_load(&ps->allocs),
-                  (unsigned long long)atomic_load(&ps->overflows));
-    hm__bytes_json(sb, ps, nt);
-    _hm_sb_puts(sb, "}");
-    sep = ",";
-  }
+  hm__sites_json(sb, ns, nt);
   _hm_sb_puts(sb, "]}");
 }
 

@@ -80,6 +80,7 @@ _hm_pl_block_t *_hm_pl_table_insert_ex(_hm_pl_table_t *t, uintptr_t key, uint32_
         b->site = site;
         b->tier = tier;
         b->sampled = 0;
+        b->split_pages = 0; /* route.c sets it before the block is handed out */
         b->t_alloc = t_alloc;
         /* Granules are counted before key is published, so a free() of key
          * can never miss its block. */

@@ -85,6 +85,12 @@ class Command:
             "--no-symbols", action="store_true", help="do not symbolize frames (faster)"
         )
         parser.add_argument(
+            "--no-split",
+            action="store_true",
+            help="place whole sites only: by default the fast tier's room that whole sites "
+            "leave goes to the first part of the most beneficial large sites (split placement)",
+        )
+        parser.add_argument(
             "--benchmark",
             nargs="?",
             type=int,
@@ -104,6 +110,7 @@ class Command:
             max_ilp_sites=args.max_ilp_sites,
             time_limit=args.time_limit,
             explain_top=args.explain,
+            split=not args.no_split,
         )
         got = pipeline.advise_profiles(
             args.profiles,
@@ -247,6 +254,13 @@ def _print_tiers(got: pipeline.ProfilesAdvice) -> None:
     )
 
 
+def _tier_text(placement: plc.Placement, s: plc.PSite) -> str:
+    name = placement.tiers[s.tier].name
+    if not s.split_bytes:
+        return name
+    return f"{placement.tiers[0].name} {format_size(s.split_bytes)}, then {name}"
+
+
 def _print_sites(got: pipeline.ProfilesAdvice, explain: int) -> None:
     placement = got.advice.placement
     top = placement.sites[: max(10, explain)]
@@ -258,7 +272,7 @@ def _print_sites(got: pipeline.ProfilesAdvice, explain: int) -> None:
             [
                 s.id,
                 short(label),
-                placement.tiers[s.tier].name,
+                _tier_text(placement, s),
                 format_size(s.peak_live_bytes),
                 f"{s.est_accesses:.3g}",
                 f"{s.benefit_s:.3g}",

@@ -71,6 +71,9 @@ class PSite:
     est_accesses: float = 0.0
     benefit_s: float = 0.0  # time saved against the slowest tier, per process
     reason: str = ""
+    # bytes at the start of each allocation served by the fastest tier, the
+    # rest by `tier` (0: none); page-rounded by the interposer
+    split_bytes: int = 0
 
 
 @dataclass
@@ -168,6 +171,11 @@ def dumps(p: Placement, comment: Sequence[str] = ()) -> str:
             f"est_accesses = {_tval(float(s.est_accesses))}",
             f"benefit_s = {_tval(float(s.benefit_s))}",
         ]
+        if s.split_bytes:
+            lines.append(
+                f"split_bytes = {s.split_bytes}  # of each allocation on {p.tiers[0].name}, "
+                f"the rest on {p.tiers[s.tier].name}"
+            )
         if s.reason:
             lines.append(f"reason = {_tstr(s.reason)}")
     return "\n".join(lines) + "\n"
@@ -316,6 +324,7 @@ def _read_site(
         est_accesses=v.num(s, "est_accesses", w),
         benefit_s=v.num(s, "benefit_s", w),
         reason=v.str_(s, "reason", w, allow_empty=True) if "reason" in s else "",
+        split_bytes=v.int_(s, "split_bytes", w) if "split_bytes" in s else 0,
     )
 
 
@@ -471,6 +480,9 @@ def compact(p: Placement) -> str:
     for s in sorted(p.sites, key=lambda s: s.id):
         frames = " ".join(f"{mi}:{off:x}" for mi, off in s.frames)
         out.append(f"site {s.id} {s.tier} {len(s.frames)} {frames}")
+    for s in sorted(p.sites, key=lambda s: s.id):
+        if s.split_bytes and s.tier > 0:
+            out.append(f"split {s.id} {s.split_bytes}")
     out.append("end")
     return "\n".join(out) + "\n"
 
@@ -495,9 +507,14 @@ def parse_compact(text: str) -> Placement:
         tiers = [_compact_tier(r, i) for i in range(int(r.next()[1]))]
         modules = [_compact_module(r, i) for i in range(int(r.next()[1]))]
         sites = [_compact_site(r) for _ in range(int(r.next()[1]))]
+        by_id = {s.id: s for s in sites}
+        f = r.next()
+        while f[0] == "split" and len(f) == 3 and int(f[1]) in by_id:
+            by_id[int(f[1])].split_bytes = int(f[2])
+            f = r.next()
     except (ValueError, IndexError):
         raise v.fail("malformed line") from None
-    if r.next() != ["end"]:
+    if f != ["end"]:
         raise v.fail("missing end")
     return Placement(meta={}, tiers=tiers, modules=modules, sites=sites)
 

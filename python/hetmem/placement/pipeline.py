@@ -23,6 +23,7 @@ class SolveOptions:
     max_ilp_sites: int = MAX_ILP_SITES
     time_limit: float = DEFAULT_TIME_LIMIT_S
     explain_top: int = 0
+    split: bool = True  # fill the fast tier's room left with prefixes of large sites
 
 
 @dataclass
@@ -100,6 +101,7 @@ def advise_profiles(
         time_limit=options.time_limit,
         symbolizer=sym,
         explain_top=options.explain_top,
+        split=options.split,
         profile_names=names,
     )
     notes = dropped_notes + notes + res.notes

@@ -302,8 +302,11 @@ def validate_place(cfg: RunConfig) -> None:
 
 def pinned_bytes(p: placement_mod.Placement, budget: int) -> int:
     """Fast-tier bytes the placement pins: the sum of its fast sites' peak
-    live bytes (an upper bound of their concurrent use), at most the budget."""
-    return min(budget, sum(s.peak_live_bytes for s in p.sites if s.tier == 0))
+    live bytes (an upper bound of their concurrent use) and of its split
+    sites' heads, at most the budget."""
+    fast = sum(s.peak_live_bytes for s in p.sites if s.tier == 0)
+    heads = sum(s.split_bytes for s in p.sites if s.tier > 0 and s.split_bytes)
+    return min(budget, fast + heads)
 
 
 def _free_bytes(path: Path) -> int:
@@ -677,7 +680,13 @@ def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
     for pl in pls:
         add(unmatched, pl.get("unmatched", {}))
         for s in pl.get("sites", []):
-            cur = sites.setdefault(int(s["id"]), {"id": s["id"], "tier": s["tier"]})
+            cur = sites.setdefault(
+                int(s["id"]),
+                {"id": s["id"], "tier": s["tier"], "split_bytes": s.get("split_bytes", 0)},
+            )
+            cur["split_allocations"] = cur.get("split_allocations", 0) + s.get(
+                "split_allocations", 0
+            )
             add(cur, s)
     out["unmatched"] = unmatched
     out["sites"] = [sites[k] for k in sorted(sites)]

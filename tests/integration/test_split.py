@@ -1,0 +1,75 @@
+"""Split placement (hetmem.placement.split, route.c's HM_PL_SPLIT): three
+equally hot arrays that each need more than the fast budget. Whole-site
+placement leaves the fast tier empty; split placement gives its room to the
+first part of one array, the interposer serves that head from DRAM and the
+rest from the storage tier at the following addresses, and the program
+computes what it computes under dram."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import CBUILD, needs_pager, run_hetmem
+from hetmem.placement import fileformat as plc
+
+WORKLOAD = CBUILD / "bench" / "hm-placement"
+ARRAY = 16 << 20
+ARGS = ["--variant", "even", "--footprint", str(3 * ARRAY), "--iters", "2", "--hot-passes", "2"]
+BUDGET = 12 << 20
+
+pytestmark = pytest.mark.skipif(not WORKLOAD.exists(), reason=f"{WORKLOAD} not built")
+
+
+def _checksum(stdout: str) -> float:
+    return float(json.loads(stdout)["checksum"])
+
+
+@needs_pager
+def test_split_placement_fills_the_fast_tier(tmp_path: Path) -> None:
+    dram = run_hetmem("run", "--mode", "dram", "--", str(WORKLOAD), *ARGS, check=True)
+    run_hetmem("profile", "-o", str(tmp_path / "p.prof"), "--", str(WORKLOAD), *ARGS,
+               check=True)  # fmt: skip
+    placement = tmp_path / "split.toml"
+    out = run_hetmem("advise", str(tmp_path / "p.prof"), "--fast-budget", str(BUDGET), "-o",
+                     str(placement), "--explain", "3", check=True)  # fmt: skip
+    p = plc.load(placement)
+    split = [s for s in p.sites if s.split_bytes]
+    assert len(split) == 1, out.stdout  # one array's head fills the 12 MiB
+    (s,) = split
+    assert s.tier == len(p.tiers) - 1 and 11 << 20 <= s.split_bytes <= BUDGET
+    assert "split: the first 12 MiB of each allocation" in out.stdout
+    assert "node0 12 MiB, then storage" in out.stdout  # the table says it
+    # whole sites only: every array on the storage tier
+    whole = tmp_path / "whole.toml"
+    run_hetmem("advise", str(tmp_path / "p.prof"), "--fast-budget", str(BUDGET), "--no-split",
+               "-o", str(whole), check=True)  # fmt: skip
+    assert not any(x.split_bytes for x in plc.load(whole).sites)
+    stats = tmp_path / "s.json"
+    run = run_hetmem("run", "--mode", "flat", "--placement", str(placement), "--fast-budget",
+                     str(BUDGET), "--storage", str(tmp_path), "--stats", str(stats), "--",
+                     str(WORKLOAD), *ARGS, check=True)  # fmt: skip
+    assert _checksum(run.stdout) == _checksum(dram.stdout)
+    sites = {x["id"]: x for x in json.loads(stats.read_text())["placement"]["sites"]}
+    fast, slow = sites[s.id]["bytes"]
+    assert fast == s.split_bytes - 16  # the head, from the block's start 16 bytes in
+    assert fast + slow == ARRAY
+    others = [x for i, x in sites.items() if i != s.id]
+    assert all(x["bytes"] == [0, ARRAY] for x in others)
+
+
+def test_compact_table_carries_splits() -> None:
+    p = plc.Placement(
+        meta={},
+        tiers=[plc.PTier("node0", "dram", 0, 1 << 30, 0.0, 0.0),
+               plc.PTier("storage:/x", "storage", -1, 0, 0.0, 0.0, path="/x")],
+        modules=[plc.PModule("/bin/app", "ab")],
+        sites=[plc.PSite(id=3, tier=1, frames=[(0, 0x10)], split_bytes=5 << 20),
+               plc.PSite(id=7, tier=0, frames=[(0, 0x20)])],
+    )  # fmt: skip
+    text = plc.compact(p)
+    assert "split 3 5242880\nend\n" in text
+    back = plc.parse_compact(text)
+    assert [(x.id, x.split_bytes) for x in back.sites] == [(3, 5 << 20), (7, 0)]
