@@ -76,12 +76,12 @@ static void run(uint32_t flags, const char *mode) {
    * head may still be resident: eviction keeps what a sweep passed first
    * (x's head was written first), so no check here; the new order below
    * is the control (its first pass must miss). */
-  /* Every transition has been seen (pass 1 is left a margin). One stray
-   * miss per pass is allowed: since eviction went most-recent-first, a run
-   * here has 0-1 in each of passes 2 and 3 (12 runs: sums 0-2; timing: the
-   * reader got to a head before the successor's read landed); without
-   * successors these passes miss 6. */
-  CHECK(head_fetches[2] <= 1 && head_fetches[3] <= 1);
+  /* Every transition has been seen (pass 1 is left a margin). Stray misses
+   * happen (timing: the reader got to a head before the successor's read
+   * landed): alone, sums of 0-2 over passes 2 and 3; 2 in one pass beside
+   * the rest of `make test`. Without successors these passes miss 6: at
+   * most half of that is allowed. */
+  CHECK(head_fetches[2] + head_fetches[3] <= 3);
   /* x->y and y->z in every pass, z->x in passes 0-2 at least. */
   CHECK(s1.successor_prefetches - succ0 >= PASSES * (NREG - 1) + PASSES - 1);
   /* The program changes its order (x, z, y): the wrong guesses cost one
@@ -107,7 +107,7 @@ static void run(uint32_t flags, const char *mode) {
    * missed was still resident from another guess; a predictor that kept
    * its old guesses would miss every head of every pass (3 per pass, 9 in
    * all). Typically 2 (16 runs here: 1-4, and 5 once beside another
-   * test); two stray misses are allowed, as above, per pass. */
+   * test); two stray misses over the three passes are allowed. */
   CHECK(again[1] + again[2] + again[3] <= NREG + 2);
   CHECK(s1.peak_resident_bytes + s1.own_bytes <= BUDGET);
   for (int k = 0; k < NREG; k++) CHECK_EQ_INT(hm_pager_unmap(p, reg[k], REG_BYTES), 0);

@@ -174,8 +174,9 @@ def test_sites_inlined_into_one_caller_have_their_own_lines(tmp_path: Path) -> N
     src.write_text(CXX_SRC)
     exe = tmp_path / "app"
     subprocess.run([gxx, "-O3", "-g", str(src), "-o", str(exe)], check=True)
+    tags = ("ALLOCATE", "X", "Y", "Z", "A", "B")
     line = {tag: n for n, text in enumerate(CXX_SRC.splitlines(), 1)
-            for tag in ("ALLOCATE", "X", "Y", "Z", "A", "B") if text.endswith(f"// {tag}")}  # fmt: skip
+            for tag in tags if text.endswith(f"// {tag}")}  # fmt: skip
     proc, _, show = profile_and_show(tmp_path, "c", str(exe))
     assert proc.returncode == 0, proc.stderr
     labels = sorted(short(s["label"]) for s in show["sites"])
