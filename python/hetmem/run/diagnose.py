@@ -92,7 +92,7 @@ def line(summary: dict[str, Any] | None) -> str | None:
     least REREAD_HINT times."""
     if not summary or (summary.get("times_read_back") or 0.0) < REREAD_HINT:
         return None
-    parts = [f"cache mode read {format_size(summary['bytes_read'])}"]
+    parts = [f"the pager read {format_size(summary['bytes_read'])}"]
     if summary["times_read_back"] is not None:
         parts.append(f"{summary['times_read_back']:.2f}x the data touched")
     if summary["faults_without_read"] is not None:
