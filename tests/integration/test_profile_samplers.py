@@ -315,6 +315,18 @@ def test_portable_sampler_keeps_the_programs_segv_handler(tmp_path: Path, how: s
 FRACTION_TARGET = CBUILD / "hm_fraction_target"
 
 
+def fraction_per_byte(path: Path) -> dict[str, float]:
+    """hm_fraction_target's sites (all, quarter, idle: named in its source
+    lines) and their estimated accesses per byte."""
+    source = (REPO / "tests" / "c" / "fraction_target.c").read_text().splitlines()
+    show = run_hetmem("profile", "show", "--json", str(path), check=True)
+    per_byte = {}
+    for s in json.loads(show.stdout)["sites"]:
+        line = source[s["line"] - 1]
+        per_byte[line.split("site: ")[1].split()[0]] = s["accesses_per_byte"]
+    return per_byte
+
+
 @pytest.mark.skipif(not FRACTION_TARGET.exists(), reason=f"{FRACTION_TARGET} not built")
 def test_portable_estimates_follow_the_pages_touched(tmp_path: Path) -> None:
     proc = run_hetmem(
@@ -323,12 +335,7 @@ def test_portable_estimates_follow_the_pages_touched(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     (path,) = profile_files(tmp_path)
-    source = (REPO / "tests" / "c" / "fraction_target.c").read_text().splitlines()
-    show = run_hetmem("profile", "show", "--json", str(path), check=True)
-    per_byte = {}
-    for s in json.loads(show.stdout)["sites"]:
-        line = source[s["line"] - 1]
-        per_byte[line.split("site: ")[1].split()[0]] = s["accesses_per_byte"]
+    per_byte = fraction_per_byte(path)
     assert sorted(per_byte) == ["all", "idle", "quarter"]
     # every page of `all` against a quarter of those of `quarter` (twice the
     # size): 4:1 (runs here: 3.3-5.2 over 25, one second at 2 ms rounds)
@@ -357,12 +364,7 @@ def test_refs_estimates_follow_the_pages_touched(tmp_path: Path) -> None:
     assert samp["errors"] == 0 and samp["drains"] >= 3
     assert samp["touch_ns_per_page"] >= 0 and samp["referenced_pages"] > 0
     assert "clear_refs" in samp["method"]
-    source = (REPO / "tests" / "c" / "fraction_target.c").read_text().splitlines()
-    show = run_hetmem("profile", "show", "--json", str(path), check=True)
-    per_byte = {}
-    for s in json.loads(show.stdout)["sites"]:
-        line = source[s["line"] - 1]
-        per_byte[line.split("site: ")[1].split()[0]] = s["accesses_per_byte"]
+    per_byte = fraction_per_byte(path)
     # every page of `all` against a quarter of those of `quarter`: 4:1
     # (3.95 here; every touched page counts once per interval)
     assert 3.0 < per_byte["all"] / per_byte["quarter"] < 5.0, per_byte
