@@ -146,7 +146,10 @@ static void run_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
            (unsigned long long)per, (unsigned long long)(t1.faults - t0.faults),
            (unsigned long long)(t1.fetches - t0.fetches),
            (unsigned long long)(t1.prefetch_issued - t0.prefetch_issued));
-    CHECK(per < cfg.fetch_unit / 2);
+    /* 48-72 KiB alone (30 runs here, plain and TSan); under TSan beside
+     * another test, reads the pass before had in flight landed in the
+     * window once and made it 128 KiB or more: whole units would be 256 */
+    CHECK(per < cfg.fetch_unit * 3 / 4);
   }
 
   /* DONTNEED: the range reads as zeros afterwards, its neighbours keep data. */
