@@ -127,7 +127,8 @@ static void hm__forked_watch(void) {
     for (size_t i = 0; i < cap; i++) {
       _hm_pl_block_t *b = _hm_pl_table_slot(&_hm_pl_ctx.table, i);
       uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
-      if (key == HM_PL_KEY_EMPTY || key == HM_PL_KEY_DELETED || b->backend != HM_PL_PAGER)
+      if (key == HM_PL_KEY_EMPTY || key == HM_PL_KEY_DELETED ||
+          (b->backend != HM_PL_PAGER && b->backend != HM_PL_SPLIT)) /* a tail of the pager */
         continue;
       if (pass && n == counted) break;
       if (pass) {

@@ -117,5 +117,7 @@ def test_placement_matches_a_plugin_loaded_elsewhere(tmp_path: Path) -> None:
     hot, cold = sorted(placed["sites"], key=lambda s: s["tier"])
     assert (hot["tier"], hot["bytes"]) == (0, [16 << 20, 0])
     assert cold["tier"] == 1 and sum(cold["bytes"]) == 64 << 20
-    assert cold["bytes"][0] == cold["split_bytes"] - 16 <= 4 << 20
+    # (no head when the profile's samples gave the cold site no benefit)
+    head = cold["split_bytes"] - 16 if cold["split_bytes"] else 0
+    assert cold["bytes"][0] == head <= 4 << 20
     assert placed["unmatched"]["allocations"] == 0

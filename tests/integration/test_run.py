@@ -593,7 +593,10 @@ def test_forked_child_touching_a_pager_block_is_told_why(
                    "0", check=True)  # fmt: skip
         (prof,) = tmp_path.glob("f.prof.norank.*")
         placement = tmp_path / "p.toml"
-        run_hetmem("advise", str(prof), "--fast-budget", "4M", "-o", str(placement), check=True)
+        # whole: a split would give the block a 4 MiB head in DRAM, which a
+        # forked child keeps (only the pager's tail is gone there)
+        run_hetmem("advise", str(prof), "--fast-budget", "4M", "--no-split", "-o",
+                   str(placement), check=True)  # fmt: skip
         args += ["--placement", str(placement)]
     touched = run_hetmem(*args, "--", str(TARGET), "forktouch", "1")
     assert touched.returncode == 0, touched.stderr  # the parent's data is intact
