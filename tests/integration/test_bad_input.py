@@ -224,6 +224,9 @@ def test_advise_storage_names_the_storage_tier(hetmem, tmp_path):
     proc = hetmem("advise", PROFILE, "--fast-budget", "16M", "--storage", "/nonexistent-hetmem",
                   timeout=120)  # fmt: skip
     _assert_refused(proc, "--storage /nonexistent-hetmem: not a directory")
+    proc = hetmem("advise", PROFILE, "--fast-budget", "16M", "--storage", str(tmp_path),
+                  "--tiers", str(tmp_path / "t.json"), timeout=120)  # fmt: skip
+    _assert_refused(proc, "--storage and --tiers exclude each other")
     proc = hetmem("advise", PROFILE, "--fast-budget", "16M", "--storage", str(tmp_path), "--json",
                   timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
