@@ -97,6 +97,36 @@ static inline uint64_t hm_sdm_mix(uint64_t x) {
   x ^= x >> 33;
   return x;
 }
+/* A worker of the shared-words stress tests: nt threads own interleaved
+ * words of a (word i belongs to thread i % nt), so they share every page
+ * and unit while the expected value of each word stays defined: writes go
+ * to a and the shadow copy, reads are checked against it. */
+typedef struct hm_sdm_worker_s {
+  uint64_t *a, *shadow;
+  size_t n;
+  unsigned t, nt;
+  uint64_t ops, bad, rng;
+} hm_sdm_worker_t;
+
+static inline uint64_t hm_sdm_worker_rnd(hm_sdm_worker_t *w) {
+  w->rng += 0x9e3779b97f4a7c15ULL;
+  return hm_sdm_mix(w->rng);
+}
+
+/* One read or write of this thread's word in the group of i. */
+static inline void hm_sdm_worker_op(hm_sdm_worker_t *w, size_t i) {
+  i = i - i % w->nt + w->t;
+  if (i >= w->n) i -= w->nt;
+  uint64_t r = hm_sdm_worker_rnd(w);
+  if (r & 1) {
+    w->a[i] = r ^ i;
+    w->shadow[i] = r ^ i;
+  } else {
+    w->bad += w->a[i] != w->shadow[i];
+  }
+  w->ops++;
+}
+
 /* Pushes what the cache holds out: writes one word per page of big (a
  * mapped region larger than the cache) twice, its units of `unit` bytes in
  * a strided order. A sequential sweep would not do: the units it passes

@@ -22,30 +22,10 @@
 #define UNIT (64 * 1024)
 #define HOT_WORDS (2 * UNIT / 8)
 
-typedef struct {
-  uint64_t *a, *shadow;
-  size_t n;
-  unsigned t;
-  uint64_t ops, bad, rng;
-} worker_t;
+typedef hm_sdm_worker_t worker_t;
 
-static uint64_t rnd(worker_t *w) {
-  w->rng += 0x9e3779b97f4a7c15ULL;
-  return hm_sdm_mix(w->rng);
-}
-
-static void op(worker_t *w, size_t i) {
-  i = i - i % NT + w->t; /* this thread's word in its group of NT */
-  if (i >= w->n) i -= NT;
-  uint64_t r = rnd(w);
-  if (r & 1) {
-    w->a[i] = r ^ i;
-    w->shadow[i] = r ^ i;
-  } else {
-    w->bad += w->a[i] != w->shadow[i];
-  }
-  w->ops++;
-}
+static uint64_t rnd(worker_t *w) { return hm_sdm_worker_rnd(w); }
+static void op(worker_t *w, size_t i) { hm_sdm_worker_op(w, i); }
 
 static void *work(void *arg) {
   worker_t *w = arg;
@@ -113,7 +93,7 @@ static void run(hm_ctx_t *ctx, const char *dir, uint32_t flags, uint64_t ops) {
   watch_t wt = {.hot = a, .stop = 0, .looks = 0, .out = 0};
   CHECK_EQ_INT(pthread_create(&wth, NULL, watch, &wt), 0);
   for (unsigned t = 0; t < NT; t++) {
-    w[t] = (worker_t){.a = a, .shadow = shadow, .n = n, .t = t, .ops = ops / NT,
+    w[t] = (worker_t){.a = a, .shadow = shadow, .n = n, .t = t, .nt = NT, .ops = ops / NT,
                       .rng = 777u + t * 31u + flags};
     CHECK_EQ_INT(pthread_create(&th[t], NULL, work, &w[t]), 0);
   }

@@ -14,31 +14,10 @@
 #define MiB (1024ull * 1024ull)
 #define NT 4
 
-typedef struct {
-  uint64_t *a, *shadow;
-  size_t n;
-  unsigned t;
-  uint64_t ops, bad, rng;
-} worker_t;
+typedef hm_sdm_worker_t worker_t;
 
-static uint64_t rnd(worker_t *w) {
-  w->rng += 0x9e3779b97f4a7c15ULL;
-  return hm_sdm_mix(w->rng);
-}
-
-static void op(worker_t *w, size_t i) {
-  i = i - i % NT + w->t; /* this thread's word in the group of NT */
-  if (i >= w->n) i -= NT;
-  uint64_t r = rnd(w);
-  if (r & 1) {
-    uint64_t v = r ^ i;
-    w->a[i] = v;
-    w->shadow[i] = v;
-  } else {
-    w->bad += w->a[i] != w->shadow[i];
-  }
-  w->ops++;
-}
+static uint64_t rnd(worker_t *w) { return hm_sdm_worker_rnd(w); }
+static void op(worker_t *w, size_t i) { hm_sdm_worker_op(w, i); }
 
 static void *work(void *arg) {
   worker_t *w = arg;
@@ -87,7 +66,7 @@ static void run(hm_ctx_t *ctx, const char *dir, uint32_t flags, uint64_t ops) {
   worker_t w[NT];
   pthread_t th[NT];
   for (unsigned t = 0; t < NT; t++) {
-    w[t] = (worker_t){.a = a, .shadow = shadow, .n = n, .t = t, .ops = ops / NT,
+    w[t] = (worker_t){.a = a, .shadow = shadow, .n = n, .t = t, .nt = NT, .ops = ops / NT,
                       .rng = 12345u + t * 777u + flags};
     CHECK_EQ_INT(pthread_create(&th[t], NULL, work, &w[t]), 0);
   }
