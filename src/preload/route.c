@@ -155,14 +155,32 @@ static size_t hm__lead(const _hm_pl_req_t *req) {
   return req->align <= 16 && !(req->flags & HM_PL_FROM_MMAP) ? 2 * sizeof(size_t) : 0;
 }
 
+/* The mapping length for req rounded to q (with room for its alignment
+ * padding and glibc's lead), or 0 when it would overflow with slack bytes
+ * more. */
+static size_t hm__maplen(const _hm_pl_req_t *req, size_t q, size_t slack) {
+  size_t pad = req->align > _hm_pl_ctx.page ? req->align : 0, lead = hm__lead(req);
+  if (req->size > SIZE_MAX - pad - lead - q - slack) return 0;
+  return (req->size + pad + lead + q - 1) / q * q;
+}
+
+/* Where in a mapping at base a block for req starts: aligned as asked,
+ * then glibc's lead; its offset and the mapping length go out. */
+static void *hm__key_in(const _hm_pl_req_t *req, void *base, size_t maplen, size_t *maplen_out,
+                        uint32_t *off_out) {
+  uintptr_t key = (uintptr_t)base;
+  if (req->align > _hm_pl_ctx.page) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
+  key += hm__lead(req);
+  *maplen_out = maplen;
+  *off_out = (uint32_t)(key - (uintptr_t)base);
+  return (void *)key;
+}
+
 /* The pager's mapping for a large request, or NULL. */
 static void *hm__pager_block(const _hm_pl_req_t *req, size_t *maplen_out, uint32_t *off_out) {
   if (hm__ensure_pager() != 0) return NULL;
-  size_t unit = (size_t)_hm_pl_ctx.fetch_unit;
-  size_t pad = req->align > _hm_pl_ctx.page ? req->align : 0;
-  size_t lead = hm__lead(req);
-  if (req->size > SIZE_MAX - pad - lead - unit) return NULL;
-  size_t maplen = (req->size + pad + lead + unit - 1) / unit * unit;
+  size_t maplen = hm__maplen(req, (size_t)_hm_pl_ctx.fetch_unit, 0);
+  if (!maplen) return NULL;
   void *base = NULL;
   int rc = hm_pager_map(_hm_pl_ctx.pager, maplen, &base);
   if (rc) {
@@ -172,23 +190,15 @@ static void *hm__pager_block(const _hm_pl_req_t *req, size_t *maplen_out, uint32
     if (_hm_pl_full_note(rc, cfg.backing_dir, maplen) == 1) _hm_pl_tls.refused = 1;
     return NULL;
   }
-  uintptr_t key = (uintptr_t)base;
-  if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
-  key += lead;
-  *maplen_out = maplen;
-  *off_out = (uint32_t)(key - (uintptr_t)base);
-  return (void *)key;
+  return hm__key_in(req, base, maplen, maplen_out, off_out);
 }
 
 /* Anonymous memory bound to a NUMA node. */
 static void *hm__numa_block(const _hm_pl_req_t *req, int node, size_t *maplen_out,
                             uint32_t *off_out) {
-  size_t pg = _hm_pl_ctx.page;
-  size_t pad = req->align > pg ? req->align : 0;
-  size_t lead = hm__lead(req);
-  if (req->size > SIZE_MAX - pad - lead - pg) return NULL;
-  size_t maplen = (req->size + pad + lead + pg - 1) / pg * pg;
+  size_t maplen = hm__maplen(req, _hm_pl_ctx.page, 0);
   void *base = NULL;
+  if (!maplen) return NULL;
   if (_hm_prim_sys_mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0,
                         &base))
     return NULL;
@@ -196,12 +206,7 @@ static void *hm__numa_block(const _hm_pl_req_t *req, int node, size_t *maplen_ou
     (void)_hm_prim_sys_munmap(base, maplen);
     return NULL;
   }
-  uintptr_t key = (uintptr_t)base;
-  if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
-  key += lead;
-  *maplen_out = maplen;
-  *off_out = (uint32_t)(key - (uintptr_t)base);
-  return (void *)key;
+  return hm__key_in(req, base, maplen, maplen_out, off_out);
 }
 
 /* A block in an anonymous mapping of its own, between two PROT_NONE guard
@@ -213,12 +218,9 @@ static void *hm__numa_block(const _hm_pl_req_t *req, int node, size_t *maplen_ou
  * and two mappings. Fresh anonymous memory reads as zeros: calloc needs
  * no memset. maplen is the block's part; base is one page in. */
 static void *hm__own_block(const _hm_pl_req_t *req, size_t *maplen_out, uint32_t *off_out) {
-  size_t pg = _hm_pl_ctx.page;
-  size_t pad = req->align > pg ? req->align : 0;
-  size_t lead = hm__lead(req);
-  if (req->size > SIZE_MAX - pad - lead - 3 * pg) return NULL;
-  size_t maplen = (req->size + pad + lead + pg - 1) / pg * pg;
+  size_t pg = _hm_pl_ctx.page, maplen = hm__maplen(req, pg, 2 * pg);
   void *all = NULL;
+  if (!maplen) return NULL;
   if (_hm_prim_sys_mmap(NULL, maplen + 2 * pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0,
                         &all))
     return NULL;
@@ -227,12 +229,7 @@ static void *hm__own_block(const _hm_pl_req_t *req, size_t *maplen_out, uint32_t
     (void)_hm_prim_sys_munmap(all, maplen + 2 * pg);
     return NULL;
   }
-  uintptr_t key = (uintptr_t)base;
-  if (pad) key = (key + req->align - 1) & ~(uintptr_t)(req->align - 1);
-  key += lead;
-  *maplen_out = maplen;
-  *off_out = (uint32_t)(key - (uintptr_t)base);
-  return (void *)key;
+  return hm__key_in(req, base, maplen, maplen_out, off_out);
 }
 
 /* glibc memory, tracked (the fast tier, or any block while profiling). */
