@@ -182,7 +182,17 @@ PRELOAD_CASES = [
         "",
         "HETMEM_HUGE_PAGES",
     ),
+    ({"HETMEM_PLACEMENT": "{tmp}/split-nosite.compact"}, "placement", "not there"),
+    ({"HETMEM_PLACEMENT": "{tmp}/split-bad.compact"}, "placement", "bad split line"),
+    ({"HETMEM_FAST_BUDGET": "64M", "HETMEM_STATICS": "perhaps"}, "", "HETMEM_STATICS"),
 ]
+# split lines (split placement): for a site the table lacks, and malformed
+SITE_TABLE = EMPTY_TABLE.replace("modules 0\nsites 0\n", "modules 1\nmodule 0 - /bin/true\n"
+                                 "sites 1\nsite 4 0 1 0:10\n")  # fmt: skip
+SPLIT_TABLES = {
+    "split-nosite.compact": SITE_TABLE.replace("end\n", "split 5 4096\nend\n"),
+    "split-bad.compact": SITE_TABLE.replace("end\n", "split 4 lots\nend\n"),
+}
 
 
 @pytest.mark.parametrize(
@@ -192,6 +202,8 @@ def test_interposer_option_refused_at_start(tmp_path, extra, mode, words):
     import subprocess
 
     (tmp_path / "t.compact").write_text(EMPTY_TABLE)
+    for name, text in SPLIT_TABLES.items():
+        (tmp_path / name).write_text(text)
     extra = {k: v.replace("{tmp}", str(tmp_path)) for k, v in extra.items()}
     proc = subprocess.run(
         ["true"], env=_preload_env(tmp_path, extra), capture_output=True, text=True, timeout=60

@@ -47,7 +47,7 @@ def profile_files(tmp_path: Path) -> list[Path]:
     return sorted(p for p in tmp_path.glob("p.prof*") if ".tmp" not in p.name)
 
 
-@pytest.mark.parametrize("sampler", ["pebs", "ibs", "spe", "damon"])
+@pytest.mark.parametrize("sampler", ["pebs", "ibs", "spe", "damon", "refs"])
 def test_named_sampler_missing_is_one_line_exit_2(tmp_path: Path, sampler: str) -> None:
     # the tree of a machine like this one: no PMU sampling, DAMON paddr only
     root = tree(tmp_path, "damon-paddr")
@@ -73,6 +73,8 @@ def test_named_sampler_missing_is_one_line_exit_2(tmp_path: Path, sampler: str) 
     assert read(root, KD + "/nr_kdamonds") == "0"
     if sampler == "damon":
         assert "virtual-address" in lines[0]
+    if sampler == "refs":  # the recorded tree has no /proc
+        assert "/proc/self/smaps" in lines[0]
 
 
 @pytest.mark.parametrize(
