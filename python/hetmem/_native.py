@@ -125,9 +125,12 @@ class Context:
             raise NativeError(msg, rc)
 
     def close(self) -> None:
-        if self._h:
-            self._so.hm_ctx_free(self._h)
-            self._h = ctypes.c_void_p()
+        # detach before freeing: a signal handler that raises between the
+        # free and the reset would otherwise leave a dangling handle that
+        # __del__ frees a second time
+        h, self._h = self._h, ctypes.c_void_p()
+        if h:
+            self._so.hm_ctx_free(h)
 
     def __enter__(self) -> Context:
         return self

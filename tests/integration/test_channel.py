@@ -199,3 +199,46 @@ def test_bench_reports_consistent_figures():
     assert not [
         f for f in os.listdir("/dev/shm") if f.startswith(f"hetmem-chan-bench-{os.getpid()}")
     ]
+
+
+class _RaiseAfter:
+    """Stands in for the native library: forwards every call, counts the
+    frees per handle, and raises right after the first free returns, as a
+    signal handler (SIGTERM in `hetmem flow run`) can."""
+
+    def __init__(self, so, fn: str) -> None:
+        self._so, self._fn, self.freed = so, fn, []
+
+    def __getattr__(self, attr):
+        real = getattr(self._so, attr)
+        if attr != self._fn:
+            return real
+
+        def free(h):
+            key = h.value if hasattr(h, "value") else h
+            self.freed.append(key)
+            if self.freed.count(key) > 1:
+                return 0  # a second free: counted, never passed on
+            real(h)
+            raise KeyboardInterrupt
+
+        return free
+
+
+@pytest.mark.parametrize("what", ["context", "channel"])
+def test_a_signal_right_after_a_free_frees_nothing_twice(name, what):
+    """CI found `double free or corruption` when SIGTERM landed inside
+    close(): the handle must be detached before the free, so close() and
+    __del__ after the interruption have nothing left to free."""
+    from hetmem._native import Context
+
+    ch.create(name, slots=2, max_objects=4, slot_bytes=1 << 16)
+    obj = Context() if what == "context" else ch.Channel.open(name, "writer")
+    fn = "hm_ctx_free" if what == "context" else "hm_chan_close"
+    spy = _RaiseAfter(obj._so, fn)
+    obj._so = spy
+    with pytest.raises(KeyboardInterrupt):
+        obj.close()
+    obj.close()
+    obj.__del__()
+    assert len(spy.freed) == 1, spy.freed

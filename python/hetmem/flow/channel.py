@@ -256,9 +256,12 @@ class Channel:
         return cls(name, role, tier, rank)
 
     def close(self) -> None:
-        if getattr(self, "_h", None):
-            self._so.hm_chan_close(self._h)
-            self._h = ctypes.c_void_p()
+        # detach first (see Context.close): a raising signal handler must
+        # not leave a handle that __del__ closes again
+        h = getattr(self, "_h", None)
+        self._h = ctypes.c_void_p()
+        if h:
+            self._so.hm_chan_close(h)
             self._ctx.close()
 
     def __enter__(self) -> Channel:
