@@ -10,13 +10,15 @@ CBUILD := build/c
 ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
 
+# The guests of tests/vm (live NUMA tiers): QEMU, Debian's kernel, busybox.
+VM_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static cpio
 # Debian packages the build, the tests and the reference measurements need.
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config libhwloc-dev hwloc \
   libnuma-dev numactl liburing-dev fio libdw-dev libelf-dev libopenblas-dev \
   liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin util-linux chromium \
-  hpcc lammps lammps-examples
+  hpcc lammps lammps-examples $(VM_PACKAGES)
 
-.PHONY: all deps venv install cbuild test test-c test-sanitize fuzz demo lint clean hooks \
+.PHONY: all deps venv install cbuild test test-vm test-c test-sanitize fuzz demo lint clean hooks \
   hooks-if-unset metrics
 
 all: install
@@ -59,6 +61,11 @@ cbuild: deps
 
 test: install cbuild
 	HETMEM_CBUILD=$(CBUILD) $(VPY) -m pytest -q $(PYTEST_ARGS)
+
+# The live NUMA tiers alone (also part of `make test`): QEMU guests with
+# CPU-less memory nodes and HMAT (tests/vm/guestvm.py's shapes).
+test-vm: install cbuild
+	HETMEM_CBUILD=$(CBUILD) $(VPY) -m pytest -q -rs tests/vm $(PYTEST_ARGS)
 
 test-c: cbuild
 	ctest --test-dir $(CBUILD) --output-on-failure

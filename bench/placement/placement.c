@@ -25,7 +25,8 @@
  * Prints one JSON line: variant, seconds (the timed iterations or the
  * allocation loop), hot_seconds (of which in the hot passes), bytes, cold
  * bytes touched per iteration, a checksum.
- * With --numa-policies, also each array's NUMA policy from numa_maps; with
+ * With --numa-policies, also each array's NUMA policy from numa_maps and
+ * its pages per node (numa_pages, from move_pages(2)); with
  * --huge-pages, the KiB of each array that transparent huge pages back.
  * Exit status 0, or 3 with --exit3 (tests check that it passes through). */
 #define _GNU_SOURCE
@@ -34,7 +35,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void) {
   struct timespec ts;
@@ -90,6 +93,52 @@ static void numa_policy(const void *p, char *out, size_t cap) {
     }
   }
   fclose(f);
+}
+
+/* The node of each page of [p, p + bytes), as the kernel reports it
+ * (move_pages(2) with no target nodes only queries): counts per node 0-7
+ * into cnt, pages on other nodes or absent (never touched) left out. The
+ * kernel's view, not hetmem's counters: what a placement test believes. */
+static void node_pages(const void *p, size_t bytes, unsigned long cnt[8]) {
+  enum { BATCH = 512 };
+  void *pages[BATCH];
+  int status[BATCH];
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, e = (uintptr_t)p + bytes;
+  memset(cnt, 0, 8 * sizeof cnt[0]);
+  while (a < e) {
+    unsigned long n = 0;
+    for (; n < BATCH && a < e; n++, a += 4096) pages[n] = (void *)a;
+    if (syscall(SYS_move_pages, 0, n, pages, NULL, status, 0) != 0) return;
+    for (unsigned long i = 0; i < n; i++)
+      if (status[i] >= 0 && status[i] < 8) cnt[status[i]]++;
+  }
+}
+
+static void print_node_pages(const char *name, const void *p, size_t bytes, int last) {
+  unsigned long cnt[8];
+  node_pages(p, bytes, cnt);
+  printf("\"%s\":{", name);
+  int first = 1;
+  for (int k = 0; k < 8; k++) {
+    if (!cnt[k]) continue;
+    printf("%s\"%d\":%lu", first ? "" : ",", k, cnt[k]);
+    first = 0;
+  }
+  printf("}%s", last ? "" : ",");
+}
+
+/* For --numa-maps FILE: /proc/self/numa_maps while the arrays live, each
+ * array's start address first ("hot_a 0x...") so a reader finds its line. */
+static void copy_numa_maps(const char *path, const double *const arrays[5]) {
+  static const char *names[5] = {"hot_a", "hot_b", "cold_x", "cold_y", "cold_z"};
+  FILE *in = fopen("/proc/self/numa_maps", "r"), *out = fopen(path, "w");
+  if (in && out) {
+    for (int k = 0; k < 5; k++) fprintf(out, "# %s %p\n", names[k], (const void *)arrays[k]);
+    char line[1024];
+    while (fgets(line, sizeof line, in)) fputs(line, out);
+  }
+  if (in) fclose(in);
+  if (out) fclose(out);
 }
 
 /* KiB of [p, p + bytes) on transparent huge pages: the AnonHugePages of
@@ -297,6 +346,7 @@ int main(int argc, char **argv) {
   const char *variant = "sparse";
   size_t footprint = (size_t)256 << 20;
   int iters = 4, hot_passes = 8, threads = 2, exit3 = 0, policies = 0, huge = 0, ab_slices = 0;
+  const char *maps_to = NULL;
   size_t stride_pages = 2048;
   uint64_t pairs = 10000000;
   for (int i = 1; i < argc; i++) {
@@ -321,12 +371,13 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(a, "--exit3")) exit3 = 1;
     else if (!strcmp(a, "--numa-policies")) policies = 1;
+    else if (!strcmp(a, "--numa-maps") && v) maps_to = argv[++i];
     else if (!strcmp(a, "--huge-pages")) huge = 1;
     else {
       fprintf(stderr,
               "usage: hm-placement [--variant sweep|sparse|even|mixed|alloc] [--footprint BYTES] "
               "[--iters N] [--hot-passes N] [--stride PAGES] [--pairs N] [--threads N] "
-              "[--ab SLICES] [--exit3] [--numa-policies] [--huge-pages]\n");
+              "[--ab SLICES] [--exit3] [--numa-policies] [--numa-maps FILE] [--huge-pages]\n");
       return 2;
     }
   }
@@ -363,6 +414,7 @@ int main(int argc, char **argv) {
   char pol[5][64] = {{0}};
   const double *arrays[5] = {ha, hb, cx, cy, cz};
   for (int k = 0; policies && k < 5; k++) numa_policy(arrays[k], pol[k], sizeof pol[k]);
+  if (maps_to) copy_numa_maps(maps_to, arrays);
   printf("{\"variant\":\"%s\",\"seconds\":%.6f,\"hot_seconds\":%.6f,\"footprint\":%zu,"
          "\"hot_bytes\":%zu,\"cold_bytes\":%zu,\"cold_touched_per_iter\":%zu,\"iters\":%d,"
          "\"checksum\":%.6e",
@@ -372,6 +424,15 @@ int main(int argc, char **argv) {
     printf(",\"numa_policies\":{\"hot_a\":\"%s\",\"hot_b\":\"%s\",\"cold_x\":\"%s\","
            "\"cold_y\":\"%s\",\"cold_z\":\"%s\"}",
            pol[0], pol[1], pol[2], pol[3], pol[4]);
+  if (policies) {
+    printf(",\"numa_pages\":{");
+    print_node_pages("hot_a", ha, nh * sizeof(double), 0);
+    print_node_pages("hot_b", hb, nh * sizeof(double), 0);
+    print_node_pages("cold_x", cx, nc * sizeof(double), 0);
+    print_node_pages("cold_y", cy, nc * sizeof(double), 0);
+    print_node_pages("cold_z", cz, nc * sizeof(double), 1);
+    printf("}");
+  }
   if (huge)
     printf(",\"huge_kib\":{\"hot_a\":%llu,\"hot_b\":%llu,\"cold_x\":%llu,\"cold_y\":%llu,"
            "\"cold_z\":%llu}",

@@ -62,6 +62,12 @@ class Command:
             "the default storage directory",
         )
         parser.add_argument(
+            "--no-storage",
+            action="store_true",
+            help="place on this machine's memory tiers only (flat mode on an HBM or CXL "
+            "machine: cold sites go to the slowest NUMA node, never to the pager)",
+        )
+        parser.add_argument(
             "--ranks-per-node", type=int, metavar="N", help="ranks sharing a node's budget"
         )
         parser.add_argument(
@@ -119,6 +125,7 @@ class Command:
             options,
             symbols=not args.no_symbols,
             storage=args.storage,
+            no_storage=args.no_storage,
         )
         comment = [
             "hetmem placement: which tier serves each allocation site (docs/formats.md).",
@@ -156,6 +163,8 @@ class Command:
             raise UsageError("--time-limit S must be a positive number of seconds")
         if args.output:
             check_output_file(args.output, "-o")
+        if args.no_storage and (args.tiers or args.storage is not None):
+            raise UsageError("--no-storage excludes --storage and --tiers")
         if args.storage is not None:
             if args.tiers:
                 raise UsageError(

@@ -65,14 +65,14 @@ def gather_profiles(args: list[str]) -> tuple[list[str], list[prof.Profile], lis
 
 
 def tiers_for(
-    tiers_file: str | None, storage: str | None = None
+    tiers_file: str | None, storage: str | None = None, no_storage: bool = False
 ) -> tuple[list[pb.Tier], list[str]]:
     """The tiers from --tiers FILE, else from this machine (its storage tier
     the directory storage, when given); with notes."""
     if tiers_file:
         tiers, notes = pb.tiers_from_file(tiers_file), []
     else:
-        tiers, notes = pb.tiers_from_machine(storage)
+        tiers, notes = pb.tiers_from_machine(storage, no_storage)
     if len(tiers) < 2:
         notes.append(f"only one tier ({tiers[0].name}): every site goes there")
     return tiers, notes
@@ -85,11 +85,12 @@ def advise_profiles(
     options: SolveOptions,
     symbols: bool = True,
     storage: str | None = None,
+    no_storage: bool = False,
 ) -> ProfilesAdvice:
     """`hetmem advise`'s work: every note in the order the command shows them."""
     names, profiles, dropped_notes = gather_profiles(profile_args)
     merged = prof.merge(profiles)
-    tiers, notes = tiers_for(tiers_file, storage)
+    tiers, notes = tiers_for(tiers_file, storage, no_storage)
     sym = Symbolizer() if symbols else None
     res = advise(
         merged,

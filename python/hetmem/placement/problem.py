@@ -166,14 +166,19 @@ def _measured_figures(t: dict[str, Any]) -> tuple[float | None, float | None]:
     return bw, lat
 
 
-def tiers_from_machine(storage: str | None = None) -> tuple[list[Tier], list[str]]:
+def tiers_from_machine(
+    storage: str | None = None, no_storage: bool = False
+) -> tuple[list[Tier], list[str]]:
     """This machine's tiers: the inventory with cached probe measurements
     (hetmem.tiers), else the cached probe result alone; notes say which.
-    storage: the storage tier's directory (default: the default one)."""
+    storage: the storage tier's directory (default: the default one);
+    no_storage: memory tiers only (flat mode on an HBM or CXL machine)."""
     notes: list[str] = []
     entries: list[dict[str, Any]] | None = None
     try:
-        entries = inv.inventory(storage=[storage] if storage else None)["tiers"]
+        entries = inv.inventory(storage=[storage] if storage else None, no_storage=no_storage)[
+            "tiers"
+        ]
     except ImportError:
         notes.append("tier inventory unavailable; using the cached probe result only")
     except Exception as exc:  # the native library may lack discovery: degrade
@@ -183,7 +188,7 @@ def tiers_from_machine(storage: str | None = None) -> tuple[list[Tier], list[str
         if probe and isinstance(probe.get("tiers"), list):
             entries = []
             for t in probe["tiers"]:
-                if isinstance(t, dict):
+                if isinstance(t, dict) and not (no_storage and t.get("kind") == "storage"):
                     entries.append({**t, "measured": t})
     if not entries:
         raise EnvironmentProblem(

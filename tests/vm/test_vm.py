@@ -1,0 +1,178 @@
+"""hetmem's NUMA paths on a real kernel with CPU-less memory nodes (issue 23).
+
+Each machine shape of tests/vm/guestvm.py boots once (Debian's kernel in
+QEMU); tests/vm/guest_checks.sh runs hetmem there and records what the
+kernel says: numactl -H, memory_tiers, the pages of each array per node
+(move_pages(2) queries from inside the workload) and /proc/self/numa_maps.
+The tests below judge those records, never hetmem's own counters alone.
+
+In the guests both nodes are the same host DRAM: these tests are about
+where pages go, not about speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import guestvm  # tests/vm, on sys.path as the test's own directory
+import pytest
+
+from conftest import CBUILD, REPO
+from hetmem import _native
+
+WHY_NOT = guestvm.missing() or (
+    "" if (CBUILD / "bench" / "hm-placement").exists() else f"no {CBUILD}/bench/hm-placement"
+)
+pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=f"no guest can boot here: {WHY_NOT}")
+
+CHECKS = {
+    "cxl": "tiers placement hbw",
+    "knl-flat": "tiers placement hbw",
+    "two-socket": "tiers",
+}
+BOOT_TIMEOUT = 420  # a hang guard: a TCG guest runs its checks in 1-2 minutes here
+
+
+def _build_hbw_nodes(out: Path) -> None:
+    libdir = _native.library_dir()
+    cc = shutil.which("cc") or shutil.which("gcc") or "cc"
+    subprocess.run(
+        [cc, "-std=c11", "-O1", f"-I{REPO / 'include'}", str(REPO / "tests/vm/hbw_nodes.c"),
+         f"-L{libdir}", "-lhetmem", f"-Wl,-rpath,{libdir}", "-o", str(out / "hbw_nodes")],
+        check=True,
+    )  # fmt: skip
+
+
+def _guest_env() -> dict[str, str]:
+    env = {"HM_VM_PY": sys.executable, "HM_VM_CBUILD": str(CBUILD)}
+    for k in ("PYTHONPATH", "HETMEM_LIBDIR", "HETMEM_CBUILD"):
+        if os.environ.get(k):
+            env[k] = os.environ[k]
+    return env
+
+
+def _shapes(check: str) -> list[str]:
+    return [n for n, c in CHECKS.items() if check in c.split()]
+
+
+@pytest.fixture(scope="module")
+def guest(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    name = request.param
+    out = tmp_path_factory.mktemp(f"vm-{name}")
+    _build_hbw_nodes(out)
+    env = {**_guest_env(), "HM_VM_CHECKS": CHECKS[name]}
+    script = f"sh {REPO / 'tests/vm/guest_checks.sh'}\n"
+    r = guestvm.run(guestvm.SHAPES[name], script, out, env=env, cwd=str(REPO),
+                    timeout=BOOT_TIMEOUT)  # fmt: skip
+    assert r.rc == 0, f"guest {name}: rc {r.rc}\n{r.log[-3000:]}\n{r.console[-3000:]}"
+    yield name, out
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def _step(out: Path, name: str) -> str:
+    rc = (out / f"{name}.rc").read_text().strip()
+    err = (out / f"{name}.err").read_text(errors="replace")
+    assert rc == "0", f"{name}: exit {rc}\n{err[-3000:]}"
+    return (out / f"{name}.out").read_text()
+
+
+def _last_json(text: str) -> dict[str, Any]:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def _tiers(out: Path) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in json.loads(_step(out, "tiers"))["tiers"]}
+
+
+@pytest.mark.parametrize("guest", list(CHECKS), indirect=True)
+def test_the_kernel_sees_the_shape(guest) -> None:
+    name, out = guest
+    numactl = _step(out, "numactl")
+    shape = guestvm.SHAPES[name]
+    assert f"available: {len(shape.nodes)} nodes" in numactl, numactl
+    for i, (_, cpus) in enumerate(shape.nodes):
+        line = next(x for x in numactl.splitlines() if x.startswith(f"node {i} cpus:"))
+        assert bool(line.split(":")[1].strip()) == bool(cpus), numactl
+
+
+@pytest.mark.parametrize("guest", _shapes("tiers"), indirect=True)
+def test_tiers_rank_and_classify_from_live_sysfs(guest) -> None:
+    name, out = guest
+    tiers = _tiers(out)
+    n0, n1 = tiers["node0"], tiers["node1"]
+    assert n0["kind"] == "dram" and n0["cpus"]
+    if name == "two-socket":
+        assert n1["kind"] == "dram" and n1["cpus"] and n0["cpus"] != n1["cpus"]
+        assert n0["distances"]["1"] > n0["distances"]["0"]
+        return
+    # HMAT from the guest's firmware, as the shape rated it
+    assert n1["cpus"] == [] and "hmat" in n1["source"]
+    shape = {t: (lat, bw) for ini, t, lat, bw in guestvm.SHAPES[name].hmat}
+    assert n1["hmat"]["read_latency_ns"] == shape[1][0]
+    assert n1["hmat"]["read_bandwidth_mibs"] == shape[1][1]
+    assert tiers["node0"]["ranked_by"] == "hmat"
+    if name == "knl-flat":  # MCDRAM: more than twice DRAM's bandwidth
+        assert n1["kind"] == "hbm" and n1["rank"] < n0["rank"]
+    else:  # a slower CPU-less node without provenance: ranked below DRAM
+        assert n1["rank"] > n0["rank"]
+    assert n0["memory_tier"] is not None  # the kernel's memory_tiers were read
+
+
+def _placed(out: Path) -> dict[str, int]:
+    """function -> tier index, from the advised placement file."""
+    from hetmem.placement import fileformat
+
+    pl = fileformat.load(out / "w.toml")
+    return {s.symbols[0].split(" ")[0]: s.tier for s in pl.sites if s.symbols}
+
+
+def _tier_nodes(out: Path) -> dict[int, int]:
+    from hetmem.placement import fileformat
+
+    pl = fileformat.load(out / "w.toml")
+    return dict(enumerate(t.numa_node for t in pl.tiers))
+
+
+@pytest.mark.parametrize("mode", ["flat", "hybrid"])
+@pytest.mark.parametrize("guest", _shapes("placement"), indirect=True)
+def test_each_site_lands_on_its_advised_node(guest, mode: str) -> None:
+    name, out = guest
+    placed, nodes = _placed(out), _tier_nodes(out)
+    # the advisor used the guest's live tiers: DRAM and the CPU-less node
+    fast, slow = (1, 0) if name == "knl-flat" else (0, 1)
+    assert nodes[0] == fast and nodes[1] == slow, nodes
+    for f in ("alloc_hot_a", "alloc_hot_b"):
+        assert placed[f] == 0, placed
+    for f in ("alloc_cold_x", "alloc_cold_y", "alloc_cold_z"):
+        assert placed[f] == 1, placed
+    run = _last_json(_step(out, mode))
+    # the kernel's view: every touched page of each array on its node
+    pages = run["numa_pages"]
+    for arr in ("hot_a", "hot_b"):
+        assert set(pages[arr]) == {str(fast)}, pages
+    for arr in ("cold_x", "cold_y", "cold_z"):
+        assert set(pages[arr]) == {str(slow)}, pages
+        assert sum(pages[arr].values()) > 0
+    maps = (out / f"{mode}.numa_maps").read_text()
+    assert f"bind:{slow}" in maps
+    # the data read back exactly: the checksum of the run without hetmem
+    assert run["checksum"] == _last_json(_step(out, "dram"))["checksum"]
+
+
+@pytest.mark.parametrize("policy", ["none", "bind", "preferred", "interleave"])
+@pytest.mark.parametrize("guest", _shapes("hbw"), indirect=True)
+def test_hbw_malloc_lands_on_the_high_bandwidth_node(guest, policy: str) -> None:
+    name, out = guest
+    r = _last_json(_step(out, f"hbw_{policy}"))
+    assert r["set"] == 0 and r["available"] == 0 and r["ptr"] == 1, r
+    # KNL-like: MCDRAM (node 1) is the fastest tier; CXL-like: local DRAM is
+    want = "1" if name == "knl-flat" else "0"
+    assert set(r["nodes"]) == {want}, r
+    assert r["nodes"][want] >= 32 * 256 - 1
