@@ -175,6 +175,26 @@ HM_API HM_NODISCARD int hm_tiers_json(hm_ctx_t *ctx, const char **storage_dirs, 
                                       char **out);
 
 /* ------------------------------------------------------------------------
+ * NUMA policy of a whole command, as numactl sets it (src/mempolicy/)
+ * ------------------------------------------------------------------------ */
+
+/** Resolves a policy without setting it: mode is "membind", "interleave",
+ *  "preferred" (one node), "preferred-many" or "weighted-interleave";
+ *  nodes uses numactl's syntax ("0,2-3", "all", "!1", "+1": relative to the
+ *  nodes this process may use). Nodes must be allowed to this process and
+ *  have memory. *out: {"schema_version": 1, "mode", "kernel_mode", "nodes":
+ *  [...], "since_linux", "weights" (weighted-interleave: the system's
+ *  per-node weights)}, released with hm_free(). -EINVAL with a message in
+ *  the context for bad input. */
+HM_API HM_NODISCARD int hm_mempolicy_json(hm_ctx_t *ctx, const char *mode, const char *nodes,
+                                          char **out);
+
+/** Resolves the policy and sets it for the calling thread with
+ *  set_mempolicy(2): children and exec inherit it (call it between fork
+ *  and exec). -EOPNOTSUPP when the kernel lacks the mode. */
+HM_API HM_NODISCARD int hm_mempolicy_apply(hm_ctx_t *ctx, const char *mode, const char *nodes);
+
+/* ------------------------------------------------------------------------
  * Probe: tier measurements (src/probe/)
  * ------------------------------------------------------------------------ */
 /* @@PROBE@@ */

@@ -210,6 +210,8 @@ int _hm_prim_sys_mremap(void *old, size_t old_len, size_t new_len, int flags, vo
                         void **out);
 int _hm_prim_sys_mbind(void *addr, size_t len, int mode, const unsigned long *mask,
                        unsigned long maxnode, unsigned flags);
+/* The calling thread's NUMA policy (inherited by children and across exec). */
+int _hm_prim_sys_set_mempolicy(int mode, const unsigned long *mask, unsigned long maxnode);
 /* The NUMA node of each page in status (move_pages without targets). */
 int _hm_prim_page_nodes(void **pages, int *status, size_t n);
 /* One write(2) to standard error, result ignored: async-signal-safe. */

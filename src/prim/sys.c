@@ -59,6 +59,10 @@ int _hm_prim_sys_mbind(void *addr, size_t len, int mode, const unsigned long *ma
   return hm__rc(syscall(SYS_mbind, addr, len, mode, mask, maxnode, flags));
 }
 
+int _hm_prim_sys_set_mempolicy(int mode, const unsigned long *mask, unsigned long maxnode) {
+  return hm__rc(syscall(SYS_set_mempolicy, mode, mask, maxnode));
+}
+
 int _hm_prim_page_nodes(void **pages, int *status, size_t n) {
   /* move_pages with no target nodes only reports where each page is. */
   return hm__rc(syscall(SYS_move_pages, 0, n, pages, NULL, status, 0));

@@ -10,6 +10,7 @@ from pathlib import Path
 from hetmem.errors import UsageError
 from hetmem.output import check_output_file
 from hetmem.run.launch import MODES, STORAGE_FULL_POLICIES, RunConfig, run
+from hetmem.run.mempolicy import MODES as POLICY_MODES
 from hetmem.sizes import parse_budget, parse_positive, parse_size
 
 
@@ -38,12 +39,18 @@ class Command:
         "  hybrid flat, but the pager's cache gets what the fast-tier sites leave\n"
         "         of --fast-budget\n"
         "\n"
-        "Sizes accept 4096, 64K, 512MiB, 4G, 1.5GB. Example:\n"
-        "  hetmem run --mode cache --fast-budget 4G --storage /mnt/nvme --stats s.json -- ./app"
+        "Sizes accept 4096, 64K, 512MiB, 4G, 1.5GB. Examples:\n"
+        "  hetmem run --mode cache --fast-budget 4G --storage /mnt/nvme --stats s.json -- ./app\n"
+        "  hetmem run --membind 1 -- ./app          # numactl --membind 1 ./app\n"
+        "  hetmem run --interleave all -- ./app     # spread pages over every node"
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--mode", choices=MODES, default="cache", help="memory mode (cache)")
+        parser.add_argument(
+            "--mode",
+            choices=MODES,
+            help="memory mode (cache; dram when a NUMA policy is given alone)",
+        )
         parser.add_argument(
             "--fast-budget",
             metavar="SIZE",
@@ -85,6 +92,23 @@ class Command:
             "from DRAM beyond the budget, counted in the end-of-run summary (fallback); "
             "default $HETMEM_STORAGE_FULL",
         )
+        numa = parser.add_argument_group(
+            "NUMA policy of the whole command, as numactl sets it",
+            "NODES in numactl's syntax: 0,2-3, all, !1 (all but 1), +1 (relative to the "
+            "nodes this process may use). In flat and hybrid modes the placement's own "
+            "bindings take precedence for the sites it places.",
+        ).add_mutually_exclusive_group()
+        for flag, what in (
+            ("membind", "allocate only from NODES"),
+            ("interleave", "interleave pages over NODES"),
+            ("preferred", "prefer NODE, fall back to others"),
+            ("preferred-many", "prefer NODES, fall back to others (Linux 5.15+)"),
+            ("weighted-interleave", "interleave by the system's per-node weights (Linux 6.9+; "
+             "/sys/kernel/mm/mempolicy/weighted_interleave)"),
+        ):  # fmt: skip
+            numa.add_argument(
+                f"--{flag}", metavar="NODE" if flag == "preferred" else "NODES", help=what
+            )
         parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -93,8 +117,13 @@ class Command:
             command = command[1:]
         if args.stats is not None:
             check_output_file(args.stats, "--stats")
+        numa = next(
+            ((m, getattr(args, m.replace("-", "_"))) for m in POLICY_MODES
+             if getattr(args, m.replace("-", "_")) is not None),
+            None,
+        )  # fmt: skip
         cfg = RunConfig(
-            mode=args.mode,
+            mode=args.mode or ("dram" if numa else "cache"),
             command=command,
             budget=_budget(args.fast_budget),
             storage=args.storage,
@@ -103,6 +132,7 @@ class Command:
             swap_size=_size(args.swap_size, "--swap-size", parse_positive),
             placement=args.placement,
             storage_full=_storage_full(args.storage_full),
+            numa=numa,
         )
         return run(cfg)
 

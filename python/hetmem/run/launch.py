@@ -56,7 +56,7 @@ from hetmem.errors import (
 from hetmem.output import check_output_dir, check_shared_dir, write_atomic
 from hetmem.output import run_note as note
 from hetmem.placement import fileformat as placement_mod
-from hetmem.run import diagnose, supervise
+from hetmem.run import diagnose, mempolicy, supervise
 from hetmem.run.swap import MemoryCgroup, SwapFile, SwapSampler, clean_stale, read_swaps
 from hetmem.sizes import format_size, parse_size
 
@@ -82,6 +82,8 @@ class RunConfig:
     storage_full: str | None = None
     fetch_unit: int = 0
     notes: list[str] = field(default_factory=list)
+    # (mode, nodes): the whole command's NUMA policy, as numactl sets it
+    numa: tuple[str, str] | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -375,8 +377,12 @@ def _spawn(
     state["spawning"] = True
     parent = os.getpid()
 
+    policy = state.get("mempolicy_setup")
+
     def child_setup() -> None:
         supervise.die_with_parent(parent)
+        if policy is not None:
+            policy()
         if preexec is not None:
             preexec()
 
@@ -484,6 +490,10 @@ def run(cfg: RunConfig) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     state: dict[str, Any] = {}
+    if cfg.numa is not None:
+        policy = mempolicy.resolve(*cfg.numa)
+        stats["mempolicy"] = policy.resolved
+        state["mempolicy_setup"] = mempolicy.child_setup(policy)
     rc = 0
     try:
         with _signals(state), _supervised(cfg, state):
