@@ -85,12 +85,20 @@ static void numa_policy(const void *p, char *out, size_t cap) {
   unsigned long long best = 0;
   while (fgets(line, sizeof line, f)) {
     unsigned long long start;
-    char pol[64];
-    if (sscanf(line, "%llx %63s", &start, pol) != 2) continue;
-    if (start <= (unsigned long long)(uintptr_t)p && start >= best) {
-      best = start;
-      snprintf(out, cap, "%s", pol);
-    }
+    int at = 0;
+    if (sscanf(line, "%llx %n", &start, &at) != 1 || !at) continue;
+    if (start > (unsigned long long)(uintptr_t)p || start < best) continue;
+    best = start;
+    /* the policy may hold a space ("prefer (many):1"): it ends before the
+     * first key=value word or a heap/stack tag */
+    char *pol = line + at, *end = strchr(pol, '=');
+    if (!end) end = pol + strcspn(pol, "\n");
+    else while (end > pol && end[-1] != ' ') end--;
+    char *tag = strstr(pol, " heap");
+    if (!tag) tag = strstr(pol, " stack");
+    if (tag && tag < end) end = tag + 1;
+    while (end > pol && (end[-1] == ' ' || end[-1] == '\n')) end--;
+    snprintf(out, cap, "%.*s", (int)(end - pol), pol);
   }
   fclose(f);
 }

@@ -5,7 +5,7 @@
 # status (NAME.rc); one step failing does not stop the others.
 #   HM_VM_PY       the Python that runs hetmem (the host's .venv)
 #   HM_VM_CBUILD   the CMake build tree (bench programs)
-#   HM_VM_CHECKS   which steps: tiers placement hbw
+#   HM_VM_CHECKS   which steps: tiers placement numactl hbw
 O=$HM_VM_OUT
 PY=$HM_VM_PY
 W="$HM_VM_CBUILD/bench/hm-placement"
@@ -43,6 +43,14 @@ for c in $HM_VM_CHECKS; do
         --stats "$O/$mode.stats.json" -- $WL --numa-policies --numa-maps "$O/$mode.numa_maps"
     done
     step dram $WL
+    ;;
+  numactl) # hetmem run's numactl surface on the command as a whole
+    small="$W --variant sweep --footprint $((16 * 1048576)) --iters 1 --numa-policies"
+    step pol_membind hm run --membind 1 -- $small
+    step pol_interleave hm run --interleave all -- $small
+    step pol_preferred hm run --preferred 1 -- $small
+    step pol_preferred_many hm run --preferred-many '!0' -- $small
+    step pol_weighted hm run --weighted-interleave all -- $small
     ;;
   hbw) # $O/hbw_nodes: built by the host (tests/vm/test_vm.py)
     for pol in none bind preferred interleave; do

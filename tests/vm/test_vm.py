@@ -33,7 +33,7 @@ WHY_NOT = guestvm.missing() or (
 pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=f"no guest can boot here: {WHY_NOT}")
 
 CHECKS = {
-    "cxl": "tiers placement hbw",
+    "cxl": "tiers placement numactl hbw",
     "knl-flat": "tiers placement hbw",
     "two-socket": "tiers",
 }
@@ -176,3 +176,39 @@ def test_hbw_malloc_lands_on_the_high_bandwidth_node(guest, policy: str) -> None
     want = "1" if name == "knl-flat" else "0"
     assert set(r["nodes"]) == {want}, r
     assert r["nodes"][want] >= 32 * 256 - 1
+
+
+@pytest.mark.parametrize(
+    ("step", "policy"),
+    [
+        ("pol_membind", "bind:1"),
+        ("pol_interleave", "interleave:0-1"),
+        ("pol_preferred", "prefer:1"),
+        ("pol_preferred_many", "prefer (many):1"),
+    ],
+)
+@pytest.mark.parametrize("guest", _shapes("numactl"), indirect=True)
+def test_run_sets_the_numactl_policy(guest, step: str, policy: str) -> None:
+    _, out = guest
+    run = _last_json(_step(out, step))
+    arrays = ("hot_a", "hot_b", "cold_x", "cold_y", "cold_z")
+    assert {run["numa_policies"][a] for a in arrays} == {policy}, run
+    nodes = {n for a in arrays for n in run["numa_pages"][a]}
+    # node 1 has room for all 16 MiB: bind and both prefers put every page there
+    assert nodes == ({"0", "1"} if step == "pol_interleave" else {"1"}), run
+    if step == "pol_interleave":
+        # round-robin over the nodes: per page, or per 2 MiB where
+        # transparent huge pages back part of an array (512 pages at once)
+        for a in arrays:
+            c = run["numa_pages"][a]
+            assert abs(c.get("0", 0) - c.get("1", 0)) <= 513, (a, c)
+
+
+@pytest.mark.parametrize("guest", _shapes("numactl"), indirect=True)
+def test_weighted_interleave_on_an_older_kernel_is_one_line(guest) -> None:
+    _, out = guest
+    rc = (out / "pol_weighted.rc").read_text().strip()
+    err = (out / "pol_weighted.err").read_text()
+    assert rc == "2", err  # Debian 12's kernel (6.1) has no MPOL_WEIGHTED_INTERLEAVE
+    assert "Linux 6.9 or later" in err and len(err.strip().splitlines()) == 1, err
+    assert not (out / "pol_weighted.out").read_text()  # the command never ran
