@@ -17,6 +17,7 @@
 
 #include "internal.h"
 #include "prim/prim.h"
+#include "tiers.h"
 
 #define HM__MAXNODE 1024
 #define HM__WORDS (HM__MAXNODE / 64)
@@ -55,24 +56,23 @@ static int hm__count(const hm__nodeset_t *s) {
   return c;
 }
 
-/* A kernel list ("0-3,5") into s; -EINVAL if it is not one. */
+/* A kernel list ("0-3,5", up to the end of its line) into s: tiers.c's
+ * parser, bounded to the nodes a policy mask holds; -EINVAL otherwise. */
 static int hm__parse_list(const char *text, hm__nodeset_t *s) {
-  const char *p = text;
-  while (*p && *p != '\n') {
-    char *end;
-    long a = strtol(p, &end, 10), b = a;
-    if (end == p || a < 0 || a >= HM__MAXNODE) return -EINVAL;
-    p = end;
-    if (*p == '-') {
-      b = strtol(p + 1, &end, 10);
-      if (end == p + 1 || b < a || b >= HM__MAXNODE) return -EINVAL;
-      p = end;
-    }
-    for (long n = a; n <= b; n++) hm__set(s, (int)n);
-    if (*p == ',') p++;
-    else if (*p && *p != '\n') return -EINVAL;
+  char line[1024];
+  size_t len = strcspn(text, "\n");
+  if (len >= sizeof line) return -EINVAL;
+  memcpy(line, text, len);
+  line[len] = 0;
+  int *v = NULL;
+  size_t n = 0;
+  int rc = _hm_parse_cpulist(line, &v, &n);
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    if (v[i] < 0 || v[i] >= HM__MAXNODE) rc = -EINVAL;
+    else hm__set(s, v[i]);
   }
-  return 0;
+  free(v);
+  return rc;
 }
 
 /* Nodes this process may use that have memory. */
@@ -82,7 +82,7 @@ static int hm__usable(hm_ctx_t *ctx, hm__nodeset_t *out) {
   if (_hm_prim_read_text(ctx->fsroot, "/proc/self/status", buf, sizeof buf) < 0)
     return _hm_error(ctx, -EIO, "cannot read /proc/self/status for the allowed nodes");
   const char *line = strstr(buf, "Mems_allowed_list:");
-  if (!line || hm__parse_list(line + strspn(line + 18, " \t") + 18, &allowed))
+  if (!line || hm__parse_list(line + 18, &allowed))
     return _hm_error(ctx, -EIO, "/proc/self/status has no readable Mems_allowed_list");
   ssize_t n = _hm_prim_read_text(ctx->fsroot, "/sys/devices/system/node/has_memory", mem,
                                  sizeof mem);
