@@ -123,6 +123,7 @@ HM_API const char *hm_tier_kind_name(hm_tier_kind_t kind);
 #define HM_TIER_SRC_HWLOC 0x10u          /* hwloc memory attributes (live only) */
 #define HM_TIER_SRC_STATFS 0x20u         /* statfs of a storage directory */
 #define HM_TIER_SRC_NVIDIA 0x40u         /* /proc/driver/nvidia/gpus */
+#define HM_TIER_SRC_OVERRIDE 0x80u       /* HETMEM_HBW_NODES or MEMKIND_HBW_NODES */
 
 #define HM_TIER_INFO_VERSION 1
 typedef struct hm_tier_s {

@@ -677,6 +677,7 @@ static int hm__cmp_tiers(const void *pa, const void *pb, void *arg) {
   if (sa) return (a->pub.rank > b->pub.rank) - (a->pub.rank < b->pub.rank); /* given order */
   bool ra = hm__rankable(a), rb = hm__rankable(b);
   if (ra != rb) return ra ? -1 : 1; /* empty nodes last */
+  if (a->hbw_override != b->hbw_override) return a->hbw_override ? -1 : 1;
   int c = hm__cmp_basis(a, b, basis);
   if (c) return c;
   int ka = hm__kind_order(a->pub.kind), kb = hm__kind_order(b->pub.kind);
@@ -704,7 +705,10 @@ static void hm__rank(struct hm_tiers_s *T) {
   for (size_t i = 0; i < T->n; i++) {
     _hm_tier_t *t = &T->v[i];
     t->pub.rank = (uint32_t)i;
-    t->ranked_by = t->pub.kind == HM_TIER_STORAGE ? "order" : !hm__rankable(t) ? "empty" : T->ranking;
+    t->ranked_by = t->pub.kind == HM_TIER_STORAGE ? "order"
+                   : !hm__rankable(t)              ? "empty"
+                   : t->hbw_override               ? "override"
+                                                   : T->ranking;
   }
 }
 
@@ -837,6 +841,8 @@ int hm_tiers_discover(hm_ctx_t *ctx, const char *const *storage_dirs, size_t n) 
   (void)_hm_prim_list_dir(ctx->fsroot, "/proc/driver/nvidia/gpus", hm__scan_nvidia, &s);
   if (hm__is_live(ctx)) hm__hwloc_crosscheck(T);
   hm__classify(T);
+  rc = _hm_tiers_override(ctx, T);
+  if (rc) goto fail;
   if (!storage_dirs) {
     rc = hm__add_storage(ctx, T, &cap, hm__default_storage(ctx), 0);
   } else {

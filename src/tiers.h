@@ -42,6 +42,7 @@ typedef struct _hm_tier_s {
   bool hw_seen;
   char hw_subtype[32];
   uint64_t hw_capacity, hw_bandwidth, hw_latency;
+  bool hbw_override; /* named by HETMEM_HBW_NODES / MEMKIND_HBW_NODES */
   /* ranking */
   const char *ranked_by; /* "hmat", "memory_tier", "kind", "order" */
   char *warn[HM_TIER_MAX_WARN];
@@ -59,5 +60,10 @@ void _hm_tiers_free(struct hm_tiers_s *t);
 /* Parses a kernel list such as "0-13,112-125" ("" is the empty list).
  * -EINVAL for anything else (or a value above 1<<22). *out is malloc'ed. */
 int _hm_parse_cpulist(const char *text, int **out, size_t *n);
+
+/* Applies the high-bandwidth node override (tiers_override.c), after the
+ * classification: listed nodes become HBM and rank first. -EINVAL with a
+ * message for a bad list or a node without memory. */
+int _hm_tiers_override(hm_ctx_t *ctx, struct hm_tiers_s *T);
 
 #endif

@@ -27,6 +27,7 @@ static void hm__json_sources(_hm_sb_t *sb, uint32_t src) {
   } names[] = {{HM_TIER_SRC_SYSFS, "sysfs"},   {HM_TIER_SRC_HMAT, "hmat"},
                {HM_TIER_SRC_MEMORY_TIERING, "memory_tiering"},
                {HM_TIER_SRC_DAX, "dax"},       {HM_TIER_SRC_NVIDIA, "nvidia"},
+               {HM_TIER_SRC_OVERRIDE, "override"},
                {HM_TIER_SRC_HWLOC, "hwloc"},   {HM_TIER_SRC_STATFS, "statfs"}};
   _hm_sb_puts(sb, "[");
   bool first = true;

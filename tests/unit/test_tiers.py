@@ -242,3 +242,37 @@ def test_cli_merges_cached_probe(hetmem, tmp_path: Path, monkeypatch):
     # A recorded tree is another machine: this machine's probe is not merged.
     data = _tiers_json(hetmem, "--fsroot", str(GOLDEN / "vm"), "--no-storage", env=env)
     assert all("probe" not in t["source"] for t in data["tiers"])
+
+
+def test_hbw_nodes_override_what_the_firmware_says(hetmem):
+    """HETMEM_HBW_NODES (else memkind's MEMKIND_HBW_NODES) names the
+    high-bandwidth nodes: they become HBM and rank first."""
+    root = str(GOLDEN / "cxl-expander")
+
+    def tiers(env: dict[str, str]) -> dict[str, dict[str, Any]]:
+        data = _tiers_json(hetmem, "--fsroot", root, "--no-storage", env=env)
+        return {t["name"]: t for t in data["tiers"]}
+
+    plain = tiers({})
+    assert plain["node1"]["kind"] == "dram" and plain["node1"]["rank"] == 1
+    for env in ({"HETMEM_HBW_NODES": "1"}, {"MEMKIND_HBW_NODES": "1"},
+                {"HETMEM_HBW_NODES": "1", "MEMKIND_HBW_NODES": "0"}):  # fmt: skip
+        got = tiers(env)
+        n1 = got["node1"]
+        assert n1["kind"] == "hbm" and n1["rank"] == 0, (env, n1)
+        assert n1["ranked_by"] == "override" and "override" in n1["source"]
+        assert got["node0"]["kind"] == "dram" and got["node0"]["rank"] == 1
+        assert "override" not in got["node0"]["source"]
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"HETMEM_HBW_NODES": "x"}, "HETMEM_HBW_NODES 'x': expected a node list"),
+        ({"HETMEM_HBW_NODES": "2-1"}, "expected a node list"),
+        ({"MEMKIND_HBW_NODES": "9"}, "MEMKIND_HBW_NODES '9': node 9 is not a memory node"),
+    ],
+)
+def test_bad_hbw_nodes_are_one_line_errors(hetmem, env: dict[str, str], says: str):
+    root = str(GOLDEN / "cxl-expander")
+    _one_line_error(hetmem("tiers", "--fsroot", root, "--no-storage", env=env), says)
