@@ -10,8 +10,9 @@ CBUILD := build/c
 ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
 
-# The guests of tests/vm (live NUMA tiers): QEMU, Debian's kernel, busybox.
-VM_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static cpio
+# The guests of tests/vm (live NUMA tiers): QEMU, Debian's kernel, busybox,
+# and ndctl/daxctl, which online the Optane-like guest's NVDIMM as memory.
+VM_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static cpio ndctl daxctl
 # Debian packages the build, the tests and the reference measurements need.
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config libhwloc-dev hwloc \
   libnuma-dev numactl liburing-dev fio libdw-dev libelf-dev libopenblas-dev \

@@ -5,12 +5,12 @@
 # status (NAME.rc); one step failing does not stop the others.
 #   HM_VM_PY       the Python that runs hetmem (the host's .venv)
 #   HM_VM_CBUILD   the CMake build tree (bench programs)
-#   HM_VM_CHECKS   which steps: tiers placement numactl hbw
+#   HM_VM_CHECKS   which steps: kmem tiers advise placement numactl tiering hbw
 O=$HM_VM_OUT
 PY=$HM_VM_PY
 W="$HM_VM_CBUILD/bench/hm-placement"
 HOT=$((32 * 1048576 / 8 / 10 * 8))
-export HOME=/tmp/home XDG_CACHE_HOME=/tmp/cache PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp
+export HOME=/root/hm-vm XDG_CACHE_HOME=/root/hm-vm/cache PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp
 mkdir -p "$HOME" "$XDG_CACHE_HOME"
 
 step() { # NAME CMD...: runs CMD, its stdout to NAME.out, stderr to NAME.err
@@ -26,18 +26,26 @@ WL="$W --variant sweep --footprint $((32 * 1048576)) --iters 3 --hot-passes 48"
 
 for c in $HM_VM_CHECKS; do
   case $c in
+  kmem) # the NVDIMM as system RAM through dax kmem: a CPU-less node, lower tier
+    for m in nfit libnvdimm nd_pmem dax_pmem device_dax kmem; do modprobe $m; done
+    step ndctl ndctl create-namespace -f -e namespace0.0 -m devdax
+    step daxctl_ram daxctl reconfigure-device --mode=system-ram --no-online dax0.0
+    step daxctl_online daxctl online-memory dax0.0
+    ;;
   tiers)
     step numactl numactl -H
+    uname -r >"$O/uname.txt"
     ls /sys/devices/virtual/memory_tiering/ >"$O/memory_tiering.txt" 2>&1
     grep . /sys/devices/virtual/memory_tiering/memory_tier*/nodelist \
       >>"$O/memory_tiering.txt" 2>/dev/null
     step tiers hm tiers --json --no-storage
     ;;
-  placement)
+  advise | placement) # profile and advise; placement also runs the modes
     step profile hm profile -o /tmp/w.prof --sampler portable -- $WL
     cp /tmp/w.prof.norank.* "$O/w.prof" 2>/dev/null
     step advise hm advise /tmp/w.prof.norank.* --no-storage --no-split \
       --fast-budget $((3 * HOT)) -o "$O/w.toml"
+    [ "$c" = advise ] && continue
     for mode in flat hybrid; do
       step "$mode" hm run --mode $mode --placement "$O/w.toml" --fast-budget $((3 * HOT)) \
         --stats "$O/$mode.stats.json" -- $WL --numa-policies --numa-maps "$O/$mode.numa_maps"
@@ -52,10 +60,24 @@ for c in $HM_VM_CHECKS; do
     step pol_preferred_many hm run --preferred-many '!0' -- $small
     step pol_weighted hm run --weighted-interleave all -- $small
     ;;
+  tiering) # the kernel's tiering beside flat, on a footprint larger than
+    # node 0's free memory (demotion needs pressure). Not hybrid: with no
+    # storage tier in the placement it is flat, and its pinned capacity is
+    # what the small profiled run held, too little for these arrays.
+    big="$W --variant sweep --footprint $((800 * 1048576)) --iters 1 --hot-passes 4"
+    big="$big --numa-policies"
+    step tiering hm bench tiering --json --repeat 1 --configs kernel,flat \
+      --placement "$O/w.toml" --fast-budget $((256 * 1048576)) -- $big
+    cat /sys/kernel/mm/numa/demotion_enabled /proc/sys/kernel/numa_balancing \
+      >"$O/tiering_after.txt"
+    ;;
   hbw) # $O/hbw_nodes: built by the host (tests/vm/test_vm.py)
     for pol in none bind preferred interleave; do
       step "hbw_$pol" "$O/hbw_nodes" $pol 32
     done
+    # the firmware overruled: the other node counts as high-bandwidth
+    HETMEM_HBW_NODES=$HM_VM_HBW_OTHER step hbw_override "$O/hbw_nodes" bind 32
+    MEMKIND_HBW_NODES=$HM_VM_HBW_OTHER step hbw_memkind "$O/hbw_nodes" bind 32
     ;;
   esac
 done

@@ -2,10 +2,12 @@
 
 The guest runs Debian's own kernel (linux-image-amd64) on the host's root
 filesystem, shared read-only over 9p, so the guest runs this checkout's
-build and .venv without copying anything. A tiny initramfs (busybox and
-the 9p modules) mounts it, puts tmpfs on the writable places, chroots and
-runs the command; its output, exit status and any files it writes under
-$HM_VM_OUT come back through a second, writable 9p share.
+build and .venv without copying anything. A tiny initramfs (busybox, the
+9p and overlay modules) mounts it under an overlay whose writes stay in
+the guest's memory (every host path, a checkout under /tmp too, is where
+it is on the host), chroots and runs the command; its output, exit
+status and any files it writes under $HM_VM_OUT come back through a
+second, writable 9p share.
 
 TCG by default: a guest boots to its command in about 4 s here, and KVM
 hangs on this host right after the bootloader (nothing after "Probing
@@ -28,11 +30,11 @@ from pathlib import Path
 
 # what the initramfs loads (Debian's kernel builds them as modules); their
 # dependencies come from modules.dep
-_MODULES = ["virtio_pci", "9pnet_virtio", "9p"]
+_MODULES = ["virtio_pci", "9pnet_virtio", "9p", "overlay"]
 
 _INIT = r"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
-mkdir -p /proc /sys /dev /mnt
+mkdir -p /proc /sys /dev /mnt /lower /rw
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
@@ -40,21 +42,24 @@ for m in $(cat /modules.list); do
   insmod "/mods/$m" || echo "hm-vm: insmod $m failed"
 done
 o=trans=virtio,version=9p2000.L,msize=512000
-mount -t 9p -o ro,cache=loose,$o hostroot /mnt || { echo "hm-vm: no host root"; poweroff -f; }
-mount -t tmpfs -o mode=1777 tmp /mnt/tmp
-mount -t tmpfs tmp /mnt/run
-mount -t tmpfs -o mode=1777 tmp /mnt/var/tmp
+mount -t 9p -o ro,cache=loose,$o hostroot /lower || { echo "hm-vm: no host root"; poweroff -f; }
+# the host's tree, every path as on the host (a checkout under /tmp too),
+# writable with the writes kept in the guest's memory
+mount -t tmpfs rw /rw
+mkdir -p /rw/upper /rw/work
+mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work root /mnt \
+  || { echo "hm-vm: no overlay"; poweroff -f; }
 mount -t proc proc /mnt/proc
 mount -t sysfs sys /mnt/sys
 mount -t devtmpfs dev /mnt/dev
-mkdir -p /mnt/dev/shm /mnt/tmp/out
+mkdir -p /mnt/dev/shm /mnt/hm-out
 mount -t tmpfs -o mode=1777 shm /mnt/dev/shm
-mount -t 9p -o $o,cache=none out /mnt/tmp/out
+mount -t 9p -o $o,cache=none out /mnt/hm-out
 mount -t debugfs none /mnt/sys/kernel/debug 2>/dev/null
 echo "hm-vm: up"
-chroot /mnt /bin/sh -c '. /tmp/out/env.sh; cd "$HM_VM_CWD"; /bin/sh /tmp/out/cmd.sh' \
-  >/mnt/tmp/out/log 2>&1
-echo $? > /mnt/tmp/out/rc
+chroot /mnt /bin/sh -c '. /hm-out/env.sh; cd "$HM_VM_CWD"; /bin/sh /hm-out/cmd.sh' \
+  >/mnt/hm-out/log 2>&1
+echo $? > /mnt/hm-out/rc
 sync
 poweroff -f
 """
@@ -70,14 +75,20 @@ class Shape:
     hmat: list[tuple[int, int, int, int]] = field(default_factory=list)
     cpus: int = 2
     doc: str = ""
+    # an emulated NVDIMM (MiB, node) on a CPU-less node with no memory at
+    # boot: the guest onlines it as system RAM through dax kmem (ndctl,
+    # daxctl), the Optane KMEM-DAX path, into a lower memory tier
+    nvdimm: tuple[int, int] | None = None
 
     def qemu_args(self) -> list[str]:
         mem = sum(n[0] for n in self.nodes)
-        args = ["-smp", str(self.cpus), "-m", f"{mem}M"]
-        if self.hmat:
-            args[0:0] = ["-machine", "q35,hmat=on"]
-        else:
-            args[0:0] = ["-machine", "q35"]
+        machine = "q35" + (",hmat=on" if self.hmat else "") + (",nvdimm=on" if self.nvdimm else "")
+        args = ["-machine", machine, "-smp", str(self.cpus), "-m", f"{mem}M"]
+        if self.nvdimm:
+            size, node = self.nvdimm
+            args[-1] += f",slots=2,maxmem={mem + size + 1024}M"
+            args += ["-object", f"memory-backend-ram,id=nv{node},size={size}M"]
+            args += ["-device", f"nvdimm,memdev=nv{node},id=nvdimm{node},node={node}"]
         for i, (mib, cpus) in enumerate(self.nodes):
             args += ["-object", f"memory-backend-ram,id=m{i},size={mib}M"]
             spec = f"node,nodeid={i},memdev=m{i}"
@@ -86,6 +97,8 @@ class Shape:
             elif self.hmat:
                 spec += ",initiator=0"
             args += ["-numa", spec]
+        if self.nvdimm:
+            args += ["-numa", f"node,nodeid={self.nvdimm[1]},initiator=0"]
         for ini, tgt, lat, bw in self.hmat:
             base = f"hmat-lb,initiator={ini},target={tgt},hierarchy=memory"
             args += ["-numa", f"{base},data-type=access-latency,latency={lat}"]
@@ -107,6 +120,14 @@ SHAPES = {
         nodes=[(1024, "0-1"), (1024, "")],
         hmat=[(0, 0, 100, 80000), (0, 1, 300, 20000)],
         doc="node 0 CPUs+DRAM, node 1 CPU-less CXL-like (HMAT: slower, farther)",
+    ),
+    # Optane PMem in KMEM-DAX mode: an NVDIMM onlined as a CPU-less node
+    "optane-kmem": Shape(
+        "optane-kmem",
+        nodes=[(768, "0-1")],
+        hmat=[(0, 0, 100, 80000), (0, 1, 350, 10000)],
+        nvdimm=(1024, 1),
+        doc="node 0 CPUs+DRAM, node 1 an NVDIMM onlined by dax kmem (a lower memory tier)",
     ),
     "two-socket": Shape(
         "two-socket",
@@ -222,7 +243,7 @@ def run(
     # cache in /tmp could be another local user's
     initrd = build_initramfs(out)
     img, _ = kernel()
-    envs = {"HM_VM_OUT": "/tmp/out", "HM_VM_SHAPE": shape.name, **(env or {})}
+    envs = {"HM_VM_OUT": "/hm-out", "HM_VM_SHAPE": shape.name, **(env or {})}
     envs["HM_VM_CWD"] = cwd or os.getcwd()
     (out / "env.sh").write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in envs.items()))
     (out / "cmd.sh").write_text(script)

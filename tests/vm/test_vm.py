@@ -35,6 +35,7 @@ pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=f"no guest can boot here: 
 CHECKS = {
     "cxl": "tiers placement numactl hbw",
     "knl-flat": "tiers placement hbw",
+    "optane-kmem": "kmem tiers advise tiering",
     "two-socket": "tiers",
 }
 BOOT_TIMEOUT = 420  # a hang guard: a TCG guest runs its checks in 1-2 minutes here
@@ -65,9 +66,12 @@ def _shapes(check: str) -> list[str]:
 @pytest.fixture(scope="module")
 def guest(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     name = request.param
+    if "kmem" in CHECKS[name] and not (shutil.which("ndctl") and shutil.which("daxctl")):
+        pytest.skip(f"{name}: ndctl or daxctl not installed (apt install ndctl daxctl)")
     out = tmp_path_factory.mktemp(f"vm-{name}")
     _build_hbw_nodes(out)
     env = {**_guest_env(), "HM_VM_CHECKS": CHECKS[name]}
+    env["HM_VM_HBW_OTHER"] = "0" if name == "knl-flat" else "1"  # not the fastest node
     script = f"sh {REPO / 'tests/vm/guest_checks.sh'}\n"
     r = guestvm.run(guestvm.SHAPES[name], script, out, env=env, cwd=str(REPO),
                     timeout=BOOT_TIMEOUT)  # fmt: skip
@@ -96,8 +100,9 @@ def test_the_kernel_sees_the_shape(guest) -> None:
     name, out = guest
     numactl = _step(out, "numactl")
     shape = guestvm.SHAPES[name]
-    assert f"available: {len(shape.nodes)} nodes" in numactl, numactl
-    for i, (_, cpus) in enumerate(shape.nodes):
+    nodes = list(shape.nodes) + ([(shape.nvdimm[0], "")] if shape.nvdimm else [])
+    assert f"available: {len(nodes)} nodes" in numactl, numactl
+    for i, (_, cpus) in enumerate(nodes):
         line = next(x for x in numactl.splitlines() if x.startswith(f"node {i} cpus:"))
         assert bool(line.split(":")[1].strip()) == bool(cpus), numactl
 
@@ -120,9 +125,21 @@ def test_tiers_rank_and_classify_from_live_sysfs(guest) -> None:
     assert tiers["node0"]["ranked_by"] == "hmat"
     if name == "knl-flat":  # MCDRAM: more than twice DRAM's bandwidth
         assert n1["kind"] == "hbm" and n1["rank"] < n0["rank"]
-    else:  # a slower CPU-less node without provenance: ranked below DRAM
+    else:  # a slower CPU-less node: ranked below DRAM
         assert n1["rank"] > n0["rank"]
     assert n0["memory_tier"] is not None  # the kernel's memory_tiers were read
+    if name == "optane-kmem":  # the DAX provenance path, for real
+        prov = n1["provenance"]
+        assert n1["kind"] == "pmem" and prov["origin"] == "nvdimm" and prov["kmem"], n1
+        assert "dax" in n1["source"]
+        assert n1["memory_tier"] > n0["memory_tier"]  # kmem put it in a lower tier
+    elif _guest_kernel(out) < (6, 9):  # no HMAT-based memory tiers before Linux 6.9
+        assert n1["memory_tier"] == n0["memory_tier"]
+
+
+def _guest_kernel(out: Path) -> tuple[int, int]:
+    major, minor = (out / "uname.txt").read_text().split(".")[:2]
+    return int(major), int(minor)
 
 
 def _placed(out: Path) -> dict[str, int]:
@@ -178,6 +195,17 @@ def test_hbw_malloc_lands_on_the_high_bandwidth_node(guest, policy: str) -> None
     assert r["nodes"][want] >= 32 * 256 - 1
 
 
+@pytest.mark.parametrize("var", ["override", "memkind"])
+@pytest.mark.parametrize("guest", _shapes("hbw"), indirect=True)
+def test_hbw_nodes_override_moves_hbw_malloc(guest, var: str) -> None:
+    """HETMEM_HBW_NODES / MEMKIND_HBW_NODES naming the node the firmware
+    rates slower: hbw_malloc (HBW_POLICY_BIND) lands there instead."""
+    name, out = guest
+    r = _last_json(_step(out, f"hbw_{var}"))
+    other = "0" if name == "knl-flat" else "1"
+    assert r["ptr"] == 1 and set(r["nodes"]) == {other}, r
+
+
 @pytest.mark.parametrize(
     ("step", "policy"),
     [
@@ -212,3 +240,30 @@ def test_weighted_interleave_on_an_older_kernel_is_one_line(guest) -> None:
     assert rc == "2", err  # Debian 12's kernel (6.1) has no MPOL_WEIGHTED_INTERLEAVE
     assert "Linux 6.9 or later" in err and len(err.strip().splitlines()) == 1, err
     assert not (out / "pol_weighted.out").read_text()  # the command never ran
+
+
+@pytest.mark.parametrize("guest", _shapes("tiering"), indirect=True)
+def test_kernel_tiering_beside_flat_and_hybrid(guest) -> None:
+    """The baseline a CXL/Optane user would otherwise pick: demotion and
+    NUMA balancing in tiering mode move pages (the kernel's counters say
+    how many); flat puts each array where the placement says and moves
+    nothing. Both guest nodes are host DRAM: no speed claim."""
+    _, out = guest
+    res = json.loads(_step(out, "tiering"))
+    assert res["schema_version"] == 1 and res["virtual_machine"] is True
+    runs = {r["config"]: r for r in res["runs"]}
+    assert set(runs) == {"kernel", "flat"}
+    k = runs["kernel"]["vmstat"]
+    # 800 MiB on a node with ~0.6 GB free: the kernel demoted to node 1
+    assert k["pgdemote_kswapd"] + k["pgdemote_direct"] > 0, k
+    outs = {c: json.loads(r["stdout_tail"][0]) for c, r in runs.items()}
+    for c in ("flat",):
+        v = runs[c]["vmstat"]
+        assert v["pgdemote_kswapd"] + v["pgdemote_direct"] == 0, (c, v)
+        pages = outs[c]["numa_pages"]
+        assert all(set(pages[a]) == {"0"} for a in ("hot_a", "hot_b")), pages
+        assert all(set(pages[a]) == {"1"} for a in ("cold_x", "cold_y", "cold_z")), pages
+    # the same data in every configuration
+    assert len({o["checksum"] for o in outs.values()}) == 1, outs
+    # root's settings as they were before the bench (Debian's defaults)
+    assert (out / "tiering_after.txt").read_text().split() == ["false", "0"]

@@ -19,7 +19,10 @@ from hetmem.errors import EnvironmentProblem
 
 # Modules in this package, plus the kernel-matrix suites of hetmem.bench.matrix
 # (imdt, poly, kernels) that share one implementation.
-SUITES = ("sdm", "imdt", "poly", "kernels", "reference", "flow", "lattice", "placement", "apps")
+SUITES = (
+    "sdm", "imdt", "poly", "kernels", "reference", "flow", "lattice", "placement", "apps",
+    "tiering",
+)  # fmt: skip
 
 
 def bench_dir() -> Path:

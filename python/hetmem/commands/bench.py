@@ -32,7 +32,8 @@ class Command:
         "  flow       workflow channel vs ADIOS2 SST and BP5\n"
         "  lattice    lattice QCD mini-app benchmarks\n"
         "  placement  flat and hybrid placement vs dram, cache and swap\n"
-        "  apps       real applications (hpcc, LAMMPS) in every mode, outputs checked\n\n"
+        "  apps       real applications (hpcc, LAMMPS) in every mode, outputs checked\n"
+        "  tiering    the kernel's tiering (demotion, NUMA balancing) vs flat, hybrid\n\n"
         "Kernel-matrix suites write a result folder with report.html (see hetmem report)."
     )
 
