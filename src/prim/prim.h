@@ -146,6 +146,8 @@ int _hm_prim_uffd_register(int uffd, void *addr, size_t len, uint64_t mode, uint
 int _hm_prim_uffd_unregister(int uffd, void *addr, size_t len);
 /* Resolving ioctls; *done is the number of bytes they mapped even on error. */
 int _hm_prim_uffd_continue(int uffd, void *addr, size_t len, int wp, size_t *done);
+/* Whether UFFDIO_CONTINUE takes UFFDIO_CONTINUE_MODE_WP (Linux 6.6): 1 or 0. */
+int _hm_prim_uffd_continue_wp_works(int uffd);
 int _hm_prim_uffd_copy(int uffd, void *dst, const void *src, size_t len, int wp, size_t *done);
 int _hm_prim_uffd_wake(int uffd, void *addr, size_t len);
 int _hm_prim_uffd_wp(int uffd, void *addr, size_t len, int protect);

@@ -334,9 +334,16 @@ static int hm__pick_modes(hm_pager_t *p) {
     p->pagemap = _hm_prim_pagemap_open();
     /* WP_ASYNC without PAGEMAP_SCAN cannot be: treat as no WP at all. */
     p->dirty_mode = p->pagemap < 0 ? HM_SDM_DIRTY_ALL : HM_SDM_DIRTY_ASYNC;
-  } else if ((ft & UFFD_FEATURE_WP_HUGETLBFS_SHMEM) && (ft & UFFD_FEATURE_PAGEFAULT_FLAG_WP)) {
+  } else if ((ft & UFFD_FEATURE_WP_HUGETLBFS_SHMEM) && (ft & UFFD_FEATURE_PAGEFAULT_FLAG_WP) &&
+             _hm_prim_uffd_continue_wp_works(p->uffd)) {
     p->dirty_mode = HM_SDM_DIRTY_SYNC;
   } else {
+    /* Synchronous write-protect in memfd mode maps each fill with
+     * UFFDIO_CONTINUE_MODE_WP (Linux 6.6): before it, the call fails with
+     * EINVAL and the faulting thread was never woken (found on 6.1 in
+     * the tests/vm guest). Mapping first and protecting after would let
+     * another thread write unseen in between, so these kernels write back
+     * every evicted unit instead. */
     p->dirty_mode = HM_SDM_DIRTY_ALL;
   }
   return 0;

@@ -24,6 +24,17 @@ static inline hm_pager_t *hm_sdm_open(hm_ctx_t *ctx, const hm_pager_config_t *cf
   return p;
 }
 
+/* Whether the pager tracks dirty pages (wp_async or wp_sync), as its
+ * stats say: "all" writes back every evicted unit (asked for with
+ * HM_PAGER_NO_WP, or memfd mode on a kernel without WP_ASYNC). */
+static inline int hm_sdm_tracks_dirt(hm_pager_t *p) {
+  char *json = NULL;
+  if (hm_pager_stats_json(p, &json) != 0 || !json) return 0;
+  int all = strstr(json, "\"dirty_tracking\": \"all\"") != NULL;
+  hm_free(json);
+  return !all;
+}
+
 /* An anonymous-fill pager (the default mode) of budget bytes over dir,
  * fetch unit as given (0: the default); NULL as hm_sdm_open. */
 static inline hm_pager_t *hm_sdm_open_anon(hm_ctx_t *ctx, const char *dir, uint64_t budget,

@@ -57,7 +57,9 @@ static void run_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
   CHECK(s0.zero_fills > 0);
   /* Zero units are never read from the disk, unless (no write-protect)
    * every evicted unit had to be written back. */
-  if (!(flags & HM_PAGER_NO_WP)) CHECK_EQ_INT(s0.bytes_read, 0);
+  int tracks = hm_sdm_tracks_dirt(p);
+  CHECK(tracks || (flags & HM_PAGER_NO_WP) || (flags & HM_PAGER_MEMFD));
+  if (tracks) CHECK_EQ_INT(s0.bytes_read, 0);
 
   for (size_t i = 0; i < n; i++) a[i] = hm_sdm_mix(i) ^ flags;
   uint64_t bad = 0;
@@ -86,7 +88,7 @@ static void run_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
   bad = 0;
   for (size_t i = 0; i < n; i++) bad += a[i] != (hm_sdm_mix(i) ^ flags);
   CHECK_EQ_INT(bad, 0);
-  if (!(flags & HM_PAGER_NO_WP)) {
+  if (tracks) {
     hm_pager_stats_t s3 = {.size = sizeof s3};
     CHECK_EQ_INT(hm_pager_stats(p, &s3), 0);
     CHECK(s3.evictions > s2.evictions);
