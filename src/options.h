@@ -42,6 +42,9 @@ typedef enum _hm_opt_kind_e {
     "flat/hybrid: transparent huge pages on large DRAM and NUMA-tier blocks")                 \
   X(STATICS, statics, BOOL, "1",                                                             \
     "cache mode: move large zero-initialized static arrays (.bss) into the pager")          \
+  X(AUTO_FAST, auto_fast, STR, "",                                                          \
+    "flat/hybrid: allocations of MIN[:MAX] bytes that match no placement site go to the "    \
+    "fastest tier (memkind's AUTO_HBW_SIZE); empty: off")                                     \
   X(HBW_NODES, hbw_nodes, STR, "",                                                          \
     "NUMA nodes that are high-bandwidth memory whatever the firmware says (e.g. 1 or 4-7); "  \
     "they rank first; empty: $MEMKIND_HBW_NODES, else discovered")                            \

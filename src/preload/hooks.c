@@ -164,7 +164,7 @@ static int hm__realloc_stays(const _hm_pl_block_t *b, size_t size) {
   _hm_pl_tls.guard++;
   _hm_pl_stack_t st;
   _hm_pl_capture(&st, _hm_pl_ctx.depth);
-  int want = _hm_pl_place_want(_hm_pl_place_match(&st));
+  int want = _hm_pl_place_want(_hm_pl_place_match(&st), size);
   _hm_pl_tls.guard--;
   return want == (int)b->tier;
 }

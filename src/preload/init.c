@@ -282,6 +282,21 @@ static int hm__place_storage(void) {
   return 0;
 }
 
+/* auto_fast "MIN" or "MIN:MAX" (sizes): unmatched requests in that range
+ * go to tier 0. Checked by `hetmem run` before the launch; a bad value
+ * set by hand refuses the mode like any other bad option. */
+static int hm__auto_fast(_hm_pl_ctx_t *c) {
+  char text[128], *colon;
+  if (hm_option_get(c->ctx, "auto_fast", text, sizeof text) || !text[0]) return 0;
+  uint64_t lo = 0, hi = UINT64_MAX;
+  if ((colon = strchr(text, ':'))) *colon = 0;
+  if (hm_parse_size(text, &lo) || lo == 0 || (colon && hm_parse_size(colon + 1, &hi)) || hi < lo)
+    return hm__fail(-EINVAL, "auto_fast must be MIN or MIN:MAX (sizes, 0 < MIN <= MAX)");
+  c->auto_min = lo;
+  c->auto_max = hi;
+  return 0;
+}
+
 /* Placement mode: loads the placement file and sets up its tiers. */
 static int hm__prepare_place(const char *place, char *why, size_t len) {
   _hm_pl_ctx_t *c = &_hm_pl_ctx;
@@ -300,7 +315,7 @@ static int hm__prepare_place(const char *place, char *why, size_t len) {
   uint64_t huge = 1;
   if (hm_option_get_u64(c->ctx, "huge_pages", &huge)) huge = 1;
   c->huge = huge ? _hm_pl_thp_advise_size(hm_ctx_fsroot(c->ctx)) : 0;
-  return 0;
+  return hm__auto_fast(c);
 }
 
 /* Profiling and placement: both capture the call site of every large

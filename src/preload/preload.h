@@ -349,6 +349,7 @@ typedef struct _hm_pl_ctx_s {
   _Atomic uint64_t tier_allocs[HM_PL_MAX_TIERS];
   int glibc_tier;            /* placement tier that glibc serves (-1: none) */
   size_t huge;               /* placement: THP size to advise DRAM/NUMA blocks with (0: no) */
+  uint64_t auto_min, auto_max; /* placement: unmatched sizes sent to tier 0 (auto_fast; 0: off) */
   _Atomic uint64_t huge_bytes; /* bytes so advised */
   int prep_rc;               /* 0 or a negative errno */
   char prep_msg[HM_ERRMSG_MAX];
@@ -458,7 +459,9 @@ void _hm_pl_large_free(_hm_pl_block_t *b);
 /* 1 (errno ENOMEM) when the last large request was refused by policy. */
 int _hm_pl_refused(void);
 /* The tier a placement site (or -1: none) wants. */
-int _hm_pl_place_want(int site);
+/* The tier a request of size bytes at placement site `site` (-1: none)
+ * wants: the site's, else tier 0 for auto_fast sizes, else the slowest. */
+int _hm_pl_place_want(int site, size_t size);
 void _hm_pl_tier_account(int t, size_t req, int sign);
 /* The THP size to advise placement's DRAM/NUMA blocks with, or 0. */
 size_t _hm_pl_thp_advise_size(const char *root);

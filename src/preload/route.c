@@ -405,8 +405,14 @@ static void *hm__place_serve(const _hm_pl_req_t *req, int zero, int site, int wa
   return NULL;
 }
 
-int _hm_pl_place_want(int site) {
-  if (site < 0) return (int)_hm_pl_place_tiers() - 1; /* no site: the slowest tier */
+int _hm_pl_place_want(int site, size_t size) {
+  if (site < 0) {
+    /* no site: auto_fast sizes to the fastest tier (memkind's autohbw),
+     * the rest to the slowest */
+    const _hm_pl_ctx_t *c = &_hm_pl_ctx;
+    if (c->auto_min && size >= c->auto_min && size <= c->auto_max) return 0;
+    return (int)_hm_pl_place_tiers() - 1;
+  }
   uint32_t id, tier;
   _hm_pl_place_site((size_t)site, &id, &tier);
   return (int)tier;
@@ -447,7 +453,7 @@ static void *hm__alloc_place(const _hm_pl_req_t *req, int zero) {
   _hm_pl_stack_t st;
   _hm_pl_capture(&st, _hm_pl_ctx.depth);
   int site = _hm_pl_place_match(&st);
-  void *user = hm__place_serve(req, zero, site, _hm_pl_place_want(site));
+  void *user = hm__place_serve(req, zero, site, _hm_pl_place_want(site, req->size));
   if (!user && !_hm_pl_tls.refused) hm__note_fallback();
   return user;
 }

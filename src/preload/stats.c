@@ -52,10 +52,12 @@ static void hm__placement_json(_hm_sb_t *sb) {
                 ",\"placement\":{\"place_mode\":\"%s\",\"pager_budget\":%llu,"
                 "\"huge_page_size\":%zu,\"huge_page_bytes\":%llu,"
                 "\"match_cache\":{\"hits\":%llu,\"misses\":%llu},"
-                "\"modules\":{\"loaded\":%u,\"matched\":%u},\"tiers\":[",
+                "\"modules\":{\"loaded\":%u,\"matched\":%u},"
+                "\"auto_fast\":{\"min\":%llu,\"max\":%llu},\"tiers\":[",
                 _hm_pl_ctx.hybrid ? "hybrid" : "flat", (unsigned long long)_hm_pl_ctx.pager_budget,
                 _hm_pl_ctx.huge, (unsigned long long)atomic_load(&_hm_pl_ctx.huge_bytes),
-                (unsigned long long)hits, (unsigned long long)misses, loaded, matched);
+                (unsigned long long)hits, (unsigned long long)misses, loaded, matched,
+                (unsigned long long)_hm_pl_ctx.auto_min, (unsigned long long)_hm_pl_ctx.auto_max);
   for (size_t t = 0; t < nt; t++) {
     const _hm_pl_tier_t *ti = _hm_pl_place_tier(t);
     _hm_sb_printf(sb,

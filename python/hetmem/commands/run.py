@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hetmem.errors import UsageError
 from hetmem.output import check_output_file
+from hetmem.run import autofast
 from hetmem.run.launch import MODES, STORAGE_FULL_POLICIES, RunConfig, run
 from hetmem.run.mempolicy import MODES as POLICY_MODES
 from hetmem.sizes import parse_budget, parse_positive, parse_size
@@ -92,6 +93,13 @@ class Command:
             "from DRAM beyond the budget, counted in the end-of-run summary (fallback); "
             "default $HETMEM_STORAGE_FULL",
         )
+        parser.add_argument(
+            "--auto-fast",
+            metavar="MIN[:MAX]",
+            help="flat and hybrid modes: allocations of MIN..MAX bytes that match no placement "
+            "site go to the fastest memory tier within --fast-budget, without a profile "
+            "(memkind's AUTO_HBW_SIZE; --placement optional; implies --mode flat)",
+        )
         numa = parser.add_argument_group(
             "NUMA policy of the whole command, as numactl sets it",
             "NODES in numactl's syntax: 0,2-3, all, !1 (all but 1), +1 (relative to the "
@@ -122,8 +130,9 @@ class Command:
              if getattr(args, m.replace("-", "_")) is not None),
             None,
         )  # fmt: skip
+        auto = autofast.parse(args.auto_fast) if args.auto_fast is not None else None
         cfg = RunConfig(
-            mode=args.mode or ("dram" if numa else "cache"),
+            mode=args.mode or ("flat" if auto else "dram" if numa else "cache"),
             command=command,
             budget=_budget(args.fast_budget),
             storage=args.storage,
@@ -133,6 +142,7 @@ class Command:
             placement=args.placement,
             storage_full=_storage_full(args.storage_full),
             numa=numa,
+            auto_fast=auto,
         )
         return run(cfg)
 

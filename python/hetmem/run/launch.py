@@ -56,7 +56,7 @@ from hetmem.errors import (
 from hetmem.output import check_output_dir, check_shared_dir, write_atomic
 from hetmem.output import run_note as note
 from hetmem.placement import fileformat as placement_mod
-from hetmem.run import diagnose, mempolicy, supervise
+from hetmem.run import autofast, diagnose, mempolicy, supervise
 from hetmem.run.swap import MemoryCgroup, SwapFile, SwapSampler, clean_stale, read_swaps
 from hetmem.sizes import format_size, parse_size
 
@@ -84,6 +84,8 @@ class RunConfig:
     notes: list[str] = field(default_factory=list)
     # (mode, nodes): the whole command's NUMA policy, as numactl sets it
     numa: tuple[str, str] | None = None
+    # (min, max) bytes: unmatched allocations to the fastest tier (autohbw)
+    auto_fast: tuple[int, int] | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -231,6 +233,8 @@ def check_pager(cfg: RunConfig) -> None:
 def validate(cfg: RunConfig) -> None:
     if cfg.mode not in MODES:
         raise UsageError(f"unknown mode '{cfg.mode}' (choose from {', '.join(MODES)})")
+    if cfg.auto_fast is not None and cfg.mode not in PLACE_MODES:
+        raise UsageError("--auto-fast is for --mode flat or hybrid")
     resolve_command(cfg.command)
     if cfg.stats is not None:  # written after the command: checked before it runs
         check_output_dir(cfg.stats.resolve(), "--stats")
@@ -287,14 +291,18 @@ def _validate_swap(cfg: RunConfig) -> None:
 
 
 def validate_place(cfg: RunConfig) -> None:
-    if cfg.placement is None:
-        raise UsageError(f"--mode {cfg.mode} needs --placement FILE (from `hetmem advise`)")
-    if not cfg.placement.is_file():
-        raise UsageError(f"placement file '{cfg.placement}' does not exist")
+    if cfg.placement is None and cfg.auto_fast is None:
+        raise UsageError(
+            f"--mode {cfg.mode} needs --placement FILE (from `hetmem advise`) or --auto-fast"
+        )
     if cfg.threshold is not None and cfg.threshold < os.sysconf("SC_PAGE_SIZE"):
         raise UsageError("--threshold must be at least one page")
     if not preload_path().exists():
         raise EnvironmentProblem(f"{preload_path()} is missing: reinstall hetmem")
+    if cfg.placement is None:
+        return
+    if not cfg.placement.is_file():
+        raise UsageError(f"placement file '{cfg.placement}' does not exist")
     p = placement_mod.load(cfg.placement)  # SchemaError: one line, exit 2
     if any(t.kind == "storage" for t in p.tiers):
         assert cfg.storage is not None
@@ -667,6 +675,7 @@ def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
         "processes": len(pls),
         "huge_page_size": pls[0].get("huge_page_size", 0),
         "huge_page_bytes": sum(pl.get("huge_page_bytes", 0) for pl in pls),
+        "auto_fast": pls[0].get("auto_fast"),  # the interposer's reading of the range
     }
     tiers: list[dict[str, Any]] = [dict(t) for t in pls[0].get("tiers", [])]
     for pl in pls[1:]:
@@ -742,18 +751,40 @@ def _note_outcomes(
     )
 
 
-def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
-    assert cfg.placement is not None
+def _write_compact(cfg: RunConfig, compact: Path, stats: dict[str, Any]) -> tuple[list[str], str]:
+    """The interposer's table: from --placement, else (--auto-fast alone)
+    made from this machine's tiers; returns the warnings to print and the
+    slowest tier's name."""
+    if cfg.placement is None:
+        p, notes = autofast.machine_placement()
+        p.tiers[0].capacity_bytes = cfg.budget
+        write_atomic(compact, placement_mod.compact(p))
+        for n in notes:
+            note(n)
+        stats["fast_capacity"] = cfg.budget
+        return [], p.tiers[-1].name
     p = placement_mod.load(cfg.placement)
     fast = cfg.budget if cfg.mode == "flat" else pinned_bytes(p, cfg.budget)
-    stats["placement_file"] = str(cfg.placement)
-    stats["threshold"] = cfg.threshold
     stats["fast_capacity"] = fast
+    warnings = placement_mod.prepare_for_run(
+        cfg.placement, compact, cfg.command[0], fast_capacity=fast
+    )
+    return warnings, p.tiers[-1].name if p.tiers else "?"
+
+
+def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
+    stats["placement_file"] = str(cfg.placement) if cfg.placement else None
+    stats["threshold"] = cfg.threshold
+    if cfg.auto_fast is not None:
+        stats["auto_fast"] = {"min": cfg.auto_fast[0], "max": cfg.auto_fast[1]}
+        if cfg.threshold is None or cfg.threshold > cfg.auto_fast[0]:
+            # the interposer sees only allocations of at least the threshold
+            cfg.threshold = max(cfg.auto_fast[0], os.sysconf("SC_PAGE_SIZE"))
+            stats["threshold"] = cfg.threshold
     with _run_tmpdir(state) as tmp:
         compact = tmp / "placement.compact"
-        warnings = placement_mod.prepare_for_run(
-            cfg.placement, compact, cfg.command[0], fast_capacity=fast
-        )
+        warnings, slowest = _write_compact(cfg, compact, stats)
+        fast = stats["fast_capacity"]
         for w in warnings:
             os.write(2, f"hetmem run: warning: {w}\n".encode())
         stats["warnings"] = warnings
@@ -763,6 +794,8 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         env = _cache_env(cfg, lines_file)
         env["HETMEM_PLACEMENT"] = str(compact)
         env["HETMEM_PLACE_MODE"] = cfg.mode
+        if cfg.auto_fast is not None:
+            env["HETMEM_AUTO_FAST"] = autofast.env_value(cfg.auto_fast)
         env.pop("HETMEM_PROFILE", None)
         rc, wall = _spawn(cfg.command, env, state)
         procs = _read_interposer_stats(lines_file)
@@ -783,7 +816,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         fallbacks,
         fast,
         cfg.stats is not None,
-        p.tiers[-1].name if p.tiers else "?",
+        slowest,
     )
     if procs and stats["threshold"] is None:
         stats["threshold"] = procs[0].get("threshold")
