@@ -5,7 +5,9 @@
 # status (NAME.rc); one step failing does not stop the others.
 #   HM_VM_PY       the Python that runs hetmem (the host's .venv)
 #   HM_VM_CBUILD   the CMake build tree (bench programs)
-#   HM_VM_CHECKS   which steps: kmem tiers advise placement numactl tiering hbw
+#   HM_VM_REPO     this checkout
+#   HM_VM_CHECKS   which steps: kmem tiers advise placement numactl channel
+#                  tiering hbw autofast pager probe
 O=$HM_VM_OUT
 PY=$HM_VM_PY
 W="$HM_VM_CBUILD/bench/hm-placement"
@@ -70,6 +72,30 @@ for c in $HM_VM_CHECKS; do
       --placement "$O/w.toml" --fast-budget $((256 * 1048576)) -- $big
     cat /sys/kernel/mm/numa/demotion_enabled /proc/sys/kernel/numa_balancing \
       >"$O/tiering_after.txt"
+    ;;
+  channel) # the workflow channel bound to the CPU-less node
+    step chan "$PY" "$HM_VM_REPO/tests/vm/chan_node.py" node:1
+    ;;
+  pager) # the pager on an older kernel (6.1: no wp_async, no PAGEMAP_SCAN),
+    # its storage tier an ext4 on the guest's virtio disk (O_DIRECT)
+    modprobe virtio_blk && modprobe ext4
+    mkfs.ext4 -q -F /dev/vda && mkdir -p /hm-disk && mount /dev/vda /hm-disk
+    export HETMEM_TEST_STORAGE=/hm-disk
+    step sdm_basic "$HM_VM_CBUILD/tests/c/test_sdm_basic"
+    step sdm_stress "$HM_VM_CBUILD/tests/c/test_sdm_stress"
+    step sdm_dirtyfill "$HM_VM_CBUILD/tests/c/test_sdm_dirtyfill"
+    mid="$W --variant sweep --footprint $((64 * 1048576)) --iters 2 --hot-passes 4"
+    step cache hm run --mode cache --fast-budget 16M --storage /hm-disk \
+      --stats "$O/cache.stats.json" -- $mid
+    step cache_dram $mid
+    ;;
+  probe) # each node measured (both are host DRAM here: figures, not ranks)
+    step probe hm probe --quick --no-storage --threads 1 --array-size 16MiB --json
+    ;;
+  autofast) # memkind's autohbw: 4M..16M blocks to the fastest tier
+    small="$W --variant sweep --footprint $((32 * 1048576)) --iters 1 --numa-policies"
+    step autofast hm run --auto-fast 4M:16M --fast-budget 64M \
+      --stats "$O/autofast.stats.json" -- $small
     ;;
   hbw) # $O/hbw_nodes: built by the host (tests/vm/test_vm.py)
     for pol in none bind preferred interleave; do

@@ -79,6 +79,9 @@ class Shape:
     # boot: the guest onlines it as system RAM through dax kmem (ndctl,
     # daxctl), the Optane KMEM-DAX path, into a lower memory tier
     nvdimm: tuple[int, int] | None = None
+    # MiB of a virtio disk (/dev/vda, unformatted): a storage tier with
+    # O_DIRECT for the pager (the overlay root has none)
+    disk: int = 0
 
     def qemu_args(self) -> list[str]:
         mem = sum(n[0] for n in self.nodes)
@@ -133,6 +136,7 @@ SHAPES = {
         "two-socket",
         nodes=[(1024, "0"), (1024, "1")],
         doc="two nodes with one CPU each",
+        disk=512,
     ),
 }
 
@@ -257,6 +261,11 @@ def run(
     share = "security_model=none"
     cmd += ["-virtfs", f"local,path=/,mount_tag=hostroot,{share},readonly=on,multidevs=remap"]
     cmd += ["-virtfs", f"local,path={out},mount_tag=out,{share},multidevs=remap"]
+    if shape.disk:
+        img = out / "disk.img"
+        with open(img, "wb") as f:
+            f.truncate(shape.disk << 20)  # sparse
+        cmd += ["-drive", f"file={img},format=raw,if=virtio,cache=none"]
     t0 = time.monotonic()
     try:
         p = subprocess.run(
