@@ -65,6 +65,7 @@ test: install cbuild
 
 # The live NUMA tiers alone (also part of `make test`): QEMU guests with
 # CPU-less memory nodes and HMAT (tests/vm/guestvm.py's shapes).
+# HETMEM_VM_KEEP=DIR keeps what each guest recorded (numa_maps, vmstat).
 test-vm: install cbuild
 	HETMEM_CBUILD=$(CBUILD) $(VPY) -m pytest -q -rs tests/vm $(PYTEST_ARGS)
 

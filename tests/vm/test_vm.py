@@ -77,6 +77,11 @@ def guest(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                     timeout=BOOT_TIMEOUT)  # fmt: skip
     assert r.rc == 0, f"guest {name}: rc {r.rc}\n{r.log[-3000:]}\n{r.console[-3000:]}"
     yield name, out
+    keep = os.environ.get("HETMEM_VM_KEEP")  # a directory to keep each guest's records in
+    if keep:
+        dest = Path(keep) / name
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(out, dest, ignore=shutil.ignore_patterns("disk.img", "*.cpio"))
     shutil.rmtree(out, ignore_errors=True)
 
 
