@@ -8,23 +8,32 @@
 #   HM_VM_REPO     this checkout
 #   HM_VM_CHECKS   which steps: kmem tiers advise placement numactl channel
 #                  tiering hbw autofast pager probe
+#   HM_VM_WL       the placement workload's command line
+#   HM_VM_PROF     its profile, made on the host (where the sites are is
+#                  the binary's, not the kernel's; under TCG the guest took
+#                  15 s to profile what the host does in 0.4 s)
 O=$HM_VM_OUT
 PY=$HM_VM_PY
 W="$HM_VM_CBUILD/bench/hm-placement"
 HOT=$((32 * 1048576 / 8 / 10 * 8))
-export HOME=/root/hm-vm XDG_CACHE_HOME=/root/hm-vm/cache PYTHONDONTWRITEBYTECODE=1 TMPDIR=/tmp
+# bytecode is written into the overlay (the guest's memory): a source tree
+# without it (PYTHONPATH=python) was compiled afresh by every call, 5-8 s
+# each under TCG
+unset PYTHONDONTWRITEBYTECODE
+export HOME=/root/hm-vm XDG_CACHE_HOME=/root/hm-vm/cache TMPDIR=/tmp
 mkdir -p "$HOME" "$XDG_CACHE_HOME"
 
 step() { # NAME CMD...: runs CMD, its stdout to NAME.out, stderr to NAME.err
   name=$1; shift
+  t0=$(date +%s.%N)
   "$@" >"$O/$name.out" 2>"$O/$name.err"
   echo $? >"$O/$name.rc"
+  echo "$name $t0 $(date +%s.%N)" >>"$O/steps.txt" # where a guest's time goes
 }
 
 hm() { "$PY" -m hetmem "$@"; }
 
-# the placement workload (tests/integration/test_placement_run.py)
-WL="$W --variant sweep --footprint $((32 * 1048576)) --iters 3 --hot-passes 48"
+WL=$HM_VM_WL
 
 for c in $HM_VM_CHECKS; do
   case $c in
@@ -42,10 +51,8 @@ for c in $HM_VM_CHECKS; do
       >>"$O/memory_tiering.txt" 2>/dev/null
     step tiers hm tiers --json --no-storage
     ;;
-  advise | placement) # profile and advise; placement also runs the modes
-    step profile hm profile -o /tmp/w.prof --sampler portable -- $WL
-    cp /tmp/w.prof.norank.* "$O/w.prof" 2>/dev/null
-    step advise hm advise /tmp/w.prof.norank.* --no-storage --no-split \
+  advise | placement) # advise from the guest's tiers; placement also runs the modes
+    step advise hm advise "$HM_VM_PROF" --no-storage --no-split \
       --fast-budget $((3 * HOT)) -o "$O/w.toml"
     [ "$c" = advise ] && continue
     for mode in flat hybrid; do
@@ -82,7 +89,8 @@ for c in $HM_VM_CHECKS; do
     mkfs.ext4 -q -F /dev/vda && mkdir -p /hm-disk && mount /dev/vda /hm-disk
     export HETMEM_TEST_STORAGE=/hm-disk
     step sdm_basic "$HM_VM_CBUILD/tests/c/test_sdm_basic"
-    step sdm_stress "$HM_VM_CBUILD/tests/c/test_sdm_stress"
+    # a quarter of its ops (TCG: 100 s for all), still races on every path
+    HETMEM_SDM_STRESS_OPS=250000 step sdm_stress "$HM_VM_CBUILD/tests/c/test_sdm_stress"
     step sdm_dirtyfill "$HM_VM_CBUILD/tests/c/test_sdm_dirtyfill"
     mid="$W --variant sweep --footprint $((64 * 1048576)) --iters 2 --hot-passes 4"
     step cache hm run --mode cache --fast-budget 16M --storage /hm-disk \
