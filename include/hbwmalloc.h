@@ -26,10 +26,10 @@ extern "C" {
 
 /* The policies of memkind's hbw_set_policy, with memkind's values. */
 typedef enum {
-  HBW_POLICY_BIND = 1,      /* only the fastest tier; NULL when it has no room */
+  HBW_POLICY_BIND = 1,      /* only the fastest node; NULL (ENOMEM) when larger than it */
   HBW_POLICY_PREFERRED = 2, /* the fastest tier, else other memory (the default) */
-  HBW_POLICY_INTERLEAVE = 3, /* interleaved over the fastest tier's nodes */
-  HBW_POLICY_BIND_ALL = 4   /* as BIND, over every node of the fastest tier */
+  HBW_POLICY_INTERLEAVE = 3, /* interleaved over every node of the fastest kind */
+  HBW_POLICY_BIND_ALL = 4   /* as BIND, over every node of the fastest kind (all HBM) */
 } hbw_policy_t;
 
 /* Page sizes of hbw_posix_memalign_psize. */

@@ -39,6 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../numa_pages.h"
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -103,36 +105,9 @@ static void numa_policy(const void *p, char *out, size_t cap) {
   fclose(f);
 }
 
-/* The node of each page of [p, p + bytes), as the kernel reports it
- * (move_pages(2) with no target nodes only queries): counts per node 0-7
- * into cnt, pages on other nodes or absent (never touched) left out. The
- * kernel's view, not hetmem's counters: what a placement test believes. */
-static void node_pages(const void *p, size_t bytes, unsigned long cnt[8]) {
-  enum { BATCH = 512 };
-  void *pages[BATCH];
-  int status[BATCH];
-  uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, e = (uintptr_t)p + bytes;
-  memset(cnt, 0, 8 * sizeof cnt[0]);
-  while (a < e) {
-    unsigned long n = 0;
-    for (; n < BATCH && a < e; n++, a += 4096) pages[n] = (void *)a;
-    if (syscall(SYS_move_pages, 0, n, pages, NULL, status, 0) != 0) return;
-    for (unsigned long i = 0; i < n; i++)
-      if (status[i] >= 0 && status[i] < 8) cnt[status[i]]++;
-  }
-}
-
 static void print_node_pages(const char *name, const void *p, size_t bytes, int last) {
-  unsigned long cnt[8];
-  node_pages(p, bytes, cnt);
-  printf("\"%s\":{", name);
-  int first = 1;
-  for (int k = 0; k < 8; k++) {
-    if (!cnt[k]) continue;
-    printf("%s\"%d\":%lu", first ? "" : ",", k, cnt[k]);
-    first = 0;
-  }
-  printf("}%s", last ? "" : ",");
+  hm_bench_print_node_pages(name, p, bytes);
+  printf("%s", last ? "" : ",");
 }
 
 /* For --numa-maps FILE: /proc/self/numa_maps while the arrays live, each

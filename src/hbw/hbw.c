@@ -39,11 +39,25 @@ static struct {
   int available;       /* 0 or ENODEV */
   int bound;           /* serve by mapping + mbind (else glibc) */
   int node;            /* the fastest tier's node */
+  uint64_t node_bytes; /* its capacity (0: unknown) */
+  unsigned long all[16];  /* BIND_ALL: every node of the fastest kind (KNL's SNC-4: four) */
+  uint64_t all_bytes;  /* their capacity */
+  int all_unknown;     /* one of them has no known capacity */
   size_t page;
   _Atomic int policy;  /* hbw_policy_t */
   _Atomic int policy_set;
   _Atomic int allocated;
 } hm__hbw = {.once = PTHREAD_ONCE_INIT, .policy = HBW_POLICY_PREFERRED, .node = -1};
+
+/* A node of the fastest tier's kind joins BIND_ALL's set (tiers come
+ * fastest first, so the set is the run of that kind at the top). */
+static void hm__hbw_add_all(const hm_tier_t *t, hm_tier_kind_t kind) {
+  const int bits = 8 * (int)sizeof(unsigned long);
+  if (t->kind != kind || t->numa_node >= 16 * bits) return;
+  hm__hbw.all[t->numa_node / bits] |= 1ul << (t->numa_node % bits);
+  hm__hbw.all_bytes += t->capacity_bytes;
+  hm__hbw.all_unknown |= t->capacity_bytes == 0;
+}
 
 static void hm__hbw_init(void) {
   hm__hbw.page = _hm_prim_page_size();
@@ -57,12 +71,18 @@ static void hm__hbw_init(void) {
   if (hm_tiers_discover(ctx, none, 0) == 0) {
     size_t n = hm_tier_count(ctx);
     int memory_tiers = 0;
+    hm_tier_kind_t kind = HM_TIER_DRAM;
     for (size_t i = 0; i < n; i++) {
       hm_tier_t t;
       memset(&t, 0, sizeof t);
       t.size = sizeof t;
       if (hm_tier_get(ctx, i, &t) != 0 || t.kind == HM_TIER_STORAGE || t.numa_node < 0) continue;
-      if (memory_tiers++ == 0) hm__hbw.node = t.numa_node;
+      if (memory_tiers++ == 0) {
+        hm__hbw.node = t.numa_node;
+        hm__hbw.node_bytes = t.capacity_bytes;
+        kind = t.kind;
+      }
+      hm__hbw_add_all(&t, kind);
     }
     if (hm__hbw.node >= 0) {
       hm__hbw.available = 0;
@@ -107,18 +127,33 @@ static int hm__hbw_bind(void *base, size_t len) {
   mask[node / (8 * (int)sizeof(unsigned long))] |= 1ul << (node % (8 * (int)sizeof(unsigned long)));
   int mode;
   switch (hbw_get_policy()) {
-  case HBW_POLICY_BIND:
-  case HBW_POLICY_BIND_ALL: mode = MPOL_BIND; break;
-  case HBW_POLICY_INTERLEAVE: mode = MPOL_INTERLEAVE; break;
+  /* memkind: BIND_ALL and INTERLEAVE span every high-bandwidth node */
+  case HBW_POLICY_BIND_ALL: memcpy(mask, hm__hbw.all, sizeof mask); /* fall through */
+  case HBW_POLICY_BIND: mode = MPOL_BIND; break;
+  case HBW_POLICY_INTERLEAVE:
+    memcpy(mask, hm__hbw.all, sizeof mask);
+    mode = MPOL_INTERLEAVE;
+    break;
   default: mode = MPOL_PREFERRED; break;
   }
   return _hm_prim_sys_mbind(base, len, mode, mask, 8 * sizeof mask, 0);
 }
 
+/* memkind: under BIND and BIND_ALL a request the high-bandwidth memory
+ * cannot hold gets NULL and ENOMEM, not an OOM kill at first touch. One
+ * larger than the whole node never fits; smaller ones are left to the
+ * kernel (free memory changes between the call and the touch). */
+static int hm__hbw_never_fits(size_t size) {
+  hbw_policy_t pol = hbw_get_policy();
+  if (pol == HBW_POLICY_BIND) return hm__hbw.node_bytes && size > hm__hbw.node_bytes;
+  if (pol == HBW_POLICY_BIND_ALL) return !hm__hbw.all_unknown && size > hm__hbw.all_bytes;
+  return 0;
+}
+
 static void *hm__hbw_map(size_t alignment, size_t size) {
   size_t pg = hm__hbw.page;
   if (alignment < HM__HDR) alignment = HM__HDR;
-  if (size > SIZE_MAX - alignment - HM__HDR - pg) return NULL;
+  if (size > SIZE_MAX - alignment - HM__HDR - pg || hm__hbw_never_fits(size)) return NULL;
   size_t maplen = (size + alignment + HM__HDR + pg - 1) / pg * pg;
   void *base = NULL;
   if (_hm_prim_map_anon(maplen, &base) != 0) return NULL;

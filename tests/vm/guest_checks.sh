@@ -6,7 +6,7 @@
 #   HM_VM_PY       the Python that runs hetmem (the host's .venv)
 #   HM_VM_CBUILD   the CMake build tree (bench programs)
 #   HM_VM_REPO     this checkout
-#   HM_VM_CHECKS   which steps: kmem tiers advise placement numactl channel
+#   HM_VM_CHECKS   which steps: kmem numa tiers advise placement numactl channel
 #                  tiering hbw autofast pager probe
 #   HM_VM_WL       the placement workload's command line
 #   HM_VM_PROF     its profile, made on the host (where the sites are is
@@ -105,10 +105,21 @@ for c in $HM_VM_CHECKS; do
     step autofast hm run --auto-fast 4M:16M --fast-budget 64M \
       --stats "$O/autofast.stats.json" -- $small
     ;;
+  numa) # the kernel's view of the shape alone (no hetmem tiers call)
+    step numactl numactl -H
+    uname -r >"$O/uname.txt"
+    ;;
   hbw) # $O/hbw_nodes: built by the host (tests/vm/test_vm.py)
-    for pol in none bind preferred interleave; do
+    for pol in none bind preferred interleave bind_all; do
       step "hbw_$pol" "$O/hbw_nodes" $pol 32
     done
+    # more than a high-bandwidth node holds: BIND refuses (memkind: NULL
+    # and ENOMEM), PREFERRED spills to other memory, BIND_ALL takes all
+    if [ -n "$HM_VM_HBW_BIG_MIB" ]; then
+      for pol in bind preferred bind_all; do
+        step "hbw_${pol}_big" "$O/hbw_nodes" $pol "$HM_VM_HBW_BIG_MIB"
+      done
+    fi
     # the firmware overruled: the other node counts as high-bandwidth
     HETMEM_HBW_NODES=$HM_VM_HBW_OTHER step hbw_override "$O/hbw_nodes" bind 32
     MEMKIND_HBW_NODES=$HM_VM_HBW_OTHER step hbw_memkind "$O/hbw_nodes" bind 32

@@ -117,6 +117,14 @@ SHAPES = {
         hmat=[(0, 0, 120, 90000), (0, 1, 150, 400000)],
         doc="node 0 CPUs+DDR, node 1 CPU-less MCDRAM-like (HMAT: higher bandwidth)",
     ),
+    # KNL in SNC-2 flat mode: two MCDRAM nodes (hbw_set_policy's BIND_ALL
+    # and INTERLEAVE span both, BIND takes one)
+    "knl-snc": Shape(
+        "knl-snc",
+        nodes=[(1024, "0-1"), (256, ""), (256, "")],
+        hmat=[(0, 0, 120, 90000), (0, 1, 150, 400000), (0, 2, 150, 400000)],
+        doc="node 0 CPUs+DDR, nodes 1 and 2 CPU-less MCDRAM-like (HMAT: higher bandwidth)",
+    ),
     # Optane in KMEM-DAX mode / a CXL expander: a CPU-less node rated slower
     "cxl": Shape(
         "cxl",
