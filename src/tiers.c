@@ -488,9 +488,12 @@ static int hm__scan_memtier(const char *name, void *arg) {
   return 0;
 }
 
+/* CXL first: CXL persistent memory reaches dax through the CXL root's
+ * nvdimm bridge (ACPI0017:00/root0/nvdimm-bridge0/ndbus0/...), an NVDIMM
+ * bus of its own (found onlining QEMU's type-3 device in tests/vm). */
 static const char *hm__dax_origin(const char *link) {
-  if (strstr(link, "/ndbus")) return "nvdimm";
   if (strstr(link, "ACPI0017") || strstr(link, "/cxl")) return "cxl";
+  if (strstr(link, "/ndbus")) return "nvdimm";
   if (strstr(link, "/hmem.")) return "soft-reserved";
   return "other";
 }
@@ -600,6 +603,8 @@ static uint32_t hm__dram_bw(const struct hm_tiers_s *T) {
 static hm_tier_kind_t hm__device_kind(const _hm_tier_t *t) {
   const char *st = t->hw_subtype;
   if (t->gpu_bus_id[0] || !strcmp(st, "GPUMemory")) return HM_TIER_GPU;
+  /* CXL persistent memory: hwloc names it NVM, the dax link says CXL */
+  if (!strcmp(t->dax_origin, "cxl")) return HM_TIER_CXL;
   if (!strcmp(t->dax_origin, "nvdimm") || !strcmp(st, "NVM") || !strcmp(st, "CXL-NVM"))
     return !strcmp(st, "CXL-NVM") ? HM_TIER_CXL : HM_TIER_PMEM;
   if (!strcmp(t->dax_origin, "cxl") || !strcmp(st, "CXL-DRAM")) return HM_TIER_CXL;

@@ -6,7 +6,7 @@
 #   HM_VM_PY       the Python that runs hetmem (the host's .venv)
 #   HM_VM_CBUILD   the CMake build tree (bench programs)
 #   HM_VM_REPO     this checkout
-#   HM_VM_CHECKS   which steps: kmem numa tiers advise placement numactl channel
+#   HM_VM_CHECKS   which steps: kmem cxl3 numa tiers advise placement numactl channel
 #                  tiering hbw autofast pager probe
 #   HM_VM_WL       the placement workload's command line
 #   HM_VM_PROF     its profile, made on the host (where the sites are is
@@ -42,6 +42,16 @@ for c in $HM_VM_CHECKS; do
     step ndctl ndctl create-namespace -f -e namespace0.0 -m devdax
     step daxctl_ram daxctl reconfigure-device --mode=system-ram --no-online dax0.0
     step daxctl_online daxctl online-memory dax0.0
+    ;;
+  cxl3) # the CXL type-3 device as system RAM: region, devdax, kmem. Only
+    # discovered, never touched: QEMU 7.2 emulates its memory as MMIO, and
+    # a process bound there (numactl --membind, 1 MiB) hung the whole guest
+    for m in cxl_acpi cxl_pci cxl_port cxl_mem cxl_pmem libnvdimm nd_pmem dax_pmem \
+      device_dax kmem; do modprobe $m; done
+    step cxl_region cxl create-region -m -d decoder0.0 -w 1 mem0
+    step cxl_ndctl ndctl create-namespace -f -m devdax
+    step cxl_daxctl daxctl reconfigure-device --mode=system-ram all
+    readlink -f /sys/bus/dax/devices/dax0.0 >"$O/cxl_dax_link.txt"
     ;;
   tiers)
     step numactl numactl -H

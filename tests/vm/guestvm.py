@@ -82,10 +82,19 @@ class Shape:
     # MiB of a virtio disk (/dev/vda, unformatted): a storage tier with
     # O_DIRECT for the pager (the overlay root has none)
     disk: int = 0
+    # MiB of an emulated CXL type-3 memory device behind a CXL host bridge
+    # and root port, with a 4 GiB fixed memory window: the guest makes a
+    # region of it (cxl-cli), a devdax namespace (ndctl) and system RAM
+    # (daxctl, kmem) on a node of its own. QEMU 7.2's device is persistent
+    # memory only (volatile came in 8.0), so the region is a pmem one, and
+    # its memory is emulated as MMIO: discovery works, but a process bound
+    # there hung the guest (TCG), so nothing runs on that node.
+    cxl_type3: int = 0
 
     def qemu_args(self) -> list[str]:
         mem = sum(n[0] for n in self.nodes)
         machine = "q35" + (",hmat=on" if self.hmat else "") + (",nvdimm=on" if self.nvdimm else "")
+        machine += ",cxl=on" if self.cxl_type3 else ""
         args = ["-machine", machine, "-smp", str(self.cpus), "-m", f"{mem}M"]
         if self.nvdimm:
             size, node = self.nvdimm
@@ -107,6 +116,21 @@ class Shape:
             args += ["-numa", f"{base},data-type=access-latency,latency={lat}"]
             args += ["-numa", f"{base},data-type=access-bandwidth,bandwidth={bw}M"]
         return args
+
+    def device_args(self) -> list[str]:
+        """Devices that must come after the 9p shares: PCI devices without a
+        bus of their own go on the last one made, and a CXL host bridge
+        takes only CXL ports."""
+        if not self.cxl_type3:
+            return []
+        return [
+            "-object", f"memory-backend-ram,id=cxlmem,size={self.cxl_type3}M",
+            "-object", "memory-backend-ram,id=cxllsa,size=64M",
+            "-device", "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1",
+            "-device", "cxl-rp,port=0,bus=cxl.1,id=cxlrp0,chassis=0,slot=2",
+            "-device", "cxl-type3,bus=cxlrp0,memdev=cxlmem,lsa=cxllsa,id=cxl-pmem0",
+            "-M", "cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G",
+        ]  # fmt: skip
 
 
 SHAPES = {
@@ -139,6 +163,14 @@ SHAPES = {
         hmat=[(0, 0, 100, 80000), (0, 1, 350, 10000)],
         nvdimm=(1024, 1),
         doc="node 0 CPUs+DRAM, node 1 an NVDIMM onlined by dax kmem (a lower memory tier)",
+    ),
+    # a CXL memory expander for real: QEMU's emulated type-3 device, onlined
+    # as system RAM (no HMAT: the kernel's CXL path names its node)
+    "cxl-type3": Shape(
+        "cxl-type3",
+        nodes=[(1024, "0-1")],
+        cxl_type3=512,
+        doc="node 0 CPUs+DRAM, node 1 an emulated CXL type-3 device onlined through kmem",
     ),
     "two-socket": Shape(
         "two-socket",
@@ -274,6 +306,7 @@ def run(
         with open(img, "wb") as f:
             f.truncate(shape.disk << 20)  # sparse
         cmd += ["-drive", f"file={img},format=raw,if=virtio,cache=none"]
+    cmd += shape.device_args()
     t0 = time.monotonic()
     try:
         p = subprocess.run(

@@ -39,6 +39,7 @@ CHECKS = {
     "knl-snc": "numa hbw",
     "optane-kmem": "kmem tiers advise tiering",
     "two-socket": "tiers pager probe",
+    "cxl-type3": "cxl3 tiers",
 }
 # more than one high-bandwidth node holds (KNL-like: 512 MiB; SNC-like: two
 # of 256 MiB, together more)
@@ -93,8 +94,13 @@ def _shapes(check: str) -> list[str]:
 @pytest.fixture(scope="module")
 def guest(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     name = request.param
-    if "kmem" in CHECKS[name] and not (shutil.which("ndctl") and shutil.which("daxctl")):
-        pytest.skip(f"{name}: ndctl or daxctl not installed (apt install ndctl daxctl)")
+    steps = set(CHECKS[name].split())
+    tools = (["ndctl", "daxctl"] if {"kmem", "cxl3"} & steps else []) + (
+        ["cxl"] if "cxl3" in steps else []
+    )
+    lack = [t for t in tools if not shutil.which(t)]
+    if lack:
+        pytest.skip(f"{name}: {', '.join(lack)} not installed (apt install ndctl daxctl)")
     out = tmp_path_factory.mktemp(f"vm-{name}")
     _build_hbw_nodes(out)
     env = {**_guest_env(), "HM_VM_CHECKS": CHECKS[name], "HM_VM_WL": shlex.join(WORKLOAD)}
@@ -138,6 +144,7 @@ def test_the_kernel_sees_the_shape(guest) -> None:
     numactl = _step(out, "numactl")
     shape = guestvm.SHAPES[name]
     nodes = list(shape.nodes) + ([(shape.nvdimm[0], "")] if shape.nvdimm else [])
+    nodes += [(shape.cxl_type3, "")] if shape.cxl_type3 else []
     assert f"available: {len(nodes)} nodes" in numactl, numactl
     for i, (_, cpus) in enumerate(nodes):
         line = next(x for x in numactl.splitlines() if x.startswith(f"node {i} cpus:"))
@@ -153,6 +160,9 @@ def test_tiers_rank_and_classify_from_live_sysfs(guest) -> None:
     if name == "two-socket":
         assert n1["kind"] == "dram" and n1["cpus"] and n0["cpus"] != n1["cpus"]
         assert n0["distances"]["1"] > n0["distances"]["0"]
+        return
+    if name == "cxl-type3":  # no HMAT: the kernel's CXL path names the node
+        _cxl_type3_node(out, n0, n1)
         return
     # HMAT from the guest's firmware, as the shape rated it
     assert n1["cpus"] == [] and "hmat" in n1["source"]
@@ -172,6 +182,20 @@ def test_tiers_rank_and_classify_from_live_sysfs(guest) -> None:
         assert n1["memory_tier"] > n0["memory_tier"]  # kmem put it in a lower tier
     elif _guest_kernel(out) < (6, 9):  # no HMAT-based memory tiers before Linux 6.9
         assert n1["memory_tier"] == n0["memory_tier"]
+
+
+def _cxl_type3_node(out: Path, n0: dict[str, Any], n1: dict[str, Any]) -> None:
+    """QEMU's CXL type-3 device made a region, a devdax namespace and system
+    RAM (kmem): a CPU-less node of kind cxl, in a lower memory tier."""
+    for s in ("cxl_region", "cxl_ndctl", "cxl_daxctl"):
+        _step(out, s)
+    link = (out / "cxl_dax_link.txt").read_text()
+    assert "ACPI0017" in link and "/ndbus" in link, link  # CXL pmem: both on the path
+    prov = n1["provenance"]
+    assert n1["cpus"] == [] and n1["kind"] == "cxl", n1
+    assert prov["origin"] == "cxl" and prov["kmem"] and "dax" in n1["source"], n1
+    assert n1["capacity_bytes"] > 0 and n1["rank"] > n0["rank"]
+    assert n1["memory_tier"] > n0["memory_tier"]  # kmem's default: a lower tier
 
 
 def _guest_kernel(out: Path) -> tuple[int, int]:
