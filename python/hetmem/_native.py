@@ -56,12 +56,16 @@ def _declare_sections(so: ctypes.CDLL) -> None:
         # name: extra argument types between ctx and the char** out
         "hm_tiers_json": [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t],
         "hm_probe_json": [ctypes.c_char_p],
+        "hm_mempolicy_json": [ctypes.c_char_p, ctypes.c_char_p],
     }
     for name, extra in json_fns.items():
         fn = getattr(so, name, None)
         if fn is not None:
             fn.argtypes = [c_p, *extra, ctypes.POINTER(c_p)]
             fn.restype = ctypes.c_int
+    if getattr(so, "hm_mempolicy_apply", None) is not None:
+        so.hm_mempolicy_apply.argtypes = [c_p, ctypes.c_char_p, ctypes.c_char_p]
+        so.hm_mempolicy_apply.restype = ctypes.c_int
 
 
 class PagerConfig(ctypes.Structure):
@@ -157,6 +161,11 @@ class Context:
 
     def set_option(self, name: str, value: str) -> None:
         self.check(self._so.hm_option_set(self._h, name.encode(), value.encode()))
+
+    def call(self, fn_name: str, *args: Any) -> int:
+        """fn(ctx, *args)'s return code, unchecked (0 or a negative errno):
+        for callers that must not raise (a preexec function)."""
+        return int(getattr(self._so, fn_name)(self._h, *args))
 
     def call_json(self, fn_name: str, *args: Any) -> Any:
         """Calls an `int fn(ctx, ..., char **out)` API and parses its JSON."""

@@ -11,7 +11,6 @@ inherits, as under numactl.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from collections.abc import Callable
@@ -31,13 +30,6 @@ class Policy:
     resolved: dict[str, Any]  # hm_mempolicy_json: nodes, kernel_mode, weights
 
 
-def _declare(so: ctypes.CDLL) -> ctypes.CDLL:
-    c_p, c_s = ctypes.c_void_p, ctypes.c_char_p
-    so.hm_mempolicy_json.argtypes = [c_p, c_s, c_s, ctypes.POINTER(c_p)]
-    so.hm_mempolicy_apply.argtypes = [c_p, c_s, c_s]
-    return so
-
-
 def resolve(mode: str, nodes: str, fsroot: str | None = None) -> Policy:
     """The policy with its nodes resolved; UsageError for bad input,
     EnvironmentProblem when this kernel lacks the mode. With fsroot (a
@@ -46,7 +38,6 @@ def resolve(mode: str, nodes: str, fsroot: str | None = None) -> Policy:
     if mode not in MODES:
         raise UsageError(f"NUMA policy '{mode}': expected one of {', '.join(MODES)}")
     with _native.Context(fsroot) as ctx:
-        _declare(ctx._so)
         try:
             data = ctx.call_json("hm_mempolicy_json", mode.encode(), nodes.encode())
         except NativeError as exc:
@@ -64,8 +55,7 @@ def _try_on_a_thread(policy: Policy) -> None:
 
     def attempt() -> None:
         with _native.Context() as ctx:
-            so = _declare(ctx._so)
-            rc = so.hm_mempolicy_apply(ctx.handle, policy.mode.encode(), policy.nodes.encode())
+            rc = ctx.call("hm_mempolicy_apply", policy.mode.encode(), policy.nodes.encode())
             if rc:
                 got.append(ctx.last_error() or _native.strerror(rc))
 
@@ -81,11 +71,10 @@ def child_setup(policy: Policy) -> Callable[[], None]:
     needs is made here, before the fork; a failure (not seen when it was
     tried) ends the child with 126 and one line, as a shell's exec would."""
     ctx = _native.Context()
-    so = _declare(ctx._so)
     mode, nodes = policy.mode.encode(), policy.nodes.encode()
 
     def apply() -> None:
-        if so.hm_mempolicy_apply(ctx.handle, mode, nodes) != 0:
+        if ctx.call("hm_mempolicy_apply", mode, nodes) != 0:
             msg = (ctx.last_error() or "set_mempolicy failed").encode(errors="replace")
             os.write(2, b"hetmem run: " + msg + b"\n")
             os._exit(126)
