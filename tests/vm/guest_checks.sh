@@ -89,6 +89,21 @@ for c in $HM_VM_CHECKS; do
       --placement "$O/w.toml" --fast-budget $((256 * 1048576)) -- $big
     cat /sys/kernel/mm/numa/demotion_enabled /proc/sys/kernel/numa_balancing \
       >"$O/tiering_after.txt"
+    # SIGTERM while the kernel's tiering is on: root's settings come back
+    "$PY" -m hetmem bench tiering --configs kernel --placement "$O/w.toml" --fast-budget 1G \
+      -- sleep 120 >"$O/tiering_term.out" 2>"$O/tiering_term.err" &
+    pid=$!
+    for i in $(seq 300); do
+      [ "$(cat /proc/sys/kernel/numa_balancing)" = 2 ] && break
+      sleep 0.1
+    done
+    cat /sys/kernel/mm/numa/demotion_enabled /proc/sys/kernel/numa_balancing \
+      >"$O/tiering_during.txt"
+    kill -TERM $pid
+    wait $pid
+    echo $? >"$O/tiering_term.rc"
+    cat /sys/kernel/mm/numa/demotion_enabled /proc/sys/kernel/numa_balancing \
+      >"$O/tiering_term_after.txt"
     ;;
   channel) # the workflow channel bound to the CPU-less node
     step chan "$PY" "$HM_VM_REPO/tests/vm/chan_node.py" node:1

@@ -356,6 +356,12 @@ def test_kernel_tiering_beside_flat_and_hybrid(guest) -> None:
     assert len({o["checksum"] for o in outs.values()}) == 1, outs
     # root's settings as they were before the bench (Debian's defaults)
     assert (out / "tiering_after.txt").read_text().split() == ["false", "0"]
+    # SIGTERM while they were on: restored, and 128 + 15 as a shell reports
+    assert (out / "tiering_during.txt").read_text().split() == ["true", "2"]
+    err = (out / "tiering_term.err").read_text()
+    assert (out / "tiering_term.rc").read_text().strip() == "143", err
+    assert "stopped by SIGTERM" in err and len(err.strip().splitlines()) == 1, err
+    assert (out / "tiering_term_after.txt").read_text().split() == ["false", "0"]
 
 
 @pytest.mark.parametrize("guest", _shapes("channel"), indirect=True)

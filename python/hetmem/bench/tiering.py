@@ -12,15 +12,18 @@ Rounds run every configuration once, in an order that rotates. Each run
 reports its wall time and what the kernel moved, from /proc/vmstat
 (pgdemote_*, pgpromote_*, numa_hint_faults, pgmigrate_success). The two
 settings are root's to change; they are restored afterwards, also when a
-run fails or Ctrl-C stops it.
+run fails, Ctrl-C stops it or SIGTERM or SIGHUP ends it (then the exit
+status is 128 + the signal's number, as a shell reports it).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -83,6 +86,34 @@ def _write(path: Path, value: str) -> None:
         ) from None
 
 
+class Stopped(Exception):
+    """SIGTERM or SIGHUP arrived while root's settings were changed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
+
+
+@contextmanager
+def _stoppable() -> Any:
+    """SIGTERM and SIGHUP raise Stopped (by default they end the process
+    with no clean-up, leaving demotion and tiering mode on for everyone);
+    subprocess.run kills its child on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 @contextmanager
 def kernel_tiering() -> Any:
     """Demotion on and NUMA balancing in tiering mode; restored after."""
@@ -93,9 +124,10 @@ def kernel_tiering() -> Any:
             f"this kernel has no memory tiering controls ({exc.filename}: {exc.strerror})"
         ) from None
     try:
-        _write(DEMOTION, "true")
-        _write(BALANCING, "2")
-        yield
+        with _stoppable():
+            _write(DEMOTION, "true")
+            _write(BALANCING, "2")
+            yield
     finally:
         with suppress(OSError):
             DEMOTION.write_text(old[0] + "\n")
@@ -158,9 +190,14 @@ def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def run(args: argparse.Namespace) -> int:
     cmd, configs = _check(args)
     runs: list[dict[str, Any]] = []
-    for r in range(args.repeat):
-        for i in range(len(configs)):
-            runs.append({"round": r, **_one(configs[(i + r) % len(configs)], args, cmd)})
+    try:
+        for r in range(args.repeat):
+            for i in range(len(configs)):
+                runs.append({"round": r, **_one(configs[(i + r) % len(configs)], args, cmd)})
+    except Stopped as stop:
+        print(f"hetmem bench tiering: stopped by {stop}; demotion_enabled and numa_balancing "
+              "restored", file=sys.stderr)  # fmt: skip
+        return 128 + stop.signum
     result = {
         "schema_version": SCHEMA_VERSION,
         "kind": "hetmem-bench-tiering",
