@@ -6,11 +6,14 @@ of tests/vm) the sizes in range land there."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import CBUILD, needs_pager, run_hetmem
+from hetmem import _native
 
 WORKLOAD = CBUILD / "bench" / "hm-placement"
 
@@ -51,3 +54,31 @@ def test_bad_auto_fast_is_one_line(args: list[str], says: str, tmp_path: Path) -
     assert p.returncode == 2 and says in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
     assert not marker.exists()
+
+
+@needs_pager
+@pytest.mark.parametrize("value", ["16M:4M", "0", "big", "4M:lots"])
+def test_bad_auto_fast_set_by_hand_refuses_the_mode(value: str, tmp_path: Path) -> None:
+    """HETMEM_AUTO_FAST set by hand, not by `hetmem run` (which checks it
+    first): the interposer refuses the mode with one line and exit 2 before
+    the command runs, as for any other bad option."""
+    table = tmp_path / "t.compact"
+    table.write_text("hetmem-placement-compact 1\ntiers 1\ntier 0 dram 0 0 node0\n"
+                     "modules 0\nsites 0\nend\n")  # fmt: skip
+    marker = tmp_path / "ran"
+    env = {
+        **os.environ,
+        "LD_PRELOAD": str(_native.library_dir() / "libhetmem_preload.so"),
+        "HETMEM_PLACEMENT": str(table),
+        "HETMEM_FAST_BUDGET": "64M",
+        "HETMEM_AUTO_FAST": value,
+    }
+    p = subprocess.run(["touch", str(marker)], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "auto_fast must be MIN or MIN:MAX" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not marker.exists()
+    # the same table with a good range: the command runs
+    env["HETMEM_AUTO_FAST"] = "4M:16M"
+    ok = subprocess.run(["touch", str(marker)], env=env, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and marker.exists(), ok.stderr
