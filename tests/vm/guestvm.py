@@ -9,9 +9,13 @@ it is on the host), chroots and runs the command; its output, exit
 status and any files it writes under $HM_VM_OUT come back through a
 second, writable 9p share.
 
-TCG by default: a guest boots to its command in about 4 s here, and KVM
-hangs on this host right after the bootloader (nothing after "Probing
-EDD", even with earlyprintk). HETMEM_VM_ACCEL=kvm asks for KVM.
+TCG by default: a guest boots to its command in about 4 s here. KVM
+(nested, in a Firecracker VM) does not help: a bzImage hangs right after
+the bootloader (nothing after "Probing EDD", even with earlyprintk); the
+uncompressed vmlinux booted through its PVH entry gets further, but took
+50 s to reach the kernel's memory set-up and then stopped on a KVM
+internal error (emulation failure on a cmpxchg16b). HETMEM_VM_ACCEL=kvm
+asks for KVM anyway.
 
 Nothing here is hetmem's own code: this is the test bench that lets
 hetmem's NUMA paths meet a kernel with CPU-less memory nodes and HMAT.
