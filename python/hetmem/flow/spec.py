@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Workflow specs (TOML). Every error names the field: `writer.objects: ...`.
 
 name = "gtc-io"
@@ -25,8 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from hetmem import _toml as tomllib
 from hetmem.errors import UsageError
 from hetmem.sizes import parse_size
 

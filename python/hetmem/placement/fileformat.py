@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Placement files: which tier serves each allocation site.
 
 `hetmem advise` writes a placement as TOML (human-readable, versioned,
@@ -24,13 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: no TOML reader in the standard library
-    tomllib = None  # type: ignore[assignment]
-
+from hetmem import _toml as tomllib
 from hetmem import probe
-from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError
+from hetmem.errors import HetmemError, SchemaError
 from hetmem.output import write_atomic
 from hetmem.placement import symbolize
 from hetmem.placement.sitenames import distinct_labels, site_functions
@@ -257,8 +254,6 @@ def loads(text: str, name: str = "<placement>") -> Placement:
 
 def _parse_toml(v: _V, text: str) -> dict[str, Any]:
     """The TOML document, once its kind and schema version are right."""
-    if tomllib is None:
-        raise EnvironmentProblem("reading placement files needs Python 3.11 or later (tomllib)")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
