@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # hetmem: the two commands a user needs are `make demo` and `make test`.
 # Each does all of its set-up on a fresh Debian machine: missing Debian
 # packages (when root), the .venv, the build and the install.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Benchmark programs, built into <build>/bench and installed into the
 # package's _bench folder (COMPONENT runtime) so that `pip install .` ships
 # them beside the library. One entry per program or suite, in a plain list.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Where the kernel put a range's pages: move_pages(2) with no target nodes
  * only queries. The kernel's view, not hetmem's counters: what placement
  * tests believe. Shared by hm-placement (--numa-policies) and the guests'

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hm-stream-ref: a McCalpin-style STREAM, written for hetmem as the reference
  * that `hetmem bench reference` runs beside the probe. It is the classic
  * program: four OpenMP loops over global arrays, each timed on its own with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hbwmalloc.h: the high-bandwidth-memory API of memkind (discontinued),
  * served by libhetmem. Codes written for memkind's hbwmalloc build
  * unchanged against this header and run when linked with -lhetmem.

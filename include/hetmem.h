@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hetmem: heterogeneous-memory toolkit for HPC.
  *
  * Public C API. Contract for every function that returns int: 0 on success

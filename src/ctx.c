@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Context life cycle. */
 #include <errno.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Error recording and the library's small public utilities. */
 #include <errno.h>
 #include <stdio.h>

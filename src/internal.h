@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Cross-file internals of libhetmem (names start with _hm_). */
 #ifndef HM_INTERNAL_H
 #define HM_INTERNAL_H

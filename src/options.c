@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The option table: defaults, HETMEM_* environment variables, parsing. */
 #include <ctype.h>
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The one table of runtime settings. Each row is an option whose name, in
  * upper case with a HETMEM_ prefix, is also its environment variable. Later
  * concerns add rows here, never a getenv() of their own. */

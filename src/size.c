@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Sizes as users write them ("4096", "64K", "512MiB", "4G", "1.5GB"):
  * libhetmem's options and hm_parse_size, and the benchmark kernels, which
  * compile this file into their own static library because they are plain

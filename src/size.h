@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The size parser shared by libhetmem and the benchmark kernels (size.c). */
 #ifndef HM_SIZE_H
 #define HM_SIZE_H

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Sources of libhetmem, one concern per file (see DEVELOPERS.md).
 target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ctx.c

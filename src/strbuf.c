@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Growable strings for JSON output; never on a hot path. */
 #include <errno.h>
 #include <stdio.h>

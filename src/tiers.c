@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The tier inventory: NUMA nodes and storage directories, classified and
  * ranked fastest first.
  *

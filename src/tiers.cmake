@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Tier inventory (tiers.c) and the storage-directory checks it needs.
 target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/tiers.c

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Tier inventory internals (tiers.c). */
 #ifndef HM_TIERS_H
 #define HM_TIERS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The tier inventory as JSON (hm_tiers_json): the schema of `hetmem tiers
  * --json`, one object per tier, null for every fact that is unknown. The
  * discovery itself is in tiers.c. */

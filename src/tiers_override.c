@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Which nodes count as high-bandwidth memory, when the firmware says it
  * wrong: the hbw_nodes option (HETMEM_HBW_NODES), else memkind's own
  * MEMKIND_HBW_NODES, so that a site's memkind setting carries over.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Shared fixtures. Tests run against the installed package (make test installs
 it into .venv); C tests come from the CMake build tree in $HETMEM_CBUILD."""
 

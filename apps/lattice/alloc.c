@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Tagged allocation: one non-inlined function per data structure, so that a
  * call-stack-based allocation-site profiler (hetmem profile/run) sees each
  * structure as its own site, plus bytes per tag and an in-app placement policy

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Wilson-clover Dirac operator
  *   D psi(x) = A(x) psi(x) - 1/2 sum_mu [(1-g_mu) U_mu(x) psi(x+mu) + (1+g_mu) U_mu(x-mu)^H psi(x-mu)]
  *   A(x) = (m0+4) - (csw/16) sum_{mu<nu} g_mu g_nu (x) (Q_munu - Q_munu^H)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Wilson-clover kernels, included three times by dirac.c (double, single,
  * and single arithmetic on half-precision links and clover).
  * Needs REAL, CPLX, V4 (vector of 4 REAL), SHUF(v, a, b, c, d), SFX(name),

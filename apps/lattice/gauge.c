@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Gauge fields: counter-keyed random numbers, SU(3) helpers, quenched
  * Cabibbo-Marinari heatbath (Kennedy-Pendleton SU(2) subgroups), APE-style
  * smoothing, gauge transformations, plaquette and file I/O.

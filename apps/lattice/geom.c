@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* 4D domain decomposition, explicit rank-to-lattice mapping, even-odd site
  * order, neighbour tables and halo exchange (non-blocking MPI). */
 #include "lattice.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hm-lattice: Wilson-clover lattice QCD mini-app with two-level aggregation
  * multigrid (DD-alphaAMG class), MPI halo exchange and tagged allocation.
  * Conventions: direction mu = 0,1,2,3 is x,y,z,t (t antiperiodic); 12 complex

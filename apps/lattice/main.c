@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hm-lattice driver: input parsing, field generation, self-tests, solves and
  * versioned JSON output. Usage:
  *   hm-lattice [input-file] [--set 'key=value']... [--selftest NAME] [--json PATH]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Two-level aggregation multigrid (DD-alphaAMG class):
  *  - red-black Schwarz (SAP) smoother on lattice blocks, MR(k) block solves;
  *  - aggregates = SAP blocks x {spins 0,1} / {spins 2,3} (Gamma5-compatible);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Multigrid kernels on the stored test vectors (WFIELD) and coarse operator
  * (DCFIELD), included twice by mg.c: WT = float, and WT = lat_half (16-bit
  * storage, converted to single on load). Needs WT, WFIELD, DCFIELD, SFX. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Input file: `key: value` lines, '#' comments. Every rank parses the same
  * file, so every rank reaches the same verdict on bad input. */
 #include "lattice.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Krylov baselines in double: CGNR (CG on D^H D, D^H = g5 D g5) and BiCGStab. */
 #include "lattice.h"
 

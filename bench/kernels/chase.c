@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Randomized pointer chase: the array is cut into 64-byte nodes linked in
  * one random cycle (a shuffled visiting order), so every load depends on the
  * previous one and lands on an unpredictable line and page: time per load is

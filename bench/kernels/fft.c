@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* 3D complex FFT of an N x N x N grid of doubles (footprint 16 N^3 bytes),
  * in place through FFTW with its OpenMP threads: each repetition is one
  * forward and one inverse transform (timed), then a 1/N^3 rescale (not

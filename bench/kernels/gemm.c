@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* C = A * B for square n x n doubles (footprint 3 n^2 * 8 bytes).
  *   blas:  OpenBLAS cblas_dgemm (blocked, compute bound);
  *   naive: unblocked i-j-k triple loop, B walked down its columns (stride n):

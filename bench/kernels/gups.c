@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Random access kernels.
  *   update:   HPCC RandomAccess (GUPS): table of 2^k words, T[i] = i, updates
  *             T[ran & mask] ^= ran along the HPCC LFSR stream (4 x table size

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Shared plumbing of the hm-kernel-* programs; see hmk.h for the contract. */
 #include "hmk.h"
 

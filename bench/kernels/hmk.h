@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Shared plumbing of the hm-kernel-* benchmark programs: argument parsing,
  * sizes, timing, deterministic data and the one-line JSON result.
  *

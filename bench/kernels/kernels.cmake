@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Benchmark kernels (hm-kernel-*): plain-malloc OpenMP programs that hetmem
 # runs under each memory mode. Built into <build>/bench/kernels and installed
 # into the package's _bench folder (python/hetmem/bench/kernels.py finds them).

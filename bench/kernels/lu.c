@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* LU factorization of an n x n matrix (footprint n^2 * 8 bytes).
  *   lapack: LAPACK (OpenBLAS) dgetrf, partial pivoting, on the usual
  *           column-major array;

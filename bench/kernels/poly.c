@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Polynomial benchmark of the IMDT study: p(x) of a given degree by Horner's
  * rule over a large array of doubles in (-0.9, 0.9).
  *   ro: one read stream, p(x[i]) summed into thread-local accumulators;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Sequential scans over one array of 64-bit words holding x[i] = i.
  *   read: sum of all words (one read stream), checked against n(n-1)/2 (+ the
  *         rmw increments) in every repetition;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* STREAM (McCalpin): copy c=a, scale b=s*c, add c=a+b, triad a=b+s*c over
  * three arrays of n doubles; bytes counted as STREAM does (2, 2, 3, 3 words
  * per element, no write-allocate traffic). Checked as STREAM's

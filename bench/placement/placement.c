@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hm-placement: the built-in workloads of `hetmem bench placement`.
  *
  * Several arrays, each allocated by its own non-inlined function (so each

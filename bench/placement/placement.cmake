@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # hm-placement: workloads of `hetmem bench placement` (several arrays
 # allocated at distinct sites, skewed access; and an allocation-heavy loop).
 # Built into <build>/bench and installed into the package's _bench folder.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """hetmem: heterogeneous-memory toolkit for HPC.
 
 The native runtime (libhetmem) does discovery, measurement, paging and

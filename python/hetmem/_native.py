@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ctypes binding to libhetmem.so (the runtime library, not the interposer).
 
 The library is found, in order, in $HETMEM_LIBDIR (a development build tree)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """numpy, imported on first use.
 
 `hetmem` builds every verb's parser at start-up, so every module a verb

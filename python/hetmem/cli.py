@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The `hetmem` command: a thin dispatcher over one module per verb.
 
 Each verb lives in hetmem.commands.<verb> and defines a Command class with

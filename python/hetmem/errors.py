@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The one exception hierarchy of hetmem.
 
 Every error a user can cause is a HetmemError; the CLI prints its message on

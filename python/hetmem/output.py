@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Terminal output shared by the verbs: JSON, tables and progress."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Tier characterization: measure every memory and storage tier of this machine.
 
 The measurements themselves are in libhetmem (src/probe/), one native call per

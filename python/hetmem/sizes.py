@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Sizes as users write them: 4096, 64K, 512MiB, 4G, 1.5GB.
 
 K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024 (what numactl and Slurm users

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The tier inventory: libhetmem's discovery, plus cached probe measurements.
 
 libhetmem finds the tiers (NUMA nodes from sysfs, HMAT, memory_tiering, DAX

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hm_chan_bench_json: the channel's own costs, measured in C so that the
  * figures are the library's and not the caller's (ctypes adds ~1 us a call).
  * Used by `hetmem flow bench` and `hetmem flow calibrate`. */

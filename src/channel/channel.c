@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The workflow channel: one shared segment per channel, laid out as
  *
  *   [header 64 KiB: layout, process-shared robust mutex + condvar, ranks]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The layout of a channel's shared segment (see channel.c and
  * docs/formats.md), shared by its data path (channel.c) and its creation
  * and opening (open.c). Layout helpers and the lock are inline: they are on

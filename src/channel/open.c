@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A channel's creation, opening and closing: tier and name checks, the
  * segment's geometry, the robust process-shared lock, and rank claims. The
  * data path (put, commit, wait, get, release) is in channel.c; the layout

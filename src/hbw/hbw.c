@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hbwmalloc.h (memkind's high-bandwidth API) served by hetmem's fastest
  * memory tier.
  *

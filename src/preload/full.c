@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A storage tier that cannot back a large allocation (issue 19): the pager
  * reserves a region's backing space when it is mapped (fallocate, so that
  * write-back never meets ENOSPC later), and the map fails with -ENOSPC

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The hooks of the interposer (preload.h's HM_PL_HOOKS): the malloc
  * family, the mmap family, pthread_create and the signal dispositions.
  * Small requests never leave the hook; large ones go to route.c.

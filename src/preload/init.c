@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libhetmem_preload.so: the allocation interposer that `hetmem run --mode
  * cache` loads into an unmodified program with LD_PRELOAD.
  *

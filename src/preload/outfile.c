@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The interposer's output files (the profile, the statistics line), which
  * may go into directories that other users can write (a shared project
  * directory, /tmp).

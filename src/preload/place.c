@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Placement in the interposer: the compact table that `hetmem run
  * --placement` writes (docs/formats.md, "Compact placement") and the
  * matching of a captured stack to a site.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The LD_PRELOAD interposer (libhetmem_preload.so). Included from
 # src/sources.cmake while hetmem_core is being defined: it makes a separate
 # SHARED target from hetmem_core's objects plus its own sources, so that it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The LD_PRELOAD interposer: internals shared by the files of src/preload/.
  *
  * Shape (kept so that placement can extend it with allocation sites and

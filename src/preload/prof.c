@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The allocation-site profiler of the interposer (`hetmem profile`).
  *
  * What it records, and how without a lock on any hook:

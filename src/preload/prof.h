@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The allocation-site profiler's internals, shared by prof.c (recording)
  * and prof_write.c (the profile at exit). */
 #ifndef HM_PROF_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Writing the allocation-site profile at exit (docs/formats.md, "Profile"):
  * one function per step. Collect the sites in use and remap their frames'
  * modules to the profile's numbering (the main program first); attribute

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The interposer's routing (preload.h: hook -> size filter -> route ->
  * backend): which backend serves a large request, the accounting of large
  * blocks and placement tiers, the backends themselves (the pager, a NUMA

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Choosing the access sampler at run time, and the profiler thread that
  * drains a precise one (PMU or DAMON) into the site counters. The portable
  * sampler is sampler_portable.c. */

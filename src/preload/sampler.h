@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Access samplers of the profiler (sampler.c, sampler_perf.c, sampler_damon.c;
  * the portable one in sampler_portable.c, at the end):
  * chosen at run time, each attributing what it observes

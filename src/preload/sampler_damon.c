@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The DAMON sampler: the kernel's data access monitor, driven through its
  * sysfs admin interface (Documentation/admin-guide/mm/damon/usage.rst):
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Precise-address PMU samplers through perf_event_open(2): Intel PEBS
  * (mem-loads with a load-latency threshold, mem-stores), AMD IBS op and Arm
  * SPE. Events are described by the kernel's sysfs (devices/PMU/type, its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The portable access sampler of the profiler (sampler.h): page
  * protection, for machines without precise-address PMU sampling or DAMON
  * with virtual-address monitoring.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The "refs" access sampler (sampler.h): the kernel's own referenced bits,
  * read per mapping. Every interval the sampler thread reads
  * /proc/self/smaps, credits each mapping's `Referenced` bytes (pages whose

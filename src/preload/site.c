@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Call sites for the interposer: which module each return address belongs
  * to, and the stack of an allocation.
  *

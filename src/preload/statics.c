@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Large static data of the program and its libraries: zero-initialized
  * arrays (.bss: STREAM's a, b and c, a Fortran COMMON block) and
  * initialized ones (.data). Large requests never see them, so without this

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The interposer's outputs: the profile (profile mode) and one JSON line of
  * statistics per process (docs/formats.md, "Interposer statistics"), at
  * exit or when a signal stops the run. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The interposer's block table: which large blocks exist, lock-free.
  *
  * Blocks are at least alloc_threshold bytes, so there are few of them (a

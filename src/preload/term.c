@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A run stopped by a signal.
  *
  * Exit handlers do not run when a signal's default action ends a process,

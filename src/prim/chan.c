@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Files and shared mappings behind the workflow channel. */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* OS primitives of the workflow channel (prim/chan.c). Same contract as
  * prim.h: 0 or a non-negative count on success, a negative errno on failure;
  * real paths, never under an fsroot. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Filesystem reads for discovery, under a replaceable root, and the
  * creation of output files in directories other users may write. */
 #include <dirent.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Storage-directory checks for the tier inventory: statfs/statvfs facts and
  * whether O_DIRECT opens succeed there. These act on real paths (never
  * under an fsroot): storage tiers are always the live machine's. */

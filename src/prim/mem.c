@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Memory, CPU affinity and clock primitives for the measurement code. */
 #include <errno.h>
 #include <numaif.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Access samplers' primitives: perf_event_open and its ring buffers, and
  * the small sysfs writes of DAMON's admin interface (under a root). */
 #include <errno.h>

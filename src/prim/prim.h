@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The OS layer: every syscall, ioctl and /sys or /proc read of libhetmem
  * goes through a function declared here (names start with _hm_prim_).
  *

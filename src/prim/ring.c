@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The one io_uring wrapper: O_DIRECT reads and writes, a poll (the pager's
  * handler waits in one place for faults on its userfaultfd and for I/O
  * completions), submission, and completions by peek or by wait. The pager

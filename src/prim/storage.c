@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Storage-tier primitives: filesystem facts, O_DIRECT probe files and a thin
  * io_uring wrapper (the rest of libhetmem never sees liburing's types). */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Raw system calls and process facts.
  *
  * The interposer defines mmap, munmap, madvise, mremap and sigaction; a libc

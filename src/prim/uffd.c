@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* userfaultfd and PAGEMAP_SCAN: the ioctls the pager (src/sdm/) resolves
  * faults and tracks dirty pages with. Features are negotiated at run time;
  * constants newer than the build host's headers are defined here with the

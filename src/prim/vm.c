@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Virtual-memory and backing-file primitives of the pager: memfd, shared and
  * anonymous mappings, madvise, fallocate and the O_DIRECT backing files. */
 #include <errno.h>

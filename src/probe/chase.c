@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Idle memory latency: a pointer chase through one random cycle over every
  * cache line of a buffer much larger than the last-level cache. Each load's
  * address comes from the previous load, so neither out-of-order execution

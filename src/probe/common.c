@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Live-machine facts the measurements need: cache size, CPUs, nodes. These
  * read the real /sys, not ctx->fsroot: a measurement only means anything on
  * the machine it runs on. */

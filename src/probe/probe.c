@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hm_probe_json: one measurement described by a flat JSON object, its result
  * as JSON. The Python orchestration drives the probe through this, one step
  * at a time, so it can show progress between steps. */

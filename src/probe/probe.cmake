@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Tier characterization (hetmem probe): STREAM, pointer chase, storage.
 # The measurement kernels are built with HM_PROBE_KERNEL_FLAGS, and so is the
 # reference STREAM in bench/ (bench.cmake reads this variable), so that the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Helpers shared by the tier measurements in src/probe/. */
 #ifndef HM_PROBE_H
 #define HM_PROBE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Storage-tier measurement: O_DIRECT through io_uring on an unlinked probe
  * file, so the page cache is out of the picture and nothing is left behind
  * even if the process is killed. */

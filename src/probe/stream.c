@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* STREAM (McCalpin) copy/scale/add/triad on memory bound to one NUMA node.
  *
  * The kernels are the classic loops, OpenMP static schedule, over arrays

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The slot table and eviction: slots of resident units, the queue of units
  * streams left behind, CLOCK, finding the dirty pages of a victim (per
  * dirty-tracking mode, see pager.c), the batched write-back of victims

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault path: a fault on a unit being filled or evicted (in transit), a
  * write-protect fault, a hit on a filled page (MINOR fault), the readahead
  * trigger page, and a miss; the fills a miss or a prefetch starts, and their

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The pager's guards against what would otherwise take the node down or
  * lose data without a word:
  *  - a budget above the machine's memory (a typo such as 1T for 1G): the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The handler threads: each polls its io_uring for userfaultfd messages,
  * the WILLNEED eventfd and completed fills; reads faults in batches; keeps
  * the faults that found no op or budget and retries them; and runs the

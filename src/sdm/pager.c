@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The pager: a userfaultfd-driven DRAM cache over O_DIRECT backing files.
  *
  * Layout. Each region is a memfd (shmem) mapped twice: the application's

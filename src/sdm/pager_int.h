@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Internals shared by the pager's files (src/sdm/): the pager, handler and
  * fill-operation structures, the helpers every file uses, and the functions
  * one file calls in another. See pager.c for the design and for which file

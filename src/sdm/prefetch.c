@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The pager's prefetcher: per-thread, per-region stream detection.
  *
  * A thread has up to HM__PER_REGION streams in one region: a loop walking

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Regions: hm_pager_map (backing file, unit table, the views, registration
  * with the userfaultfd, the sorted region table), hm_pager_unmap,
  * hm_pager_advise and hm_pager_flush. Called by the application (or from

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The pager (software-defined memory) and its OS-layer primitives.
 target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/pager.c

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Internals of the pager (src/sdm/). See pager.c for the design. */
 #ifndef HM_SDM_H
 #define HM_SDM_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Statistics: hm_pager_stats (counters read with relaxed loads, the
  * budget figures under the pager lock) and hm_pager_stats_json. */
 #include <errno.h>

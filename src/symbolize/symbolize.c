@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Offline symbolization of allocation-site frames with elfutils libdw.
  *
  * Profiles name a frame by (module, offset): the module's GNU build-id and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Offline symbolization (hm_symbolize, hm_module_build_id) with elfutils
 # libdw. Its own object library, linked into libhetmem only: hetmem_core is
 # also what the preload interposer is built from, and libdw (with libelf,

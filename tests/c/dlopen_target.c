@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Runs under `hetmem profile` / `hetmem run` in tests/integration/test_preload_loading.py:
  * dlopens PLUGIN (plugin_lib.c) after PAD KiB of other allocation (so its
  * load address and the heap differ from run to run), runs it, dlcloses it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A shared library whose constructor allocates large blocks before
  * libhetmem_preload.so's own constructor has run, as OpenBLAS does
  * (dependencies of the program are initialized before LD_PRELOAD objects

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Runs under `hetmem profile` / `hetmem run` in tests/integration/test_run.py: its
  * library (early_lib.c) allocated in a constructor before the interposer's;
  * this checks those blocks and releases them. Exit 0 when all is well,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A program for tests/integration/test_profile_samplers.py to run under `hetmem
  * profile --sampler portable`: three blocks from three allocation sites
  * (one line each), written for WORK_MS milliseconds in a loop that touches

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A program for tests/integration/test_hardening_c_storage.py: asks for TOTAL MiB in
  * blocks of BLOCK MiB (malloc), writes a pattern into every block it gets,
  * reads all of them back, and prints one line:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A program written for memkind's hbwmalloc, unchanged: built by
  * tests/integration/test_hbw.py against include/hbwmalloc.h and linked with -lhetmem.
  * Checks what it gets back and exits 0, or prints what failed and exits 1. */

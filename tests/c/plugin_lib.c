@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A plugin that hm_dlopen_target dlopens, runs and dlcloses: its two
  * allocation sites (hot, cold) exist only while it is loaded. */
 #include <stdlib.h>

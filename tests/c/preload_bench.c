@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Allocation-heavy microbenchmark for the interposer's small-allocation
  * cost: 2 threads each make PAIRS malloc/free pairs of mixed small sizes
  * (16 B .. 4 KiB, a window of 64 live blocks per thread).

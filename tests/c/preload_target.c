@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A program for tests/integration/test_run.py to run under libhetmem_preload.so (and
  * without it): it allocates through every hooked entry point, writes
  * patterns into large blocks whose total exceeds the fast budget, reads

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A program for tests/integration/test_profile_samplers.py to run under `hetmem
  * profile`: two blocks from two allocation sites (8 MiB in alloc_a, 24 MiB
  * in alloc_b), touched, then READY is created and the program waits for

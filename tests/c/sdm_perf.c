@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sdm_perf: side-by-side throughput of the pager and of the raw storage
  * tier it pages to (built, not a ctest test: timings belong in benchmarks).
  *

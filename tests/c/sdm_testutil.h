@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Shared helpers of the pager tests: a scratch backing directory on a real
  * disk (O_DIRECT), removed at exit even when checks fail. */
 #ifndef HM_SDM_TESTUTIL_H

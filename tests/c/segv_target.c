@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A program with its own SIGSEGV handler, as gfortran's runtime and many
  * HPC codes have, for tests/integration/test_profile_samplers.py to run under `hetmem
  * profile` (whose portable sampler takes SIGSEGVs of its own): it installs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Workflow channel: steps, atomicity, queue limit, reclaim, many objects,
  * several writer and reader ranks, tiers, bad input. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A full storage tier: put fails with -ENOSPC and the step committed before
  * stays readable. The tier is a 4 MiB tmpfs mounted in a private mount
  * namespace of a child process, so nothing outlives the test; where the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Runs every C test program registered with ctest, one pytest test each."""
 
 from __future__ import annotations

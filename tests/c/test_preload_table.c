@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The interposer's lock-free block table (src/preload/table.c): exact and
  * containing lookups, the granule filter never missing a live block, slot
  * reuse through tombstones, a full table, and 4 threads inserting, finding

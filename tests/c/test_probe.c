@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Tier measurements at small sizes: sane results, the calling thread's
  * affinity restored, bad storage directories refused with the right errno
  * and nothing left behind in the directory. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The precise samplers (src/preload/sampler*.c) without a PMU: the
  * PERF_RECORD_SAMPLE parser on synthetic ring buffers (wrap-around, lost
  * records, IBS raw data, malformed records), the Arm SPE packet decoder,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The pager's basic contract, in every fill/dirty-tracking mode: zero-filled
  * at first, every byte written reads back from regions larger than the
  * budget, only dirty units are written back, advice and flush work, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Units a sequential stream has left behind go first (anonymous fill mode).
  * A program that reads a small array many times and then sweeps a large one
  * (the hot and cold arrays of a cache-mode placement run) must keep the small

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A budget typo must not take the node down (issue 19, finding 5).
  *
  * The slot table is sized for the budget (about 108 bytes per 8 KiB of it):

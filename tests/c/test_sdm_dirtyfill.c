@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Fills into a unit that is dirty already, and fills for a write fault,
  * are installed without write-protection (sync WP: anonymous fills, and
  * memfd fills on kernels without WP_ASYNC), and what is written to them is

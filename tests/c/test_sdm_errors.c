@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The pager's error contract: each bad configuration or storage directory
  * gives a negative errno and a one-line message that says what to fix. */
 #include <errno.h>

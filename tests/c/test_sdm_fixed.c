@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hm_pager_map_at: a pager region at an address the caller chose (the
  * interposer's static arrays, src/preload/statics.c). A range reserved
  * by the caller becomes a region there, larger than the budget; every word

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Sixteen threads on the same two fetch units: the pager's faults of one
  * unit from many threads at once, its fills racing with writers, and the
  * unit evicted and read back while they wait (most of each thread's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A storage tier that fails mid-run (issue 19): a backing-file read or
  * write-back that fails even when retried ends the process with one line on
  * stderr and SIGBUS, as a failing mmap'd file would; never zeros where the

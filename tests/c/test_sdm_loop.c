@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Cyclic sweeps of a working set larger than the cache: a region of 1.5x
  * and of 3x the budget, read front to back over and over by two threads
  * (each its half). What the sweep passed first must stay resident and hit

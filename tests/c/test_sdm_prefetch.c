@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The pager's stream detector (src/sdm/prefetch.c) on its own: a stream's
  * window grows to max_window; the windows of several active streams share
  * pf->share units; a stream that stops faulting stops taking a share; a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Process-level behaviour of the pager: fork (the child never reads zeros
  * where data was: regions are not inherited and touching one is SIGSEGV),
  * signals delivered to faulting threads, and a SIGKILLed process leaves no

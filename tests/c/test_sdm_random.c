@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Random 4 KiB block reads through a cache 8x smaller than the data, by two
  * threads, at three block alignments (page-aligned, 16 bytes into a page as
  * malloc's blocks are, and mid-page). A random miss must read what the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Many sequential streams at once (anonymous fill mode): 48 regions read in
  * turn, a unit at a time, so that each stream's readahead trigger page is
  * held back while the reader is away on the others. More streams than the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Randomized stress test of the pager: 4 threads, >= 10^6 reads and writes
  * over a region 24x the budget, checked against a shadow copy. Threads own
  * interleaved words (word i belongs to thread i % 4), so they share every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Region successors: a program that sweeps three arrays, each larger than
  * the cache, in the same order every iteration, with a pause between
  * sweeps (its compute on data in DRAM). Once a transition has been seen

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The pager copes with transparent huge pages on its regions: a program
  * that madvises MADV_HUGEPAGE on a pager region (numpy does so on every
  * large array) and touches more than the budget gets its data back, in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Units walked page after page, interleaved in random order (FFT's strided
  * pass: each plane one row further per step), are read ahead within the
  * unit; truly random pages (GUPS) still cost one page each.

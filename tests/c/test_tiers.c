@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Tier discovery on the recorded/constructed sysfs trees in tests/golden. */
 #include <errno.h>
 #include <fcntl.h>

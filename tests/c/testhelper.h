@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A minimal check framework for the C tests (ctest runs each program; pytest
  * runs ctest). CHECK failures print file:line and the expression and make
  * the program exit non-zero at the end. */

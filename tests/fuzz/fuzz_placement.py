@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """atheris fuzz target: the placement reader (TOML) and the compact table.
 
 Run as README.md says (make fuzz), with tests/fuzz/corpus/placement.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """atheris fuzz target: the profile reader and merging.
 
 Run as README.md says (make fuzz), with tests/fuzz/corpus/profile. Any

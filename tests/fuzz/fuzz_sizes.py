@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """atheris fuzz target: sizes and budgets as users write them (4G, 512MiB).
 
 Run as README.md says, with tests/fuzz/corpus/sizes. Any input must be

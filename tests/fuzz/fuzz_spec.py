@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """atheris fuzz target: the workflow spec reader (hetmem flow, TOML).
 
 Run as README.md says, with tests/fuzz/corpus/spec. Any input must parse

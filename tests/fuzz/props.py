@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The properties the fuzz targets check on one input, shared with the
 corpus replay (tests/unit/test_fuzz_corpus.py), which runs without atheris.
 Each returns True when the input parsed, False when it was refused with a

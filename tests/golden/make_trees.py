@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Builds the sysfs trees under tests/golden/ that the tier-inventory tests replay.
 
     python tests/golden/make_trees.py            # rebuild the constructed machines

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Bad input on the newer command-line paths (profile recording, bench
 placement, bench lattice, flow sweep/advise/bench, bench kernels): each is
 refused before any measurement starts, with one error line naming the

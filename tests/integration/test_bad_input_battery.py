@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A battery of malformed inputs across every verb (issue 19): every file a
 verb takes given as garbage bytes (not UTF-8), text garbage, an empty file, a
 directory and a missing path (outputs: a path in a missing directory), every

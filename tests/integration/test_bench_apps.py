@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """hetmem bench apps end to end: options, real hpcc and LAMMPS runs read
 back, and a tiny run of the suite in dram and cache modes."""
 

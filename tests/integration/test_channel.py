@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The workflow channel's Python binding: numpy views, errors, two processes."""
 
 from __future__ import annotations

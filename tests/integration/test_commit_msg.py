@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The commit-message rule: .githooks/commit-msg on good and bad messages,
 the hook inside a real `git commit`, .ci/check-commits over planted
 histories (a non-compliant merge, a left-over fixup!, a shallow clone), and

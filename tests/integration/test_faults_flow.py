@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A workflow run that is stopped leaves nothing (issue 19, finding 10):
 `hetmem flow run` with its channel in a storage directory, ended by
 SIGTERM (what `timeout` sends), SIGHUP, SIGINT or SIGKILL mid-run: its

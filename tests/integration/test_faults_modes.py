@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Faults injected into whole `hetmem run`s, in every mode that tiers memory
 (issue 19): the storage tier fills up or fails while the program runs, and
 the program itself is killed. Whatever happens, the run ends (never a hang),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem profile` names exactly the profiles its own processes wrote
 (issue 19, finding 11): the interposer writes them behind a per-run
 hidden prefix, and the run renames them to their names. A file of an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """SIGKILL of hetmem itself (issue 19, finding 6): within a few seconds
 nothing of the run remains: not the command (PR_SET_PDEATHSIG), nor its
 swap area, its cgroup, its temporary files or its backing files (the

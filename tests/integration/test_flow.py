@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem flow`: spec parsing, runs in both modes (processes and mpirun),
 the model's ranking, and the CLI's errors."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The interposer's output files in directories other users can write
 (issue 19, findings 2 and 3).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A full storage tier (issue 19, finding 7).
 
 A 200 MiB program on a 64 MiB `--storage` used to get a warning and DRAM

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """hbwmalloc.h: a program written for memkind builds unchanged against
 libhetmem and gets memory from the fastest tier."""
 

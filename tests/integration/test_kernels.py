@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The hm-kernel-* benchmark programs: results, verification, bad arguments.
 
 Binaries come from $HETMEM_BENCHDIR, else the build tree in $HETMEM_CBUILD

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """hm-lattice through hetmem.bench.lattice: result format, tags, bad input, and the
 bandwidth sanity rule (a kernel's reported bytes/s never exceeds the STREAM
 bandwidth of the memory it ran from). The physics self-tests are ctest tests

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """tests/golden/make_trees.py --record takes everything tier discovery reads.
 
 Recording a golden tree as if it were a machine (--from) must give a tree

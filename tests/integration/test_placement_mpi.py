@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Profile-guided placement of an MPI program, launched as users launch it:
 `hetmem profile -- mpirun -np 2 app`, `hetmem advise app.prof.*`,
 `hetmem run --mode hybrid ... -- mpirun -np 2 app`. The launcher is profiled

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Profile-guided placement end to end: `hetmem profile` records a real
 program (bench/placement/placement.c, built as hm-placement), `hetmem advise`
 places its sites, `hetmem run --mode flat|hybrid` routes them.

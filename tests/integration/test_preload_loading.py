@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Libraries loaded before the interposer, and libraries dlopen'ed later.
 
 Before: a library's constructor can run before libhetmem_preload.so's (the program's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem probe` and `hetmem bench reference` end to end, at small sizes."""
 
 from __future__ import annotations

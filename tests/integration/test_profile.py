@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Profiles: strict reading, merging, symbolization from DWARF, `profile show`."""
 
 from __future__ import annotations

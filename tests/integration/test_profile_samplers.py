@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Run-time choice of the access sampler and the DAMON sysfs protocol, on
 recorded sysfs trees (tests/golden/samplers) replayed under HETMEM_FSROOT.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The report page in a real headless browser (Debian's Chromium): it loads
 without errors, fetches nothing from the network, and shows every plot."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem run` in dram, cache and swap modes, and the preload interposer.
 
 The interposer's data checks run in tests/c/preload_target.c (built as

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem run --auto-fast MIN[:MAX]` on this one-node machine: it runs the
 command unchanged and says it changes nothing here; bad ranges are
 one-line errors. Where the fast tier is another node (the KNL-like guest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem run --membind/--interleave/...` on this machine's kernel: the
 command runs under the policy (its own /proc/self/numa_maps says so), its
 exit status and output pass through, and bad nodes are one-line errors.

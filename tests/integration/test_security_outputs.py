@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Output files that hetmem writes where the user says (--stats, reports,
 sweep results, placements) are never written through a symbolic link
 (issue 19): each goes to a temporary file created exclusively in the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A command that cannot be run gets the exit status a shell gives (issue
 19, finding 8): 127 when it is not there (a missing file, a name not on
 PATH, a script whose interpreter is missing), 126 when it is there but

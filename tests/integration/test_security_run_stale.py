@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Swap mode's clean-up of earlier runs touches only what it can prove is
 theirs (issue 19, finding 4): a swap area named like hetmem's without an
 owner record, or one owned from another PID namespace, is left alone;

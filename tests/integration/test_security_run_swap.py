@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Swap mode against another local user (issue 19, finding 1).
 
 An attacker running as `nobody` loops over the storage directory: each

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Site names people can tell apart (hetmem.placement.sitenames), and what profile
 show, advise and the placement file make of them."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Split placement (hetmem.placement.split, route.c's HM_PL_SPLIT): three
 equally hot arrays that each need more than the fast budget. Whole-site
 placement leaves the fast tier empty; split placement gives its room to the

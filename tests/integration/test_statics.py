@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Static arrays in cache mode (src/preload/statics.c): STREAM with its three
 arrays in .bss (hm-stream-static, 3 x 160 MB), run at a budget far below
 them. The untouched .bss goes behind the pager before main, the program's

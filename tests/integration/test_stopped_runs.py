@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A run stopped by a signal still leaves its profile (`hetmem profile`) or
 statistics (`hetmem run --stats`), and the program still dies of the
 signal (or handles it, when it set a handler)."""

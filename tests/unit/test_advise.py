@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The advisor: exactness against brute force, capacity over time, merging
 of ranks, the placement file and its compact form, bad input."""
 

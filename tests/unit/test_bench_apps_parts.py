@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """hetmem bench apps: sizing, input files, option parsing, targets."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench tiering`'s bad input: one line, exit 2, nothing run and
 root's tiering settings untouched. The bench itself runs in the
 Optane-KMEM guest of tests/vm (it changes root's settings while it runs)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The swap baseline's memory cgroup on cgroup v2, on recorded trees.
 
 This machine's memory controller is on cgroup v1 (the real v1 path runs in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The CLI frame: help, version, options, sizes, one-line errors."""
 
 from __future__ import annotations

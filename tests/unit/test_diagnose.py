@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """hetmem.run.diagnose: the end-of-run figures and the budget hint."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Replays the fuzz corpora (tests/fuzz/corpus/) through the parsers: every
 input must parse or be refused with a one-line error, never another
 exception; then runs each atheris target briefly (a bounded number of

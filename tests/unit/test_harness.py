@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The benchmark harness's planning, resume and efficiency arithmetic, and the
 report built from run records."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The package's layering: every module imports, the hetmem-internal import
 graph has no cycle, and imports sit at module top. The only imports inside
 functions are the lazy third-party ones (scipy, matplotlib), each after a

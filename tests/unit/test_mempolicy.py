@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """numactl's node syntax for `hetmem run --membind/--interleave/...`,
 resolved against recorded trees (the allowed nodes of /proc/self/status and
 the nodes with memory); the live policy is checked in tests/vm (nodes) and

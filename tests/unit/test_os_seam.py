@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The OS seam: only src/prim may call the operating system.
 
 Rule (issue 20): every system call, ioctl, environment read, clock read and

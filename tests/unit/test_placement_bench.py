@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench placement`: its targets' arithmetic (the sweep bound, the
 statistics over rounds and slices), its per-round device probe and its rounds."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem tiers`: golden sysfs trees, bad input, the live machine, probe merging.
 
 The golden trees live in tests/golden/<machine>/ (built by

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Run in a guest by tests/vm/guest_checks.sh: a workflow channel on tier
 node:N (argv[1]), 16 MiB put by a writer and read back by a reader, then
 where the kernel put the channel's pages, from this process's numa_maps

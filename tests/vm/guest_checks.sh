@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs inside a guest (tests/vm/guestvm.py): exercises hetmem against the
 # guest's kernel and leaves what the kernel reported under $HM_VM_OUT for
 # tests/vm/test_vm.py to judge. Each step writes its own files and its exit

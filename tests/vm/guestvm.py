@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Boots a QEMU guest with a given NUMA shape and runs one command in it.
 
 The guest runs Debian's own kernel (linux-image-amd64) on the host's root

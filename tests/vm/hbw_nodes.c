@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Built by tests/vm/test_vm.py against include/hbwmalloc.h and -lhetmem,
  * run in a guest: sets the policy named by argv[1] (none, bind, preferred,
  * interleave, bind_all), hbw_malloc's argv[2] MiB, touches them and prints

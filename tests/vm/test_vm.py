@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """hetmem's NUMA paths on a real kernel with CPU-less memory nodes (issue 23).
 
 Each machine shape of tests/vm/guestvm.py boots once (Debian's kernel in

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Bad input must end every rank with exit code 2 and one error line naming the
 # problem, without hanging. Usage: bad_input.sh MPIEXEC HM_LATTICE TMPDIR
 MPIEXEC=$1; LAT=$2; T=$3

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Gauge file written by 2 ranks reads back on 1 and 4 ranks with the same
 # plaquette (the reader checks it against the header, and a site or link
 # permutation would change it). Usage: gauge_io.sh MPIEXEC HM_LATTICE TMPDIR

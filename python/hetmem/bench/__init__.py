@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench` suites and the programs they run.
 
 Each suite is a module in this package with `name`, `help`, `description`,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench apps`: real scientific applications from Debian packages
 under every mode, side by side, each run's scientific output checked against
 the all-DRAM run's.

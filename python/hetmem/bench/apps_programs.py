@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The real applications of `hetmem bench apps`, as Debian installs them.
 
 Each App says how a footprint becomes the application's problem size, writes

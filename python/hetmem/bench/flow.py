@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench flow`: the workflow channel against ADIOS2 (see hetmem.flow.bench).
 
 Also the options and the report of `hetmem flow bench`, which runs the same.

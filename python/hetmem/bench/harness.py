@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The benchmark harness: kernels x data sizes x modes x repetitions.
 
 Each run is one kernel process started through `hetmem run --mode M`, so the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The benchmark kernels (bench/kernels/*.c, programs hm-kernel-<name>).
 
 Each kernel allocates its data with plain malloc (so `hetmem run` governs

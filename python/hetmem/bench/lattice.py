@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench lattice`: the hm-lattice mini-app (apps/lattice) measured.
 
 Four measurements, each side by side in one run:

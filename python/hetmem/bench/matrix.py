@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Kernel-matrix suites of `hetmem bench` (imdt, poly, kernels, ...).
 
 Every such suite runs the harness (hetmem.bench.harness): kernels x data sizes (as

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench placement`: profile-guided placement (flat, hybrid) against
 dram, cache and swap, side by side in one run, with the issue's targets.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench reference`: the probe against the reference tools, side by side.
 
 - STREAM: the probe's triad against hm-stream-ref (a McCalpin-style STREAM

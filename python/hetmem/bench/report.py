@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem report`: one self-contained HTML page (inline SVG plots, no network)
 plus the same numbers as JSON, from one or more benchmark result folders.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench sdm`: cache mode against all-DRAM and Linux swap, with targets.
 
 One run measures the storage tier with the probe (O_DIRECT sequential read

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench tiering`: the kernel's own memory tiering, the baseline a
 CXL or Optane (KMEM-DAX) user would otherwise pick, side by side with
 hetmem's flat and hybrid placement of the same command.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem advise`: profiles in, a placement (site -> tier) out."""
 
 from __future__ import annotations

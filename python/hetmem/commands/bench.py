@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench`: benchmark suites, each a subcommand (see hetmem.bench)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem config`: the runtime options, their HETMEM_* variables and values."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem demo`: the main job on a fresh machine, in one command.
 
 Quick probe of the tiers, the inventory ranked by it, a small benchmark

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem flow`: in situ workflows over memory tiers (run, calibrate,
 advise, sweep, bench)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem probe`: measure the memory and storage tiers of this machine."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem profile`: record allocation sites of a command, or show a profile."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem report`: an HTML page and JSON from benchmark result folders."""
 
 from __future__ import annotations

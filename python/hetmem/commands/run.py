@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem run`: run an unmodified command in dram, cache or swap mode."""
 
 from __future__ import annotations

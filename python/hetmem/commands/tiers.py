@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem tiers`: the memory and storage tiers of this machine, fastest first."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """In situ workflows over memory tiers: a writer (simulation) and a reader
 (analytics) component exchanging per-iteration objects through the channel.
 

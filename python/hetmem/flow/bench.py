@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem flow bench`: the channel against ADIOS2 (SST and BP5 engines) on
 the same objects, side by side in one run.
 

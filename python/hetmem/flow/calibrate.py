@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem flow calibrate`: what the advisor's model needs from this machine
 (cached as the "flow-calibration" result):
 

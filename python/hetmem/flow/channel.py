@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The workflow channel from Python: versioned (key, step) objects streamed
 from writer ranks to reader ranks through a memory or storage tier.
 

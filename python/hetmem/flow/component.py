@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """One rank of a workflow component, run as its own process by the runner
 (`python -m hetmem.flow.component ARGS`, directly or under mpirun).
 

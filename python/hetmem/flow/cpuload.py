@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The CPU load the flow model takes as an input: busy CPU seconds of the
 machine, the other work sharing the cores, and the time stretch of ranks that
 share them. Apart from the model so that calibration, which the model reads,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The compute kernels of workflow components (numpy; the GIL is released
 inside each operation, so ranks in separate processes scale as processes).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The analytical model behind `hetmem flow advise` (see
 ../shared/notes/anchors-workflow.md section 5), made to follow what the
 runner does rather than a closed form, because on a machine with few cores

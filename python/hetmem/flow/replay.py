@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Judges a change to the advisor's model offline: takes the JSON that
 `hetmem flow sweep --json` wrote (its measurements, and under
 "advisor_inputs" what every advise round predicted from) and makes the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Runs a workflow spec: creates the channel, launches every rank as a
 process (plain, or one MPMD `mpirun`), releases them together, collects
 their timings and removes everything it made, whatever happens: an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem flow sweep`: runs every configuration of a spec and puts the
 model's prediction beside the measurement (the seed's Figure 1: each
 configuration's slowdown against the best).

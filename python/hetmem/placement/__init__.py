@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Profile-guided placement: what a run allocated, where each site should go.
 
 profile: the interposer's profile files (read, merge); sitenames: the names

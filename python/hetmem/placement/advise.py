@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The placement advisor: which tier serves each allocation site.
 
 hetmem.placement.problem states the model and builds it from the merged

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The placement advisor's limits that `hetmem advise --help` shows.
 
 They live apart from the advisor (hetmem.placement.advise, problem, solve),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Profiles in, a placement out: the steps of `hetmem advise` between its
 options and its report (expand and load the profiles, leave out the
 launcher's, merge, find the tiers, solve), with the notes to show."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The placement problem: tiers, the cost of each site on each tier and
 the capacity checks, from merged profiles.
 

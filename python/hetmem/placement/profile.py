@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Allocation-site profiles: the reader, its strict validation, and merging.
 
 A profile is what the interposer writes at exit for one process (one MPI

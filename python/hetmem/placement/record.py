@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem profile -- CMD`: the command run under the interposer in profiling
 mode, its per-process profiles published under their final names."""
 

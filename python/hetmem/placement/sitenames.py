@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Names for allocation sites that a person can tell apart.
 
 A site is a call stack. It is shown by its innermost frame in the program

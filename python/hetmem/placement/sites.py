@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A profile's sites as `hetmem profile show` lists them: symbolized frames,
 the name people can tell apart, hottest first; and the one profile a path
 stands for."""

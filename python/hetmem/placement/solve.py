@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Solving the placement problem: the exact integer program (HiGHS, after
 an LP bound, LP rounding and reduced-cost fixing), the greedy by benefit
 density, and the choice between them (hetmem.placement.problem states the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Split placement: the fast tier's room that whole sites leave, given to
 the first part of the most beneficial large sites that did not fit.
 

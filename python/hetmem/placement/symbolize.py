@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Frames to source locations, through libhetmem's hm_symbolize (libdw).
 
 Profiles record return addresses; the call that allocated is the
