@@ -21,19 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block.h"
 #include "hbwmalloc.h"
 #include "hetmem.h"
 #include "prim/prim.h"
-
-#define HM__HBW_MAGIC 0x68626d77686d6b31ull /* "1kmhwmbh" */
-#define HM__HDR 64u
-
-typedef struct hm__hbw_hdr_s {
-  uint64_t magic;
-  uint64_t base;   /* mapping start */
-  uint64_t maplen;
-  uint64_t size;   /* requested */
-} hm__hbw_hdr_t;
 
 static struct {
   pthread_once_t once;
@@ -118,26 +109,18 @@ int hbw_set_policy(hbw_policy_t mode) {
 
 hbw_policy_t hbw_get_policy(void) { return (hbw_policy_t)atomic_load(&hm__hbw.policy); }
 
-/* mbind of a fresh mapping to the fastest node under the policy (the raw
- * mbind of prim: _hm_prim_bind_node only does MPOL_BIND). */
-static int hm__hbw_bind(void *base, size_t len) {
-  unsigned long mask[16];
-  memset(mask, 0, sizeof mask);
-  int node = hm__hbw.node;
-  if (node < 0 || node >= (int)(8 * sizeof mask)) return -EINVAL;
-  mask[node / (8 * (int)sizeof(unsigned long))] |= 1ul << (node % (8 * (int)sizeof(unsigned long)));
-  int mode;
+/* The mbind mode and nodes of the policy: the fastest node, or (BIND_ALL,
+ * INTERLEAVE: memkind) every node of its kind. */
+static int hm__hbw_mode(unsigned long mask[_HM_BLK_MASK_LONGS]) {
+  const int bits = 8 * (int)sizeof(unsigned long);
+  memset(mask, 0, _HM_BLK_MASK_LONGS * sizeof mask[0]);
+  mask[hm__hbw.node / bits] |= 1ul << (hm__hbw.node % bits);
   switch (hbw_get_policy()) {
-  /* memkind: BIND_ALL and INTERLEAVE span every high-bandwidth node */
-  case HBW_POLICY_BIND_ALL: memcpy(mask, hm__hbw.all, sizeof mask); /* fall through */
-  case HBW_POLICY_BIND: mode = MPOL_BIND; break;
-  case HBW_POLICY_INTERLEAVE:
-    memcpy(mask, hm__hbw.all, sizeof mask);
-    mode = MPOL_INTERLEAVE;
-    break;
-  default: mode = MPOL_PREFERRED; break;
+  case HBW_POLICY_BIND_ALL: memcpy(mask, hm__hbw.all, sizeof hm__hbw.all); return MPOL_BIND;
+  case HBW_POLICY_BIND: return MPOL_BIND;
+  case HBW_POLICY_INTERLEAVE: memcpy(mask, hm__hbw.all, sizeof hm__hbw.all); return MPOL_INTERLEAVE;
+  default: return MPOL_PREFERRED;
   }
-  return _hm_prim_sys_mbind(base, len, mode, mask, 8 * sizeof mask, 0);
 }
 
 /* memkind: under BIND and BIND_ALL a request the high-bandwidth memory
@@ -152,28 +135,11 @@ static int hm__hbw_never_fits(size_t size) {
 }
 
 static void *hm__hbw_map(size_t alignment, size_t size) {
-  size_t pg = hm__hbw.page;
-  if (alignment < HM__HDR) alignment = HM__HDR;
-  if (size > SIZE_MAX - alignment - HM__HDR - pg || hm__hbw_never_fits(size)) return NULL;
-  size_t maplen = (size + alignment + HM__HDR + pg - 1) / pg * pg;
-  void *base = NULL;
-  if (_hm_prim_map_anon(maplen, &base) != 0) return NULL;
-  if (hm__hbw_bind(base, maplen) != 0 && hbw_get_policy() != HBW_POLICY_PREFERRED) {
-    _hm_prim_sys_munmap(base, maplen);
+  unsigned long mask[_HM_BLK_MASK_LONGS];
+  if (hm__hbw.node < 0 || hm__hbw.node >= 8 * (int)sizeof mask || hm__hbw_never_fits(size))
     return NULL;
-  }
-  uintptr_t user = ((uintptr_t)base + HM__HDR + alignment - 1) & ~(uintptr_t)(alignment - 1);
-  hm__hbw_hdr_t *h = (hm__hbw_hdr_t *)(user - sizeof *h);
-  h->magic = HM__HBW_MAGIC;
-  h->base = (uintptr_t)base;
-  h->maplen = maplen;
-  h->size = size;
-  return (void *)user;
-}
-
-static hm__hbw_hdr_t *hm__hbw_hdr(void *p) {
-  hm__hbw_hdr_t *h = (hm__hbw_hdr_t *)((uintptr_t)p - sizeof *h);
-  return h->magic == HM__HBW_MAGIC ? h : NULL;
+  int mode = hm__hbw_mode(mask);
+  return _hm_blk_map(mode, mask, alignment, size, 0);
 }
 
 static void *hm__hbw_alloc(size_t alignment, size_t size, int zero) {
@@ -216,19 +182,14 @@ void hbw_free(void *ptr) {
     free(ptr);
     return;
   }
-  hm__hbw_hdr_t *h = hm__hbw_hdr(ptr);
-  if (h) {
-    h->magic = 0;
-    _hm_prim_sys_munmap((void *)(uintptr_t)h->base, h->maplen);
-  }
+  _hm_blk_free(ptr);
 }
 
 size_t hbw_malloc_usable_size(void *ptr) {
   if (!ptr) return 0;
   hm__hbw_ready();
   if (!hm__hbw.bound) return malloc_usable_size(ptr);
-  hm__hbw_hdr_t *h = hm__hbw_hdr(ptr);
-  return h ? (size_t)(h->base + h->maplen - (uintptr_t)ptr) : 0;
+  return _hm_blk_usable(ptr);
 }
 
 void *hbw_realloc(void *ptr, size_t size) {
@@ -239,13 +200,12 @@ void *hbw_realloc(void *ptr, size_t size) {
   }
   hm__hbw_ready();
   if (!hm__hbw.bound) return realloc(ptr, size);
-  hm__hbw_hdr_t *h = hm__hbw_hdr(ptr);
+  _hm_blk_hdr_t *h = _hm_blk_hdr(ptr);
   if (!h) {
     errno = EINVAL;
     return NULL;
   }
-  size_t usable = (size_t)(h->base + h->maplen - (uintptr_t)ptr);
-  if (size <= usable) {
+  if (size <= _hm_blk_usable(ptr)) {
     h->size = size;
     return ptr;
   }

@@ -7,7 +7,7 @@
 #   HM_VM_PY       the Python that runs hetmem (the host's .venv)
 #   HM_VM_CBUILD   the CMake build tree (bench programs)
 #   HM_VM_REPO     this checkout
-#   HM_VM_CHECKS   which steps: kmem cxl3 numa tiers advise placement numactl channel
+#   HM_VM_CHECKS   which steps: kmem cxl3 numa memkind tiers advise placement numactl channel
 #                  tiering hbw autofast pager probe
 #   HM_VM_WL       the placement workload's command line
 #   HM_VM_PROF     its profile, made on the host (where the sites are is
@@ -135,7 +135,11 @@ for c in $HM_VM_CHECKS; do
     step numactl numactl -H
     uname -r >"$O/uname.txt"
     ;;
+  memkind) # memkind.h's kinds (also part of hbw below)
+    for k in hbw hbw_all regular dax_kmem; do step "mk_$k" "$O/hbw_nodes" "mk:$k" 32; done
+    ;;
   hbw) # $O/hbw_nodes: built by the host (tests/vm/test_vm.py)
+    for k in hbw hbw_all regular dax_kmem; do step "mk_$k" "$O/hbw_nodes" "mk:$k" 32; done
     for pol in none bind preferred interleave bind_all; do
       step "hbw_$pol" "$O/hbw_nodes" $pol 32
     done

@@ -38,7 +38,7 @@ CHECKS = {
     "cxl": "tiers placement numactl channel hbw",
     "knl-flat": "tiers placement hbw autofast",
     "knl-snc": "numa hbw",
-    "optane-kmem": "kmem tiers advise tiering",
+    "optane-kmem": "kmem tiers advise tiering memkind",
     "two-socket": "tiers pager probe",
     "cxl-type3": "cxl3 tiers",
 }
@@ -283,6 +283,29 @@ def test_hbw_bind_refuses_what_the_node_cannot_hold(guest) -> None:
         assert every["ptr"] == 0 and every["errno"] == 12, every
     else:  # 384 MiB over two 256 MiB nodes: on both, nowhere else
         assert every["ptr"] == 1 and set(every["nodes"]) == hbw, every
+
+
+@pytest.mark.parametrize("guest", _shapes("hbw") + _shapes("memkind"), indirect=True)
+def test_memkind_kinds_land_where_memkind_says(guest) -> None:
+    """memkind.h: MEMKIND_HBW on one high-bandwidth node, HBW_ALL on those
+    nodes, REGULAR on the nodes with CPUs, DAX_KMEM on the memory kmem
+    onlined (Optane-KMEM guest) and refused where there is none."""
+    name, out = guest
+    hbw = HBW_NODES.get(name, {"0"})  # optane-kmem: DRAM is the fastest
+    r = {k: _last_json(_step(out, f"mk_{k}")) for k in ("hbw", "hbw_all", "regular", "dax_kmem")}
+    for k in ("hbw", "hbw_all", "regular"):
+        assert r[k]["available"] == 0 and r[k]["ptr"] == 1 and r[k]["nodes"], (k, r[k])
+    assert len(r["hbw"]["nodes"]) == 1 and set(r["hbw"]["nodes"]) <= hbw, r["hbw"]
+    assert set(r["hbw_all"]["nodes"]) <= hbw, r["hbw_all"]
+    assert set(r["regular"]["nodes"]) == {"0"}, r["regular"]  # node 0 has the CPUs
+    dax = r["dax_kmem"]
+    if name == "optane-kmem":
+        assert dax["available"] == 0 and set(dax["nodes"]) == {"1"}, dax
+    elif name.startswith("knl"):  # no pmem or cxl node: memkind's NULL
+        assert dax["available"] == -1 and dax["ptr"] == 0 and dax["errno"] == 12, dax
+    else:  # cxl: a dax kind only if hetmem calls the slow node pmem or cxl
+        slow = _tiers(out)["node1"]["kind"] in ("pmem", "cxl")
+        assert dax["ptr"] == int(slow) and (not slow or set(dax["nodes"]) == {"1"}), dax
 
 
 @pytest.mark.parametrize("var", ["override", "memkind"])
