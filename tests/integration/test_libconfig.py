@@ -51,6 +51,34 @@ int main(void) {
 """
 
 
+# memkind's kind API, as its examples use it
+MEMKIND = r"""
+#include <memkind.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void) {
+  char *a = memkind_malloc(MEMKIND_DEFAULT, 512);
+  char *b = memkind_malloc(MEMKIND_HBW_PREFERRED, 512);
+  char *c = NULL;
+  if (!a || !b || memkind_posix_memalign(MEMKIND_REGULAR, (void **)&c, 64, 512)) return 1;
+  snprintf(b, 512, "Hello world from high bandwidth memory\n");
+  b = memkind_realloc(MEMKIND_HBW_PREFERRED, b, 4096);
+  if (!b) return 1;
+  printf("%s", b);
+  if (memkind_check_available(MEMKIND_DAX_KMEM) != 0) {
+    char msg[MEMKIND_ERROR_MESSAGE_SIZE];
+    memkind_error_message(MEMKIND_ERROR_UNAVAILABLE, msg, sizeof msg);
+    printf("DAX_KMEM: %s\n", msg);
+  }
+  memkind_free(NULL, a);
+  memkind_free(MEMKIND_HBW_PREFERRED, b);
+  memkind_free(MEMKIND_REGULAR, c);
+  return 0;
+}
+"""
+
+
 def _config(*args: str) -> str:
     p = subprocess.run([str(CONFIG), *args], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -116,3 +144,12 @@ def test_bad_use_is_one_line() -> None:
     assert p.returncode == 2 and "unrecognized arguments" in p.stderr
     p = subprocess.run([str(CONFIG)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--pkgconfigdir" in p.stderr
+
+
+def test_a_memkind_program_builds_and_runs(tmp_path: Path) -> None:
+    src = tmp_path / "memkind_hello.c"
+    src.write_text(MEMKIND)
+    exe = tmp_path / "memkind_hello"
+    subprocess.run(["cc", str(src), *_config("--cflags", "--libs").split(), "-o", str(exe)],
+                   check=True, timeout=120)  # fmt: skip
+    _run_hello(exe)
