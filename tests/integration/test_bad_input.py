@@ -151,7 +151,7 @@ def test_adios_python_that_exits_0_without_adios2_is_refused(hetmem, tmp_path, v
 
 
 def _preload_env(tmp_path, extra: dict[str, str]) -> dict[str, str]:
-    from hetmem.run.launch import preload_path
+    from hetmem.run.config import preload_path
 
     # none of the caller's HETMEM_* settings, only the library folder
     env = {

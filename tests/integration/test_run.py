@@ -547,7 +547,7 @@ def static_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_static_elf_detection(static_program: Path) -> None:
-    from hetmem.run.launch import is_static_elf
+    from hetmem.run.checks import is_static_elf
 
     assert is_static_elf(str(static_program))
     assert not is_static_elf(sys.executable)  # dynamically linked

@@ -296,7 +296,7 @@ def test_signal_while_the_child_starts_reaches_it(monkeypatch, sig):
     # known (a busy child can starve hetmem that long on 2 cores) used to
     # stop hetmem alone and leave the program running. Here it arrives
     # exactly then: the program must get it and hetmem report its death.
-    from hetmem.run import launch as hrun
+    from hetmem.run import proc as hrun
 
     real = subprocess.Popen
     started: list[subprocess.Popen[bytes]] = []

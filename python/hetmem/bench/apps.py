@@ -52,7 +52,7 @@ from hetmem.bench.apps_programs import APPS, App
 from hetmem.bench.harness import available_modes, exit_error_kind, target_row
 from hetmem.errors import HetmemError, UsageError
 from hetmem.run import cache as cache_mod
-from hetmem.run import launch as hrun
+from hetmem.run.checks import default_storage
 from hetmem.sizes import format_size, parse_size
 
 name = "apps"
@@ -594,7 +594,7 @@ def run(args: argparse.Namespace) -> int:
     outdir = args.output or Path(f"hetmem-bench-apps-{time.strftime('%Y%m%d-%H%M%S')}")
     outdir.mkdir(parents=True, exist_ok=True)
     outdir = outdir.resolve()
-    storage = str(Path(args.storage or hrun.default_storage()).resolve())
+    storage = str(Path(args.storage or default_storage()).resolve())
     b = Bench(opts._replace(modes=modes), outdir, storage, outdir / "runs.jsonl")
     b.runs_file.unlink(missing_ok=True)
     argv = ["bench", *sys.argv[2:]]

@@ -28,7 +28,7 @@ from hetmem.bench.kernels import kernel_path
 from hetmem.errors import UsageError
 from hetmem.output import write_atomic
 from hetmem.run import cache
-from hetmem.run import launch as run_mod
+from hetmem.run import config as run_config
 from hetmem.sizes import format_size
 
 SCHEMA_VERSION = 1
@@ -249,7 +249,7 @@ def available_modes() -> dict[str, str]:
     out["cache"] = "" if (libdir / "libhetmem_preload.so").exists() else "preload library not built"
     out["swap"] = "" if os.geteuid() == 0 else "needs root (memory cgroup and swapon)"
     try:
-        modes = getattr(run_mod, "MODES", ("dram", "cache", "swap"))
+        modes = getattr(run_config, "MODES", ("dram", "cache", "swap"))
     except ImportError:
         modes = ()
     for m in ("flat", "hybrid"):

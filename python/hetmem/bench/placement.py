@@ -83,7 +83,7 @@ from hetmem.bench import find_program, sdm
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.placement import profile as prof
 from hetmem.run import cache as cache_mod
-from hetmem.run import launch as hrun
+from hetmem.run.checks import default_storage
 from hetmem.sizes import format_size, parse_size
 
 name = "placement"
@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     if args.huge_pages_ab:
         modes += [m + NOTHP for m in ("flat", "hybrid") if m in modes]
     variants = _variants_of(args)
-    storage = str(Path(args.storage or hrun.default_storage()).resolve())
+    storage = str(Path(args.storage or default_storage()).resolve())
     prog = str(find_program("hm-placement"))
     device = _device_bandwidth(args, storage)
     results = _measure_in_workdir(args, prog, modes, variants, storage, budget, footprint)

@@ -11,7 +11,8 @@ from pathlib import Path
 from hetmem.errors import UsageError
 from hetmem.output import check_output_file
 from hetmem.run import autofast
-from hetmem.run.launch import MODES, STORAGE_FULL_POLICIES, RunConfig, run
+from hetmem.run.config import MODES, STORAGE_FULL_POLICIES, RunConfig
+from hetmem.run.launch import run
 from hetmem.run.mempolicy import MODES as POLICY_MODES
 from hetmem.sizes import parse_budget, parse_positive, parse_size
 

@@ -16,7 +16,9 @@ from typing import Any
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.output import check_output_dir
 from hetmem.placement import profile as prof
-from hetmem.run import launch as hrun
+from hetmem.run.checks import warn_if_not_interposable
+from hetmem.run.config import preload_path
+from hetmem.run.proc import _Interrupted, _signals, _spawn
 from hetmem.sizes import format_size
 
 SAMPLERS = ("auto", "pebs", "ibs", "spe", "damon", "refs", "portable", "none")
@@ -163,8 +165,8 @@ def record(
         raise UsageError(
             f"--period must be a number of milliseconds in (0, 3600000], not {period_ms}"
         )
-    hrun.warn_if_not_interposable(argv, "profile")
-    so = hrun.preload_path()
+    warn_if_not_interposable(argv, "profile")
+    so = preload_path()
     if not so.exists():
         raise EnvironmentProblem(f"{so} is missing: reinstall hetmem")
     template = str(Path(prof.output_template(output)).absolute())
@@ -183,9 +185,9 @@ def record(
         check_sampler(env, sampler)
     state: dict[str, Any] = {}
     try:
-        with hrun._signals(state):
-            rc, _ = hrun._spawn(argv, env, state)
-    except hrun._Interrupted as exc:
+        with _signals(state):
+            rc, _ = _spawn(argv, env, state)
+    except _Interrupted as exc:
         prof.publish(template, token)
         os.write(2, f"hetmem profile: interrupted by signal {exc.signum}\n".encode())
         return 128 + exc.signum

@@ -1,0 +1,138 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The end of a run that went through the interposer (cache, flat and
+hybrid modes): every process's statistics (one JSON line each) merged into
+the run's --stats, and what the user hears of them on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from hetmem.output import run_note as note
+from hetmem.run import diagnose
+from hetmem.run.config import RunConfig
+from hetmem.sizes import format_size
+
+
+def _read_interposer_stats(path: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    with suppress(OSError), open(path) as f:
+        for line in f:
+            with suppress(ValueError):
+                obj = json.loads(line)
+                if isinstance(obj, dict):
+                    out.append(obj)
+    return out
+
+
+def _sum_numbers(dicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Field-wise sum of the top-level integers (peaks: maximum); other
+    fields are taken from the first."""
+    total: dict[str, Any] = {}
+    for d in dicts:
+        for k, v in d.items():
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                total.setdefault(k, v)
+            elif k.startswith("peak") or k in ("table_capacity", "threshold"):
+                total[k] = max(total.get(k, v), v)
+            else:
+                total[k] = total.get(k, 0) + v
+    return total
+
+
+def _merge_pagers(pagers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One pager object for the run: the first process's configuration and
+    features, counters summed over every process that opened a pager."""
+    merged = dict(pagers[0])
+    counters = [p["counters"] for p in pagers if isinstance(p.get("counters"), dict)]
+    if counters:
+        merged["counters"] = _sum_numbers(counters)
+    else:
+        merged = _sum_numbers(pagers)
+    merged["processes"] = len(pagers)
+    return merged
+
+
+def _note_tiers(stats: dict[str, Any], procs: list[dict[str, Any]], cfg: RunConfig) -> None:
+    """The storage-full counters and the pager's figures into stats, and
+    what the user hears of them at the end of the run."""
+    stats["storage_full"] = _merge_storage_full(procs)
+    _note_storage_full(stats["storage_full"], cfg)
+    _note_pager(stats, cfg.mode in ("cache", "hybrid"))
+    _note_statics(procs)
+
+
+def _note_statics(procs: list[dict[str, Any]]) -> None:
+    """Once per program and segment: large static data that stayed in plain
+    memory (all of it, or the part written before main), with its size and
+    why; the interposer's statistics list every segment."""
+    said: set[tuple[str, str]] = set()
+    for q in procs:
+        for st in q.get("statics") or ():
+            key = (str(st.get("module")), str(st.get("segment")))
+            why, size, managed = (
+                st.get("why"),
+                int(st.get("bytes", 0)),
+                int(st.get("managed_bytes", 0)),
+            )
+            if not why or key in said:
+                continue
+            said.add(key)
+            part = f", {format_size(managed)} of it behind the pager" if managed else ""
+            seg = ".bss" if key[1] == "bss" else ".data"
+            note(
+                f"static data of {os.path.basename(key[0])} ({seg}, {format_size(size)}{part}) "
+                f"is not managed: {why}"
+            )
+
+
+def _note_pager(stats: dict[str, Any], say: bool) -> None:
+    """The pager's end-of-run figures (in --stats as pager_summary; on
+    stderr, when say, if the working set was read back several times) and
+    the hint when the budget was far below it. Flat mode does not say them:
+    its pager's cache is small by design, the placement put those sites on
+    the storage tier."""
+    pager = stats.get("pager")
+    summary = diagnose.summarize(pager)
+    stats["pager_summary"] = summary
+    if not say:
+        return
+    text = diagnose.line(summary)
+    if text:
+        note(text)
+    own = int(((pager or {}).get("counters") or {}).get("own_bytes", 0))
+    tip = diagnose.hint(summary, own)
+    if tip:
+        note(tip)
+
+
+def _merge_storage_full(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The storage-full counters of every process (the interposer's
+    HETMEM_STORAGE_FULL policy): the policy of the first, counts summed."""
+    full = [q["storage_full"] for q in procs if isinstance(q.get("storage_full"), dict)]
+    return _sum_numbers(full) if full else None
+
+
+def _note_storage_full(full: dict[str, Any] | None, cfg: RunConfig) -> None:
+    """The end-of-run word on a storage tier that could not back large
+    allocations: how many failed (policy error) or how far DRAM went beyond
+    the fast budget (policy fallback; an upper bound, as frees of those
+    blocks are not tracked)."""
+    if not full:
+        return
+    if full.get("refusals"):
+        note(
+            f"{full['refusals']} large allocation(s) ({format_size(full['refused_bytes'])}) "
+            f"failed: storage tier {cfg.storage} could not back them; free space there, "
+            "choose another --storage, or --storage-full fallback"
+        )
+    if full.get("fallbacks"):
+        note(
+            f"{full['fallbacks']} large allocation(s) came from DRAM because storage tier "
+            f"{cfg.storage} could not back them: up to {format_size(full['fallback_bytes'])} "
+            f"beyond the fast budget of {format_size(cfg.budget)}"
+        )
