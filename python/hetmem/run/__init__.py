@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Running a command under hetmem: `hetmem run` and what it builds on.
 
 launch: the modes (dram, cache, swap, flat, hybrid), with place (flat and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem run --auto-fast MIN[:MAX]`: memkind's autohbw without a profile.
 
 Allocations of MIN..MAX bytes that match no placement site go to the

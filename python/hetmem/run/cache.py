@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Where hetmem keeps results between runs (probe results, calibrations).
 
 Results live in $HETMEM_CACHE_DIR, else $XDG_CACHE_HOME/hetmem, else

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Why a cache-mode run was slow, from the pager's counters.
 
 `summarize` turns the merged pager statistics of a run into the figures a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem run`: run an unmodified command in one memory mode.
 
 - dram: the command as is (the all-DRAM reference);

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The numactl surface of `hetmem run`: one NUMA policy for the whole
 command (--membind, --interleave, --preferred, --preferred-many,
 --weighted-interleave), with numactl's node syntax.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What a run leaves behind goes when the run goes, even by SIGKILL, and
 clean-up touches only what a run can prove is its own.
 

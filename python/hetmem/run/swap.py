@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The swap baseline's parts: a memory cgroup limited to the budget and a
 swap file on the storage tier, both made so that no other user can turn
 them against root (an fd-held swap file in a private directory, found in
