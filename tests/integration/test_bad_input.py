@@ -18,6 +18,9 @@ from hetmem.placement import fileformat as placement
 
 # (argv, words the one error line must contain)
 CASES = [
+    # hetmem run with neither mode nor budget: what to add, in one line
+    (["run", "--", "true"], "--mode dram runs the command as it is"),
+    (["run", "true"], "e.g. --fast-budget 4G"),
     # hetmem profile (recording)
     (["profile", "--period", "nan", "--", "true"], "--period"),
     (["profile", "--period", "inf", "--", "true"], "--period"),

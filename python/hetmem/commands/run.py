@@ -133,10 +133,17 @@ class Command:
             None,
         )  # fmt: skip
         auto = autofast.parse(args.auto_fast) if args.auto_fast is not None else None
+        budget = _budget(args.fast_budget)
+        if args.mode is None and not (auto or numa) and budget <= 0:
+            # `hetmem run ./app`: the default mode needs a budget; say what to add
+            raise UsageError(
+                "no --fast-budget: the default mode (cache) needs one, e.g. --fast-budget 4G; "
+                "--mode dram runs the command as it is"
+            )
         cfg = RunConfig(
             mode=args.mode or ("flat" if auto else "dram" if numa else "cache"),
             command=command,
-            budget=_budget(args.fast_budget),
+            budget=budget,
             storage=args.storage,
             stats=args.stats,
             threshold=_size(args.threshold, "--threshold", parse_size),
