@@ -25,7 +25,7 @@ static const hm__opt_desc_t hm__opts[HM_OPT__COUNT] = {
 #undef HM__OPT_DESC
 };
 
-static const char *const hm__kind_names[] = {"string", "size", "count", "bool"};
+static const char *const hm__kind_names[] = {"string", "size", "count", "bool", "duration"};
 
 int hm_parse_size(const char *text, uint64_t *out) {
   if (!out) return -EINVAL;
@@ -42,11 +42,27 @@ static int hm__parse_bool(const char *t, uint64_t *out) {
   return -EINVAL;
 }
 
+/* A duration in microseconds: a number (decimals allowed) and a unit, us,
+ * ms or s; no unit is microseconds (what the variable always took). */
+static int hm__parse_duration(const char *text, uint64_t *us) {
+  char *end = NULL;
+  if (!*text || *text == '-' || *text == '+') return -EINVAL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (errno || end == text || !(v >= 0) || v > 1e12) return -EINVAL; /* also nan */
+  double mul = !*end || !strcmp(end, "us") ? 1.0 : !strcmp(end, "ms") ? 1e3
+               : !strcmp(end, "s")          ? 1e6 : -1.0;
+  if (mul < 0 || v * mul > 1e15) return -EINVAL;
+  *us = (uint64_t)(v * mul + 0.5);
+  return 0;
+}
+
 static int hm__parse_value(_hm_opt_kind_t kind, const char *text, uint64_t *num) {
   switch (kind) {
   case HM_OPTK_STR: *num = 0; return 0;
   case HM_OPTK_SIZE: return _hm_parse_size(text, num);
   case HM_OPTK_BOOL: return hm__parse_bool(text, num);
+  case HM_OPTK_DURATION: return hm__parse_duration(text, num);
   case HM_OPTK_COUNT: {
     char *end = NULL;
     if (!*text || *text == '-') return -EINVAL;

@@ -12,6 +12,7 @@ typedef enum _hm_opt_kind_e {
   HM_OPTK_SIZE,  /* bytes, with suffixes */
   HM_OPTK_COUNT, /* non-negative integer */
   HM_OPTK_BOOL,  /* 1/0, true/false, on/off, yes/no */
+  HM_OPTK_DURATION, /* microseconds: 500us, 10ms, 1.5s (a bare number is us) */
 } _hm_opt_kind_t;
 
 /* X(ID, name, kind, default, help) */
@@ -36,7 +37,8 @@ typedef enum _hm_opt_kind_e {
   X(PROFILE, profile, STR, "", "allocation-site profile path template (%h %r %p); on if set") \
   X(PROFILE_DEPTH, profile_depth, COUNT, "8", "frames recorded per allocation site (1..64)")   \
   X(SAMPLER, sampler, STR, "auto", "access sampler while profiling: auto, pebs, ibs, spe, damon, refs, portable, none") \
-  X(SAMPLE_PERIOD, sample_period, COUNT, "10000", "access sampler period, microseconds")      \
+  X(SAMPLE_PERIOD, sample_period, DURATION, "10ms",                                           \
+    "access sampler period: 10ms, 500us, 1s (a bare number is microseconds)")                 \
   X(PLACEMENT, placement, STR, "", "compact placement table (flat/hybrid modes); on if set") \
   X(PLACE_MODE, place_mode, STR, "flat", "flat (pager gets a minimal cache) or hybrid")       \
   X(HUGE_PAGES, huge_pages, BOOL, "1",                                                       \

@@ -67,6 +67,22 @@ _YES = ("1", "true", "on", "yes")
 _NO = ("0", "false", "off", "no", "")
 
 
+_DURATION_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def parse_duration_ms(text: str, what: str = "duration") -> float:
+    """Milliseconds in text ('10ms', '500us', '1.5s'; a bare number is ms),
+    or UsageError naming `what`. HETMEM_SAMPLE_PERIOD takes the same units."""
+    m = _RE.match(text)
+    unit = (m.group(2) if m else "").lower() or "ms"
+    if not m or unit not in _DURATION_MS:
+        raise UsageError(f"{what}: '{_shown(text)}' is not a duration (examples: 10ms, 500us, 2s)")
+    value = float(m.group(1)) * _DURATION_MS[unit]
+    if not math.isfinite(value):
+        raise UsageError(f"{what}: '{_shown(text)}' is too large")
+    return value
+
+
 def budget_over_ram_allowed() -> bool:
     """HETMEM_BUDGET_OVER_RAM read as the runtime reads a boolean option."""
     text = os.environ.get(OVER_RAM_ENV, "").lower()  # no blanks, as the runtime reads it

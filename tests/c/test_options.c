@@ -61,8 +61,29 @@ static void test_bad_root(void) {
   hm_ctx_free(ctx);
 }
 
+/* sample_period is a duration: units us, ms, s; a bare number is
+ * microseconds (what HETMEM_SAMPLE_PERIOD always took). */
+static void test_durations(void) {
+  hm_ctx_t *ctx = NULL;
+  CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
+  uint64_t v = 0;
+  CHECK(hm_option_get_u64(ctx, "sample_period", &v) == 0 && v == 10000); /* default 10ms */
+  const char *good[][2] = {{"250", "250"}, {"250us", "250"}, {"2ms", "2000"},
+                           {"1.5s", "1500000"}, {"0.5ms", "500"}};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    CHECK_EQ_INT(hm_option_set(ctx, "sample_period", good[i][0]), 0);
+    CHECK(hm_option_get_u64(ctx, "sample_period", &v) == 0 &&
+          v == strtoull(good[i][1], NULL, 10));
+  }
+  const char *bad[] = {"", "-5", "+5", "5min", "ms", "nan", "inf", "1e400s", "5 ms"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    CHECK_EQ_INT(hm_option_set(ctx, "sample_period", bad[i]), -EINVAL);
+  hm_ctx_free(ctx);
+}
+
 int main(void) {
   test_sizes();
+  test_durations();
   test_options_env();
   test_bad_root();
   return hm_test_done("test_options");

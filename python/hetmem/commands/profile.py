@@ -14,7 +14,7 @@ from hetmem.placement.record import SAMPLERS, record
 from hetmem.placement.sitenames import short
 from hetmem.placement.sites import load_one, site_rows
 from hetmem.placement.symbolize import Symbolizer
-from hetmem.sizes import format_size, parse_size
+from hetmem.sizes import format_size, parse_duration_ms, parse_size
 
 
 def _signame(sig: int) -> str:
@@ -77,10 +77,10 @@ class Command:
         )
         parser.add_argument(
             "--period",
-            type=float,
-            default=10.0,
-            metavar="MS",
-            help="access sampler period in milliseconds (default 10)",
+            default="10ms",
+            metavar="TIME",
+            help="access sampler period: 10ms, 500us, 1s; a bare number is milliseconds "
+            "(default 10ms; HETMEM_SAMPLE_PERIOD takes the same units)",
         )
         parser.add_argument("--json", action="store_true", help="print JSON (show)")
         parser.add_argument(
@@ -113,7 +113,7 @@ class Command:
             args.depth,
             parse_size(args.threshold, "--threshold"),
             args.sampler,
-            args.period,
+            parse_duration_ms(args.period, "--period"),
         )
 
     def show(self, path: str, as_json: bool, top: int) -> int:

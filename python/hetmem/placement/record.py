@@ -162,9 +162,7 @@ def record(
     if sampler not in SAMPLERS:
         raise UsageError(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
     if not 0 < period_ms <= 3_600_000:  # also refuses nan and inf
-        raise UsageError(
-            f"--period must be a number of milliseconds in (0, 3600000], not {period_ms}"
-        )
+        raise UsageError(f"--period must be more than 0 and at most an hour, not {period_ms:g} ms")
     warn_if_not_interposable(argv, "profile")
     so = preload_path()
     if not so.exists():
@@ -178,7 +176,7 @@ def record(
     env["HETMEM_PROFILE_DEPTH"] = str(depth)
     env["HETMEM_ALLOC_THRESHOLD"] = str(threshold)
     env["HETMEM_SAMPLER"] = sampler
-    env["HETMEM_SAMPLE_PERIOD"] = str(max(100, int(period_ms * 1000)))
+    env["HETMEM_SAMPLE_PERIOD"] = f"{max(100, int(period_ms * 1000))}us"
     for k in ("HETMEM_PLACEMENT", "HETMEM_STATS"):
         env.pop(k, None)
     if sampler in PRECISE:
