@@ -513,3 +513,17 @@ def test_alloc_slices_refuse_a_bad_count(bad: str) -> None:
     assert proc.stderr.strip() == (
         f"hm-placement: --ab takes a number of slices (1..1000000), not '{bad}'"
     )
+
+
+def test_advise_with_one_tier_puts_every_site_there(tmp_path: Path) -> None:
+    """--no-storage on a machine with one memory node leaves one tier: no
+    choice to make, and the integer program was never to be built (it
+    raised a numpy traceback on an empty cost matrix)."""
+    path, _ = _profile(tmp_path / "one.prof")
+    out = tmp_path / "one.toml"
+    tiers = json.loads(run_hetmem("tiers", "--json", "--no-storage").stdout)["tiers"]
+    if len(tiers) != 1:
+        pytest.skip("this machine has more than one memory tier")
+    p = run_hetmem("advise", str(path), "--no-storage", "--fast-budget", "1G", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert {s.tier for s in placement_mod.load(out).sites} == {0}

@@ -148,7 +148,7 @@ def solve_ilp(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT_S) -> Sol
     assign = np.full(s_n, t_n - 1, dtype=np.int64)
     for s, t in problem.fixed.items():
         assign[s] = t
-    if free.size == 0:
+    if free.size == 0 or t_n == 1:  # nothing to decide: one tier takes every site
         return Solution(assign, objective(problem, assign), "ilp-highs", True, 0.0)
     model = _ilp_model(problem, free, assign)
     lp_x = _lp_relaxation(model.c, model.lb, model.ub, model.constraints, time_limit)
