@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,8 @@ CHECKS = {
 HBW_BIG_MIB = {"knl-flat": 768, "knl-snc": 384}
 # where hbw_malloc must land, by shape: the high-bandwidth nodes
 HBW_NODES = {"knl-flat": {"1"}, "knl-snc": {"1", "2"}, "cxl": {"0"}}
+GUEST_SECONDS = {"cxl": 115, "two-socket": 113, "optane-kmem": 109, "knl-flat": 90,
+                 "knl-snc": 21, "cxl-type3": 11}  # fmt: skip
 BOOT_TIMEOUT = 420  # a hang guard: a TCG guest runs its checks in 1-2 minutes here
 
 
@@ -92,28 +95,65 @@ def _shapes(check: str) -> list[str]:
     return [n for n, c in CHECKS.items() if check in c.split()]
 
 
-@pytest.fixture(scope="module")
-def guest(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    name = request.param
+def _missing_tools(name: str) -> list[str]:
     steps = set(CHECKS[name].split())
     tools = (["ndctl", "daxctl"] if {"kmem", "cxl3"} & steps else []) + (
         ["cxl"] if "cxl3" in steps else []
     )
-    lack = [t for t in tools if not shutil.which(t)]
-    if lack:
-        pytest.skip(f"{name}: {', '.join(lack)} not installed (apt install ndctl daxctl)")
-    out = tmp_path_factory.mktemp(f"vm-{name}")
+    return [t for t in tools if not shutil.which(t)]
+
+
+def _boot(name: str, out: Path) -> guestvm.Result:
+    """One guest, start to end: its programs built, its profile made here,
+    then the guest's checks."""
     _build_hbw_nodes(out)
     env = {**_guest_env(), "HM_VM_CHECKS": CHECKS[name], "HM_VM_WL": shlex.join(WORKLOAD)}
     if {"advise", "placement"} & set(CHECKS[name].split()):
         env["HM_VM_PROF"] = str(_profile_on_host(out))
-    knl = name.startswith("knl")
-    env["HM_VM_HBW_OTHER"] = "0" if knl else "1"  # not the fastest node
+    env["HM_VM_HBW_OTHER"] = "0" if name.startswith("knl") else "1"  # not the fastest node
     if name in HBW_BIG_MIB:
         env["HM_VM_HBW_BIG_MIB"] = str(HBW_BIG_MIB[name])
     script = f"sh {REPO / 'tests/vm/guest_checks.sh'}\n"
-    r = guestvm.run(guestvm.SHAPES[name], script, out, env=env, cwd=str(REPO),
-                    timeout=BOOT_TIMEOUT)  # fmt: skip
+    return guestvm.run(guestvm.SHAPES[name], script, out, env=env, cwd=str(REPO),
+                       timeout=BOOT_TIMEOUT)  # fmt: skip
+
+
+# Guests run two at a time: most of a guest's time is one emulated CPU busy
+# (Python starting, 9p reads), so a second guest uses the other core.
+_BOOTS: dict[str, tuple[Path, Future[guestvm.Result]]] = {}
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hm-vm")
+
+
+def _start_all(session: pytest.Session, tmp: pytest.TempPathFactory) -> None:
+    """Every guest the selected tests need, started once, in test order."""
+    if _BOOTS:
+        return
+    names = {getattr(i, "callspec", None) and i.callspec.params.get("guest") for i in session.items}
+    # longest first (seconds of steps, one guest alone here), so that the
+    # short ones fill the end
+    for name in sorted(CHECKS, key=lambda n: -GUEST_SECONDS.get(n, 0)):
+        if name in names and not _missing_tools(name):
+            out = tmp.mktemp(f"vm-{name}")
+            _BOOTS[name] = (out, _POOL.submit(_boot, name, out))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _guests_end_with_the_session() -> Iterator[None]:
+    """Guests not yet started when the session ends (-x, Ctrl-C) never are;
+    a running one ends at its own timeout."""
+    yield
+    _POOL.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def guest(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    name = request.param
+    lack = _missing_tools(name)
+    if lack:
+        pytest.skip(f"{name}: {', '.join(lack)} not installed (apt install ndctl daxctl)")
+    _start_all(request.session, tmp_path_factory)
+    out, boot = _BOOTS[name]
+    r = boot.result()
     assert r.rc == 0, f"guest {name}: rc {r.rc}\n{r.log[-3000:]}\n{r.console[-3000:]}"
     yield name, out
     keep = os.environ.get("HETMEM_VM_KEEP")  # a directory to keep each guest's records in
