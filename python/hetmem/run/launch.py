@@ -54,7 +54,7 @@ from hetmem.run.checks import (
 from hetmem.run.config import MODES, PLACE_MODES, RunConfig, _cache_env, preload_path
 from hetmem.run.place import _run_place, validate_place
 from hetmem.run.proc import _Interrupted, _run_tmpdir, _signals, _spawn, _supervised
-from hetmem.run.report import _merge_pagers, _note_tiers, _read_interposer_stats, _sum_numbers
+from hetmem.run.report import _merge_procs, _note_tiers, _read_interposer_stats
 from hetmem.run.swap import MemoryCgroup, SwapFile, SwapSampler, clean_stale, read_swaps
 
 SCHEMA_VERSION = 1
@@ -188,13 +188,7 @@ def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         lines_file = tmp / "interposer.jsonl"
         rc, wall = _spawn(cfg.command, _cache_env(cfg, lines_file), state)
         procs = _read_interposer_stats(lines_file)
-    pagers = [p["pager"] for p in procs if isinstance(p.get("pager"), dict)]
-    stats["pager"] = _merge_pagers(pagers) if pagers else None
-    stats["interposer"] = (
-        _sum_numbers([p["interposer"] for p in procs if isinstance(p.get("interposer"), dict)])
-        if procs
-        else None
-    )
+    _merge_procs(stats, procs)
     _note_tiers(stats, procs, cfg)
     if procs and stats["threshold"] is None:
         stats["threshold"] = procs[0].get("threshold")

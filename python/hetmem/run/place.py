@@ -21,7 +21,7 @@ from hetmem.run import autofast
 from hetmem.run.checks import check_pager, check_storage
 from hetmem.run.config import RunConfig, _cache_env, preload_path
 from hetmem.run.proc import _run_tmpdir, _spawn
-from hetmem.run.report import _merge_pagers, _note_tiers, _read_interposer_stats, _sum_numbers
+from hetmem.run.report import _merge_procs, _note_tiers, _read_interposer_stats
 from hetmem.sizes import format_size
 
 
@@ -189,13 +189,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         env.pop("HETMEM_PROFILE", None)
         rc, wall = _spawn(cfg.command, env, state)
         procs = _read_interposer_stats(lines_file)
-    pagers = [q["pager"] for q in procs if isinstance(q.get("pager"), dict)]
-    stats["pager"] = _merge_pagers(pagers) if pagers else None
-    stats["interposer"] = (
-        _sum_numbers([q["interposer"] for q in procs if isinstance(q.get("interposer"), dict)])
-        if procs
-        else None
-    )
+    _merge_procs(stats, procs)
     stats["placement"] = _merge_placement(procs)
     _note_tiers(stats, procs, cfg)
     # a full storage tier's fallbacks have their own note

@@ -57,6 +57,15 @@ def _merge_pagers(pagers: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def _merge_procs(stats: dict[str, Any], procs: list[dict[str, Any]]) -> None:
+    """The pagers' and interposers' counters of every process, summed into
+    stats (None where no process had one)."""
+    pagers = [q["pager"] for q in procs if isinstance(q.get("pager"), dict)]
+    stats["pager"] = _merge_pagers(pagers) if pagers else None
+    parts = [q["interposer"] for q in procs if isinstance(q.get("interposer"), dict)]
+    stats["interposer"] = _sum_numbers(parts) if procs else None
+
+
 def _note_tiers(stats: dict[str, Any], procs: list[dict[str, Any]], cfg: RunConfig) -> None:
     """The storage-full counters and the pager's figures into stats, and
     what the user hears of them at the end of the run."""
