@@ -21,7 +21,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config libhwloc-dev hwloc 
   hpcc lammps lammps-examples $(VM_PACKAGES)
 
 .PHONY: all deps venv install cbuild test test-vm test-c test-sanitize fuzz demo lint clean hooks \
-  hooks-if-unset metrics
+  hooks-if-unset metrics man
 
 all: install
 
@@ -105,6 +105,11 @@ fuzz: install
 
 demo: install
 	$(VENV)/bin/hetmem demo
+
+# The man pages in man/man1 from the argparse definitions (python/hetmem/manpage.py);
+# run after changing a verb's options or help: tests/unit/test_manpages.py fails until then.
+man:
+	PYTHONPATH=python $(if $(wildcard $(VPY)),$(VPY),$(PYTHON)) -m hetmem.manpage man/man1
 
 lint: venv
 	$(VENV)/bin/ruff check python tests .githooks/commit-msg .ci/check-commits .ci/house-metrics .ci/ab-bench

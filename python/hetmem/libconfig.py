@@ -5,6 +5,7 @@ compilers and build systems (as numpy-config does for numpy's).
   cc app.c $(hetmem-config --cflags --libs)
   PKG_CONFIG_PATH=$(hetmem-config --pkgconfigdir) pkg-config --cflags --libs hetmem
   cmake -Dhetmem_DIR=$(hetmem-config --cmakedir) ...   # find_package(hetmem)
+  MANPATH=$(hetmem-config --mandir): man hetmem          # the man pages
 
 The paths are those of this installation (site-packages/hetmem), not of a
 build tree."""
@@ -13,11 +14,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+import sysconfig
 from pathlib import Path
 
 from hetmem import __version__
 
 PREFIX = Path(__file__).resolve().parent
+# in the wheel's data folder, which pip puts under the environment's prefix
+MAN = Path("share", "man")
+
+
+def mandir() -> Path:
+    """share/man of the install scheme whose site-packages holds this package
+    (a venv, the system, or --user); the current scheme's when none does."""
+    schemes = (sysconfig.get_default_scheme(), sysconfig.get_preferred_scheme("user"))
+    for scheme in schemes:
+        if Path(sysconfig.get_path("platlib", scheme)).resolve() == PREFIX.parent:
+            return Path(sysconfig.get_path("data", scheme)) / MAN
+    return Path(sysconfig.get_path("data")) / MAN
 
 
 def paths() -> dict[str, Path]:
@@ -28,6 +42,7 @@ def paths() -> dict[str, Path]:
         "libdir": lib,
         "pkgconfigdir": lib / "pkgconfig",
         "cmakedir": lib / "cmake" / "hetmem",
+        "mandir": mandir(),
     }
 
 
@@ -68,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     if not out:
         parser.print_help(sys.stderr)
         return 2
-    missing = [p for p in paths().values() if not p.exists()]
+    need = {n: p for n, p in paths().items() if n != "mandir"}
+    if args.mandir:  # only then: the C library is of use without the pages
+        need["mandir"] = paths()["mandir"] / "man1" / "hetmem.1"
+    missing = [p for p in need.values() if not p.exists()]
     if missing:
-        print(f"hetmem-config: {missing[0]} is missing: hetmem's C library is not installed "
+        what = "man pages are" if missing[0].name == "hetmem.1" else "C library is"
+        print(f"hetmem-config: {missing[0]} is missing: hetmem's {what} not installed "
               "here (pip install .)", file=sys.stderr)  # fmt: skip
         return 2
     print(" ".join(out))
