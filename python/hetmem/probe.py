@@ -22,6 +22,7 @@ from hetmem import output
 from hetmem._native import Context
 from hetmem.errors import SchemaError, UsageError
 from hetmem.run import cache
+from hetmem.sizes import format_size
 
 SCHEMA_VERSION = 1
 CACHE_KIND = "probe"
@@ -341,25 +342,43 @@ def print_tables(result: dict[str, Any]) -> None:
 
 
 def _print_memory(mem: list[dict[str, Any]]) -> None:
-    rows = []
-    for t in mem:
-        for s in t["stream"]:
-            rows.append(
-                [
-                    t["name"],
-                    s["threads"],
-                    round(s["copy_gbs"], 1),
-                    round(s["scale_gbs"], 1),
-                    round(s["add_gbs"], 1),
-                    round(s["triad_gbs"], 1),
-                    round(t["latency_ns"], 1) if t.get("latency_ns") else None,
-                ]
-            )
+    rows = [
+        [
+            t["name"],
+            s["threads"],
+            round(s["copy_gbs"], 1),
+            round(s["scale_gbs"], 1),
+            round(s["add_gbs"], 1),
+            round(s["triad_gbs"], 1),
+        ]
+        for t in mem
+        for s in t["stream"]
+    ]
     output.table(
-        "memory tiers (STREAM GB/s, idle latency ns)",
-        ["tier", "threads", "copy", "scale", "add", "triad", "latency"],
+        "memory tiers: STREAM GB/s by thread count",
+        ["tier", "threads", "copy", "scale", "add", "triad"],
         rows,
     )
+    _print_idle_latency(mem)
+
+
+def _print_idle_latency(mem: list[dict[str, Any]]) -> None:
+    """One row per tier: the latency is measured once, by one thread."""
+    rows = [
+        [
+            t["name"],
+            format_size(t["latency_buffer_bytes"]) if t.get("latency_buffer_bytes") else None,
+            round(t["latency_ns"], 1),
+        ]
+        for t in mem
+        if t.get("latency_ns")
+    ]
+    if rows:
+        output.table(
+            "memory idle latency",
+            ["tier", "chase buffer", "ns (1 thread)"],
+            rows,
+        )
 
 
 def _print_storage(sto: list[dict[str, Any]]) -> None:
