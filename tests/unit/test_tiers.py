@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO
+from hetmem.commands import tiers as tiers_cmd
 from hetmem.run import cache
 from hetmem.tiers import inventory, merge_probe
 
@@ -239,7 +240,7 @@ def test_cli_merges_cached_probe(hetmem, tmp_path: Path, monkeypatch):
     assert node0["measured_gbs"] == 70.5 and "probe" in node0["source"]
     assert st["measured_gbs"] == 2.5 and "probe" in st["source"]
     table = hetmem("tiers", "--storage", str(storage), env={**env, "COLUMNS": "200"})
-    assert "70.5 probe" in table.stdout
+    assert "70.5 triad" in table.stdout
     # A recorded tree is another machine: this machine's probe is not merged.
     data = _tiers_json(hetmem, "--fsroot", str(GOLDEN / "vm"), "--no-storage", env=env)
     assert all("probe" not in t["source"] for t in data["tiers"])
@@ -277,3 +278,34 @@ def test_hbw_nodes_override_what_the_firmware_says(hetmem):
 def test_bad_hbw_nodes_are_one_line_errors(hetmem, env: dict[str, str], says: str):
     root = str(GOLDEN / "cxl-expander")
     _one_line_error(hetmem("tiers", "--fsroot", root, "--no-storage", env=env), says)
+
+
+def test_table_labels_each_figure_for_what_was_measured(hetmem, tmp_path: Path, monkeypatch):
+    # the triad figure was labelled "read bandwidth", the storage tier's
+    # sequential O_DIRECT read alike, and both just "probe"
+    storage = tmp_path / "scratch"
+    storage.mkdir()
+    node0 = {"name": "node0", "kind": "dram", "stream": {"triad_gbs": 70.5}, "latency_ns": 93.0}
+    st = {"name": "s", "kind": "storage", "path": str(storage), "seq_read_gbs": 2.5}
+    monkeypatch.setenv("HETMEM_CACHE_DIR", str(tmp_path))
+    cache.save("probe", {"schema_version": 1, "tiers": [node0, st]})
+    proc = hetmem("tiers", "--storage", str(storage), env={"HETMEM_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "read bandwidth" not in out
+    rows = [ln for ln in out.splitlines() if "│" in ln]
+    (row0,) = [ln for ln in rows if "node0" in ln]
+    (row_s,) = [ln for ln in rows if f"storage:{storage}" in ln]
+    assert "70.5 triad" in row0 and "93 chase" in row0
+    assert "2.5 seq-read" in row_s and "triad" not in row_s
+    legend = " ".join(out.split()).split("GB/s, ns: ")[1]
+    assert "triad: STREAM triad" in legend and "seq-read: sequential O_DIRECT read" in legend
+    assert "chase: idle latency of one thread's random pointer chase" in legend
+    assert "hmat" not in legend  # only the labels the table uses
+
+
+def test_hmat_ratings_are_labelled_as_ratings():
+    data = inventory(fsroot=str(GOLDEN / "xeon-max-flat-snc4"), no_storage=True, use_probe=False)
+    text = tiers_cmd.legend(data["tiers"])
+    assert text == "GB/s, ns: hmat-read: the firmware's (HMAT) read rating"
+    assert tiers_cmd.legend([]) == "GB/s, ns: not measured, not rated"

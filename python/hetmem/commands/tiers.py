@@ -28,13 +28,26 @@ def cpu_ranges(cpus: list[int]) -> str:
     return ",".join(out)
 
 
+# What each figure's label in the GB/s and ns columns means: the probe
+# measures memory tiers with STREAM triad and storage tiers with sequential
+# O_DIRECT reads (hetmem.tiers.measured_gbs), latency by a pointer chase.
+LABELS = {
+    "triad": "STREAM triad, probed",
+    "seq-read": "sequential O_DIRECT read, probed",
+    "hmat-read": "the firmware's (HMAT) read rating",
+    "hwloc": "hwloc's bandwidth attribute",
+    "chase": "idle latency of one thread's random pointer chase, probed",
+}
+
+
 def _bandwidth(t: dict[str, Any]) -> str:
-    """GB/s and where the figure came from (measured beats rated)."""
+    """GB/s and what the figure is (measured beats rated)."""
     if "measured_gbs" in t:
-        return f"{t['measured_gbs']:.1f} probe"
+        what = "seq-read" if t["kind"] == "storage" else "triad"
+        return f"{t['measured_gbs']:.1f} {what}"
     hmat = t.get("hmat") or {}
     if hmat.get("read_bandwidth_mibs"):
-        return f"{hmat['read_bandwidth_mibs'] * 1048576 / 1e9:.1f} hmat"
+        return f"{hmat['read_bandwidth_mibs'] * 1048576 / 1e9:.1f} hmat-read"
     hw = t.get("hwloc") or {}
     if hw.get("bandwidth_mibs"):
         return f"{hw['bandwidth_mibs'] * 1048576 / 1e9:.1f} hwloc"
@@ -46,11 +59,19 @@ def _latency(t: dict[str, Any]) -> str:
     for key in ("idle_latency_ns", "latency_ns"):
         v = measured.get(key)
         if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
-            return f"{v:.0f} probe"
+            return f"{v:.0f} chase"
     hmat = t.get("hmat") or {}
     if hmat.get("read_latency_ns"):
-        return f"{hmat['read_latency_ns']} hmat"
+        return f"{hmat['read_latency_ns']} hmat-read"
     return ""
+
+
+def legend(tiers: list[dict[str, Any]]) -> str:
+    """The meaning of every label the GB/s and ns cells of these tiers use."""
+    cells = [f(t) for t in tiers for f in (_bandwidth, _latency)]
+    used = {c.split(" ", 1)[1] for c in cells if c}
+    parts = [f"{k}: {v}" for k, v in LABELS.items() if k in used]
+    return "GB/s, ns: " + ("; ".join(parts) or "not measured, not rated")
 
 
 _SHORT = {"memory_tiering": "mt", "nvidia": "nv"}
@@ -141,7 +162,7 @@ class Command:
             ],
             rows,
         )
-        notes.append("GB/s: read bandwidth, ns: read latency; mtN: kernel memory_tierN")
+        notes += [legend(data["tiers"]), "mtN: the kernel's memory_tierN"]
         for n in notes:
             output.console().print(n, markup=False)
         return 0
