@@ -176,19 +176,31 @@ def execute_with_progress(plan: harness.Plan, argv: list[str], show: bool) -> li
         return harness.execute(plan, argv, on_progress)
 
 
+def plan_line(plan: harness.Plan) -> str:
+    """How many runs and how the count is made, e.g. '8 case(s) x 3 mode(s) x
+    (5 rep(s) x 1 size(s) [0.5x] + 1 rep(s) x 2 size(s) [1x, 2x]) = 168 runs':
+    sizes below 1x get --fits-repeat repetitions, the others --repeat."""
+    by_reps: dict[int, list[float]] = {}
+    for m in plan.multiples:
+        by_reps.setdefault(plan.reps_for(m), []).append(m)
+    head = f"{len(plan.cases)} case(s) x {len(plan.modes)} mode(s) x "
+    if len(by_reps) == 1:
+        (reps,) = by_reps
+        head += f"{len(plan.multiples)} size(s) x {reps} rep(s)"
+    else:
+        terms = [
+            f"{reps} rep(s) x {len(ms)} size(s) [{', '.join(f'{m:g}x' for m in ms)}]"
+            for reps, ms in sorted(by_reps.items(), reverse=True)
+        ]
+        head += f"({' + '.join(terms)})"
+    return f"{head} = {len(plan.runs())} runs"
+
+
 def run_matrix(args: argparse.Namespace, suite: str, argv: list[str]) -> dict[str, Any]:
     """Runs the suite's matrix and writes the report; returns the report data."""
     plan = make_plan(args, suite)
-    n = len(plan.runs())
     output.err_console().print(
-        f"hetmem bench {suite}: {len(plan.cases)} case(s) x {len(plan.multiples)} size(s) x "
-        f"{len(plan.modes)} mode(s) x {plan.repeat} rep(s)"
-        + (
-            f" ({plan.fits_repeat} below 1x)"
-            if plan.fits_repeat > plan.repeat and any(m < 1 for m in plan.multiples)
-            else ""
-        )
-        + f" = {n} runs, "
+        f"hetmem bench {suite}: {plan_line(plan)}, "
         f"budget {format_size(plan.budget)}, results in {plan.outdir}"
     )
     execute_with_progress(plan, argv, show=not args.json)
