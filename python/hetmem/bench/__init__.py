@@ -8,12 +8,16 @@ add a module and a line here.
 
 Benchmark programs (hm-stream-ref, ...) are built from bench/ and installed
 into the package's _bench folder beside _lib; bench_dir() finds them.
+
+Every suite (and `hetmem demo`) ends with exit_status(): one exit-code rule.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from hetmem._native import library_dir
 from hetmem.errors import EnvironmentProblem
@@ -24,6 +28,35 @@ SUITES = (
     "sdm", "imdt", "poly", "kernels", "reference", "flow", "lattice", "placement", "apps",
     "tiering",
 )  # fmt: skip
+
+# The exit-code rule of every suite and of `hetmem demo` (also in `hetmem bench
+# --help` and docs/guide.md). Bad input and runs that could not start raise
+# HetmemError, which the CLI turns into EXIT_BAD_INPUT.
+EXIT_MET = 0  # ran, and every target was met (or there were none)
+EXIT_MISSED = 1  # ran, and at least one target was missed (a MISS line)
+EXIT_BAD_INPUT = 2  # bad input, or it could not run
+
+EXIT_RULE = (
+    "Exit status: 0 ran and every target was met (or the suite has none);\n"
+    "1 ran but a target was missed (a MISS line, or a run of hetmem failed);\n"
+    "2 bad input, or it could not run."
+)
+
+Verdict = Mapping[str, Any] | bool | None
+
+
+def missed(target: Verdict) -> bool:
+    """True for a missed target: False, or a row whose "pass" is False.
+    None (a target not measured, e.g. its baseline could not run) is no miss."""
+    if isinstance(target, Mapping):
+        target = target.get("pass")
+    return target is not None and not target  # numpy's bool_ is not False
+
+
+def exit_status(targets: Iterable[Verdict]) -> int:
+    """EXIT_MISSED if any target was missed, else EXIT_MET. Targets are
+    verdicts (True, False, None: not measured) or rows with a "pass" verdict."""
+    return EXIT_MISSED if any(missed(t) for t in targets) else EXIT_MET
 
 
 def bench_dir() -> Path:

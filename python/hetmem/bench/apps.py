@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hetmem import __version__, output
+from hetmem.bench import exit_status
 from hetmem.bench import placement as place_bench
 from hetmem.bench.apps_programs import APPS, App
 from hetmem.bench.harness import available_modes, exit_error_kind, target_row
@@ -613,4 +614,4 @@ def run(args: argparse.Namespace) -> int:
         output.print_json(data)
     else:
         print_tables(data)
-    return 1 if any(t["pass"] is False for t in data["targets"]) else 0
+    return exit_status(data["targets"])

@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from hetmem import output
+from hetmem.bench import exit_status
 from hetmem.errors import UsageError
 from hetmem.flow import bench
 from hetmem.flow import spec as specmod
@@ -41,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.json:
         output.print_json(res)
-        return 0
-    print_bench(res)
-    return 0
+    else:
+        print_bench(res)
+    return exit_status(verdicts(res))
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -127,6 +128,12 @@ def _print_systems(res: dict[str, Any]) -> None:
         )
     else:
         output.console().print(f"ADIOS2 {ad['version']} from {ad['python']}")
+
+
+def verdicts(res: dict[str, Any]) -> list[bool]:
+    """The three targets the report prints as PASS/MISS."""
+    t = res["targets"]
+    return [t["sw_cost_met"], t["py_sw_cost_met"], t["large_met"]]
 
 
 def _verdict(ok: bool) -> str:

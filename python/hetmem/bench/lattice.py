@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import __version__, output
-from hetmem.bench import find_program, harness
+from hetmem.bench import exit_status, find_program, harness
 from hetmem.bench.harness import available_modes
 from hetmem.bench.kernels import run_kernel
 from hetmem.errors import EnvironmentProblem, HetmemError, SchemaError, UsageError
@@ -674,7 +674,7 @@ def run(args: argparse.Namespace) -> int:
         output.print_json(result)
     else:
         _print(result)
-    return 0 if ok else 1
+    return exit_status([ok])
 
 
 def _check_parts(args: argparse.Namespace) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import output
-from hetmem.bench import harness, report
+from hetmem.bench import exit_status, harness, report
 from hetmem.errors import UsageError
 from hetmem.sizes import format_size
 
@@ -259,6 +259,17 @@ def print_summary(data: dict[str, Any]) -> None:
         output.console().print(f"report: {data['report']}")
 
 
+def targets_of(data: dict[str, Any]) -> list[bool | None]:
+    """The verdicts a matrix report's summary prints as PASS/MISS (its checks,
+    the data-fits target), and False when a run of hetmem failed: what the
+    exit status (hetmem.bench.exit_status) is judged on."""
+    verdicts: list[bool | None] = [c["pass"] for c in data.get("checks", [])]
+    if data.get("fits_target"):
+        verdicts.append(data["fits_target"]["pass"])
+    verdicts.append(not data.get("hard_failures"))
+    return verdicts
+
+
 class MatrixSuite:
     """A harness suite under one name."""
 
@@ -277,7 +288,7 @@ class MatrixSuite:
             output.print_json(data)
         else:
             print_summary(data)
-        return 1 if data["hard_failures"] else 0
+        return exit_status(targets_of(data))
 
 
 _MATRIX_DESC = (

@@ -79,7 +79,7 @@ from typing import Any, NamedTuple
 from hetmem import output
 from hetmem import probe as probe_mod
 from hetmem._native import Context
-from hetmem.bench import find_program, sdm
+from hetmem.bench import exit_status, find_program, sdm
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.placement import profile as prof
 from hetmem.run import cache as cache_mod
@@ -280,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
         output.print_json(data)
     else:
         _print(data)
-    return 1 if any(t["pass"] is False for t in targets) else 0
+    return exit_status(targets)
 
 
 def _measure_in_workdir(

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import output
+from hetmem.bench import exit_status
 from hetmem.errors import EnvironmentProblem, UsageError
 from hetmem.sizes import format_size, parse_budget
 
@@ -212,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         output.print_json(result)
     else:
         _print(result, configs)
-    return 0
+    return exit_status([])  # a comparison with no targets
 
 
 def _summary(runs: list[dict[str, Any]], configs: list[str]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import argparse
 import importlib
 from typing import Any
 
-from hetmem.bench import SUITES
+from hetmem.bench import EXIT_RULE, SUITES
 from hetmem.bench.matrix import SUITES as MATRIX
 from hetmem.errors import UsageError
 
@@ -35,7 +35,8 @@ class Command:
         "  placement  flat and hybrid placement vs dram, cache and swap\n"
         "  apps       real applications (hpcc, LAMMPS) in every mode, outputs checked\n"
         "  tiering    the kernel's tiering (demotion, NUMA balancing) vs flat, hybrid\n\n"
-        "Kernel-matrix suites write a result folder with report.html (see hetmem report)."
+        "Kernel-matrix suites write a result folder with report.html (see hetmem report).\n\n"
+        + EXIT_RULE
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -45,7 +46,7 @@ class Command:
             p = sub.add_parser(
                 name,
                 help=mod.help,
-                description=mod.description,
+                description=f"{mod.description}\n\n{EXIT_RULE}",
                 formatter_class=argparse.RawDescriptionHelpFormatter,
             )
             mod.add_arguments(p)
