@@ -294,7 +294,8 @@ class MatrixSuite:
 _MATRIX_DESC = (
     "Runs each kernel through `hetmem run` in every mode, at data sizes given as\n"
     "multiples of the fast budget, interleaving the modes so noise hits them\n"
-    "alike; efficiency = t_dram / t_mode as in the IMDT study, from best times:\n"
+    "alike; efficiency = t_dram / t_mode as in the study of Intel Memory Drive\n"
+    "Technology (IMDT, Mironov et al., MCHPC'18), from best times:\n"
     "each kernel run repeats its operation for --kernel-min-time seconds and its\n"
     "best repetition counts, and a mode's time is its best over --repeat runs\n"
     "(the same for every mode; the spread of the paired ratios is shown too).\n"
@@ -308,13 +309,20 @@ _MATRIX_DESC = (
 SUITES = {
     "imdt": MatrixSuite(
         "imdt",
-        "the IMDT study's kernels (STREAM, polynomial, GEMM, LU, FFT, GUPS) in every mode",
-        "The benchmark set of Mironov et al. (MCHPC'18).\n\n" + _MATRIX_DESC.format(name="imdt"),
+        "the Intel Memory Drive Technology (IMDT) study's kernels (STREAM, polynomial, "
+        "GEMM, LU, FFT, GUPS) in every mode",
+        "The benchmark set of Mironov et al. (MCHPC'18), who measured Intel Memory\n"
+        "Drive Technology (IMDT: DRAM as a cache over SSDs, run in a hypervisor)\n"
+        "against DRAM alone, as hetmem's cache mode does in user space.\n\n"
+        + _MATRIX_DESC.format(name="imdt"),
     ),
     "poly": MatrixSuite(
         "poly",
         "polynomial kernel over degrees 16..4096: bandwidth vs arithmetic intensity",
-        "Read-only and read-write Horner polynomials of growing degree (IMDT Figure 7).\n\n"
+        "Read-only and read-write Horner polynomials of growing degree, as in Figure 7\n"
+        "of the Intel Memory Drive Technology (IMDT) study: arithmetic intensity\n"
+        "2 x degree / 8 FLOP per byte (its equation 1: one multiply-add per degree\n"
+        "for each 8-byte double read) against the bandwidth drawn.\n\n"
         + _MATRIX_DESC.format(name="poly"),
         sizes="0.5x,4x",
     ),

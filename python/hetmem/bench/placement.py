@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """`hetmem bench placement`: profile-guided placement (flat, hybrid) against
-dram, cache and swap, side by side in one run, with the issue's targets.
+dram, cache and swap, side by side in one run, with targets.
 
 Workloads (bench/placement/placement.c, hm-placement): two hot arrays (20%
 of the footprint, updated --hot-passes times per iteration) and three cold
@@ -24,10 +24,11 @@ ratio, since the machine's speed drifts by more than that within the bench;
 "the better of" two modes is the one with the lower median time over the
 rounds (see better_mode).
 The storage tier is probed in the same run (O_DIRECT sequential read) for
-the sweep bound, as the issue states it: the time the cold bytes moved (per
-iteration x iterations) take at the probed bandwidth, or the all-DRAM time
-of the same run if larger. The device's speed drifts within a bench, so
-besides the full probe at the start, each round probes it quickly right
+the sweep bound, the least time a run that moves the cold bytes can take:
+the time those bytes (per iteration x iterations) take at the probed
+bandwidth, or the all-DRAM time of the same run if larger. The device's
+speed drifts within a bench, so besides the full probe at the start, each
+round probes it quickly right
 before its flat run and after its hybrid run, and the sweep target is the
 median over the rounds of the better of flat and hybrid against its own
 round's bound.

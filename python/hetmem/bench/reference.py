@@ -42,7 +42,9 @@ description = (
     "Runs the probe and the reference tools side by side, interleaved, in one run\n"
     "and prints the ratios with a verdict against the targets:\n"
     "  probe STREAM triad >= 90% of hm-stream-ref (McCalpin-style, same flags)\n"
-    "  probe O_DIRECT sequential read within 15% of fio (same block, depth, dir)"
+    "  probe O_DIRECT sequential read within 15% of fio (same block, depth, dir)\n"
+    "so that the probe's figures, which rank the tiers and feed the advisor, can\n"
+    "be trusted."
 )
 
 

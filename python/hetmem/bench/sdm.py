@@ -6,7 +6,9 @@ and 4 KiB random-read IOPS per queue depth), then runs the software-defined-
 memory kernels (sequential read scan, read-modify-write scan, STREAM triad,
 4 KiB random reads and updates with 2 threads, Horner polynomials of degree
 16, 256 and 1024) at 0.5x, 2x and 4x the budget under dram, cache and swap, and
-checks the issue's targets against what it measured:
+checks what cache mode must deliver to be worth using (near the device's
+speed, well ahead of swap, no cost when the data fits, near dram when
+compute hides the I/O):
 
 1. read scan at 2x: >= 80% of the probed sequential read bandwidth;
 2. cache >= 2.5x faster than swap on that scan, >= 2x on STREAM triad at 2x;
