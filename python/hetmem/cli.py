@@ -78,6 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None:
         parser.print_help()
         return 2
+    # A verb called with an argv list (`hetmem demo` runs `bench` so) sees
+    # that command line in sys.argv, as it would from a shell: bench records
+    # `hetmem bench ...` from sys.argv in its manifest as the way to rerun it.
+    outer = sys.argv
+    if argv is not None:
+        sys.argv = [outer[0] if outer else "hetmem", *argv]
     try:
         return command.run(args)
     except HetmemError as exc:
@@ -88,3 +94,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        sys.argv = outer

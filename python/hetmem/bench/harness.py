@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import __version__, _native, sizes
+from hetmem.bench import machine
 from hetmem.bench.kernels import kernel_path
 from hetmem.errors import UsageError
 from hetmem.output import write_atomic
@@ -404,6 +405,7 @@ def write_manifest(plan: Plan, argv: Sequence[str]) -> None:
         "schema_version": SCHEMA_VERSION,
         "hetmem_version": __version__,
         "machine": cache.machine_key(),
+        "machine_info": machine.describe(plan.storage),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": ["hetmem", *argv],
         "cases": [asdict(c) for c in plan.cases],
@@ -558,7 +560,7 @@ def efficiency_table(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _efficiency_figures(ref: dict[int, float], t: dict[int, float]) -> dict[str, Any]:
     """One mode's times against dram's (ref), both by repetition."""
-    effs = [ref[rep] / t[rep] for rep in t if rep in ref and t[rep] > 0]
+    effs = [ref[rep] / t[rep] for rep in sorted(t) if rep in ref and t[rep] > 0]
     best = min(t.values()) if t else None
     eff = min(ref.values()) / best if ref and best else None
     return {
@@ -570,6 +572,7 @@ def _efficiency_figures(ref: dict[int, float], t: dict[int, float]) -> dict[str,
         "efficiency_min": min(effs) if effs else None,
         "efficiency_max": max(effs) if effs else None,
         "pairs": len(effs),
+        "ratios": effs,
     }
 
 

@@ -27,14 +27,20 @@ def cache_dir() -> Path:
     return base / "hetmem"
 
 
+def cpu_models() -> list[str]:
+    """The distinct 'model name' lines of /proc/cpuinfo, sorted (as read,
+    newline included); empty where there is none (some ARM kernels)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return sorted({ln for ln in f if ln.startswith("model name")})
+    except OSError:
+        return []
+
+
 def machine_key() -> str:
     """Host name plus a digest of what makes measurements differ between machines."""
     parts = [platform.node(), platform.machine(), str(os.cpu_count())]
-    try:
-        with open("/proc/cpuinfo") as f:
-            parts += sorted({ln for ln in f if ln.startswith("model name")})
-    except OSError:
-        pass
+    parts += cpu_models()
     try:
         parts += sorted(os.listdir("/sys/devices/system/node"))
     except OSError:

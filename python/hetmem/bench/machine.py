@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The machine a benchmark ran on, as the report shows it: CPU model and
+cores, kernel, memory, the block device behind the storage tier, and the
+hetmem version and commit. Recorded in the result folder's manifest when the
+bench runs, so that a report built elsewhere still names the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from hetmem import __version__, probe, sizes
+from hetmem.errors import HetmemError
+from hetmem.run import cache, checks
+
+SYS_DEV_BLOCK = Path("/sys/dev/block")
+UNKNOWN = "unknown"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def describe(storage: str | None) -> dict[str, Any]:
+    """What the report prints about this machine; every field is there,
+    "unknown" (or null for numbers) where it cannot be read."""
+    models = [ln.split(":", 1)[-1].strip() for ln in cache.cpu_models()]
+    return {
+        "cpu_model": "; ".join(models) or platform.processor() or UNKNOWN,
+        "cpus_online": os.cpu_count(),
+        "cpus_allowed": probe.allowed_cpus(),
+        "kernel": platform.release() or UNKNOWN,
+        "arch": platform.machine() or UNKNOWN,
+        "ram_bytes": sizes.machine_memory() or None,
+        "storage_device": storage_device(storage or _default_storage()),
+        "hetmem_version": __version__,
+        "git_commit": git_commit(PACKAGE_DIR),
+    }
+
+
+def _default_storage() -> str:
+    """Where cache and swap modes put their files when no --storage is given."""
+    try:
+        return str(checks.default_storage())
+    except (OSError, HetmemError):
+        return UNKNOWN
+
+
+def storage_device(path: str) -> dict[str, Any]:
+    """The block device that holds `path`: its name, model (sysfs
+    device/model, else the driver's name), size and whether the kernel
+    calls it rotational; name "none" for a file system on no block device
+    (tmpfs, overlay, a network file system)."""
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return {"path": path, "name": UNKNOWN, "model": UNKNOWN}
+    node = SYS_DEV_BLOCK / f"{os.major(dev)}:{os.minor(dev)}"
+    if not node.exists():
+        return {
+            "path": path,
+            "name": "none",
+            "model": "no block device (tmpfs, overlay or network)",
+        }
+    disk = node.resolve()
+    if (disk / "partition").exists():
+        disk = disk.parent  # a partition's folder sits inside its disk's
+    return {
+        "path": path,
+        "name": disk.name,
+        "model": _device_model(disk),
+        "size_bytes": _int(disk / "size", 512),
+        "rotational": _int(disk / "queue" / "rotational", 1),
+    }
+
+
+def _device_model(disk: Path) -> str:
+    text = _read(disk / "device" / "model")
+    if text:
+        return text
+    driver = disk / "device" / "driver"
+    if driver.exists():
+        return f"no model in sysfs (driver {driver.resolve().name})"
+    return UNKNOWN
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _int(path: Path, scale: int) -> int | None:
+    text = _read(path)
+    return int(text) * scale if text.isdigit() else None
+
+
+def git_commit(where: Path) -> str:
+    """The commit of the git checkout whose python/hetmem is `where`
+    ("-dirty" appended when tracked files differ from it), or "unknown": an
+    installed package (even one in a virtual environment inside a checkout,
+    which may be older than the checkout) or no git."""
+    top = _git(where, "rev-parse", "--show-toplevel")
+    if not top or (Path(top) / "python" / "hetmem").resolve() != where.resolve():
+        return UNKNOWN
+    return _git(where, "describe", "--always", "--dirty", "--abbrev=12") or UNKNOWN
+
+
+def _git(where: Path, *args: str) -> str:
+    """git's one-line answer in `where`, "" when it fails."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
