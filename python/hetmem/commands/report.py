@@ -40,16 +40,13 @@ class Command:
 
 
 def _print_summary(data: dict[str, Any]) -> None:
-    rows = [
-        [s["case"], f"{s['multiple']:g}x", s["best_mode"], f"{100 * s['efficiency']:.1f}%"]
-        for s in data["summary"]
-    ]
-    if rows:
-        output.table("best mode per kernel", ["case", "size", "best mode", "efficiency"], rows)
+    for s in data["summary"]:
+        output.console().print(f"{s['case']}: {s['text']}")
     for c in data["checks"]:
-        verdict = "PASS" if c["pass"] else "MISS"
+        verdict = {True: "PASS", False: "MISS", None: "UNSURE"}[c["pass"]]
         ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
-        output.console().print(f"{verdict}  {c['check']}: ratio {ratio} ({c['rule']})")
+        why = f"; {c['why']}" if c.get("why") else ""
+        output.console().print(f"{verdict}  {c['check']}: ratio {ratio} ({c['rule']}{why})")
     ft = data.get("fits_target")
     if ft:
         output.console().print(

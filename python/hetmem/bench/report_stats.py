@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The report's statistics: one efficiency per case, size and mode, with its
+confidence interval, and the headline per case.
+
+The statistic everywhere in the report (table, plots, headlines and the
+"data fits" checks) is the median over harness repetitions of the paired
+ratio t_dram / t_mode, where the two runs of a pair ran back to back in one
+repetition (modes interleaved, order rotating). Pairing cancels the slow
+drifts of a shared machine; the median keeps one disturbed repetition from
+moving the answer. Its 95% confidence interval is a percentile bootstrap of
+that median over the pairs (scipy.stats.bootstrap); with one repetition
+there is no interval, and the report says so. The best-times ratio (the
+harness's `efficiency`, best of every mode) is kept beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from hetmem._numpy import np
+from hetmem.bench.harness import latest_runs, run_best_time
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+SEED = 24  # a fixed seed: one set of runs always gives the same report
+STAT = "paired-median"
+# An interval wider than this factor (hi / lo) gets a caveat: the runs
+# disagree too much for the figure to mean much.
+WIDE_FACTOR = 2.0
+
+
+def median_ci(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """The 95% bootstrap interval of the median of values; (None, None)
+    with fewer than two values."""
+    if len(values) < 2:
+        return None, None
+    if min(values) == max(values):
+        return float(values[0]), float(values[0])
+    # lazy: scipy loads numpy, which CLI start-up must not (see hetmem._numpy)
+    from scipy import stats
+
+    res = stats.bootstrap(
+        (np.asarray(values, dtype=float),),
+        np.median,
+        n_resamples=RESAMPLES,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        vectorized=True,
+        random_state=np.random.default_rng(SEED),
+    )
+    med = statistics.median(values)
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return min(lo, med), max(hi, med)
+
+
+def annotate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The harness's efficiency rows with the report's interval and flags:
+    `efficiency_ci_low/high` (null with fewer than 2 pairs), `noise` (above
+    1, i.e. faster than dram, without the interval's low end above 1) and
+    `wide` (the interval spans more than WIDE_FACTOR)."""
+    out = []
+    for r in rows:
+        ratios = r.get("ratios") or []
+        lo, hi = median_ci(ratios)
+        eff = r.get("efficiency_median")
+        out.append(
+            {
+                **r,
+                "report_stat": STAT,
+                "efficiency_ci_low": lo,
+                "efficiency_ci_high": hi,
+                "noise": eff is not None and eff > 1.0 and not (lo is not None and lo > 1.0),
+                "wide": lo is not None and hi is not None and lo > 0 and hi / lo > WIDE_FACTOR,
+            }
+        )
+    return out
+
+
+def rep_times(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, float, str], dict[int, float]]:
+    """(case, multiple, mode) -> {repetition: best time} of the successful runs."""
+    out: dict[tuple[str, float, str], dict[int, float]] = {}
+    for r in latest_runs(list(runs)):
+        t = run_best_time(r)
+        if not r.get("error") and t is not None:
+            out.setdefault((r["case"], float(r["multiple"]), r["mode"]), {})[int(r["rep"])] = t
+    return out
+
+
+def paired_ratio(num: dict[int, float], den: dict[int, float]) -> dict[str, Any] | None:
+    """Median over the shared repetitions of num / den, with its interval."""
+    ratios = [num[k] / den[k] for k in sorted(num) if k in den and den[k] > 0]
+    if not ratios:
+        return None
+    lo, hi = median_ci(ratios)
+    return {"value": statistics.median(ratios), "ci_low": lo, "ci_high": hi, "pairs": len(ratios)}
+
+
+def headline_size(rows: list[dict[str, Any]]) -> float:
+    """The size a case's headline speaks of: the one nearest 2x among those
+    that do not fit the budget, else the nearest 2x."""
+    mults = {r["multiple"] for r in rows}
+    over = [m for m in mults if m > 1] or list(mults)
+    return min(over, key=lambda m: abs(math.log2(m / 2)))
+
+
+def headlines(rows: list[dict[str, Any]], runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per case: the best non-dram mode at the headline size, its fraction of
+    dram speed, how many times faster than swap, and one sentence saying so."""
+    times = rep_times(runs)
+    swap_fail = _swap_failures(runs)
+    out = []
+    for case in sorted({r["case"] for r in rows}):
+        rs = [r for r in rows if r["case"] == case and r["mode"] != "dram"]
+        timed = [r for r in rs if r.get("efficiency_median") is not None]
+        if not timed:
+            continue
+        mult = headline_size(timed)
+        at = [r for r in timed if r["multiple"] == mult]
+        best = max(at, key=lambda r: r["efficiency_median"])
+        h = _headline(case, mult, best, at, times, swap_fail.get((case, mult)))
+        h["text"] = headline_text(h)
+        out.append(h)
+    return out
+
+
+def _headline(
+    case: str,
+    mult: float,
+    best: dict[str, Any],
+    at: list[dict[str, Any]],
+    times: dict[tuple[str, float, str], dict[int, float]],
+    swap_error: str | None,
+) -> dict[str, Any]:
+    vs_swap = None
+    if best["mode"] != "swap" and (case, mult, "swap") in times:
+        vs_swap = paired_ratio(
+            times[(case, mult, "swap")], times.get((case, mult, best["mode"]), {})
+        )
+    return {
+        "case": case,
+        "multiple": mult,
+        "size_bytes": best["size_bytes"],
+        "best_mode": best["mode"],
+        "efficiency": best["efficiency_median"],
+        "efficiency_stat": STAT,
+        "efficiency_ci_low": best["efficiency_ci_low"],
+        "efficiency_ci_high": best["efficiency_ci_high"],
+        "noise": best["noise"],
+        "pairs": best.get("pairs", 0),
+        "vs_swap": vs_swap,
+        "swap_error": swap_error,
+        "by_mode": {r["mode"]: r["efficiency_median"] for r in at},
+    }
+
+
+def _swap_failures(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, float], str]:
+    """(case, multiple) -> why swap failed, where no swap run of it succeeded."""
+    ok, failed = set(), {}
+    for r in latest_runs(list(runs)):
+        if r.get("mode") != "swap":
+            continue
+        k = (r["case"], float(r["multiple"]))
+        if not r.get("error"):
+            ok.add(k)
+        elif r.get("error_kind") == "baseline-oom":
+            failed[k] = "Linux swap was killed by the OOM killer"
+        else:
+            failed.setdefault(k, f"swap failed ({r.get('error')})")
+    return {k: v for k, v in failed.items() if k not in ok}
+
+
+def ci_text(lo: float | None, hi: float | None, fmt: str, pairs: int) -> str:
+    """'95% CI 38-44%' or 'one repetition: no CI'."""
+    if lo is None or hi is None:
+        return "one repetition: no CI" if pairs <= 1 else "no CI"
+    return f"{CONFIDENCE:.0%} CI {fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def headline_text(h: dict[str, Any]) -> str:
+    """'At 2x the budget, cache is best: 41% of dram speed (95% CI 38-44%),
+    3.1x faster than swap (95% CI 2.8-3.4).'"""
+    pct = "{:.0%}"
+    eff = (
+        f"{pct.format(h['efficiency'])} of dram speed "
+        f"({ci_text(h['efficiency_ci_low'], h['efficiency_ci_high'], pct, h['pairs'])})"
+    )
+    if h["noise"]:
+        eff += ", faster than dram only within the noise"
+    text = f"At {h['multiple']:g}x the budget, {h['best_mode']} is best: {eff}"
+    s = h["vs_swap"]
+    if s:
+        text += ", " + _swap_text(s)
+    elif h["swap_error"]:
+        text += f"; {h['swap_error']}"
+    elif h["best_mode"] != "swap":
+        text += "; swap did not run"
+    return text + "."
+
+
+def _swap_text(s: dict[str, Any]) -> str:
+    """'3.1x faster than swap (95% CI 2.8-3.4)', or slower, inverted."""
+    value, lo, hi, word = s["value"], s["ci_low"], s["ci_high"], "faster"
+    if value < 1:
+        value, word = 1 / value, "slower"
+        lo, hi = (1 / hi if hi else None), (1 / lo if lo else None)
+    return f"{value:.2g}x {word} than swap ({ci_text(lo, hi, '{:.2g}', s['pairs'])})"

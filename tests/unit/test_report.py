@@ -1,0 +1,144 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The report's statistics, checks, plots and machine details."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import _record
+from hetmem import cli
+from hetmem.bench import harness, machine, report_plots, report_stats
+from hetmem.bench.report_checks import fits_checks, fits_target, fits_verdict
+
+
+def _rows(runs):
+    return report_stats.annotate(harness.efficiency_table(runs))
+
+
+def test_interval_needs_two_repetitions_and_holds_the_median():
+    assert report_stats.median_ci([0.5]) == (None, None)
+    values = [0.50, 0.55, 0.61, 0.58, 0.90]
+    lo, hi = report_stats.median_ci(values)
+    assert lo <= statistics.median(values) <= hi
+    assert lo >= min(values) and hi <= max(values) and hi > lo
+    assert report_stats.median_ci(values) == (lo, hi)  # fixed seed: same report
+
+
+def test_above_one_is_noise_unless_the_interval_is_above_one():
+    runs = []
+    for rep, (d, fast, noisy) in enumerate([(1.0, 0.5, 0.4), (1.0, 0.52, 1.5), (1.0, 0.51, 0.9)]):
+        runs.append(_record("scan-read", 2.0, "dram", rep, d))
+        runs.append(_record("scan-read", 2.0, "cache", rep, fast))
+        runs.append(_record("scan-read", 2.0, "swap", rep, noisy))
+    rows = {r["mode"]: r for r in _rows(runs)}
+    assert rows["cache"]["efficiency_median"] > 1 and rows["cache"]["efficiency_ci_low"] > 1
+    assert not rows["cache"]["noise"]
+    assert rows["swap"]["efficiency_median"] > 1 and rows["swap"]["noise"]
+    assert rows["swap"]["wide"]
+
+
+@pytest.mark.parametrize(
+    "ratio, band, verdict",
+    [
+        (1.02, None, True),
+        (1.20, (1.1, 1.3), False),
+        (0.20, (0.18, 0.22), False),  # 5x faster than dram with data in DRAM: no pass
+        (0.20, None, None),  # one repetition: cannot tell
+        (0.90, (0.80, 1.00), True),  # faster only within the noise
+        (None, None, False),
+    ],
+)
+def test_data_fits_verdict_matches_the_number(ratio, band, verdict):
+    assert fits_verdict(ratio, band)[0] is verdict
+
+
+def test_data_fits_check_uses_the_tables_statistic():
+    # best times say 35% (one lucky dram process); the paired median says 1.02
+    dram = [0.35, 1.0, 1.0]
+    cache = [1.0, 1.02, 1.02]
+    runs = [_record("fft3d", 0.5, "dram", i, t) for i, t in enumerate(dram)]
+    runs += [_record("fft3d", 0.5, "cache", i, t) for i, t in enumerate(cache)]
+    rows = _rows(runs)
+    (check,) = fits_checks(rows)
+    cache_row = next(r for r in rows if r["mode"] == "cache")
+    assert cache_row["efficiency"] == pytest.approx(0.35)
+    assert check["efficiency"] == cache_row["efficiency_median"]
+    assert check["ratio"] == pytest.approx(1 / cache_row["efficiency_median"])
+    assert check["pass"] is True
+
+
+def test_lines_break_at_a_failed_run_and_at_the_budget():
+    xs, ys = report_plots.curve([0.5, 0.75, 2.0, 4.0, 8.0], {0.5: 90, 0.75: 95, 2.0: 40, 8.0: 10})
+    assert xs[:2] == [0.5, 0.75] and ys[:2] == [90, 95]
+    assert 0.75 < xs[2] < 2.0 and math.isnan(ys[2])  # the fits / does-not-fit boundary
+    assert xs[3:] == [2.0, 4.0, 8.0] and ys[3] == 40 and math.isnan(ys[4]) and ys[5] == 10
+
+
+def test_plot_fits_the_page_and_reads_sizes_as_multiples():
+    runs = []
+    for rep in range(2):
+        for mult in (0.5, 1.0, 2.0, 4.0):
+            runs.append(_record("stream-triad", mult, "dram", rep, 1.0))
+            runs.append(_record("stream-triad", mult, "cache", rep, 1.0 + mult + 0.1 * rep))
+            runs.append(_record("stream-triad", mult, "swap", rep, 0.1 if mult < 1 else 9.0))
+    svg = report_plots.plot_efficiency(_rows(runs))
+    assert svg.startswith("<svg style='max-width:100%;height:auto' ")
+    for label in ("0.5x", "1x", "2x", "4x"):
+        assert f"<!-- {label} -->" in svg
+    assert "2^{" not in svg and "<!-- $\\mathdefault{2^" not in svg
+    assert "<!-- 1000% -->" in svg  # swap's 10x at 0.5x: drawn at the top, labelled
+
+
+def test_headline_speaks_of_swap_and_its_oom():
+    runs = []
+    for rep in range(3):
+        runs.append(_record("lu-tiled", 2.0, "dram", rep, 1.0))
+        runs.append(_record("lu-tiled", 2.0, "cache", rep, 2.0 + 0.01 * rep))
+        runs.append(_record("lu-tiled", 2.0, "swap", rep, 6.0 + 0.01 * rep))
+        oom = _record("lu-tiled", 4.0, "swap", rep, None, error="killed")
+        runs += [_record("lu-tiled", 4.0, "dram", rep, 1.0), {**oom, "error_kind": "baseline-oom"}]
+    (h,) = report_stats.headlines(_rows(runs), runs)
+    assert (h["best_mode"], h["multiple"]) == ("cache", 2.0)
+    assert h["vs_swap"]["value"] == pytest.approx(3.0, rel=0.01)
+    assert "cache is best: 50% of dram speed (95% CI" in h["text"]
+    assert "3x faster than swap (95% CI" in h["text"]
+    one = [r for r in runs if r["rep"] == 0 and r["multiple"] == 2.0]
+    (h1,) = report_stats.headlines(_rows(one), one)
+    assert "one repetition: no CI" in h1["text"]
+
+
+def test_storage_device_and_commit(tmp_path):
+    assert machine.storage_device("/proc")["name"] == "none"
+    assert machine.git_commit(tmp_path) == "unknown"
+    info = machine.describe(str(tmp_path))
+    assert info["storage_device"]["path"] == str(tmp_path)
+    assert info["kernel"] and info["ram_bytes"] > 0 and info["cpus_online"] >= 1
+
+
+def test_manifest_records_the_bench_command_when_run_from_another_verb(tmp_path, monkeypatch):
+    def fake_one(plan, case, mult, mode, rep):
+        return _record(case.name, mult, mode, rep, 1.0)
+
+    monkeypatch.setattr(harness, "execute_one", fake_one)
+    monkeypatch.setattr(sys, "argv", ["hetmem", "demo"])  # as under `hetmem demo`
+    argv = ["bench", "kernels", "stream-triad", "--modes", "dram", "--sizes", "0.5x",
+            "--repeat", "1", "--fast-budget", "16MiB", "-o", str(tmp_path / "r")]  # fmt: skip
+    assert cli.main(argv) in (0, 1)
+    manifest = json.loads(Path(tmp_path / "r" / "manifest.json").read_text())
+    assert manifest["command"] == ["hetmem", *argv]
+    assert sys.argv == ["hetmem", "demo"]
+
+
+def test_fits_target_is_not_missed_by_checks_it_cannot_judge():
+    def check(verdict):
+        return {"check": "data fits: x", "pass": verdict, "ratio": 0.5}
+
+    assert fits_target([check(True), check(None)])["pass"] is None
+    assert fits_target([check(True), check(None), check(False)])["pass"] is False
+    assert fits_target([check(True)])["pass"] is True
