@@ -83,6 +83,25 @@ def parse_duration_ms(text: str, what: str = "duration") -> float:
     return value
 
 
+# Wall-clock limits of whole runs (hetmem recommend --time): seconds and up,
+# a bare number in seconds. Kept apart from parse_duration_ms, whose units
+# the C runtime's sampling period shares.
+_SECONDS = {"s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_seconds(text: str, what: str = "duration") -> float:
+    """Seconds in text ('90', '90s', '5min', '1.5h'; a bare number is
+    seconds), more than zero; UsageError naming `what` otherwise."""
+    m = _RE.match(text)
+    unit = (m.group(2) if m else "").lower() or "s"
+    if not m or unit not in _SECONDS:
+        raise UsageError(f"{what}: '{_shown(text)}' is not a duration (examples: 90s, 5min, 1h)")
+    value = float(m.group(1)) * _SECONDS[unit]
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{what}: '{_shown(text)}' must be more than zero and finite")
+    return value
+
+
 def budget_over_ram_allowed() -> bool:
     """HETMEM_BUDGET_OVER_RAM read as the runtime reads a boolean option."""
     text = os.environ.get(OVER_RAM_ENV, "").lower()  # no blanks, as the runtime reads it
@@ -117,6 +136,15 @@ def parse_budget(text: str, flag: str = "--fast-budget", minimum: int = 1) -> in
             f"set {OVER_RAM_ENV}=1 if that is meant"
         )
     return budget
+
+
+def budget_or_env(flag_value: str | None) -> int:
+    """--fast-budget, else $HETMEM_FAST_BUDGET, checked as every verb checks a
+    budget (parse_budget); 0 when neither is given."""
+    if flag_value is not None:
+        return parse_budget(flag_value, "--fast-budget")
+    env = os.environ.get("HETMEM_FAST_BUDGET")
+    return parse_budget(env, "HETMEM_FAST_BUDGET") if env else 0
 
 
 def parse_positive(text: str, flag: str, most: int = 0, why: str = "") -> int:

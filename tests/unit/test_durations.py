@@ -11,7 +11,7 @@ import pytest
 
 from hetmem._native import Context
 from hetmem.errors import UsageError
-from hetmem.sizes import parse_duration_ms
+from hetmem.sizes import parse_duration_ms, parse_seconds
 
 
 @pytest.mark.parametrize(
@@ -36,3 +36,16 @@ def test_the_variable_takes_the_same_units(text: str, us: int) -> None:
         out = ctypes.c_uint64()  # what the sampler gets: the C parser's microseconds
         assert ctx.call("hm_option_get_u64", b"sample_period", ctypes.byref(out)) == 0
         assert out.value == us
+
+
+@pytest.mark.parametrize(
+    ("text", "s"), [("90", 90.0), ("90s", 90.0), ("5min", 300.0), ("1.5h", 5400.0)]
+)
+def test_wall_clock_limits_parse(text: str, s: float) -> None:
+    assert parse_seconds(text, "--time") == pytest.approx(s)
+
+
+@pytest.mark.parametrize("text", ["", "0", "5m", "10ms", "soon", "1e999"])
+def test_bad_wall_clock_limits_name_the_option(text: str) -> None:
+    with pytest.raises(UsageError, match="--time"):
+        parse_seconds(text, "--time")

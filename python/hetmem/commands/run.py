@@ -14,7 +14,7 @@ from hetmem.run import autofast
 from hetmem.run.config import MODES, STORAGE_FULL_POLICIES, RunConfig
 from hetmem.run.launch import run
 from hetmem.run.mempolicy import MODES as POLICY_MODES
-from hetmem.sizes import parse_budget, parse_positive, parse_size
+from hetmem.sizes import budget_or_env, parse_positive, parse_size
 
 
 class Command:
@@ -133,7 +133,7 @@ class Command:
             None,
         )  # fmt: skip
         auto = autofast.parse(args.auto_fast) if args.auto_fast is not None else None
-        budget = _budget(args.fast_budget)
+        budget = budget_or_env(args.fast_budget)
         if args.mode is None and not (auto or numa) and budget <= 0:
             # `hetmem run ./app`: the default mode needs a budget; say what to add
             raise UsageError(
@@ -154,15 +154,6 @@ class Command:
             auto_fast=auto,
         )
         return run(cfg)
-
-
-def _budget(flag_value: str | None) -> int:
-    """--fast-budget, else $HETMEM_FAST_BUDGET, checked as every verb checks a
-    budget (hetmem.sizes.parse_budget); 0 when neither is given (dram mode)."""
-    if flag_value is not None:
-        return parse_budget(flag_value, "--fast-budget")
-    env = os.environ.get("HETMEM_FAST_BUDGET")
-    return parse_budget(env, "HETMEM_FAST_BUDGET") if env else 0
 
 
 def _storage_full(flag_value: str | None) -> str | None:
