@@ -18,7 +18,19 @@ from hetmem import __version__
 from hetmem.errors import HetmemError
 
 # Verb modules, in the order `hetmem --help` lists them.
-VERBS = ("demo", "tiers", "report", "probe", "bench", "run", "flow", "profile", "advise", "config")
+VERBS = (
+    "demo",
+    "recommend",
+    "tiers",
+    "report",
+    "probe",
+    "bench",
+    "run",
+    "flow",
+    "profile",
+    "advise",
+    "config",
+)
 
 
 class Command(Protocol):

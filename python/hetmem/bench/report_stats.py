@@ -20,40 +20,13 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from hetmem._numpy import np
 from hetmem.bench.harness import latest_runs, run_best_time
+from hetmem.stats import CONFIDENCE, median_ci
 
-CONFIDENCE = 0.95
-RESAMPLES = 2000
-SEED = 24  # a fixed seed: one set of runs always gives the same report
 STAT = "paired-median"
 # An interval wider than this factor (hi / lo) gets a caveat: the runs
 # disagree too much for the figure to mean much.
 WIDE_FACTOR = 2.0
-
-
-def median_ci(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """The 95% bootstrap interval of the median of values; (None, None)
-    with fewer than two values."""
-    if len(values) < 2:
-        return None, None
-    if min(values) == max(values):
-        return float(values[0]), float(values[0])
-    # lazy: scipy loads numpy, which CLI start-up must not (see hetmem._numpy)
-    from scipy import stats
-
-    res = stats.bootstrap(
-        (np.asarray(values, dtype=float),),
-        np.median,
-        n_resamples=RESAMPLES,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        vectorized=True,
-        random_state=np.random.default_rng(SEED),
-    )
-    med = statistics.median(values)
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return min(lo, med), max(hi, med)
 
 
 def annotate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,0 +1,170 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""`hetmem recommend`: which mode for this command at this budget, and how
+much faster, measured on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from hetmem import output
+from hetmem.errors import UsageError
+from hetmem.recommend import Options, Result, as_dict, recommend
+from hetmem.recommend.session import MAX_ROUNDS, MODES
+from hetmem.run.checks import check_storage, default_storage, resolve_command
+from hetmem.sizes import budget_or_env, format_size, parse_positive, parse_seconds, parse_size
+from hetmem.stats import Ratio
+
+
+class Command:
+    name = "recommend"
+    help = "measure a command under every sensible mode and say which to use"
+    description = (
+        'Answers "which mode, and how much faster?" for one command at one fast\n'
+        "budget, by measuring it here:\n"
+        "  1. a first run in cache mode (not counted): how large the data is\n"
+        "  2. the modes that make sense: dram when the data fits this machine's\n"
+        "     memory (the reference), swap where it can run (root), cache, and\n"
+        "     flat and hybrid from one profile run and `hetmem advise`\n"
+        "  3. rounds that run every mode once, in rotating order, at least 2,\n"
+        "     more while --time allows\n"
+        "and prints the best mode that keeps to the budget, its speed against\n"
+        "dram and swap (ratio of median times, 95% bootstrap interval), the\n"
+        "command line to use from now on, and why (from the pager's counters).\n"
+        "Everything it wrote (placement, profile, logs, recommend.json) stays in\n"
+        "-o DIR; the command line it gives refers to that folder's placement.\n"
+        "\n"
+        "Exit status: 0 an answer, 1 no mode ran the command to the end,\n"
+        "2 bad input. Example:\n"
+        "  hetmem recommend --fast-budget 4G --storage /mnt/nvme -- ./app input.dat"
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--fast-budget",
+            metavar="SIZE",
+            help="DRAM the command may use, as in hetmem run (default $HETMEM_FAST_BUDGET)",
+        )
+        parser.add_argument(
+            "--storage", metavar="DIR", type=Path, help="storage-tier directory (as hetmem run)"
+        )
+        parser.add_argument(
+            "--time",
+            default="5min",
+            metavar="DURATION",
+            help="wall-clock time to spend, e.g. 90s, 5min (5min); at least 2 rounds run",
+        )
+        parser.add_argument(
+            "--rounds",
+            metavar="N",
+            help=f"exactly N rounds of every mode, whatever the time (1..{MAX_ROUNDS})",
+        )
+        parser.add_argument(
+            "--modes",
+            default=",".join(MODES),
+            metavar="LIST",
+            help=f"modes to consider ({','.join(MODES)})",
+        )
+        parser.add_argument(
+            "--threshold", metavar="SIZE", help="smallest allocation on a tier (as hetmem run)"
+        )
+        parser.add_argument(
+            "-o",
+            "--output",
+            type=Path,
+            default=Path("hetmem-recommend"),
+            metavar="DIR",
+            help="folder for the placement, profile and logs (hetmem-recommend)",
+        )
+        parser.add_argument("--json", action="store_true", help="print the result as JSON")
+        parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+
+    def run(self, args: argparse.Namespace) -> int:
+        opts = _options(args)
+        say = (lambda _: None) if args.json else _say
+        res = recommend(opts, say)
+        if args.json:
+            output.print_json(as_dict(res))
+        else:
+            _print(res)
+        return 0
+
+
+def _options(args: argparse.Namespace) -> Options:
+    argv = list(args.command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    resolve_command(argv)
+    budget = budget_or_env(args.fast_budget)
+    if budget <= 0:
+        raise UsageError("--fast-budget is needed: the DRAM the command may use, e.g. 4G")
+    storage = (args.storage or default_storage()).absolute()
+    check_storage(storage, 1 << 20)
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise UsageError(f"--modes: unknown mode(s) {','.join(bad)}; choose from {MODES}")
+    _check_workdir(args.output)
+    return Options(
+        argv=argv,
+        budget=budget,
+        budget_text=args.fast_budget or os.environ.get("HETMEM_FAST_BUDGET", ""),
+        storage=storage,
+        workdir=args.output.absolute(),
+        time_s=parse_seconds(args.time, "--time"),
+        rounds=parse_positive(args.rounds, "--rounds", MAX_ROUNDS) if args.rounds else None,
+        modes=modes,
+        threshold=parse_size(args.threshold, "--threshold") if args.threshold else None,
+    )
+
+
+def _check_workdir(path: Path) -> None:
+    """-o DIR: a folder of ours, made private to this user (it will hold a
+    placement file that later runs read)."""
+    output.check_output_dir(path, "-o")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"-o {path}: is a file; name a folder")
+    path.mkdir(mode=0o700, exist_ok=True)
+    if path.stat().st_uid != os.geteuid():
+        raise UsageError(f"-o {path}: belongs to another user")
+
+
+def _say(text: str) -> None:
+    output.err_console().print(f"[dim]hetmem recommend:[/dim] {text}", highlight=False)
+
+
+def _ratio_text(r: Ratio | None, what: str) -> str:
+    return f"{what}: {r.text()}" if r else ""
+
+
+def _print(res: Result) -> None:
+    d = as_dict(res)
+    rows = []
+    for mode, m in d["modes"].items():
+        med = f"{m['median_s']:.3f}" if m["median_s"] is not None else "-"
+        rows.append([mode, len(m["seconds"]), med, m["error"] or ""])
+    for mode, why in d["skipped"].items():
+        rows.append([mode, 0, "-", f"not run: {why}"])
+    output.table(
+        f"{res.rounds} round(s), {res.seconds:.0f} s; data {format_size(res.pilot.data_bytes)}, "
+        f"budget {format_size(res.options.budget)}",
+        ["mode", "runs", "median s", "note"],
+        rows,
+    )
+    ans = res.answer
+    assert ans is not None and ans.mode is not None
+    con = output.console()
+    con.print(f"[bold]Use {ans.mode}.[/bold]", highlight=False)
+    for line in (
+        _ratio_text(ans.vs_swap, "faster than swap by"),
+        _ratio_text(ans.vs_dram, "speed against dram (dram's time over this one's)"),
+    ):
+        if line:
+            con.print(f"  {line}", highlight=False)
+    con.print("From now on:", highlight=False)
+    con.print(f"  {ans.command}", highlight=False, soft_wrap=True)
+    con.print("Why:", highlight=False)
+    for w in ans.why:
+        con.print(f"  - {w}", highlight=False)
+    con.print(f"details: {res.options.workdir / 'recommend.json'}", highlight=False)

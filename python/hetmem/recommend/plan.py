@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Which modes make sense at the user's budget, learnt from one first run.
+
+The first run is in cache mode: it keeps to the budget, so it is safe even
+for a program larger than this machine's memory, and its statistics say
+how large the data is (the interposer's peak of live large allocations, the
+bytes the pager saw touched). From that:
+  dram    when the data fits this machine's memory: the reference every
+          speed is stated against; a candidate only when it fits the budget
+  swap    where it can run (root, a memory cgroup): what a user would
+          otherwise pick at the same DRAM limit
+  cache   always
+  flat,   when a profile can be made (the profile run holds the data in
+  hybrid  DRAM, so it must fit this machine's memory) and names sites
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetmem.bench import harness
+from hetmem.errors import HetmemError
+from hetmem.recommend.runs import Run, Setup
+from hetmem.sizes import format_size, machine_memory
+
+# The data may take this share of the machine's memory for a run that holds
+# all of it in DRAM (dram, the profile run); the rest is the system's.
+RAM_SHARE = 0.7
+# Swap file: twice the data, at least the budget and 256 MiB.
+SWAP_MIN = 256 << 20
+
+
+@dataclass
+class Pilot:
+    """What the first run says of the command's data."""
+
+    seconds: float
+    large_peak: int  # peak live bytes of allocations >= --threshold
+    touched: int  # bytes the pager saw touched
+    summary: dict[str, Any]  # diagnose.summarize of its pager
+
+    @property
+    def data_bytes(self) -> int:
+        return max(self.large_peak, self.touched)
+
+
+def pilot_of(run: Run) -> Pilot:
+    """The Pilot of a successful first run (cache mode)."""
+    st = run.stats
+    inter = st.get("interposer") or {}
+    summ = st.get("pager_summary") or {}
+    return Pilot(
+        seconds=run.seconds or 0.0,
+        large_peak=int(inter.get("peak_live_large_bytes") or 0),
+        touched=int(summ.get("footprint_bytes") or 0),
+        summary=summ,
+    )
+
+
+@dataclass
+class Choice:
+    """The modes to measure and why each other one is left out."""
+
+    modes: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    fits_ram: bool = False
+    fits_budget: bool = False
+
+
+def choose(pilot: Pilot, budget: int, wanted: list[str]) -> Choice:
+    """The modes of `wanted` worth running after the pilot."""
+    c = Choice()
+    ram = machine_memory()
+    c.fits_ram = ram == 0 or pilot.data_bytes <= RAM_SHARE * ram
+    c.fits_budget = pilot.data_bytes <= budget
+    can = harness.available_modes()
+    for mode in wanted:
+        why = can.get(mode, "unknown mode")
+        if not why and mode in ("dram", "flat", "hybrid") and not c.fits_ram:
+            why = (
+                f"its data ({format_size(pilot.data_bytes)}) does not fit "
+                f"{RAM_SHARE:.0%} of this machine's memory ({format_size(ram)})"
+            )
+            if mode != "dram":
+                why = "the profile run holds all data in DRAM, and " + why
+        if why:
+            c.skipped[mode] = why
+        else:
+            c.modes.append(mode)
+    return c
+
+
+def swap_size(pilot: Pilot, budget: int) -> int:
+    """A swap file that holds what does not fit the budget, with room."""
+    return max(2 * pilot.data_bytes, budget, SWAP_MIN)
+
+
+def profile_and_advise(setup: Setup) -> tuple[Path | None, str]:
+    """Profiles the command once (`hetmem profile`) and advises a placement
+    at the budget (`hetmem advise`): the placement file, or None and why."""
+    prof_dir = setup.workdir / "profile"
+    prof_dir.mkdir(exist_ok=True)
+    for old in prof_dir.glob("run.prof.*"):
+        old.unlink()
+    tmpl = prof_dir / "run.prof"
+    proc = _hetmem("profile", "-o", str(tmpl), "--", *setup.argv, log=setup.workdir / "logs")
+    if proc.returncode != 0:
+        return None, f"the profile run failed (exit {proc.returncode}; logs/profile.err)"
+    profiles = sorted(str(p) for p in prof_dir.glob("run.prof.*"))
+    if not profiles:
+        return None, "the profile run wrote no profile (a static binary?)"
+    placement = setup.workdir / "placement.toml"
+    opts = ["--fast-budget", str(setup.budget), "--storage", str(setup.storage)]
+    proc = _hetmem("advise", *profiles, *opts, "-o", str(placement), log=setup.workdir / "logs")
+    if proc.returncode != 0:
+        return None, f"hetmem advise failed (exit {proc.returncode}; logs/advise.err)"
+    return placement, ""
+
+
+def _hetmem(verb: str, *args: str, log: Path) -> subprocess.CompletedProcess[bytes]:
+    """`hetmem VERB ARGS` with its output in log/VERB.out and .err."""
+    try:
+        with open(log / f"{verb}.out", "wb") as fo, open(log / f"{verb}.err", "wb") as fe:
+            return subprocess.run(
+                [sys.executable, "-m", "hetmem", verb, *args],
+                stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, check=False,
+            )  # fmt: skip
+    except OSError as exc:
+        raise HetmemError(f"cannot write the logs in '{log}': {exc.strerror}") from None

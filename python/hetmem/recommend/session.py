@@ -1,0 +1,200 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""One recommendation, from the first run to the answer.
+
+1. a first run in cache mode (not counted): the data's size and the time
+   one run takes (plan.Pilot);
+2. the modes worth measuring (plan.choose), a profile and a placement
+   when flat and hybrid are among them;
+3. rounds, each running every mode once in an order that rotates from
+   round to round, so that the machine's drift hits every mode alike; at
+   least MIN_ROUNDS, then more while the time allows (--time), up to
+   --rounds; a mode that failed is not run again (its failure is its
+   result: the same command fails the same way);
+4. the answer (decide.decide).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetmem.errors import HetmemError, UsageError
+from hetmem.output import write_atomic
+from hetmem.recommend import decide, plan
+from hetmem.recommend.runs import Run, Setup, run_once
+
+SCHEMA_VERSION = 1
+MIN_ROUNDS = 2  # one round gives no spread, so no interval
+MAX_ROUNDS = 10
+MODES = ("dram", "swap", "cache", "flat", "hybrid")
+# A run may take this many times the first run before it is stopped (swap
+# can be ten times slower than cache), and never less than this.
+RUN_TIMEOUT_FACTOR = 20.0
+RUN_TIMEOUT_MIN_S = 120.0
+
+
+class NoAnswer(HetmemError):
+    """The command ran under no mode (exit 1: it ran, nothing to recommend)."""
+
+    exit_code = 1
+
+
+@dataclass
+class Options:
+    argv: list[str]
+    budget: int
+    storage: Path
+    workdir: Path
+    budget_text: str = ""  # as the user wrote it, for the command line
+    time_s: float = 300.0
+    rounds: int | None = None  # None: as many as time_s allows
+    modes: tuple[str, ...] = MODES
+    threshold: int | None = None
+
+
+@dataclass
+class Result:
+    options: Options
+    setup: Setup
+    pilot: plan.Pilot
+    choice: plan.Choice
+    runs: list[Run] = field(default_factory=list)
+    rounds: int = 0
+    seconds: float = 0.0
+    answer: decide.Answer | None = None
+
+
+Say = Callable[[str], None]
+
+
+def round_order(modes: list[str], r: int) -> list[str]:
+    """Round r's order: the modes rotated by r places."""
+    k = r % len(modes) if modes else 0
+    return modes[k:] + modes[:k]
+
+
+def recommend(opts: Options, say: Say = lambda _: None) -> Result:
+    """Runs the whole recommendation; NoAnswer when no mode ran the command."""
+    t0 = time.monotonic()
+    setup = Setup(list(opts.argv), opts.budget, opts.storage, opts.workdir, opts.threshold)
+    setup.budget_text = opts.budget_text or str(opts.budget)
+    (opts.workdir / "logs").mkdir(parents=True, exist_ok=True)
+    say("first run (cache mode, not counted): how large is the data, how long is a run")
+    first = run_once(setup, "cache", 0)
+    if not first.ok:
+        _first_failed(first)
+    pilot = plan.pilot_of(first)
+    choice = plan.choose(pilot, opts.budget, list(opts.modes))
+    setup.swap_size = plan.swap_size(pilot, opts.budget)
+    setup.timeout_s = max(RUN_TIMEOUT_MIN_S, RUN_TIMEOUT_FACTOR * pilot.seconds)
+    res = Result(opts, setup, pilot, choice)
+    _placement(res, say)
+    _rounds(res, t0, say)
+    res.seconds = time.monotonic() - t0
+    res.answer = decide.decide(res.runs, choice.modes, setup, pilot.data_bytes, choice.fits_budget)
+    write_atomic(opts.workdir / "recommend.json", json.dumps(as_dict(res), indent=1) + "\n")
+    if res.answer.mode is None:
+        raise NoAnswer("no mode ran the command to the end: " + "; ".join(res.answer.why))
+    return res
+
+
+def _first_failed(run: Run) -> None:
+    if run.kind == "setup":
+        # hetmem run refused before the command started: bad input
+        raise UsageError(run.error.removeprefix("hetmem run: error: "))
+    raise NoAnswer(
+        f"the command failed in its first run (cache mode, exit {run.exit_code}): {run.error}"
+    )
+
+
+def _placement(res: Result, say: Say) -> None:
+    placed = [m for m in res.choice.modes if m in ("flat", "hybrid")]
+    if not placed:
+        return
+    say("profile run and placement (hetmem profile, hetmem advise)")
+    path, why = plan.profile_and_advise(res.setup)
+    if path is None:
+        for m in placed:
+            res.choice.modes.remove(m)
+            res.choice.skipped[m] = why
+    res.setup.placement = path
+
+
+def _rounds(res: Result, t0: float, say: Say) -> None:
+    opts, live = res.options, list(res.choice.modes)
+    most = opts.rounds or MAX_ROUNDS
+    least = opts.rounds or MIN_ROUNDS
+    while res.rounds < most and live:
+        r, start = res.rounds, time.monotonic()
+        for mode in round_order(live, r):
+            say(f"round {r + 1}: {mode}")
+            run = run_once(res.setup, mode, r + 1)
+            res.runs.append(run)
+            if not run.ok:
+                live.remove(mode)
+        res.rounds += 1
+        took = time.monotonic() - start
+        if res.rounds >= least and time.monotonic() - t0 + took > opts.time_s:
+            break
+
+
+def as_dict(res: Result) -> dict[str, Any]:
+    """The result as recommend.json and --json print it (docs/formats.md)."""
+    ans = res.answer or decide.Answer(None)
+    per_mode = {m: _mode_dict(res, m) for m in res.choice.modes}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "hetmem-recommend",
+        "command": res.options.argv,
+        "budget_bytes": res.options.budget,
+        "storage": str(res.options.storage),
+        "first_run": {
+            "seconds": res.pilot.seconds,
+            "data_bytes": res.pilot.data_bytes,
+            "large_peak_bytes": res.pilot.large_peak,
+            "touched_bytes": res.pilot.touched,
+        },
+        "fits_budget": res.choice.fits_budget,
+        "fits_memory": res.choice.fits_ram,
+        "rounds": res.rounds,
+        "seconds": res.seconds,
+        "modes": per_mode,
+        "skipped": res.choice.skipped,
+        "answer": {
+            "mode": ans.mode,
+            "command": ans.command,
+            "vs_dram": ans.vs_dram.as_dict() if ans.vs_dram else None,
+            "vs_swap": ans.vs_swap.as_dict() if ans.vs_swap else None,
+            "runner_up": {"mode": ans.runner_up[0], "slower": ans.runner_up[1].as_dict()}
+            if ans.runner_up
+            else None,
+            "why": ans.why,
+        },
+        "runs": [r.as_dict() for r in res.runs],
+    }
+
+
+def _pilot_dict(p: plan.Pilot) -> dict[str, Any]:
+    return {
+        "seconds": p.seconds,
+        "data_bytes": p.data_bytes,
+        "large_peak_bytes": p.large_peak,
+        "touched_bytes": p.touched,
+    }
+
+
+def _mode_dict(res: Result, mode: str) -> dict[str, Any]:
+    ts = decide.times(res.runs, mode)
+    fails = [r for r in res.runs if r.mode == mode and not r.ok]
+    return {
+        "seconds": ts,
+        "median_s": statistics.median(ts) if ts else None,
+        "failed": len(fails),
+        "error": fails[-1].error if fails else "",
+        "error_kind": fails[-1].kind if fails else "",
+    }

@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""`hetmem recommend` end to end on a real kernel, and its bad input."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_pager, run_hetmem
+from hetmem.bench.kernels import kernel_path
+
+pytestmark = needs_pager
+
+
+def _stream(tmp_path: Path) -> list[str]:
+    return [str(kernel_path("stream")), "--bytes", "48M", "--reps", "2", "--threads", "2"]
+
+
+def test_recommend_answers_with_a_command_that_runs(tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    opts = ["--fast-budget", "16M", "--storage", str(tmp_path), "-o", str(out)]
+    proc = run_hetmem("recommend", *opts, "--rounds", "2", "--modes", "dram,cache,flat",
+                      "--json", "--", *_stream(tmp_path))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["schema_version"] == 1 and d["kind"] == "hetmem-recommend"
+    assert d["first_run"]["data_bytes"] >= 40 << 20
+    assert not d["fits_budget"]
+    # dram is the reference, not a candidate: the data is 3x the budget
+    assert d["answer"]["mode"] in ("cache", "flat")
+    assert len(d["modes"]["dram"]["seconds"]) == 2
+    assert d["answer"]["vs_dram"]["ci_low"] is not None
+    assert (out / "placement.toml").is_file()
+    assert json.loads((out / "recommend.json").read_text())["answer"] == d["answer"]
+    assert (out.stat().st_mode & 0o077) == 0
+    line = shlex.split(d["answer"]["command"])
+    assert line[:2] == ["hetmem", "run"] and "--fast-budget" in line and "16M" in line
+    again = run_hetmem(*line[1:])
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout.splitlines()[-1])["verified"]
+
+
+def test_recommend_prints_the_answer_and_why(tmp_path: Path) -> None:
+    opts = ["--fast-budget", "16M", "--storage", str(tmp_path), "-o", str(tmp_path / "r")]
+    proc = run_hetmem("recommend", *opts, "--rounds", "1", "--modes", "cache,dram",
+                      "--", *_stream(tmp_path))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Use cache." in proc.stdout
+    assert "hetmem run --mode cache --fast-budget 16M" in proc.stdout
+    assert "the budget (16 MiB)" in proc.stdout
+
+
+def test_a_command_that_always_fails_gets_no_answer(tmp_path: Path) -> None:
+    opts = ["--fast-budget", "16M", "--storage", str(tmp_path), "-o", str(tmp_path / "r")]
+    proc = run_hetmem("recommend", *opts, "--", "false")
+    assert proc.returncode == 1
+    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+    assert len(errors) == 1 and "first run" in errors[0] and "exit 1" in errors[0]
+    assert proc.stderr.splitlines()[-1] == errors[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--", "true"], 2, "--fast-budget is needed"),
+        (["--fast-budget", "16M", "--time", "soon", "--", "true"], 2, "--time"),
+        (["--fast-budget", "16M", "--modes", "turbo", "--", "true"], 2, "turbo"),
+        (["--fast-budget", "16M", "--rounds", "0", "--", "true"], 2, "--rounds"),
+        (["--fast-budget", "16M", "--", "no-such-program-xyz"], 127, "not found"),
+        (["--fast-budget", "16M"], 2, "no command"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path: Path, args: list[str], code: int, words: str) -> None:
+    proc = run_hetmem("recommend", "-o", str(tmp_path / "r"), *args)
+    assert proc.returncode == code, proc.stderr
+    assert proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_output_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "afile"
+    f.write_text("x")
+    proc = run_hetmem("recommend", "--fast-budget", "16M", "-o", str(f), "--", "true")
+    assert proc.returncode == 2 and "is a file" in proc.stderr
+    assert f.read_text() == "x"

@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""hetmem recommend's answer from run records: the best mode that keeps to
+the budget, its ratios with intervals, near ties and failures said, and the
+reasons from the pager's counters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hetmem.recommend import decide, plan
+from hetmem.recommend.runs import Run, Setup
+from hetmem.recommend.session import round_order
+from hetmem.stats import ratio
+
+BUDGET = 64 << 20
+MODES = ["dram", "swap", "cache", "flat", "hybrid"]
+
+
+def _setup() -> Setup:
+    s = Setup(["./app", "x"], BUDGET, Path("/var/tmp"), Path("/tmp/w"))
+    s.budget_text = "64M"
+    s.placement = Path("/tmp/w/placement.toml")
+    return s
+
+
+def _runs(times: dict[str, list[float]], summary: dict | None = None) -> list[Run]:
+    out = []
+    for mode, ts in times.items():
+        for i, t in enumerate(ts):
+            st = {"pager_summary": summary} if summary and mode == "cache" else {}
+            out.append(Run(mode, i + 1, 0, t, stats=st))
+    return out
+
+
+def test_the_fastest_mode_within_the_budget_wins_over_dram() -> None:
+    runs = _runs({"dram": [1.0, 1.1, 0.9], "swap": [9.0, 8.0, 10.0],
+                  "cache": [2.0, 2.1, 1.9], "flat": [3.0, 3.2, 2.9]})  # fmt: skip
+    ans = decide.decide(runs, MODES, _setup(), 128 << 20, fits_budget=False)
+    assert ans.mode == "cache"
+    assert ans.vs_swap is not None and ans.vs_swap.value == pytest.approx(9.0 / 2.0)
+    assert ans.vs_swap.significant_above_one
+    assert ans.vs_dram is not None and ans.vs_dram.value == pytest.approx(0.5)
+    assert ans.command.startswith("hetmem run --mode cache --fast-budget 64M --storage /var/tmp")
+    assert ans.command.endswith("-- ./app x")
+    assert "--placement" not in ans.command
+    assert any("2.0x the budget" in w for w in ans.why)
+
+
+def test_dram_is_the_answer_only_when_the_data_fits_the_budget() -> None:
+    runs = _runs({"dram": [1.0, 1.0], "cache": [1.5, 1.4]})
+    assert decide.decide(runs, MODES, _setup(), BUDGET // 2, fits_budget=True).mode == "dram"
+    assert decide.decide(runs, MODES, _setup(), 2 * BUDGET, fits_budget=False).mode == "cache"
+
+
+def test_flat_names_its_placement_and_a_near_tie_is_said() -> None:
+    runs = _runs({"cache": [2.0, 2.2, 1.9], "flat": [1.9, 2.1, 1.95]})
+    ans = decide.decide(runs, MODES, _setup(), 2 * BUDGET, fits_budget=False)
+    assert ans.mode == "flat"
+    assert "--placement /tmp/w/placement.toml" in ans.command
+    assert ans.runner_up is not None and ans.runner_up[0] == "cache"
+    assert any("within this machine's noise" in w for w in ans.why)
+
+
+def test_a_mode_that_failed_every_run_is_said_and_not_chosen() -> None:
+    runs = _runs({"cache": [5.0, 5.0]})
+    runs.append(Run("swap", 1, 137, None, "killed by the OOM killer in its memory limit", "oom"))
+    ans = decide.decide(runs, MODES, _setup(), 2 * BUDGET, fits_budget=False)
+    assert ans.mode == "cache" and ans.vs_swap is None
+    assert any(w.startswith("swap could not run it: killed by the OOM") for w in ans.why)
+
+
+def test_no_successful_run_gives_no_answer() -> None:
+    runs = [Run("cache", 1, 1, None, "exit code 1", "exit")]
+    assert decide.decide(runs, MODES, _setup(), BUDGET, fits_budget=False).mode is None
+
+
+@pytest.mark.parametrize(
+    ("summary", "words"),
+    [
+        ({"faults_without_read": 0.97, "bytes_per_demand_fetch": 200000.0}, "streaming"),
+        ({"faults_without_read": 0.04, "bytes_per_demand_fetch": 7000.0}, "random access"),
+        ({"faults_without_read": 0.3, "bytes_per_demand_fetch": 500000.0}, "waited for a read"),
+    ],
+)
+def test_the_access_pattern_comes_from_the_cache_runs(summary: dict, words: str) -> None:
+    runs = _runs({"cache": [1.0, 1.0]}, {**summary, "times_read_back": 3.0})
+    why = decide.reasons(runs, "cache", BUDGET, 2 * BUDGET, fits_budget=False)
+    assert any(words in w for w in why), why
+    assert any("read the data back 3.0 times" in w for w in why)
+
+
+def test_ratio_interval_holds_the_value_and_needs_two_runs() -> None:
+    r = ratio([4.0, 4.4, 3.9], [2.0, 2.1, 1.9])
+    assert r.lo is not None and r.hi is not None and r.lo <= r.value <= r.hi
+    assert r.value == pytest.approx(2.0)
+    single = ratio([4.0], [2.0, 2.1])
+    assert single.lo is None and "no CI" in single.text()
+    with pytest.raises(ValueError):
+        ratio([], [1.0])
+
+
+def test_rounds_rotate_so_no_mode_always_runs_first() -> None:
+    modes = ["dram", "cache", "flat"]
+    firsts = {round_order(modes, r)[0] for r in range(3)}
+    assert firsts == set(modes)
+    assert sorted(round_order(modes, 5)) == sorted(modes)
+
+
+def test_modes_are_left_out_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plan, "machine_memory", lambda: 1 << 30)
+    monkeypatch.setattr(plan.harness, "available_modes",
+                        lambda: {m: "" for m in MODES} | {"swap": "needs root"})  # fmt: skip
+    big = plan.Pilot(1.0, 900 << 20, 900 << 20, {})
+    c = plan.choose(big, BUDGET, MODES)
+    assert c.modes == ["cache"]
+    assert c.skipped["swap"] == "needs root"
+    assert "does not fit" in c.skipped["dram"] and "profile run" in c.skipped["flat"]
+    small = plan.Pilot(1.0, 32 << 20, 30 << 20, {})
+    c = plan.choose(small, BUDGET, MODES)
+    assert c.modes == ["dram", "cache", "flat", "hybrid"] and c.fits_budget
