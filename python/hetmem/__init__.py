@@ -41,8 +41,8 @@ _PUBLIC = {
     "load_placement": "hetmem.api",
     # running a command in a mode
     "run_command": "hetmem.api",
-    # `hetmem recommend` (issue 24): its entry point joins here, documented
-    # in docs/api.md, once hetmem.recommend offers one; not before.
+    # which mode, and how much faster (`hetmem recommend`)
+    "recommend_mode": "hetmem.recommend.public",
     # the errors, one hierarchy
     "HetmemError": "hetmem.errors",
     "UsageError": "hetmem.errors",
@@ -73,6 +73,7 @@ __all__ = [
     "measure_tiers",
     "parse_budget",
     "parse_size",
+    "recommend_mode",
     "run_command",
 ]
 
