@@ -16,8 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+from rich.text import Text
+
 from hetmem import output
-from hetmem.bench import exit_status, harness, report
+from hetmem.bench import exit_status, harness, report, report_stats
 from hetmem.errors import UsageError
 from hetmem.sizes import format_size
 
@@ -213,56 +216,137 @@ def run_matrix(args: argparse.Namespace, suite: str, argv: list[str]) -> dict[st
     return data
 
 
-def print_summary(data: dict[str, Any]) -> None:
-    rows = []
-    for r in data["efficiency"]:
-        rows.append(
-            [
-                r["case"],
-                f"{r['multiple']:g}x",
-                r["mode"],
-                None if r.get("time_s_best") is None else round(r["time_s_best"], 4),
-                "-" if r["efficiency"] is None else f"{100 * r['efficiency']:.1f}%",
-                "-"
-                if r.get("efficiency_min") is None
-                else f"{100 * r['efficiency_min']:.0f}-{100 * r['efficiency_max']:.0f}%",
-                "; ".join(r["failures"])[:60],
-            ]
-        )
-    output.table(
-        "efficiency t_dram / t_mode (best repetition of every mode; spread over repetitions)",
-        ["case", "size", "mode", "best time (s)", "efficiency", "spread", "failures"],
-        rows,
+# What a check's or target's `pass` prints as: None is a check that could not
+# be judged (one repetition), no miss for the exit status (targets_of).
+VERDICTS = {True: "PASS", False: "MISS", None: "UNSURE"}
+
+
+def verdict(ok: bool | None) -> str:
+    """PASS, MISS or UNSURE (numpy's bool_ too)."""
+    return VERDICTS[None if ok is None else bool(ok)]
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _ci_cell(r: dict[str, Any]) -> str:
+    lo, hi = r.get("efficiency_ci_low"), r.get("efficiency_ci_high")
+    if r["mode"] == "dram" or lo is None or hi is None:
+        return "-"
+    return f"{100 * lo:.1f}-{_pct(hi)}"
+
+
+def row_notes(r: dict[str, Any]) -> str:
+    """The report's caveats on one efficiency: noise, wide interval, one repetition."""
+    notes = []
+    if r.get("noise"):
+        notes.append("above 100%: noise")
+    if r.get("wide"):
+        notes.append("wide interval")
+    if r["mode"] != "dram" and r.get("pairs", 0) == 1:
+        notes.append("one repetition")
+    return ", ".join(notes)
+
+
+def _efficiency_cells(r: dict[str, Any]) -> list[str]:
+    return [
+        r["case"],
+        f"{r['multiple']:g}x",
+        r["mode"],
+        str(r.get("pairs", 0)),
+        _pct(r.get("efficiency_median")),
+        _ci_cell(r),
+        row_notes(r),
+        "; ".join(r["failures"]),
+    ]
+
+
+EFFICIENCY_TITLE = (
+    "efficiency t_dram / t_mode: the median over repetitions of the ratio of runs made "
+    f"back to back, with its {report_stats.CONFIDENCE:.0%} bootstrap interval (the report's "
+    "statistic; noise: above 100% without the interval above 100%)"
+)
+
+
+def efficiency_table(rows: list[dict[str, Any]]) -> Table:
+    """The report's efficiency table for the terminal; long failures wrap,
+    never cut, and no cell is read as rich markup."""
+    t = Table(title=EFFICIENCY_TITLE, title_justify="left")
+    # a cell too narrow for a word folds it onto the next line: nothing is cut
+    for col in ("case", "size", "mode"):
+        t.add_column(col, overflow="fold")
+    for col in ("reps", "% of dram", f"{report_stats.CONFIDENCE:.0%} CI"):
+        t.add_column(col, justify="right", overflow="fold")
+    for col in ("note", "failures"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(*(Text(c) for c in _efficiency_cells(r)))
+    return t
+
+
+def _say(text: str) -> None:
+    output.console().print(text, markup=False)
+
+
+def print_check(c: dict[str, Any]) -> None:
+    """One check: PASS, MISS or UNSURE with its ratio, and why when it is no pass."""
+    ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
+    if c.get("ratio_ci"):
+        lo, hi = c["ratio_ci"]
+        ratio += f" ({report_stats.CONFIDENCE:.0%} CI {lo:.2f}-{hi:.2f})"
+    _say(f"{verdict(c['pass'])}  {c['check']}: ratio {ratio} ({c['rule']})")
+    if c.get("why") and verdict(c["pass"]) != "PASS":
+        _say(f"      why: {c['why']}")
+    d = c.get("detail")
+    if d and "model_storage_s" in d:
+        _print_bound(c, d)
+
+
+def _print_bound(c: dict[str, Any], d: dict[str, Any]) -> None:
+    """The STREAM storage bound, and which DRAM figure is which."""
+    probe = "-" if d.get("dram_gbs_probe") is None else f"{d['dram_gbs_probe']:.1f}"
+    _say(
+        f"      bound {c['model']:.4f} = t_dram / t_storage; storage "
+        f"{d['model_bytes_read'] / 1e6:.0f} MB read at {d['storage_read_gbs']:.2f} + "
+        f"{d['model_bytes_written'] / 1e6:.0f} MB written at {d['storage_write_gbs']:.2f} "
+        f"GB/s = {d['model_storage_s']:.3f} s per repetition"
     )
+    kernel_is = d.get("dram_gbs_kernel_is") or "this matrix's dram run; used by the bound"
+    _say(f"      DRAM {d['dram_gbs_kernel']:.1f} GB/s: {kernel_is}")
+    probe_is = d.get("dram_gbs_probe_is") or "no probe stored with the results"
+    _say(f"      probe triad {probe} GB/s: {probe_is}")
+
+
+def print_fits_target(ft: dict[str, Any]) -> None:
+    """The data-fits target over its checks; UNSURE when none missed but some
+    could not be judged."""
+    worst = "-" if ft["worst_ratio"] is None else f"{ft['worst_ratio']:.2f}"
+    unsure = ft.get("unsure", 0)
+    counts = f"{ft['passed']}/{ft['checks']} checks pass"
+    if unsure:
+        counts += f", {unsure} unsure (one repetition)"
+    _say(
+        f"{verdict(ft['pass'])}  target: {ft['target']}: {counts}, "
+        f"worst t_mode/t_dram {worst} ({ft['worst']})"
+    )
+
+
+def print_summary(data: dict[str, Any]) -> None:
+    output.console().print(efficiency_table(data["efficiency"]))
     for c in data.get("checks", []):
-        verdict = "PASS" if c["pass"] else "MISS"
-        ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
-        output.console().print(f"{verdict}  {c['check']}: ratio {ratio} ({c['rule']})")
-        d = c.get("detail")
-        if d and "model_storage_s" in d:
-            probe = "-" if d.get("dram_gbs_probe") is None else f"{d['dram_gbs_probe']:.1f}"
-            output.console().print(
-                f"      bound {c['model']:.4f} = t_dram / t_storage; "
-                f"DRAM {d['dram_gbs_kernel']:.1f} GB/s in the dram run (probe triad {probe}),"
-                f" storage {d['model_bytes_read'] / 1e6:.0f} MB read at {d['storage_read_gbs']:.2f}"
-                f" + {d['model_bytes_written'] / 1e6:.0f} MB written at "
-                f"{d['storage_write_gbs']:.2f} GB/s = {d['model_storage_s']:.3f} s per repetition"
-            )
-    ft = data.get("fits_target")
-    if ft:
-        worst = "-" if ft["worst_ratio"] is None else f"{ft['worst_ratio']:.2f}"
-        output.console().print(
-            f"{'PASS' if ft['pass'] else 'MISS'}  target: {ft['target']}: "
-            f"{ft['passed']}/{ft['checks']} checks, worst t_mode/t_dram {worst} ({ft['worst']})"
-        )
+        print_check(c)
+    if data.get("fits_target"):
+        print_fits_target(data["fits_target"])
     if data.get("report"):
-        output.console().print(f"report: {data['report']}")
+        _say(f"report: {data['report']}")
 
 
 def targets_of(data: dict[str, Any]) -> list[bool | None]:
-    """The verdicts a matrix report's summary prints as PASS/MISS (its checks,
-    the data-fits target), and False when a run of hetmem failed: what the
-    exit status (hetmem.bench.exit_status) is judged on."""
+    """The verdicts a matrix report's summary prints as PASS/MISS/UNSURE (its
+    checks, the data-fits target), and False when a run of hetmem failed: what
+    the exit status (hetmem.bench.exit_status) is judged on; None (UNSURE) is
+    no miss."""
     verdicts: list[bool | None] = [c["pass"] for c in data.get("checks", [])]
     if data.get("fits_target"):
         verdicts.append(data["fits_target"]["pass"])
@@ -295,14 +379,15 @@ _MATRIX_DESC = (
     "Runs each kernel through `hetmem run` in every mode, at data sizes given as\n"
     "multiples of the fast budget, interleaving the modes so noise hits them\n"
     "alike; efficiency = t_dram / t_mode as in the study of Intel Memory Drive\n"
-    "Technology (IMDT, Mironov et al., MCHPC'18), from best times:\n"
-    "each kernel run repeats its operation for --kernel-min-time seconds and its\n"
-    "best repetition counts, and a mode's time is its best over --repeat runs\n"
-    "(the same for every mode; the spread of the paired ratios is shown too).\n"
-    "Sizes below the budget are checked against the target 'every mode within\n"
-    "5% of dram' (PASS/MISS). Results go to a\n"
-    "folder (-o DIR; run again with the same DIR to resume after an interruption)\n"
-    "with report.html and report.json.\n\n"
+    "Technology (IMDT, Mironov et al., MCHPC'18): each kernel run repeats its\n"
+    "operation for --kernel-min-time seconds and its best repetition counts; the\n"
+    "modes of one of the --repeat repetitions run back to back, and the efficiency\n"
+    "shown is the median over the repetitions of these paired ratios, with its 95%\n"
+    "bootstrap interval (above 100% without the interval above 100% is marked\n"
+    "noise). Sizes below the budget are checked against the target 'every mode\n"
+    "within 5% of dram' (PASS, MISS, or UNSURE where one repetition cannot tell).\n"
+    "Results go to a folder (-o DIR; run again with the same DIR to resume after\n"
+    "an interruption) with report.html and report.json.\n\n"
     "example: hetmem bench {name} --fast-budget 512MiB --sizes 0.5x,2x,4x --repeat 3"
 )
 
