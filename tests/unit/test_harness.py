@@ -201,6 +201,28 @@ def test_report_builds_plots_and_checks(tmp_path):
     assert not poly["pass"]
 
 
+def test_no_crossover_check_from_one_polynomial_degree(tmp_path):
+    """Repetitions of one degree are several points at one intensity: no
+    crossover between intensities can be measured from them."""
+    harness.write_manifest(_plan(tmp_path, repeat=3), ["bench"])
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["probe"] = {"schema_version": 1, "tiers": [
+        {"name": "node0", "kind": "memory", "best": {"triad_gbs": 40.0}},
+        {"name": "storage:/var/tmp", "kind": "storage", "seq_read_gbs": 2.0},
+    ]}  # fmt: skip
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    recs = []
+    for rep in range(3):
+        for mode, gf in (("dram", 20.0), ("cache", 19.0 - rep)):
+            res = {"degree": 1024, "variant": "ro", "gflops": gf}
+            recs.append(_record("poly-ro-d1024", 2.0, mode, rep, 1.0, result=res))
+    for r in recs:
+        r["kernel"] = "poly"
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    _, data = report.build([tmp_path])
+    assert not [c for c in data["checks"] if "polynomial" in c["check"]]
+
+
 def test_report_rejects_non_result_folder(tmp_path):
     with pytest.raises(SchemaError):
         report.build([tmp_path])

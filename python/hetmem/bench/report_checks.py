@@ -275,7 +275,9 @@ def _crossover_check(
     pts: list[dict[str, Any]], storage: float | None, peak: float
 ) -> dict[str, Any] | None:
     ps = _largest_tiered(pts)
-    if not (storage and peak > 0) or len(ps) < 2:
+    # a crossover lies between two intensities: the repetitions of one
+    # polynomial degree alone are no measurement of it
+    if not (storage and peak > 0) or len({p["ai"] for p in ps}) < 2:
         return None
     bw_low = ps[0]["gbs"]
     flops_high = max(p["gflops"] for p in ps)
