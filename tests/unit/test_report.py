@@ -47,8 +47,10 @@ def test_above_one_is_noise_unless_the_interval_is_above_one():
     "ratio, band, verdict",
     [
         (1.02, None, True),
-        (1.20, (1.1, 1.3), False),
-        (0.20, (0.18, 0.22), False),  # 5x faster than dram with data in DRAM: no pass
+        (1.20, (1.1, 1.3), False),  # slower beyond the noise: a miss
+        (1.20, None, False),  # one repetition, slower: a miss, as before
+        (1.17, (0.98, 1.22), None),  # slower, but the interval reaches the band
+        (0.20, (0.18, 0.22), None),  # 5x faster with data in DRAM: runs not alike, no pass
         (0.20, None, None),  # one repetition: cannot tell
         (0.90, (0.80, 1.00), True),  # faster only within the noise
         (None, None, False),

@@ -49,7 +49,8 @@ def check_kind(check: dict[str, Any]) -> str:
 # dram, t_mode / t_dram in [0.95, 1.05]. Faster than that band is no pass:
 # with the data in DRAM no mode can beat dram by much, so a mode that does
 # (a swap run at t_mode / t_dram 0.20) shows runs that are not comparable.
-# It passes only while its interval still reaches the band (noise).
+# It passes only while its interval still reaches the band (noise); see
+# fits_verdict for when it misses.
 FITS_TOLERANCE = 0.05
 FITS_BAND = f"{1 - FITS_TOLERANCE:g}-{1 + FITS_TOLERANCE:g}"
 
@@ -99,14 +100,22 @@ def fits_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def fits_verdict(ratio: float | None, band: tuple[float, float] | None) -> tuple[bool | None, str]:
     """(pass, why) of one t_mode / t_dram against the 5% band; band is its
-    interval (low, high) or None with one repetition."""
+    interval (low, high) or None with one repetition.
+
+    A miss must be beyond the noise, as an efficiency above 1 must be to
+    count: slower than the band with the whole interval above it. Slower
+    with an interval that still reaches the band is UNSURE (None, no miss:
+    more repetitions would tell), and so is faster than the band beyond the
+    noise: with the data in DRAM that says the runs were not alike, not
+    that the mode lost time. Seen here with 3 repetitions: cache 1.06-1.17x
+    with intervals down to 0.95-0.98 (demo, 2026-11-27)."""
     lo_ok, hi_ok = 1.0 - FITS_TOLERANCE, 1.0 + FITS_TOLERANCE
     if ratio is None:
         return False, "no time: the run failed"
-    if ratio > hi_ok:
-        return False, f"{ratio:.2f}x the time of dram: slower than the target allows"
-    if ratio >= lo_ok:
+    if lo_ok <= ratio <= hi_ok:
         return True, "within 5% of dram"
+    if ratio > hi_ok:
+        return _slower_verdict(ratio, band, hi_ok)
     if band is None:
         return None, (
             f"{1 / ratio:.2f}x faster than dram with one repetition: cannot tell a lucky "
@@ -114,9 +123,20 @@ def fits_verdict(ratio: float | None, band: tuple[float, float] | None) -> tuple
         )
     if band[1] >= lo_ok:
         return True, "faster than dram only within the noise (the interval reaches the 5% band)"
-    return False, (
+    return None, (
         f"{1 / ratio:.2f}x faster than dram beyond the noise: with the data in DRAM the "
         "runs did not compare like with like (a disturbed dram run, or less work done)"
+    )
+
+
+def _slower_verdict(
+    ratio: float, band: tuple[float, float] | None, hi_ok: float
+) -> tuple[bool | None, str]:
+    if band is None or band[0] > hi_ok:
+        return False, f"{ratio:.2f}x the time of dram: slower than the target allows"
+    return None, (
+        f"{ratio:.2f}x the time of dram, but its interval ({band[0]:.2f}-{band[1]:.2f}) "
+        "reaches the 5% band: noise cannot be ruled out; rerun with more repetitions"
     )
 
 
