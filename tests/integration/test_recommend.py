@@ -86,3 +86,12 @@ def test_output_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
     proc = run_hetmem("recommend", "--fast-budget", "16M", "-o", str(f), "--", "true")
     assert proc.returncode == 2 and "is a file" in proc.stderr
     assert f.read_text() == "x"
+
+
+def test_an_output_folder_others_may_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    proc = run_hetmem("recommend", "--fast-budget", "16M", "-o", str(shared), "--", "true")
+    assert proc.returncode == 2 and "chmod go-w" in proc.stderr
+    assert list(shared.iterdir()) == []

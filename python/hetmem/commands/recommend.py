@@ -126,8 +126,12 @@ def _check_workdir(path: Path) -> None:
     if path.exists() and not path.is_dir():
         raise UsageError(f"-o {path}: is a file; name a folder")
     path.mkdir(mode=0o700, exist_ok=True)
-    if path.stat().st_uid != os.geteuid():
+    st = path.stat()
+    if st.st_uid != os.geteuid():
         raise UsageError(f"-o {path}: belongs to another user")
+    if st.st_mode & 0o022:
+        # others could swap the placement the answer's command line reads
+        raise UsageError(f"-o {path}: others may write to it; run `chmod go-w {path}`")
 
 
 def _say(text: str) -> None:
