@@ -1,9 +1,11 @@
-# SPDX-License-Identifier: BSD-3-Clause
 """`hetmem demo`: the main job on a fresh machine, in one command.
 
 Quick probe of the tiers, the inventory ranked by it, a small benchmark
-matrix (every kernel, 3 sizes, every mode available here) and the report.
-Each step is the same verb a user would run by hand; demo only chains them.
+matrix (six kernels, two sizes, every mode available here, repeated), a
+placement workload under `hetmem recommend` (flat and hybrid beside dram,
+swap and cache, and the answer), the report and a summary. Each step is the
+same verb a user would run by hand; demo only chains them, and ends with
+the one exit-code rule of the benches (hetmem.bench.exit_status).
 """
 
 from __future__ import annotations
@@ -15,9 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import output
-from hetmem.bench import matrix
+from hetmem.bench import EXIT_RULE, exit_status, find_program, matrix
 from hetmem.cli import main
 from hetmem.errors import HetmemError
+from hetmem.sizes import format_size, parse_budget
+
+# The placement workload (bench/placement, hm-placement): two hot arrays
+# (20% of the footprint) and three cold ones touched sparsely, at this many
+# times the fast budget: the hot ones fit the budget, the whole does not.
+PLACEMENT_FOOTPRINT = 4
+PLACEMENT_ROUNDS = 3
 
 
 class Command:
@@ -27,11 +36,15 @@ class Command:
         "Runs, in order, what a new user wants to see (under 10 minutes here):\n"
         "  1. hetmem probe --quick        measure every tier (cached for later tools)\n"
         "  2. hetmem tiers                the tiers, ranked by what was measured\n"
-        "  3. hetmem bench kernels demo   every kernel at 0.5x, 2x and 4x the fast\n"
-        "                                 budget in every mode available here\n"
-        "  4. the report                  report.html in the result folder\n"
-        "and prints a short summary: the best mode per kernel and its efficiency\n"
-        "at 2x the budget."
+        "  3. hetmem bench kernels demo   six kernels at 0.5x and 2x the fast budget\n"
+        "                                 in dram, cache and swap (where it can run),\n"
+        "                                 3 repetitions; writes report.html\n"
+        "  4. hetmem recommend            a placement workload (hot arrays that fit\n"
+        "                                 the budget, cold ones 3x it) in dram, swap,\n"
+        "                                 cache, flat and hybrid, and which to use\n"
+        "and a summary: per kernel the best mode, its fraction of dram speed and\n"
+        "how much faster than swap (95% intervals), then the recommendation.\n"
+        "\n" + EXIT_RULE
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -44,15 +57,17 @@ class Command:
             help="result folder (hetmem-demo); rerun with it to resume",
         )
         parser.add_argument("--fast-budget", default="64MiB", metavar="SIZE", help="(64MiB)")
-        parser.add_argument("--sizes", default="0.5x,2x,4x", metavar="LIST", help="(0.5x,2x,4x)")
+        parser.add_argument("--sizes", default="0.5x,2x", metavar="LIST", help="(0.5x,2x)")
         parser.add_argument("--storage", metavar="DIR", help="storage tier directory")
-        parser.add_argument("--repeat", type=int, default=1, help="repetitions (1)")
+        parser.add_argument(
+            "--repeat", type=int, default=3, help="repetitions, for the 95%% intervals (3)"
+        )
         parser.add_argument(
             "--fits-repeat",
             type=int,
-            default=5,
+            default=3,
             metavar="N",
-            help="repetitions of the sizes below 1x, for the 'data fits' check (5)",
+            help="repetitions of the sizes below 1x, for the 'data fits' check (3)",
         )
         parser.add_argument("--skip-probe", action="store_true", help="reuse the cached probe")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -62,29 +77,27 @@ class Command:
         storage = ["--storage", args.storage] if args.storage else []
         bench = _bench_argv(args, storage)
         _check_bench(bench[2:])
-        rc = _run_steps(args.skip_probe, storage, bench)
+        _run_steps(args.skip_probe, storage, bench)
         report = args.output / "report.json"
         if not report.exists():
             raise HetmemError("the benchmark matrix wrote no report; see above")
         data = json.loads(report.read_text())
-        output.console().rule("4. summary")
+        output.console().rule("4. flat and hybrid on a placement workload: hetmem recommend")
+        rec = _recommend(args, storage)
+        rc = exit_status([*matrix.targets_of(data), rec is not None])
+        output.console().rule("5. summary")
+        summary = {
+            "schema_version": 2,
+            "summary": data["summary"],
+            "recommendation": rec,
+            "report": str(args.output / "report.html"),
+            "exit_status": rc,
+            "seconds": time.monotonic() - t0,
+        }
         if args.json:
-            output.print_json(
-                {
-                    "schema_version": 1,
-                    "summary": data["summary"],
-                    "report": str(args.output / "report.html"),
-                }
-            )
+            output.print_json(summary)
         else:
-            output.table(
-                "best mode per kernel (efficiency = t_dram / t_mode)",
-                ["kernel", "size", "best mode", "efficiency", "all modes"],
-                [_summary_row(s) for s in data["summary"]],
-            )
-            output.console().print(
-                f"report: {args.output / 'report.html'}  ({time.monotonic() - t0:.0f} s in all)"
-            )
+            _print_summary(summary)
         return rc
 
 
@@ -110,9 +123,9 @@ def _bench_argv(args: argparse.Namespace, storage: list[str]) -> list[str]:
     ]
 
 
-def _run_steps(skip_probe: bool, storage: list[str], bench: list[str]) -> int:
-    """Steps 1 to 3 (probe, tiers, the matrix) as the CLI runs them; the
-    matrix's exit status."""
+def _run_steps(skip_probe: bool, storage: list[str], bench: list[str]) -> None:
+    """Steps 1 to 3 (probe, tiers, the matrix) as the CLI runs them. The
+    matrix's own status is judged again by the demo, from its report."""
     if not skip_probe:
         output.console().rule("1. probe (quick)")
         rc = main(["probe", "--quick", *storage])
@@ -123,20 +136,53 @@ def _run_steps(skip_probe: bool, storage: list[str], bench: list[str]) -> int:
     if rc:
         raise HetmemError("the tier inventory failed; see above")
     output.console().rule("3. benchmark matrix")
-    return main(bench)
+    if main(bench) == 2:
+        raise HetmemError("the benchmark matrix could not run; see above")
 
 
-def _summary_row(s: dict[str, Any]) -> list[Any]:
-    others = ", ".join(
-        f"{m} {100 * e:.0f}%" for m, e in sorted(s["by_mode"].items()) if e is not None
+def _recommend(args: argparse.Namespace, storage: list[str]) -> dict[str, Any] | None:
+    """Step 4: `hetmem recommend` on hm-placement's sparse workload at
+    PLACEMENT_FOOTPRINT x the budget; its JSON, or None when it gave no
+    answer (a missed target of the demo)."""
+    budget = parse_budget(args.fast_budget)
+    prog = find_program("hm-placement")
+    workdir = args.output / "recommend"
+    workload = [str(prog), "--variant", "sparse", "--footprint", str(PLACEMENT_FOOTPRINT * budget)]
+    argv = ["recommend", "--fast-budget", args.fast_budget, *storage,
+            "--rounds", str(PLACEMENT_ROUNDS), "-o", str(workdir), "--", *workload]  # fmt: skip
+    rc = main(argv)
+    if rc == 2:
+        raise HetmemError("hetmem recommend could not run; see above")
+    path = workdir / "recommend.json"
+    if rc != 0 or not path.exists():
+        return None
+    rec: dict[str, Any] = json.loads(path.read_text())
+    return rec
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    con = output.console()
+    con.print("[bold]Kernels[/bold] (report.html has the plots and every figure):")
+    for s in summary["summary"]:
+        text = s.get("text") or f"best mode {s['best_mode']}"
+        con.print(f"  {s['case']}: {text}", highlight=False)
+    rec = summary["recommendation"]
+    if rec is None:
+        con.print("[bold]Placement workload:[/bold] hetmem recommend gave no answer; see above")
+    else:
+        ans = rec["answer"]
+        con.print(
+            f"[bold]Placement workload[/bold] ({format_size(rec['first_run']['data_bytes'])} "
+            f"at a {format_size(rec['budget_bytes'])} budget): use {ans['mode']}",
+            highlight=False,
+        )
+        con.print(f"  {ans['command']}", highlight=False, soft_wrap=True)
+    verdict = "every target met" if summary["exit_status"] == 0 else "a target was missed"
+    con.print(
+        f"report: {summary['report']}  ({summary['seconds']:.0f} s in all; {verdict}; "
+        f"exit status {summary['exit_status']})",
+        highlight=False,
     )
-    return [
-        s["case"],
-        f"{s['multiple']:g}x",
-        s["best_mode"],
-        f"{100 * s['efficiency']:.1f}%",
-        others,
-    ]
 
 
 def _check_bench(argv: list[str]) -> None:
