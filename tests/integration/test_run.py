@@ -630,3 +630,13 @@ def test_cache_run_says_why_it_was_slow(tmp_path: Path) -> None:
     assert len(hint) == 1, proc.stderr
     m = re.search(r"a budget of (\d+)M would hold it", hint[0])
     assert m and 64 < int(m.group(1)) < 96, hint[0]
+
+
+def test_stats_give_the_commands_peak_resident_memory(tmp_path):
+    stats = tmp_path / "s.json"
+    code = "b = bytearray(96 << 20); b[::4096] = b'x' * len(b[::4096])"
+    proc = run_hetmem("run", "--mode", "dram", "--stats", str(stats), "--",
+                      sys.executable, "-c", code)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rss = json.loads(stats.read_text())["max_rss_bytes"]
+    assert 96 << 20 <= rss < 1 << 30

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -167,12 +168,21 @@ def run(cfg: RunConfig) -> int:
         os.write(2, f"hetmem run: interrupted by signal {exc.signum}; cleaned up\n".encode())
         return 128 + exc.signum
     stats["wall_s"] = round(wall, 6)
+    stats["max_rss_bytes"] = max_child_rss()
     stats["exit_code"] = rc
     if rc > 128:
         stats["signal"] = rc - 128
     if cfg.stats is not None:
         _write_json(cfg.stats, stats)
     return rc
+
+
+def max_child_rss() -> int:
+    """The largest resident set of the processes this one has waited for
+    (getrusage RUSAGE_CHILDREN: the command, or the one of its processes
+    the others were waited for by): what the command held in DRAM at its
+    peak, tiered or not."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
