@@ -28,6 +28,7 @@ def test_recommend_answers_with_a_command_that_runs(tmp_path: Path) -> None:
     d = json.loads(proc.stdout)
     assert d["schema_version"] == 1 and d["kind"] == "hetmem-recommend"
     assert d["first_run"]["data_bytes"] >= 40 << 20
+    assert d["first_run"]["max_rss_bytes"] > 0
     assert not d["fits_budget"]
     # dram is the reference, not a candidate: the data is 3x the budget
     assert d["answer"]["mode"] in ("cache", "flat")

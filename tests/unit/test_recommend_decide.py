@@ -120,3 +120,20 @@ def test_modes_are_left_out_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> No
     small = plan.Pilot(1.0, 32 << 20, 30 << 20, {})
     c = plan.choose(small, BUDGET, MODES)
     assert c.modes == ["dram", "cache", "flat", "hybrid"] and c.fits_budget
+
+
+def test_memory_hetmem_does_not_tier_is_a_reason_and_breaks_fits() -> None:
+    runs = _runs({"dram": [1.0, 1.0], "cache": [1.2, 1.3]})
+    why = decide.reasons(runs, "cache", BUDGET, BUDGET // 2, fits_budget=False, held=3 * BUDGET)
+    assert any("still held 192 MiB in DRAM (3.0x the budget)" in w for w in why), why
+    quiet = decide.reasons(runs, "cache", BUDGET, BUDGET // 2, fits_budget=False, held=BUDGET)
+    assert not any("still held" in w for w in quiet)
+
+
+def test_dram_fits_the_budget_only_with_all_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plan, "machine_memory", lambda: 1 << 34)
+    monkeypatch.setattr(plan.harness, "available_modes", lambda: {m: "" for m in MODES})
+    small_but_held = plan.Pilot(1.0, 8 << 20, 8 << 20, {}, max_rss=4 * BUDGET)
+    assert not plan.choose(small_but_held, BUDGET, MODES).fits_budget
+    small = plan.Pilot(1.0, 8 << 20, 8 << 20, {}, max_rss=BUDGET // 2)
+    assert plan.choose(small, BUDGET, MODES).fits_budget

@@ -150,12 +150,12 @@ def _print(res: Result) -> None:
         rows.append([mode, len(m["seconds"]), med, m["error"] or ""])
     for mode, why in d["skipped"].items():
         rows.append([mode, 0, "-", f"not run: {why}"])
-    output.table(
-        f"{res.rounds} round(s), {res.seconds:.0f} s; data {format_size(res.pilot.data_bytes)}, "
-        f"budget {format_size(res.options.budget)}",
-        ["mode", "runs", "median s", "note"],
-        rows,
+    output.console().print(
+        f"{res.rounds} round(s) in {res.seconds:.0f} s; the command's data "
+        f"{format_size(res.pilot.data_bytes)}, budget {format_size(res.options.budget)}",
+        highlight=False,
     )
+    output.table("", ["mode", "runs", "median s", "note"], rows)
     ans = res.answer
     assert ans is not None and ans.mode is not None
     con = output.console()

@@ -28,6 +28,9 @@ from hetmem.stats import Ratio, ratio
 # smaller than this mean faults at scattered addresses (random access).
 PREFETCHED = 0.8
 STREAMING_READ = 64 << 10
+# Resident memory in cache mode above this share of the budget is worth a
+# reason: what hetmem does not tier still takes DRAM.
+UNTIERED_SLACK = 1.1
 # The modes that keep to the budget, in the order of the simplest to use
 # first (a tie in time goes to the one that needs the least set-up).
 BUDGET_MODES = ("cache", "hybrid", "flat", "swap")
@@ -62,7 +65,12 @@ def _ranked(runs: Sequence[Run], cands: list[str]) -> list[str]:
 
 
 def decide(
-    runs: Sequence[Run], modes: Sequence[str], setup: Setup, data_bytes: int, fits_budget: bool
+    runs: Sequence[Run],
+    modes: Sequence[str],
+    setup: Setup,
+    data_bytes: int,
+    fits_budget: bool,
+    held: int = 0,
 ) -> Answer:
     cands = _candidates(runs, modes, fits_budget)
     if not cands:
@@ -77,7 +85,7 @@ def decide(
         ans.vs_swap = ratio(times(runs, "swap"), t_best)
     if len(order) > 1:
         ans.runner_up = (order[1], ratio(times(runs, order[1]), t_best))
-    ans.why = reasons(runs, best, setup.budget, data_bytes, fits_budget)
+    ans.why = reasons(runs, best, setup.budget, data_bytes, fits_budget, held)
     ans.why += comparisons(runs, modes, ans)
     return ans
 
@@ -92,10 +100,16 @@ def _cache_summary(runs: Sequence[Run]) -> dict[str, Any]:
 
 
 def reasons(
-    runs: Sequence[Run], best: str, budget: int, data_bytes: int, fits_budget: bool
+    runs: Sequence[Run],
+    best: str,
+    budget: int,
+    data_bytes: int,
+    fits_budget: bool,
+    held: int = 0,
 ) -> list[str]:
     """Why the best mode is best: the data against the budget, the access
-    pattern the pager saw in cache mode, what the placement did."""
+    pattern the pager saw in cache mode, what the placement did; `held`
+    is the first (cache-mode) run's peak resident bytes."""
     out: list[str] = []
     if fits_budget:
         out.append("the data fits the budget, so nothing needs a slower tier")
@@ -103,6 +117,12 @@ def reasons(
         out.append(
             f"the command's data ({format_size(data_bytes)}) is "
             f"{data_bytes / budget:.1f}x the budget ({format_size(budget)})"
+        )
+    if held > UNTIERED_SLACK * budget:
+        out.append(
+            f"in cache mode the command still held {format_size(held)} in DRAM "
+            f"({held / budget:.1f}x the budget): memory hetmem does not tier (allocations "
+            "below --threshold, code, libraries) counts against the budget too"
         )
     out += _pattern(_cache_summary(runs))
     placed = _placement(runs, best)

@@ -42,6 +42,7 @@ class Pilot:
     large_peak: int  # peak live bytes of allocations >= --threshold
     touched: int  # bytes the pager saw touched
     summary: dict[str, Any]  # diagnose.summarize of its pager
+    max_rss: int = 0  # the largest process's peak resident bytes (0: unknown)
 
     @property
     def data_bytes(self) -> int:
@@ -58,6 +59,7 @@ def pilot_of(run: Run) -> Pilot:
         large_peak=int(inter.get("peak_live_large_bytes") or 0),
         touched=int(summ.get("footprint_bytes") or 0),
         summary=summ,
+        max_rss=int(st.get("max_rss_bytes") or 0),
     )
 
 
@@ -76,7 +78,8 @@ def choose(pilot: Pilot, budget: int, wanted: list[str]) -> Choice:
     c = Choice()
     ram = machine_memory()
     c.fits_ram = ram == 0 or pilot.data_bytes <= RAM_SHARE * ram
-    c.fits_budget = pilot.data_bytes <= budget
+    # in DRAM as is, all it holds counts: the tiered data and the rest
+    c.fits_budget = pilot.data_bytes <= budget and pilot.max_rss <= budget
     can = harness.available_modes()
     for mode in wanted:
         why = can.get(mode, "unknown mode")

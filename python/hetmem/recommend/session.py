@@ -153,12 +153,7 @@ def as_dict(res: Result) -> dict[str, Any]:
         "command": res.options.argv,
         "budget_bytes": res.options.budget,
         "storage": str(res.options.storage),
-        "first_run": {
-            "seconds": res.pilot.seconds,
-            "data_bytes": res.pilot.data_bytes,
-            "large_peak_bytes": res.pilot.large_peak,
-            "touched_bytes": res.pilot.touched,
-        },
+        "first_run": _pilot_dict(res.pilot),
         "fits_budget": res.choice.fits_budget,
         "fits_memory": res.choice.fits_ram,
         "rounds": res.rounds,
@@ -185,6 +180,7 @@ def _pilot_dict(p: plan.Pilot) -> dict[str, Any]:
         "data_bytes": p.data_bytes,
         "large_peak_bytes": p.large_peak,
         "touched_bytes": p.touched,
+        "max_rss_bytes": p.max_rss,
     }
 
 
