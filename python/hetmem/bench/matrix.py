@@ -237,18 +237,6 @@ def _ci_cell(r: dict[str, Any]) -> str:
     return f"{100 * lo:.1f}-{_pct(hi)}"
 
 
-def row_notes(r: dict[str, Any]) -> str:
-    """The report's caveats on one efficiency: noise, wide interval, one repetition."""
-    notes = []
-    if r.get("noise"):
-        notes.append("above 100%: noise")
-    if r.get("wide"):
-        notes.append("wide interval")
-    if r["mode"] != "dram" and r.get("pairs", 0) == 1:
-        notes.append("one repetition")
-    return ", ".join(notes)
-
-
 def _efficiency_cells(r: dict[str, Any]) -> list[str]:
     return [
         r["case"],
@@ -257,7 +245,7 @@ def _efficiency_cells(r: dict[str, Any]) -> list[str]:
         str(r.get("pairs", 0)),
         _pct(r.get("efficiency_median")),
         _ci_cell(r),
-        row_notes(r),
+        report_stats.row_notes(r),
         "; ".join(r["failures"]),
     ]
 

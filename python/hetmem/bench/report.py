@@ -357,17 +357,6 @@ def _figures_html(figs: list[tuple[str, str | None, str]]) -> list[str]:
     return parts
 
 
-def _flags(r: dict[str, Any]) -> str:
-    flags = []
-    if r.get("noise"):
-        flags.append("above 100%: noise")
-    if r.get("wide"):
-        flags.append("wide interval")
-    if r["mode"] != "dram" and r.get("pairs", 0) == 1:
-        flags.append("one repetition")
-    return ", ".join(flags)
-
-
 def _efficiency_html(rows: list[dict[str, Any]]) -> list[str]:
     columns = ["case", "size", "x budget", "mode", "% of dram", "95% CI", "reps",
                "best-of-N ratio", "best time (s)", "note"]  # fmt: skip
@@ -384,7 +373,7 @@ def _efficiency_html(rows: list[dict[str, Any]]) -> list[str]:
             r.get("pairs"),
             _pct(r.get("efficiency")),
             r.get("time_s_best"),
-            _flags(r),
+            report_stats.row_notes(r),
         ]
         for r in rows
     ]

@@ -180,3 +180,16 @@ def _swap_text(s: dict[str, Any]) -> str:
         value, word = 1 / value, "slower"
         lo, hi = (1 / hi if hi else None), (1 / lo if lo else None)
     return f"{value:.2g}x {word} than swap ({ci_text(lo, hi, '{:.2g}', s['pairs'])})"
+
+
+def row_notes(r: dict[str, Any]) -> str:
+    """The caveats on one efficiency row, as the report and the terminal
+    summary both show them: noise, wide interval, one repetition."""
+    notes = []
+    if r.get("noise"):
+        notes.append("above 100%: noise")
+    if r.get("wide"):
+        notes.append("wide interval")
+    if r["mode"] != "dram" and r.get("pairs", 0) == 1:
+        notes.append("one repetition")
+    return ", ".join(notes)
