@@ -102,6 +102,21 @@ def parse_seconds(text: str, what: str = "duration") -> float:
     return value
 
 
+def parse_percent(text: str, what: str) -> float:
+    """The number in '25%' (strictly between 0 and 100), or UsageError
+    naming `what`."""
+    num = text.strip().removesuffix("%")
+    try:
+        pct = float(num)
+    except ValueError:
+        pct = -1.0
+    if num == text.strip() or not 0 < pct < 100:
+        raise UsageError(
+            f"{what}: '{_shown(text)}' is not a percentage between 0% and 100% (e.g. 25%,50%)"
+        )
+    return pct
+
+
 def budget_over_ram_allowed() -> bool:
     """HETMEM_BUDGET_OVER_RAM read as the runtime reads a boolean option."""
     text = os.environ.get(OVER_RAM_ENV, "").lower()  # no blanks, as the runtime reads it

@@ -54,7 +54,7 @@ from hetmem.bench.harness import available_modes, exit_error_kind, target_row
 from hetmem.errors import HetmemError, UsageError
 from hetmem.run import cache as cache_mod
 from hetmem.run.checks import default_storage
-from hetmem.sizes import format_size, parse_size
+from hetmem.sizes import format_size, parse_percent, parse_size
 
 name = "apps"
 help = "real applications (hpcc, LAMMPS) in every mode, outputs checked against dram"
@@ -110,18 +110,8 @@ def parse_budgets(text: str) -> list[float]:
     """'25%,50%' -> [25.0, 50.0]; UsageError (one line) for anything else."""
     out = []
     for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        num = item.removesuffix("%")
-        try:
-            pct = float(num)
-        except ValueError:
-            pct = -1.0
-        if num == item or not 0 < pct < 100:
-            raise UsageError(
-                f"--budgets: '{item}' is not a percentage between 0% and 100% (e.g. 25%,50%)"
-            )
-        out.append(pct)
+        if item:
+            out.append(parse_percent(item, "--budgets"))
     if not out:
         raise UsageError("--budgets: name at least one budget (e.g. 25%,50%)")
     return sorted(set(out))

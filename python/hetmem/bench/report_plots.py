@@ -29,7 +29,7 @@ MAX_WIDTH_IN = 12.0  # a figure wider than this is only scaled down on the page
 BAR_FRACTIONS = (0.25, 0.5, 0.75)
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     # lazy: matplotlib takes long to import; only the report's plots need it
     import matplotlib
 
@@ -43,7 +43,7 @@ def svg_fit(fig: Any) -> str:
     """The figure as an <svg> element that scales down to the page width."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
-    _pyplot().close(fig)
+    pyplot().close(fig)
     text = buf.getvalue()
     text = text[text.find("<svg") :]
     return text.replace("<svg ", "<svg style='max-width:100%;height:auto' ", 1)
@@ -88,7 +88,7 @@ def plot_efficiency(rows: list[dict[str, Any]]) -> str | None:
     cases = sorted({r["case"] for r in rows if r["mode"] != "dram"})
     if not cases:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     ncol = min(3, len(cases))
     nrow = math.ceil(len(cases) / ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.0 * ncol, 3.0 * nrow), squeeze=False)
@@ -155,7 +155,7 @@ def plot_poly(pts: list[dict[str, Any]], bws: dict[str, float], peak_gflops: flo
     # lazy: matplotlib takes long to import; only the report's plots need it
     from matplotlib import ticker
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     largest = max(p["multiple"] for p in pts)
     for mode in sorted({p["mode"] for p in pts}):
@@ -217,7 +217,7 @@ def plot_bars(rows: list[dict[str, Any]]) -> str | None:
     ]
     if not sel:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     cases = sorted({r["case"] for r in sel})
     modes = sorted({r["mode"] for r in sel}, key=lambda m: list(MODE_COLORS).index(m))
     fracs = sorted({wanted[round(r["multiple"], 3)] for r in sel})

@@ -34,6 +34,7 @@ class Command:
         "  flow       workflow channel vs ADIOS2 SST and BP5\n"
         "  lattice    lattice QCD mini-app benchmarks\n"
         "  placement  flat and hybrid placement vs dram, cache and swap\n"
+        "  budgets    every mode at 25/50/75% fast budgets: ecoHMEM's bars\n"
         "  apps       real applications (hpcc, LAMMPS) in every mode, outputs checked\n"
         "  tiering    the kernel's tiering (demotion, NUMA balancing) vs flat, hybrid\n\n"
         "Kernel-matrix suites write a result folder with report.html (see hetmem report).\n\n"

@@ -1,0 +1,36 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""hetmem bench budgets end to end, small: every mode at two budgets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import needs_pager, run_hetmem
+from hetmem.bench import exit_status
+
+pytestmark = needs_pager
+
+
+def test_two_budgets_of_one_workload(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    proc = run_hetmem("bench", "budgets", "--footprint", "64MiB", "--budgets", "25%,50%",
+                      "--variants", "sparse", "--rounds", "1", "--modes", "dram,cache,flat,hybrid",
+                      "--storage", str(tmp_path), "-o", str(out), "--json")  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["kind"] == "bench-budgets" and d["footprint"] == 64 << 20
+    (w,) = d["workloads"]
+    assert [p["budget"] for p in w["budgets"]] == [16 << 20, 32 << 20]
+    for p in w["budgets"]:
+        assert set(p["modes"]) == {"dram", "cache", "flat", "hybrid"}, p
+        assert p["modes"]["cache"]["vs_dram"]["value"] > 0
+    assert proc.returncode == exit_status(d["targets"])
+    assert (out / "bars.svg").read_text().lstrip().startswith("<svg")
+    assert json.loads((out / "budgets.json").read_text())["targets"] == d["targets"]
+
+
+def test_bad_budget_is_one_line(tmp_path: Path) -> None:
+    proc = run_hetmem("bench", "budgets", "--budgets", "150%", "-o", str(tmp_path / "b"))
+    assert proc.returncode == 2 and "--budgets" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not (tmp_path / "b").exists()
