@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hetmem.recommend import decide, plan
+from hetmem.recommend import decide, plan, session
 from hetmem.recommend.runs import Run, Setup
 from hetmem.recommend.session import round_order
 from hetmem.stats import ratio
@@ -137,3 +137,14 @@ def test_dram_fits_the_budget_only_with_all_it_holds(monkeypatch: pytest.MonkeyP
     assert not plan.choose(small_but_held, BUDGET, MODES).fits_budget
     small = plan.Pilot(1.0, 8 << 20, 8 << 20, {}, max_rss=BUDGET // 2)
     assert plan.choose(small, BUDGET, MODES).fits_budget
+
+
+def test_the_first_run_says_how_long_the_rest_takes() -> None:
+    pilot = plan.Pilot(60.0, 1 << 30, 1 << 30, {})
+    choice = plan.Choice(modes=["dram", "cache", "flat", "hybrid"])
+    opts = session.Options(["./app"], BUDGET, Path("/var/tmp"), Path("/tmp/w"), time_s=300.0)
+    text = session._estimate(pilot, choice, opts)
+    # 2 rounds x 4 modes + the profile run, 60 s each: 9 min
+    assert "about 9.0 min" in text and "beyond --time 5.0 min" in text
+    opts.time_s = 3600.0
+    assert "beyond" not in session._estimate(pilot, choice, opts)

@@ -34,6 +34,8 @@ class Command:
         "command line to use from now on, and why (from the pager's counters).\n"
         "Everything it wrote (placement, profile, logs, recommend.json) stays in\n"
         "-o DIR; the command line it gives refers to that folder's placement.\n"
+        "The command runs many times, with an empty stdin, its output in\n"
+        "DIR/logs: give it an input that runs for seconds to a minute.\n"
         "\n"
         "Exit status: 0 an answer, 1 no mode ran the command to the end,\n"
         "2 bad input. Example:\n"

@@ -93,6 +93,7 @@ def recommend(opts: Options, say: Say = lambda _: None) -> Result:
     setup.swap_size = plan.swap_size(pilot, opts.budget)
     setup.timeout_s = max(RUN_TIMEOUT_MIN_S, RUN_TIMEOUT_FACTOR * pilot.seconds)
     res = Result(opts, setup, pilot, choice)
+    say(_estimate(pilot, choice, opts))
     _placement(res, say)
     _rounds(res, t0, say)
     res.seconds = time.monotonic() - t0
@@ -101,6 +102,24 @@ def recommend(opts: Options, say: Say = lambda _: None) -> Result:
     if res.answer.mode is None:
         raise NoAnswer("no mode ran the command to the end: " + "; ".join(res.answer.why))
     return res
+
+
+def _estimate(pilot: plan.Pilot, choice: plan.Choice, opts: Options) -> str:
+    """What the first run says of the time ahead (swap may take longer)."""
+    least = opts.rounds or MIN_ROUNDS
+    runs = least * len(choice.modes) + (1 if {"flat", "hybrid"} & set(choice.modes) else 0)
+    ahead = runs * pilot.seconds
+    text = (
+        f"one run took {pilot.seconds:.1f} s; {least} round(s) of {len(choice.modes)} modes "
+        f"take about {_minutes(ahead)} or more"
+    )
+    if ahead > opts.time_s:
+        text += f", beyond --time {_minutes(opts.time_s)}: a smaller input would answer sooner"
+    return text
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def _first_failed(run: Run) -> None:
