@@ -57,6 +57,9 @@ FILE_CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("bench reference --storage {F}", ("garbage", "missing"), ""),
     ("bench flow --adios-python {F}", INPUTS, "--adios-python"),
     ("demo --storage {F}", ("garbage", "empty", "missing"), ""),
+    ("recommend --fast-budget 64M --storage {F} -- true", ("garbage", "empty", "missing"), ""),
+    ("recommend --fast-budget 64M -o {F} -- true", ("garbage",), "-o"),
+    ("bench budgets --storage {F}", ("garbage", "missing"), ""),
     ("demo -o {F}", ("garbage",), ""),
     ("config {F}", INPUTS, "unrecognized"),
 ]
@@ -73,6 +76,7 @@ BUDGET_CASES = [
     "bench imdt --fast-budget {S}",
     "bench kernels stream --fast-budget {S}",
     "demo --fast-budget {S}",
+    f"recommend --fast-budget {{S}} -- {NO_CMD}",
 ]
 OTHER_SIZES = ("1Q", "-4G", "abc", "", "1" * 400, "1\nQ")
 SIZE_CASES = [
@@ -81,6 +85,7 @@ SIZE_CASES = [
     "probe --array-size {S}",
     "bench reference --array-size {S}",
     "bench placement --footprint {S}",
+    "bench budgets --footprint {S}",
     "flow bench --large-bytes {S}",
     f"profile --threshold {{S}} -- {NO_CMD}",
 ]
@@ -108,7 +113,14 @@ NUMBER_CASES = [
     ("bench imdt --fits-repeat -1", "--fits-repeat"),
     ("bench placement --iters x", "--iters"),
     ("demo --repeat -1", "--repeat"),
+    ("recommend --fast-budget 64M --time soon -- true", "--time"),
+    ("recommend --fast-budget 64M --rounds 0 -- true", "--rounds"),
+    ("recommend --fast-budget 64M --modes turbo -- true", "--modes"),
+    ("bench budgets --rounds 0", "--rounds"),
+    ("bench budgets --budgets 150%", "--budgets"),
     ("demo --sizes nan", "--sizes"),
+    ("demo --rounds 0", "--rounds"),
+    ("demo --kernels nosuchkernel", "nosuchkernel"),
     ("profile --depth 0 -- " + NO_CMD, "--depth"),
     ("profile show {P} --top -1", ""),
     ("run --mode turbo -- true", "--mode"),
@@ -121,7 +133,12 @@ NUMBER_CASES = [
 
 # the command of run and profile: what a shell gives (126: found but not
 # runnable, 127: not found); (argv, kind, exit code)
-COMMAND_VERBS = ("run --mode dram --", "run --mode cache --fast-budget 64M --", "profile --")
+COMMAND_VERBS = (
+    "run --mode dram --",
+    "run --mode cache --fast-budget 64M --",
+    "profile --",
+    "recommend --fast-budget 64M --",
+)
 COMMAND_KINDS = (
     ("garbage", 126),
     ("xgarbage", 126),

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 from pathlib import Path
 
 from hetmem import output
 from hetmem.errors import UsageError
 from hetmem.recommend import Options, Result, as_dict, recommend
-from hetmem.recommend.session import MAX_ROUNDS, MODES
+from hetmem.recommend.session import MAX_ROUNDS, MODES, Refused
 from hetmem.run.checks import check_storage, default_storage, resolve_command
 from hetmem.sizes import budget_or_env, format_size, parse_positive, parse_seconds, parse_size
 from hetmem.stats import Ratio
@@ -83,9 +84,14 @@ class Command:
         parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
     def run(self, args: argparse.Namespace) -> int:
+        created = not args.output.exists()
         opts = _options(args)
-        say = (lambda _: None) if args.json else _say
-        res = recommend(opts, say)
+        try:
+            res = _measure(opts, quiet=args.json)
+        except Refused:
+            if created:  # bad input leaves nothing behind
+                shutil.rmtree(opts.workdir, ignore_errors=True)
+            raise
         if args.json:
             output.print_json(as_dict(res))
         else:
@@ -97,18 +103,17 @@ def _options(args: argparse.Namespace) -> Options:
     argv = list(args.command)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    resolve_command(argv)
     budget = budget_or_env(args.fast_budget)
     if budget <= 0:
         raise UsageError("--fast-budget is needed: the DRAM the command may use, e.g. 4G")
+    resolve_command(argv)
     storage = (args.storage or default_storage()).absolute()
     check_storage(storage, 1 << 20)
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise UsageError(f"--modes: unknown mode(s) {','.join(bad)}; choose from {MODES}")
-    _check_workdir(args.output)
-    return Options(
+    opts = Options(
         argv=argv,
         budget=budget,
         budget_text=args.fast_budget or os.environ.get("HETMEM_FAST_BUDGET", ""),
@@ -119,6 +124,8 @@ def _options(args: argparse.Namespace) -> Options:
         modes=modes,
         threshold=parse_size(args.threshold, "--threshold") if args.threshold else None,
     )
+    _check_workdir(args.output)  # made last: nothing is created for bad input
+    return opts
 
 
 def _check_workdir(path: Path) -> None:
@@ -136,8 +143,17 @@ def _check_workdir(path: Path) -> None:
         raise UsageError(f"-o {path}: others may write to it; run `chmod go-w {path}`")
 
 
-def _say(text: str) -> None:
-    output.err_console().print(f"[dim]hetmem recommend:[/dim] {text}", highlight=False)
+def _measure(opts: Options, quiet: bool) -> Result:
+    """recommend() with its steps on a progress display (a terminal only:
+    bad input then stays one line) and its notes printed unless quiet."""
+    with output.progress(enabled=not quiet) as prog:
+        task = prog.add_task("first run (cache mode, not counted)", total=None)
+
+        def note(text: str) -> None:
+            if not quiet:
+                prog.console.print(f"hetmem recommend: {text}", highlight=False, markup=False)
+
+        return recommend(opts, lambda text: prog.update(task, description=text), note)
 
 
 def _ratio_text(r: Ratio | None, what: str) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetmem.errors import HetmemError, UsageError
+from hetmem.errors import HetmemError
 from hetmem.output import write_atomic
 from hetmem.recommend import decide, plan
 from hetmem.recommend.runs import Run, Setup, run_once
@@ -42,6 +42,15 @@ class NoAnswer(HetmemError):
     """The command ran under no mode (exit 1: it ran, nothing to recommend)."""
 
     exit_code = 1
+
+
+class Refused(HetmemError):
+    """`hetmem run` refused the command before it started (bad input): its
+    message and exit status (2, or 126/127 for the command, as a shell)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code if exit_code in (2, 126, 127) else 2
 
 
 @dataclass
@@ -78,8 +87,10 @@ def round_order(modes: list[str], r: int) -> list[str]:
     return modes[k:] + modes[:k]
 
 
-def recommend(opts: Options, say: Say = lambda _: None) -> Result:
-    """Runs the whole recommendation; NoAnswer when no mode ran the command."""
+def recommend(opts: Options, say: Say = lambda _: None, note: Say = lambda _: None) -> Result:
+    """Runs the whole recommendation; NoAnswer when no mode ran the command.
+    `say` is told each step (a progress display), `note` what the user
+    should read (printed)."""
     t0 = time.monotonic()
     setup = Setup(list(opts.argv), opts.budget, opts.storage, opts.workdir, opts.threshold)
     setup.budget_text = opts.budget_text or str(opts.budget)
@@ -93,7 +104,7 @@ def recommend(opts: Options, say: Say = lambda _: None) -> Result:
     setup.swap_size = plan.swap_size(pilot, opts.budget)
     setup.timeout_s = max(RUN_TIMEOUT_MIN_S, RUN_TIMEOUT_FACTOR * pilot.seconds)
     res = Result(opts, setup, pilot, choice)
-    say(_estimate(pilot, choice, opts))
+    note(_estimate(pilot, choice, opts))
     _placement(res, say)
     _rounds(res, t0, say)
     res.seconds = time.monotonic() - t0
@@ -125,7 +136,7 @@ def _minutes(seconds: float) -> str:
 def _first_failed(run: Run) -> None:
     if run.kind == "setup":
         # hetmem run refused before the command started: bad input
-        raise UsageError(run.error.removeprefix("hetmem run: error: "))
+        raise Refused(run.error.removeprefix("hetmem run: error: "), run.exit_code)
     raise NoAnswer(
         f"the command failed in its first run (cache mode, exit {run.exit_code}): {run.error}"
     )
