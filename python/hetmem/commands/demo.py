@@ -19,7 +19,8 @@ from typing import Any
 from hetmem import output
 from hetmem.bench import EXIT_RULE, exit_status, find_program, matrix
 from hetmem.cli import main
-from hetmem.errors import HetmemError
+from hetmem.errors import HetmemError, UsageError
+from hetmem.recommend.session import MAX_ROUNDS
 from hetmem.sizes import format_size, parse_budget
 
 # The placement workload (bench/placement, hm-placement): two hot arrays
@@ -69,6 +70,19 @@ class Command:
             metavar="N",
             help="repetitions of the sizes below 1x, for the 'data fits' check (3)",
         )
+        parser.add_argument(
+            "--kernels",
+            default="demo",
+            metavar="LIST",
+            help="kernel cases of the matrix, as hetmem bench kernels takes them (demo: six)",
+        )
+        parser.add_argument(
+            "--rounds",
+            type=int,
+            default=PLACEMENT_ROUNDS,
+            metavar="N",
+            help=f"rounds of hetmem recommend on the placement workload ({PLACEMENT_ROUNDS})",
+        )
         parser.add_argument("--skip-probe", action="store_true", help="reuse the cached probe")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -77,6 +91,8 @@ class Command:
         storage = ["--storage", args.storage] if args.storage else []
         bench = _bench_argv(args, storage)
         _check_bench(bench[2:])
+        if not 1 <= args.rounds <= MAX_ROUNDS:
+            raise UsageError(f"--rounds must be 1 to {MAX_ROUNDS}, not {args.rounds}")
         _run_steps(args.skip_probe, storage, bench)
         report = args.output / "report.json"
         if not report.exists():
@@ -106,7 +122,7 @@ def _bench_argv(args: argparse.Namespace, storage: list[str]) -> list[str]:
     return [
         "bench",
         "kernels",
-        "demo",
+        *args.kernels.split(","),
         "--fast-budget",
         args.fast_budget,
         "--sizes",
@@ -149,7 +165,7 @@ def _recommend(args: argparse.Namespace, storage: list[str]) -> dict[str, Any] |
     workdir = args.output / "recommend"
     workload = [str(prog), "--variant", "sparse", "--footprint", str(PLACEMENT_FOOTPRINT * budget)]
     argv = ["recommend", "--fast-budget", args.fast_budget, *storage,
-            "--rounds", str(PLACEMENT_ROUNDS), "-o", str(workdir), "--", *workload]  # fmt: skip
+            "--rounds", str(args.rounds), "-o", str(workdir), "--", *workload]  # fmt: skip
     rc = main(argv)
     if rc == 2:
         raise HetmemError("hetmem recommend could not run; see above")
