@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+import hetmem
+from conftest import REPO
 from hetmem import libconfig
+from hetmem.bench import machine
 
 CONFIG = Path(sys.executable).with_name("hetmem-config")
 pytestmark = pytest.mark.skipif(
@@ -153,3 +156,15 @@ def test_a_memkind_program_builds_and_runs(tmp_path: Path) -> None:
     subprocess.run(["cc", str(src), *_config("--cflags", "--libs").split(), "-o", str(exe)],
                    check=True, timeout=120)  # fmt: skip
     _run_hello(exe)
+
+
+def test_the_installed_package_names_the_commit_it_was_built_from() -> None:
+    """Reports made by an installed hetmem name its commit (build_info.json,
+    written by the build), not "unknown"."""
+    pkg = Path(hetmem.__file__).resolve().parent
+    top = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                         text=True, check=False).stdout.strip()  # fmt: skip
+    if not top:
+        pytest.skip("the source is not a git checkout")
+    commit = machine.built_commit(pkg)
+    assert commit != "unknown" and top.startswith(commit.removesuffix("-dirty")), commit

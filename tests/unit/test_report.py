@@ -118,6 +118,11 @@ def test_headline_speaks_of_swap_and_its_oom():
 def test_storage_device_and_commit(tmp_path):
     assert machine.storage_device("/proc")["name"] == "none"
     assert machine.git_commit(tmp_path) == "unknown"
+    # an installed package names the commit its build recorded
+    (tmp_path / "build_info.json").write_text('{"schema_version": 1, "git_commit": "abc123"}')
+    assert machine.git_commit(tmp_path) == "abc123"
+    (tmp_path / "build_info.json").write_text("[1, 2]")
+    assert machine.git_commit(tmp_path) == "unknown"
     info = machine.describe(str(tmp_path))
     assert info["storage_device"]["path"] == str(tmp_path)
     assert info["kernel"] and info["ram_bytes"] > 0 and info["cpus_online"] >= 1

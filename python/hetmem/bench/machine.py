@@ -6,6 +6,7 @@ bench runs, so that a report built elsewhere still names the machine."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -98,13 +99,24 @@ def _int(path: Path, scale: int) -> int | None:
 
 def git_commit(where: Path) -> str:
     """The commit of the git checkout whose python/hetmem is `where`
-    ("-dirty" appended when tracked files differ from it), or "unknown": an
-    installed package (even one in a virtual environment inside a checkout,
-    which may be older than the checkout) or no git."""
+    ("-dirty" appended when tracked files differ from it); for an installed
+    package (even one in a virtual environment inside a checkout, which may
+    be older than the checkout) the commit it was built from, as the build
+    recorded it in build_info.json; "unknown" when neither is known."""
     top = _git(where, "rev-parse", "--show-toplevel")
     if not top or (Path(top) / "python" / "hetmem").resolve() != where.resolve():
-        return UNKNOWN
+        return built_commit(where)
     return _git(where, "describe", "--always", "--dirty", "--abbrev=12") or UNKNOWN
+
+
+def built_commit(where: Path) -> str:
+    """The commit in `where`/build_info.json (written by the CMake build,
+    cmake/build_info.cmake), or "unknown"."""
+    try:
+        commit = json.loads((where / "build_info.json").read_text()).get("git_commit")
+    except (OSError, ValueError, AttributeError):
+        return UNKNOWN
+    return commit if isinstance(commit, str) and commit else UNKNOWN
 
 
 def _git(where: Path, *args: str) -> str:
