@@ -112,8 +112,8 @@ int main(void) {
   uint64_t nt = hm_sdm_env_u64("HETMEM_SDM_THREADS", 12);
   if (nt < 8) nt = 8;
   if (nt > MAX_T) nt = MAX_T;
-  /* 10^6 stress ops -> 2000 rounds of 12 threads x 32 ops = 768k ops */
-  uint64_t rounds = hm_sdm_env_u64("HETMEM_SDM_STRESS_OPS", 1000000) / 500;
+  /* 10^6 stress ops -> 1000 rounds of 12 threads x 32 ops = 384k ops */
+  uint64_t rounds = hm_sdm_env_u64("HETMEM_SDM_STRESS_OPS", 1000000) / 1000;
   if (rounds < 20) rounds = 20;
   hm_ctx_t *ctx = NULL;
   CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);

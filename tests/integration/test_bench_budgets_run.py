@@ -15,7 +15,7 @@ pytestmark = needs_pager
 def test_two_budgets_of_one_workload(tmp_path: Path) -> None:
     out = tmp_path / "b"
     proc = run_hetmem("bench", "budgets", "--footprint", "64MiB", "--budgets", "25%,50%",
-                      "--variants", "sparse", "--rounds", "1", "--modes", "dram,cache,flat,hybrid",
+                      "--variants", "sparse", "--rounds", "1", "--modes", "dram,cache,flat",
                       "--storage", str(tmp_path), "-o", str(out), "--json")  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
     d = json.loads(proc.stdout)
@@ -23,7 +23,7 @@ def test_two_budgets_of_one_workload(tmp_path: Path) -> None:
     (w,) = d["workloads"]
     assert [p["budget"] for p in w["budgets"]] == [16 << 20, 32 << 20]
     for p in w["budgets"]:
-        assert set(p["modes"]) == {"dram", "cache", "flat", "hybrid"}, p
+        assert set(p["modes"]) == {"dram", "cache", "flat"}, p
         assert p["modes"]["cache"]["vs_dram"]["value"] > 0
     assert proc.returncode == exit_status(d["targets"])
     assert (out / "bars.svg").read_text().lstrip().startswith("<svg")

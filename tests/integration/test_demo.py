@@ -17,7 +17,7 @@ pytestmark = needs_pager
 def test_small_demo_runs_every_step_and_judges_itself(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     proc = run_hetmem("demo", "--fast-budget", "16MiB", "--sizes", "2x", "--repeat", "1",
-                      "--fits-repeat", "1", "--kernels", "stream-triad,gups-read4k",
+                      "--fits-repeat", "1", "--kernels", "stream-triad",
                       "--rounds", "1", "--storage", str(tmp_path), "-o", str(out),
                       "--json", timeout=900)  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
@@ -27,7 +27,7 @@ def test_small_demo_runs_every_step_and_judges_itself(tmp_path: Path) -> None:
     rec = d["recommendation"]
     # the rule: a missed matrix target or no recommendation gives 1
     assert proc.returncode == exit_status([*matrix.targets_of(report), rec is not None])
-    assert {s["case"] for s in d["summary"]} == {"stream-triad", "gups-read4k"}
+    assert [s["case"] for s in d["summary"]] == ["stream-triad"]
     assert rec is not None, proc.stderr[-3000:]
     assert {"flat", "hybrid", "cache"} <= set(rec["modes"]), rec["skipped"]
     assert rec["answer"]["mode"] in rec["modes"]
