@@ -217,7 +217,8 @@ def run_matrix(args: argparse.Namespace, suite: str, argv: list[str]) -> dict[st
 
 
 # What a check's or target's `pass` prints as: None is a check that could not
-# be judged (one repetition), no miss for the exit status (targets_of).
+# be judged (one repetition, or an interval that reaches the band), no miss
+# for the exit status (targets_of).
 VERDICTS = {True: "PASS", False: "MISS", None: "UNSURE"}
 
 
@@ -313,7 +314,7 @@ def print_fits_target(ft: dict[str, Any]) -> None:
     unsure = ft.get("unsure", 0)
     counts = f"{ft['passed']}/{ft['checks']} checks pass"
     if unsure:
-        counts += f", {unsure} unsure (one repetition)"
+        counts += f", {unsure} unsure (within the noise; more repetitions would tell)"
     _say(
         f"{verdict(ft['pass'])}  target: {ft['target']}: {counts}, "
         f"worst t_mode/t_dram {worst} ({ft['worst']})"
