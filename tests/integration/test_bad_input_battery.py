@@ -60,6 +60,7 @@ FILE_CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("recommend --fast-budget 64M --storage {F} -- true", ("garbage", "empty", "missing"), ""),
     ("recommend --fast-budget 64M -o {F} -- true", ("garbage",), "-o"),
     ("bench budgets --storage {F}", ("garbage", "missing"), ""),
+    ("bench budgets -o {F}", ("garbage",), "-o"),
     ("demo -o {F}", ("garbage",), ""),
     ("config {F}", INPUTS, "unrecognized"),
 ]
@@ -118,6 +119,8 @@ NUMBER_CASES = [
     ("recommend --fast-budget 64M --modes turbo -- true", "--modes"),
     ("bench budgets --rounds 0", "--rounds"),
     ("bench budgets --budgets 150%", "--budgets"),
+    ("bench budgets --variants nope", "--variants"),
+    ("bench budgets --modes turbo", "--modes"),
     ("demo --sizes nan", "--sizes"),
     ("demo --rounds 0", "--rounds"),
     ("demo --kernels nosuchkernel", "nosuchkernel"),
