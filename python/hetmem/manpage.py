@@ -163,7 +163,8 @@ def subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpars
     sub = _subparsers(parser)
     if sub is None:
         return []
-    helps = {a.dest: a.help or "" for a in sub._choices_actions}
+    # Help strings are %-format strings to argparse ("%%" shows as "%").
+    helps = {a.dest: (a.help or "").replace("%%", "%") for a in sub._choices_actions}
     return [(name, helps.get(name, ""), p) for name, p in sub.choices.items()]
 
 

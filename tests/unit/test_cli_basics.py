@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 
 from hetmem import _native
+from hetmem.cli import build_parser
 from hetmem.errors import UsageError
 from hetmem.sizes import format_size, parse_size
 
@@ -16,6 +18,25 @@ def test_help_lists_verbs(hetmem):
     proc = hetmem("--help")
     assert proc.returncode == 0
     assert "config" in proc.stdout
+
+
+def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
+
+
+def test_every_help_formats():
+    # `hetmem bench --help` once raised a TypeError: a suite's one-line help
+    # held a bare "%", which argparse reads as a format directive.
+    seen = 0
+    for path, parser in _parsers(build_parser()):
+        text = parser.format_help()
+        assert "usage:" in text, path
+        seen += 1
+    assert seen > 20
 
 
 def test_no_verb_is_usage_error(hetmem):

@@ -47,7 +47,9 @@ class Command:
             mod = _suite(name)
             p = sub.add_parser(
                 name,
-                help=mod.help,
+                # argparse %-formats help: a suite's "25%" must not be read
+                # as a directive.
+                help=mod.help.replace("%", "%%"),
                 description=f"{mod.description}\n\n{EXIT_RULE}",
                 formatter_class=argparse.RawDescriptionHelpFormatter,
             )
