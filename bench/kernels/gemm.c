@@ -1,6 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* C = A * B for square n x n doubles (footprint 3 n^2 * 8 bytes).
  *   blas:  OpenBLAS cblas_dgemm (blocked, compute bound);
+ *   tiled: the segmented GEMM of the IMDT study: each matrix stored as
+ *          contiguous nb x nb tiles, A's tiles by rows and B's by columns
+ *          so that a row panel of A and a column panel of B are each one
+ *          contiguous stream; C is computed one tile at a time (multithreaded
+ *          dgemm per tile update), its rows of tiles in serpentine order so
+ *          that the B panel a row ends on starts the next. With --tile-budget
+ *          the tiles are sized from the fast memory (hmk_tile_for): the
+ *          traffic is about (n / nb + 2) n^2 8 bytes for 2 n^3 flops;
  *   naive: unblocked i-j-k triple loop, B walked down its columns (stride n):
  *          the poor-locality case.
  * Checked with a random vector v: C v against A (B v), element by element,
@@ -14,6 +22,60 @@
 #include <string.h>
 
 #include "hmk.h"
+
+typedef struct {
+  double *A, *B, *C;
+  size_t n, nb, nt;
+} tiled_t;
+
+/* Tile (i, j) of each matrix: A by rows of tiles, B by columns, C by rows. */
+static double *tile_a(const tiled_t *t, size_t i, size_t j) { return t->A + (i * t->nt + j) * t->nb * t->nb; }
+static double *tile_b(const tiled_t *t, size_t i, size_t j) { return t->B + (j * t->nt + i) * t->nb * t->nb; }
+static double *tile_c(const tiled_t *t, size_t i, size_t j) { return t->C + (i * t->nt + j) * t->nb * t->nb; }
+
+/* Element (i, j) inside a tile (column-major, as cblas reads it). */
+static size_t in_tile(const tiled_t *t, size_t i, size_t j) { return (i % t->nb) + (j % t->nb) * t->nb; }
+
+static void tiled_fill(const tiled_t *t) {
+  size_t n = t->n;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < n; j++) {
+      size_t ti = i / t->nb, tj = j / t->nb, e = in_tile(t, i, j);
+      tile_a(t, ti, tj)[e] = hmk_unit(i * n + j, 0xA, -1.0, 1.0);
+      tile_b(t, ti, tj)[e] = hmk_unit(i * n + j, 0xB, -1.0, 1.0);
+      tile_c(t, ti, tj)[e] = 0.0;
+    }
+}
+
+static void tiled_gemm(const tiled_t *t) {
+  int b = (int)t->nb;
+  for (size_t ti = 0; ti < t->nt; ti++)
+    for (size_t s = 0; s < t->nt; s++) {
+      size_t tj = ti % 2 ? t->nt - 1 - s : s;
+      for (size_t tk = 0; tk < t->nt; tk++)
+        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, b, b, b, 1.0, tile_a(t, ti, tk), b,
+                    tile_b(t, tk, tj), b, tk ? 1.0 : 0.0, tile_c(t, ti, tj), b);
+    }
+}
+
+/* y = M x (or |M| |x|) for M in tile layout: which is A, B or C. */
+static void tiled_matvec(const tiled_t *t, char which, const double *restrict x, double *restrict y, int absolute) {
+  size_t nb = t->nb;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < t->n; i++) {
+    long double s = 0.0L;
+    size_t ti = i / nb;
+    for (size_t tj = 0; tj < t->nt; tj++) {
+      const double *T = which == 'A' ? tile_a(t, ti, tj) : which == 'B' ? tile_b(t, ti, tj) : tile_c(t, ti, tj);
+      for (size_t c = 0; c < nb; c++) {
+        long double v = (long double)T[(i % nb) + c * nb] * x[tj * nb + c];
+        s += absolute ? fabsl(v) : v;
+      }
+    }
+    y[i] = (double)s;
+  }
+}
 
 static void naive(const double *restrict A, const double *restrict B, double *restrict C, size_t n) {
 #pragma omp parallel for schedule(static)
@@ -35,60 +97,58 @@ static void matvec(const double *restrict M, const double *restrict x, double *r
   }
 }
 
-int main(int argc, char **argv) {
-  hmk_args_t a = {.kernel = "gemm",
-                  .summary = "Dense matrix multiply C = A B: OpenBLAS dgemm or an unblocked triple loop.",
-                  .variants = "blas|naive",
-                  .variant = "blas",
-                  .bytes = 96ull << 20,
-                  .min_bytes = 3 * 8 * 16 * 16,
-                  .reps = 3};
-  hmk_parse(&a, argc, argv, NULL, 0);
-  int blas = strcmp(a.variant, "blas") == 0;
-  size_t n = (size_t)sqrt((double)a.bytes / 24.0);
-  while ((n + 1) * (n + 1) * 24 <= a.bytes) n++;
-  while (n * n * 24 > a.bytes) n--;
-  openblas_set_num_threads(a.threads);
+/* y = M x (or |M| |x|), M one of A, B, C in either layout. */
+static void mv(const tiled_t *t, int tiled, char which, const double *x, double *y, int absolute) {
+  if (tiled) {
+    tiled_matvec(t, which, x, y, absolute);
+    return;
+  }
+  const double *M = which == 'A' ? t->A : which == 'B' ? t->B : t->C;
+  matvec(M, x, y, t->n, absolute);
+}
 
-  hmk_result_t r;
-  hmk_result_init(&r, &a);
-  double t0 = hmk_now();
-  double *A = hmk_alloc(n * n * sizeof(double));
-  double *B = hmk_alloc(n * n * sizeof(double));
-  double *C = hmk_alloc(n * n * sizeof(double));
+static void fill_rowmajor(const tiled_t *t) {
+  size_t n = t->n;
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < n; j++) {
-      A[i * n + j] = hmk_unit(i * n + j, 0xA, -1.0, 1.0);
-      B[i * n + j] = hmk_unit(i * n + j, 0xB, -1.0, 1.0);
-      C[i * n + j] = 0.0;
+      t->A[i * n + j] = hmk_unit(i * n + j, 0xA, -1.0, 1.0);
+      t->B[i * n + j] = hmk_unit(i * n + j, 0xB, -1.0, 1.0);
+      t->C[i * n + j] = 0.0;
     }
-  r.init_s = hmk_now() - t0;
+}
 
-  while (hmk_more(&a, &r)) {
-    double s = hmk_now();
-    if (blas)
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0, A, (int)n, B, (int)n,
-                  0.0, C, (int)n);
-    else
-      naive(A, B, C, n);
-    r.times[r.n++] = hmk_now() - s;
+/* The side n of the matrices and, tiled, the tile nb and count nt. */
+static void choose_shape(const hmk_args_t *a, int tiled, uint64_t tile, uint64_t budget, tiled_t *t) {
+  size_t n = (size_t)sqrt((double)a->bytes / 24.0);
+  while ((n + 1) * (n + 1) * 24 <= a->bytes) n++;
+  while (n * n * 24 > a->bytes) n--;
+  t->n = n;
+  if (!tiled) return;
+  if (tile) {
+    if (tile > n) hmk_fail(HMK_EXIT_USAGE, "--tile %zu is larger than the matrix (n = %zu)", (size_t)tile, n);
+    t->nb = (size_t)tile;
+    t->nt = n / t->nb;
+  } else {
+    /* Without a budget: as if 256 MiB of fast memory held the tiles. */
+    t->nb = hmk_tile_for(budget ? budget : 256ull << 20, n, &t->nt);
   }
-  double nd = (double)n;
-  r.flops = 2.0 * nd * nd * nd;
-  r.bytes_moved = 3.0 * nd * nd * 8.0;
+  t->n = t->nt * t->nb;
+}
 
-  if (a.inject_error) C[(n / 2) * n + n / 3] += 1.0;
-  double v0 = hmk_now();
+/* Checks C v against A (B v) element by element; fails the run if not. */
+static void verify(const tiled_t *t, int tiled, hmk_result_t *r) {
+  size_t n = t->n;
+  double nd = (double)n;
   double *v = hmk_alloc(n * sizeof(double)), *w = hmk_alloc(n * sizeof(double));
   double *u = hmk_alloc(n * sizeof(double)), *z = hmk_alloc(n * sizeof(double));
   double *bound = hmk_alloc(n * sizeof(double));
   for (size_t i = 0; i < n; i++) v[i] = hmk_unit(i, 0xC, 0.5, 1.0);
-  matvec(C, v, z, n, 0); /* C v */
-  matvec(B, v, w, n, 0);
-  matvec(A, w, u, n, 0); /* A (B v) */
-  matvec(B, v, w, n, 1);
-  matvec(A, w, bound, n, 1); /* |A| (|B| |v|) */
+  mv(t, tiled, 'C', v, z, 0); /* C v */
+  mv(t, tiled, 'B', v, w, 0);
+  mv(t, tiled, 'A', w, u, 0); /* A (B v) */
+  mv(t, tiled, 'B', v, w, 1);
+  mv(t, tiled, 'A', w, bound, 1); /* |A| (|B| |v|) */
   double worst = 0.0;
   size_t worst_i = 0;
   for (size_t i = 0; i < n; i++) {
@@ -98,20 +158,75 @@ int main(int argc, char **argv) {
       worst_i = i;
     }
   }
-  r.verify_s = hmk_now() - v0;
   if (!(worst <= 1.0))
     hmk_fail(HMK_EXIT_VERIFY, "verification failed: (C v)[%zu] = %.17g but A (B v) = %.17g (%.3g x the bound)",
              worst_i, z[worst_i], u[worst_i], worst);
-  hmk_extra_u64(&r, "n", n);
-  hmk_extra_num(&r, "check_ratio", worst);
-  hmk_emit(&a, &r);
-  free(A);
-  free(B);
-  free(C);
+  hmk_extra_num(r, "check_ratio", worst);
   free(v);
   free(w);
   free(u);
   free(z);
   free(bound);
+}
+
+int main(int argc, char **argv) {
+  uint64_t tile = 0, budget = 0;
+  hmk_args_t a = {.kernel = "gemm",
+                  .summary = "Dense matrix multiply C = A B: OpenBLAS dgemm, tiled (segmented) dgemm, or an "
+                             "unblocked triple loop.",
+                  .variants = "blas|tiled|naive",
+                  .variant = "blas",
+                  .bytes = 96ull << 20,
+                  .min_bytes = 3 * 8 * 16 * 16,
+                  .reps = 3};
+  hmk_opt_t opts[] = {
+      {"--tile", HMK_OPT_COUNT, &tile, NULL, 16, 16384, "tile size nb of the tiled variant"},
+      {"--tile-budget", HMK_OPT_SIZE, &budget, NULL, 0, 0,
+       "tiled: size the tiles for this much fast memory (default 256MiB)"},
+  };
+  hmk_parse(&a, argc, argv, opts, 2);
+  int blas = strcmp(a.variant, "blas") == 0, tiled = strcmp(a.variant, "tiled") == 0;
+  tiled_t t = {0};
+  choose_shape(&a, tiled, tile, budget, &t);
+  size_t n = t.n;
+  openblas_set_num_threads(a.threads);
+
+  hmk_result_t r;
+  hmk_result_init(&r, &a);
+  double t0 = hmk_now();
+  t.A = hmk_alloc(n * n * sizeof(double));
+  t.B = hmk_alloc(n * n * sizeof(double));
+  t.C = hmk_alloc(n * n * sizeof(double));
+  if (tiled)
+    tiled_fill(&t);
+  else
+    fill_rowmajor(&t);
+  r.init_s = hmk_now() - t0;
+
+  while (hmk_more(&a, &r)) {
+    double s = hmk_now();
+    if (tiled)
+      tiled_gemm(&t);
+    else if (blas)
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0, t.A, (int)n, t.B, (int)n,
+                  0.0, t.C, (int)n);
+    else
+      naive(t.A, t.B, t.C, n);
+    r.times[r.n++] = hmk_now() - s;
+  }
+  double nd = (double)n;
+  r.flops = 2.0 * nd * nd * nd;
+  r.bytes_moved = 3.0 * nd * nd * 8.0;
+
+  if (a.inject_error) (tiled ? tile_c(&t, 0, 0) : t.C)[n / 2] += 1.0;
+  double v0 = hmk_now();
+  verify(&t, tiled, &r);
+  r.verify_s = hmk_now() - v0;
+  hmk_extra_u64(&r, "n", n);
+  if (tiled) hmk_extra_u64(&r, "tile", t.nb);
+  hmk_emit(&a, &r);
+  free(t.A);
+  free(t.B);
+  free(t.C);
   return 0;
 }

@@ -283,3 +283,15 @@ void hmk_emit(const hmk_args_t *a, hmk_result_t *r) {
   r->times = NULL;
   r->extra = NULL;
 }
+
+size_t hmk_tile_for(uint64_t budget, size_t n, size_t *nt) {
+  size_t most = (size_t)sqrt((double)budget / (8.0 * 3.0 * 8.0)) / 16 * 16;
+  if (most < 16) most = 16;
+  size_t k = (n + most - 1) / most;
+  if (k == 0) k = 1;
+  size_t nb = n / k / 16 * 16;
+  if (nb < 16) nb = 16;
+  *nt = n / nb < 1 ? 1 : n / nb;
+  if (*nt > k) *nt = k;
+  return nb;
+}

@@ -106,6 +106,15 @@ void hmk_extra_str(hmk_result_t *r, const char *key, const char *v);
 /* Appends raw JSON: key then an already-formatted value. */
 void hmk_extra_raw(hmk_result_t *r, const char *key, const char *json);
 
+/* The tile size a user of tiered memory would choose for an n x n matrix
+ * when budget bytes of fast memory hold its working set: three nb x nb
+ * tiles of doubles (the operands of one tile update) take at most 1/8 of
+ * it, so that the panels being reused stay resident beside them. nb is a
+ * multiple of 16 that divides the matrix into *nt tiles per side, as even
+ * as the multiple allows; the matrix side becomes *nt x nb (at most
+ * 16 x *nt smaller than n). */
+size_t hmk_tile_for(uint64_t budget, size_t n, size_t *nt);
+
 /* Prints the JSON line (verified: true) and frees the result. Call only
  * after verification passed; a failed check calls hmk_fail(HMK_EXIT_VERIFY). */
 void hmk_emit(const hmk_args_t *a, hmk_result_t *r);

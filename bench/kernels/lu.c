@@ -6,7 +6,10 @@
  *           contiguous nb x nb tiles (the layout of the hetero-streams code the
  *           IMDT study used: it found tiling decisive on tiered memory). Panel
  *           solves and trailing updates are single-threaded BLAS calls on
- *           tiles spread over the OpenMP threads.
+ *           tiles spread over the OpenMP threads. --tile-budget sizes the
+ *           tiles for that much fast memory (hmk_tile_for): the trailing
+ *           updates then move about 16 n^2 (n / nb) / 3 bytes for the
+ *           2/3 n^3 flops, nb / 8 flops per byte.
  * The matrix is random in [-1, 1] plus n on the diagonal (diagonally
  * dominant, so LU without pivoting is stable) and a pure function of (i, j),
  * so the check regenerates it: solve A x = b with the factors and require
@@ -29,7 +32,7 @@ static inline double aij(size_t i, size_t j, size_t n) {
 typedef struct {
   double *a;
   size_t n, nb, nt;
-  int tiled;
+  int tiled, threads;
 } mat_t;
 
 /* address of element (i, j) in either layout */
@@ -52,15 +55,35 @@ static void fill(const mat_t *m) {
     for (size_t i = 0; i < n; i++) *at(m, i, j) = aij(i, j, n);
 }
 
-/* Unblocked LU without pivoting of one column-major nb x nb tile. */
-static void getrf_nopiv(double *t, size_t nb) {
-  for (size_t k = 0; k < nb; k++) {
-    double inv = 1.0 / t[k + k * nb];
-    for (size_t i = k + 1; i < nb; i++) t[i + k * nb] *= inv;
-    for (size_t j = k + 1; j < nb; j++) {
-      double akj = t[k + j * nb];
-      for (size_t i = k + 1; i < nb; i++) t[i + j * nb] -= t[i + k * nb] * akj;
+/* Unblocked LU without pivoting of the m x w panel at p (leading
+ * dimension ld): the columns of one block of a tile. */
+static void panel_nopiv(double *p, size_t m, size_t w, size_t ld) {
+  for (size_t k = 0; k < w; k++) {
+    double inv = 1.0 / p[k + k * ld];
+    for (size_t i = k + 1; i < m; i++) p[i + k * ld] *= inv;
+    for (size_t j = k + 1; j < w; j++) {
+      double akj = p[k + j * ld];
+      for (size_t i = k + 1; i < m; i++) p[i + j * ld] -= p[i + k * ld] * akj;
     }
+  }
+}
+
+/* LU without pivoting of one column-major nb x nb tile, blocked by 64
+ * columns so that the bulk is BLAS 3 (with tiles sized from a budget a tile
+ * is thousands wide, and the unblocked loop would dominate the run). */
+static void getrf_nopiv(double *t, size_t nb) {
+  const size_t w = 64;
+  int ld = (int)nb;
+  for (size_t k = 0; k < nb; k += w) {
+    size_t kw = nb - k < w ? nb - k : w, rest = nb - k - kw;
+    double *akk = t + k + k * nb;
+    panel_nopiv(akk, nb - k, kw, nb);
+    if (!rest) break;
+    /* U12 <- L11^-1 A12, then A22 -= L21 U12 */
+    cblas_dtrsm(CblasColMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, (int)kw, (int)rest, 1.0, akk, ld,
+                akk + kw * nb, ld);
+    cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)rest, (int)rest, (int)kw, -1.0, akk + kw, ld,
+                akk + kw * nb, ld, 1.0, akk + kw + kw * nb, ld);
   }
 }
 
@@ -69,7 +92,10 @@ static void tiled_lu(const mat_t *m) {
   int b = (int)nb;
   for (size_t k = 0; k < nt; k++) {
     double *akk = tile(m, k, k);
+    /* The diagonal tile is one thread's work unless BLAS may use them all. */
+    openblas_set_num_threads(m->threads);
     getrf_nopiv(akk, nb);
+    openblas_set_num_threads(1);
     size_t rest = nt - k - 1;
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t x = 0; x < 2 * rest; x++) {
@@ -101,7 +127,7 @@ static void tiled_solve(const mat_t *m, double *x) {
 }
 
 int main(int argc, char **argv) {
-  uint64_t tile_opt = 0;
+  uint64_t tile_opt = 0, budget = 0;
   hmk_args_t a = {.kernel = "lu",
                   .summary = "LU factorization: LAPACK dgetrf, or a tiled right-looking LU (tile layout).",
                   .variants = "lapack|tiled",
@@ -112,14 +138,20 @@ int main(int argc, char **argv) {
   hmk_opt_t opts[] = {
       {"--tile", HMK_OPT_COUNT, &tile_opt, NULL, 8, 4096,
        "tile size nb of the tiled variant (default 256, smaller for small matrices)"},
+      {"--tile-budget", HMK_OPT_SIZE, &budget, NULL, 0, 0, "tiled: size the tiles for this much fast memory"},
   };
-  hmk_parse(&a, argc, argv, opts, 1);
+  hmk_parse(&a, argc, argv, opts, 2);
   mat_t m = {0};
   m.tiled = strcmp(a.variant, "tiled") == 0;
   size_t n = (size_t)sqrt((double)a.bytes / 8.0);
   while ((n + 1) * (n + 1) * 8 <= a.bytes) n++;
   while (n * n * 8 > a.bytes) n--;
-  if (m.tiled) {
+  m.threads = a.threads;
+  if (m.tiled && budget && !tile_opt) {
+    m.nb = hmk_tile_for(budget, n, &m.nt);
+    n = m.nt * m.nb;
+    openblas_set_num_threads(1); /* parallel over tiles instead */
+  } else if (m.tiled) {
     size_t nb = tile_opt ? (size_t)tile_opt : 256;
     if (!tile_opt && n < 4 * nb) nb = n / 4 / 8 * 8 < 8 ? 8 : n / 4 / 8 * 8;
     if (nb > n) hmk_fail(HMK_EXIT_USAGE, "--tile %zu is larger than the matrix (n = %zu)", nb, n);

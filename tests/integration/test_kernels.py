@@ -35,9 +35,12 @@ CASES = [
     ("scan", ["--variant", "rmw"]),
     ("gemm", ["--variant", "blas"]),
     ("gemm", ["--variant", "naive", "--bytes", "512K"]),
+    ("gemm", ["--variant", "tiled"]),
+    ("gemm", ["--variant", "tiled", "--tile-budget", "2M", "--bytes", "3M"]),
     ("lu", ["--variant", "lapack"]),
     ("lu", ["--variant", "tiled"]),
     ("lu", ["--variant", "tiled", "--tile", "32", "--bytes", "1M"]),
+    ("lu", ["--variant", "tiled", "--tile-budget", "1M", "--bytes", "4M"]),
     ("fft", []),
     ("chase", []),
     ("chase", ["--loads", "1000"]),
@@ -142,6 +145,26 @@ def test_gemm_size_follows_bytes() -> None:
     assert res["flops"] == 2 * n**3
 
 
+@pytest.mark.parametrize(("name", "per_matrix"), [("gemm", 24), ("lu", 8)])
+def test_tiles_follow_the_budget(name: str, per_matrix: int) -> None:
+    """--tile-budget: three tiles take at most 1/8 of the budget, the matrix
+    is split into equal tiles, and it stays within 16 x tiles of the asked size."""
+    budget = 4 << 20
+    res = kernels.run_kernel(
+        name, ["--variant", "tiled", "--bytes", "12M", "--reps", "1", "--tile-budget", "4M"]
+    )
+    nb, n = res["tile"], res["n"]
+    assert 3 * nb * nb * 8 <= budget / 8
+    assert nb % 16 == 0 and n % nb == 0 and n // nb >= 2
+    asked = int((12 * 2**20 / per_matrix) ** 0.5)
+    assert asked - 16 * (n // nb) <= n <= asked
+    # a bigger budget gives bigger (fewer) tiles
+    big = kernels.run_kernel(
+        name, ["--variant", "tiled", "--bytes", "12M", "--reps", "1", "--tile-budget", "64M"]
+    )
+    assert big["tile"] > nb
+
+
 BAD_ARGS = [
     ("stream", ["--frobnicate"]),
     ("stream", ["--bytes", "12XB"]),
@@ -157,6 +180,9 @@ BAD_ARGS = [
     ("stream", ["--op", "all", "--reps", "201"]),
     ("scan", ["--bytes"]),
     ("gemm", ["--variant", "strassen"]),
+    ("gemm", ["--variant", "tiled", "--tile", "8"]),
+    ("gemm", ["--variant", "tiled", "--tile-budget", "lots"]),
+    ("gemm", ["--variant", "tiled", "--tile", "4096", "--bytes", "1M"]),
     ("lu", ["--tile", "4"]),
     ("fft", ["stray"]),
     ("chase", ["--loads", "0"]),
@@ -187,6 +213,7 @@ INJECT = [
     ("scan", ["--variant", "rmw"]),
     ("gemm", ["--variant", "blas"]),
     ("gemm", ["--variant", "naive", "--bytes", "256K"]),
+    ("gemm", ["--variant", "tiled", "--tile", "64", "--bytes", "1M"]),
     ("lu", ["--variant", "lapack"]),
     ("lu", ["--variant", "tiled"]),
     ("fft", []),

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import _record
 from hetmem import cli
-from hetmem.bench import harness, machine, report_plots, report_stats
+from hetmem.bench import harness, machine, report_checks, report_plots, report_stats
 from hetmem.bench.report_checks import fits_checks, fits_target, fits_verdict
 
 
@@ -149,3 +149,40 @@ def test_fits_target_is_not_missed_by_checks_it_cannot_judge():
     assert fits_target([check(True), check(None)])["pass"] is None
     assert fits_target([check(True), check(None), check(False)])["pass"] is False
     assert fits_target([check(True)])["pass"] is True
+
+
+def _scale_row(case: str, mult: float, eff: float, ci: tuple[float, float] | None, budget: int):
+    return {
+        "case": case,
+        "mode": "cache",
+        "multiple": mult,
+        "size_bytes": int(budget * mult),
+        "efficiency_median": eff,
+        "efficiency_ci_low": ci[0] if ci else None,
+        "efficiency_ci_high": ci[1] if ci else None,
+    }
+
+
+def test_scale_checks_judge_the_imdt_targets() -> None:
+    g = 1 << 30
+    rows = [
+        _scale_row("gemm-tiled", 2, 0.90, (0.86, 0.93), g),  # pass
+        _scale_row("gemm-tiled", 4, 0.83, (0.80, 0.87), g),  # below, interval reaches: unsure
+        _scale_row("lu-tiled", 2, 0.70, (0.65, 0.75), g),  # miss
+        _scale_row("lu-lapack", 2, 0.40, (0.35, 0.45), g),  # below tiled: pass
+        _scale_row("lu-tiled", 4, 0.81, None, g),  # one repetition, above: pass
+        _scale_row("lu-lapack", 4, 0.90, None, g),  # above tiled: miss
+        _scale_row("gemm-tiled", 2, 0.10, (0.1, 0.1), 256 << 20),  # below the scale: no check
+        {**_scale_row("gemm-tiled", 2, 0.10, None, g), "mode": "swap"},  # not cache
+    ]
+    got = {c["check"]: c["pass"] for c in report_checks.scale_checks(rows)}
+    assert got == {
+        "imdt at scale: gemm-tiled at 2x": True,
+        "imdt at scale: gemm-tiled at 4x": None,
+        "imdt at scale: lu-tiled at 2x": False,
+        "imdt at scale: lu-tiled at 4x": True,
+        "imdt at scale: lu-lapack below lu-tiled at 2x": True,
+        "imdt at scale: lu-lapack below lu-tiled at 4x": False,
+    }
+    kinds = {report_checks.check_kind(c) for c in report_checks.scale_checks(rows)}
+    assert kinds == {"imdt at scale"}

@@ -25,8 +25,8 @@ from hetmem.errors import EnvironmentProblem
 # Modules in this package, plus the kernel-matrix suites of hetmem.bench.matrix
 # (imdt, poly, kernels) that share one implementation.
 SUITES = (
-    "sdm", "imdt", "poly", "kernels", "reference", "flow", "lattice", "placement", "budgets",
-    "apps", "tiering",
+    "sdm", "imdt", "imdt-scale", "poly", "kernels", "reference", "flow", "lattice", "placement",
+    "budgets", "apps", "tiering",
 )  # fmt: skip
 
 # The exit-code rule of every suite and of `hetmem demo` (also in `hetmem bench

@@ -37,6 +37,7 @@ from hetmem.bench.report_checks import (
     fits_checks,
     fits_target,
     physics_checks,
+    scale_checks,
 )
 from hetmem.errors import SchemaError, UsageError
 
@@ -148,8 +149,12 @@ def analyse(manifests: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict
     bws = _probe_bandwidths(manifests)
     pts = _poly_points(runs)
     peak = max((p["gflops"] for p in pts if p["mode"] == "dram"), default=0.0)
-    checks = fits_checks(rows) + physics_checks(
-        rows, pts, bws, peak, runs, _probe_storage(manifests), probe_note(manifests)
+    checks = (
+        fits_checks(rows)
+        + physics_checks(
+            rows, pts, bws, peak, runs, _probe_storage(manifests), probe_note(manifests)
+        )
+        + scale_checks(rows)
     )
     failures = [r for r in latest_runs(runs) if r.get("error")]
     return {

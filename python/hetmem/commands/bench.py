@@ -27,6 +27,7 @@ class Command:
         "  sdm        cache mode vs dram vs Linux swap, with the pager's targets\n"
         "  imdt       the kernels of the Intel Memory Drive Technology (IMDT) study\n"
         "             in every mode, efficiency vs data size\n"
+        "  imdt-scale its compute-bound kernels tiled at a 1 GiB budget, 2x and 4x\n"
         "  poly       polynomial bandwidth vs arithmetic intensity\n"
         "  kernels    any kernels or cases (hetmem bench kernels stream lu-tiled)\n"
         "  reference  probe STREAM triad vs a McCalpin-style STREAM built with the\n"
