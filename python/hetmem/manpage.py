@@ -42,15 +42,22 @@ COMMAND_EXIT = (
     ("126", "the command exists but cannot be executed, as in a shell"),
     ("127", "the command cannot be found, as in a shell"),
 )
+FLOW_EXIT = (
+    ("0", "it ran (flow sweep and flow bench: and every target was met)"),
+    ("1", "flow sweep or flow bench: a target missed (the MISS lines say which)"),
+    ("2", BAD_INPUT),
+    ("130", INTERRUPTED),
+)
 EXIT_STATUS = {
     "run": COMMAND_EXIT,
     "profile": COMMAND_EXIT,
     "bench": TARGET_EXIT,
     "demo": TARGET_EXIT,
+    "flow": FLOW_EXIT,
 }
 MAIN_EXIT = (
     ("0", "the verb ran"),
-    ("1", "a benchmark target missed (bench, demo)"),
+    ("1", "a benchmark target missed (bench, demo, flow sweep, flow bench)"),
     ("2", BAD_INPUT),
     ("130", INTERRUPTED),
 )

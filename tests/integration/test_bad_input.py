@@ -55,6 +55,8 @@ CASES = [
     (["flow", "sweep", "no-such-spec"], "no such spec"),
     (["flow", "sweep", "no-such-spec", "--calibrate"], "no such spec"),
     (["flow", "sweep", "small-io", "--repeat", "0"], "--repeat"),
+    (["flow", "sweep", "small-io", "--repeat", "1"], "--repeat: at least 2"),
+    (["flow", "sweep", "small-io", "--full"], "--full"),
     (["flow", "sweep", "small-io", "--max-ranks", "0"], "--max-ranks"),
     (["flow", "sweep", "small-io", "--repeat", "x"], "--repeat"),
     (["flow", "sweep", "small-io", "-o", "/nonexistent-hetmem-dir/s.json"], "does not exist"),

@@ -615,11 +615,21 @@ def test_cli_sweep_writes_the_json_it_prints(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(calibrate, "load", lambda: _calib())
     monkeypatch.setattr(sweep, "sweep", lambda *a, **k: dict(got))
     out = tmp_path / "s.json"
-    assert cli.main(["flow", "sweep", "small-io", "--repeat", "1", "--json", "-o", str(out)]) == 0
+    assert cli.main(["flow", "sweep", "small-io", "--repeat", "2", "--json", "-o", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert json.loads(out.read_text()) == printed
     assert printed["specs"][0]["advisor_inputs"] == [{"load": 0.0}]
     assert printed["summary"]["specs"] == 1
+    assert printed["schema_version"] == 2
+    assert printed["plan"] == {
+        "kind": "named",
+        "specs": ["small-io"],
+        "repeat": 2,
+        "readvise": False,
+        "max_ranks": 2,
+    }
+    assert printed["summary"]["target"]["pass"] is True
+    assert printed["summary"]["wall_s"] >= printed["summary"]["calibration_s"] >= 0
 
 
 def test_parallel_reference_sets_parallel_modes_level(monkeypatch):

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from hetmem import output
+from hetmem.bench import EXIT_RULE, exit_status
 from hetmem.bench.flow import add_bench_arguments, tier_arg
 from hetmem.bench.flow import run as run_bench
 from hetmem.errors import UsageError
@@ -18,6 +21,23 @@ from hetmem.flow import spec as specmod
 from hetmem.flow.spec import Spec
 from hetmem.output import check_output_file
 from hetmem.run import cache
+
+SWEEP_DESCRIPTION = (
+    "Runs every configuration (mode x channel tier x ranks) of each spec,\n"
+    "interleaved: every round runs each configuration once, in a seeded\n"
+    "shuffled order; a configuration's figure is the median of its rounds,\n"
+    "its spread (max - min) / median. Before the runs `hetmem flow advise`\n"
+    "predicts each one; the sweep then checks the advisor, per spec\n"
+    '"advised X, measured best Y, advised is within Z% of best", and its\n'
+    "target: advised within 5% of the measured best on >= 90% of the specs.\n\n"
+    "Default (no SPEC): the reduced sweep, " + ", ".join(sweep.REDUCED_SPECS) + "\n"
+    f"(one spec per regime), {sweep.REDUCED_REPEAT} rounds, advised once per spec: "
+    "about 4 minutes\non 2 cores with its calibration. Named SPECs: the same for them.\n"
+    f"--full: every shipped spec, {sweep.FULL_REPEAT} rounds, advised again before a round\n"
+    "when the other load moved by more than 0.3 CPU (about 15 minutes).\n"
+    "Most of the time is the advisor's own profile of each spec (printed as\n"
+    '"advising"). Run it on a quiet machine: other load is noise.\n\n' + EXIT_RULE
+)
 
 
 class Command:
@@ -30,7 +50,7 @@ class Command:
         "  hetmem flow run SPEC [--mode serial|parallel] [--channel TIER] [--json]\n"
         "  hetmem flow calibrate [--tier TIER ...]      per-tier costs, cached\n"
         "  hetmem flow advise SPEC                       predicted ranking\n"
-        "  hetmem flow sweep SPEC...                     predicted vs measured\n"
+        "  hetmem flow sweep [SPEC...] [--full]          predicted vs measured\n"
         "  hetmem flow bench                             channel vs ADIOS2\n\n"
         "TIER: dram (shared memory), node:N (bound to NUMA node N),\n"
         "file:DIR (a file on a storage tier), dax:DIR (DAX/PMem filesystem)."
@@ -58,11 +78,31 @@ class Command:
         p.add_argument("spec")
         p.add_argument("--max-ranks", type=int, default=2, help="concurrency up to N ranks")
         p.add_argument("--json", action="store_true", help="print JSON")
-        p = sub.add_parser("sweep", help="run every configuration: predicted against measured")
-        p.add_argument("spec", nargs="+")
-        p.add_argument("--max-ranks", type=int, default=2)
+        p = sub.add_parser(
+            "sweep",
+            help="run every configuration: predicted against measured, and check the advisor",
+            description=SWEEP_DESCRIPTION,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         p.add_argument(
-            "--repeat", type=int, default=3, help="runs per configuration, interleaved (median)"
+            "spec",
+            nargs="*",
+            help="spec files or shipped spec names (default: the reduced set, "
+            + ", ".join(sweep.REDUCED_SPECS)
+            + ")",
+        )
+        p.add_argument(
+            "--full",
+            action="store_true",
+            help="every shipped spec, 3 rounds, advised again when the load moves"
+            " (about 15 minutes on 2 cores)",
+        )
+        p.add_argument("--max-ranks", type=int, default=2, help="concurrency up to N ranks")
+        p.add_argument(
+            "--repeat",
+            type=int,
+            help=f"runs per configuration, interleaved (median; at least {sweep.MIN_REPEAT};"
+            f" default {sweep.REDUCED_REPEAT}, with --full {sweep.FULL_REPEAT})",
         )
         p.add_argument(
             "--calibrate", action="store_true", help="calibrate first (the machine as it is now)"
@@ -119,23 +159,33 @@ class Command:
         return 0
 
     def _sweep(self, args: argparse.Namespace) -> int:
-        specs = _sweep_specs(args)
+        plan, specs = _sweep_specs(args)
+        t0 = time.monotonic()
         calib = calibrate.run() if args.calibrate else _calibration()
+        calib_s = time.monotonic() - t0
         results = []
         with output.progress(not args.json) as prog:
             for spec in specs:
-                results.append(sweep.sweep(spec, calib, args.max_ranks, prog, args.repeat))
+                results.append(
+                    sweep.sweep(spec, calib, args.max_ranks, prog, plan.repeat, plan.readvise)
+                )
         summary = sweep.summarize(results)
-        data = {"schema_version": 1, "specs": results, "summary": summary}
+        summary.update(calibration_s=calib_s, wall_s=time.monotonic() - t0)
+        data = {
+            "schema_version": sweep.SCHEMA,
+            "plan": {**asdict(plan), "specs": list(plan.specs), "max_ranks": args.max_ranks},
+            "specs": results,
+            "summary": summary,
+        }
         if args.output:
             output.write_atomic(Path(args.output), json.dumps(data, indent=2) + "\n")
-        if args.json:
+        if not args.json:
+            for res in results:
+                _print_sweep_spec(res)
+            _print_sweep_summary(results, summary)
+        else:
             output.print_json(data)
-            return 0
-        for res in results:
-            _print_sweep_spec(res, args.repeat)
-        _print_sweep_summary(summary)
-        return 0
+        return exit_status([summary["target"]])
 
     def _bench(self, args: argparse.Namespace) -> int:
         return run_bench(args)
@@ -152,16 +202,15 @@ def _run_spec(args: argparse.Namespace) -> Spec:
     return spec
 
 
-def _sweep_specs(args: argparse.Namespace) -> list[Spec]:
+def _sweep_specs(args: argparse.Namespace) -> tuple[sweep.Plan, list[Spec]]:
     """The options of `flow sweep` checked, then every spec read, before any
     calibration or run starts."""
-    if args.repeat < 1:
-        raise UsageError("--repeat: must be >= 1")
+    plan = sweep.plan(args.spec, args.full, args.repeat)
     if args.max_ranks < 1:
         raise UsageError("--max-ranks: must be >= 1")
     if args.output:
         check_output_file(args.output, "-o")
-    return [specmod.load(name) for name in args.spec]
+    return plan, [specmod.load(name) for name in plan.specs]
 
 
 def _calibration() -> dict[str, Any]:
@@ -170,10 +219,6 @@ def _calibration() -> dict[str, Any]:
         output.err_console().print("no flow calibration yet: measuring now (hetmem flow calibrate)")
         data = calibrate.run()
     return data
-
-
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
 
 
 def _print_run(res: dict[str, Any]) -> None:
@@ -254,57 +299,59 @@ def _print_advice(spec: Spec, rows: list[dict[str, Any]], ref: dict[str, Any]) -
     )
 
 
-def _print_sweep_spec(res: dict[str, Any], repeat: int) -> None:
+def _print_sweep_spec(res: dict[str, Any]) -> None:
     output.table(
-        f"flow sweep {res['spec']}: median of {repeat} interleaved runs "
+        f"flow sweep {res['spec']}: median of {res['repeat']} interleaved runs "
         f"(spread = (max - min) / median)",
-        ["config", "predicted s/it", "measured s/it", "spread", "error", "", "vs best"],
+        ["config", "predicted s/it", "measured s/it", "spread", "error", "vs best"],
         [
             [
-                r["config"],
+                r["config"] + (" (advised)" if r["config"] == res["advised"] else ""),
                 round(r["predicted_s"], 4),
                 round(r["measured_s"], 4),
                 f"{r['spread'] * 100:.0f}%",
                 f"{r['error'] * 100:+.0f}%",
-                _verdict(r["within_20pct"]),
                 f"{r['slowdown']:.3f}x",
             ]
             for r in res["rows"]
         ],
     )
-    tie = ""
-    if res["advised_tied_with_best"]:
-        tie = " (its runs overlap the best's: the two are within the measurement spread)"
-    elif res["tied_with_best"] and res["advised"] == res["best"]:
-        tie = f" (within the spread of the best: {', '.join(res['tied_with_best'])})"
-    output.console().print(
-        f"{res['spec']}: advised {res['advised']} vs best {res['best']}: "
-        f"{res['advised_slowdown']:.3f}x -> {_verdict(res['advised_within_5pct'])}{tie}; "
-        f"predictions within 20% {sum(r['within_20pct'] for r in res['rows'])}/"
-        f"{len(res['rows'])}; worst choice {res['worst_slowdown']:.2f}x; "
-        f"median spread {res['spread'] * 100:.0f}%"
-    )
-
-
-def _print_sweep_summary(s: dict[str, Any]) -> None:
     con = output.console()
+    con.print(sweep.advisor_line(res), markup=False, highlight=False)
     con.print(
-        f"target advised within 5% of the measured best in >= 90% of specs: "
-        f"{s['advised_within_5pct']}/{s['specs']} (need {s['advised_needed']}) -> "
-        f"{_verdict(s['advised_met'])}"
-        + (
-            f"; {s['advised_tied']} of the misses are within the measurement spread"
-            if s["advised_tied"]
-            else ""
-        )
+        f"  predictions within 20% {sum(r['within_20pct'] for r in res['rows'])}/"
+        f"{len(res['rows'])}; worst choice {res['worst_slowdown']:.2f}x; median spread "
+        f"{res['spread'] * 100:.0f}%; advising {res['advise_s']:.0f} s, runs "
+        f"{res['runs_s']:.0f} s",
+        markup=False,
+        highlight=False,
     )
+
+
+def _print_sweep_summary(results: list[dict[str, Any]], s: dict[str, Any]) -> None:
+    con = output.console()
+    for res in results:
+        con.print(sweep.advisor_line(res), markup=False, highlight=False)
+    con.print(sweep.target_line(s), markup=False, highlight=False)
+    if s["advised_tied"]:
+        con.print(f"{s['advised_tied']} of the misses are within the measurement spread")
     con.print(
-        f"target predicted within 20% of measured: {s['predictions_within_20pct']}/"
-        f"{s['configs']} configurations (median error {s['median_abs_error'] * 100:.0f}%) "
-        f"-> {_verdict(s['predictions_met'])}"
+        f"model (no target): predicted within 20% of measured on "
+        f"{s['predictions_within_20pct']}/{s['configs']} configurations, median error "
+        f"{s['median_abs_error'] * 100:.0f}%",
+        markup=False,
+        highlight=False,
     )
     con.print(
         f"measurement: median run-to-run spread {s['median_spread'] * 100:.0f}%; "
-        f"{s['spread_over_20pct']}/{s['configs']} configurations spread over 20% "
-        "(there the 20% check is below what the measurement resolves)"
+        f"{s['spread_over_20pct']}/{s['configs']} configurations spread over 20%",
+        markup=False,
+        highlight=False,
+    )
+    con.print(
+        f"took {s['wall_s']:.0f} s: calibration {s['calibration_s']:.0f} s, advising "
+        f"{sum(r['advise_s'] for r in results):.0f} s, "
+        f"runs {sum(r['runs_s'] for r in results):.0f} s",
+        markup=False,
+        highlight=False,
     )
