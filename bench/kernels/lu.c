@@ -47,9 +47,20 @@ static inline double *tile(const mat_t *m, size_t ti, size_t tj) {
 }
 
 static void fill(const mat_t *m) {
-  size_t n = m->n;
-  /* by columns of tiles / columns, so each thread first-touches what it
-   * writes contiguously in either layout */
+  size_t n = m->n, nb = m->nb, nt = m->nt;
+  if (m->tiled) {
+    /* tile by tile, front to back: by matrix columns, two threads would
+     * each touch a whole column panel of tiles at once, more than a
+     * tiered budget may hold */
+#pragma omp parallel for schedule(static)
+    for (size_t x = 0; x < nt * nt; x++) {
+      double *t = tile(m, x % nt, x / nt);
+      for (size_t c = 0; c < nb; c++)
+        for (size_t r = 0; r < nb; r++) t[r + c * nb] = aij(x % nt * nb + r, x / nt * nb + c, n);
+    }
+    return;
+  }
+  /* by columns, so each thread first-touches what it writes contiguously */
 #pragma omp parallel for schedule(static)
   for (size_t j = 0; j < n; j++)
     for (size_t i = 0; i < n; i++) *at(m, i, j) = aij(i, j, n);
