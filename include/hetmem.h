@@ -418,7 +418,7 @@ HM_API int hm_pager_advise(hm_pager_t *pager, void *addr, size_t length, hm_advi
 /** Writes dirty resident pages of the range back (addr NULL: every region). */
 HM_API int hm_pager_flush(hm_pager_t *pager, void *addr, size_t length);
 
-#define HM_PAGER_STATS_VERSION 2
+#define HM_PAGER_STATS_VERSION 3
 typedef struct hm_pager_stats_s {
   uint32_t size;    /* set by the caller to sizeof(hm_pager_stats_t) */
   uint32_t version; /* set by the pager */
@@ -448,6 +448,9 @@ typedef struct hm_pager_stats_s {
   uint64_t footprint_bytes;   /* the most data touched at once: fetch units of live regions
                                  filled at least once, in bytes (peak); bytes_read /
                                  footprint_bytes is how many times it was read back */
+  /* Version 3: */
+  uint64_t resweep_refills; /* units read again soon after being evicted as left behind
+                               by a stream: the span it sweeps again is then kept */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

@@ -14,6 +14,29 @@
 #define HM__PM_SCAN_WP_MATCHING (1ULL << 0)
 #define HM__MAXVICT 16
 
+/* Unit U of r is filled again (pager lock held). One evicted as left
+ * behind by a stream and read again before an eighth of the cache was
+ * filled since was not done with: the stream was sweeping a span shorter
+ * than the cache again (a tile a BLAS call packs in several passes, a panel
+ * reused for every tile of a row), where plain CLOCK would have kept it.
+ * The region's streams then leave the units up to that far behind them to
+ * CLOCK (hm__demote_behind in fault.c); each such refill widens the span
+ * by up to a walk, so a few refills learn a tile. What lies further behind
+ * is still evicted first, which keeps part of a sweep larger than the cache
+ * resident (test_sdm_loop). Cost: a subtraction and a flag test per fill. */
+static void hm__judge_refill(hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_unit_t *U) {
+  if (!(U->flags & HM_UF_OUT)) return;
+  uint32_t since = p->fill_tick - U->out_at;
+  uint64_t eighth = p->cap / p->unit / 8;
+  if ((U->flags & HM_UF_MRU_OUT) && since < eighth) {
+    uint32_t span = (uint32_t)U->behind + 1u;
+    if (span > eighth) span = (uint32_t)eighth;
+    if (span > r->keep_behind) r->keep_behind = span;
+    HM_SDM_ADD(p, c_resweep_refills, 1);
+  }
+  U->flags &= (uint8_t)~(HM_UF_OUT | HM_UF_MRU_OUT);
+}
+
 /* A slot for unit u of r (a reservation made room for it). Slots given
  * back are reused first; otherwise the next never-used one is taken from
  * the bump index slot_fresh, so the slot table (sized for the budget, up
@@ -37,6 +60,8 @@ int32_t _hm_sdm_slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
   S->act_pos = p->nact;
   p->act[p->nact++] = (uint32_t)s;
   r->units[u].slot = s;
+  p->fill_tick++;
+  hm__judge_refill(p, r, &r->units[u]);
   if (!(r->units[u].flags & HM_UF_SEEN)) {
     r->units[u].flags |= HM_UF_SEEN;
     r->seen_units++;
@@ -117,6 +142,7 @@ static void hm__take_demoted(hm_pager_t *p, hm__victims_t *v) {
     _hm_sdm_region_t *r = S->reg;
     _hm_sdm_unit_t *U = &r->units[S->unit];
     if (r->dead || U->state != HM_U_RES || U->slot != e) continue;
+    S->mru_victim = 1;
     hm__victim_add(v, r, S, e);
   }
 }
@@ -272,6 +298,8 @@ static void hm__victim_free(hm_pager_t *p, int32_t s, const uint64_t *D, int fai
   p->used -= bytes;
   p->resident -= bytes;
   if (wrote) r->units[u].flags |= HM_UF_ONDISK;
+  r->units[u].flags |= (uint8_t)(HM_UF_OUT | (S->mru_victim ? HM_UF_MRU_OUT : 0));
+  r->units[u].out_at = p->fill_tick;
   r->units[u].state = HM_U_NONE;
   r->units[u].slot = -1;
   _hm_sdm_slot_put(p, s);

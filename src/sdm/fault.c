@@ -48,10 +48,12 @@ static void hm__demote(hm_pager_t *p, const _hm_sdm_unit_t *V, _hm_sdm_slot_t *S
 }
 
 /* A sequential stream at unit u of a region larger than the cache: the
- * resident units from two units to two windows behind it are queued for
- * eviction first (what it passed cannot all stay until its next pass, so
- * keeping them only pushes out other data, first the units prefetched
- * ahead of the streams). A region that fits is left to CLOCK: its next
+ * resident units its pass went through, from two units (or past the spans
+ * its streams came back to soon, r->keep_behind: hm__judge_refill in
+ * evict.c) to two windows further behind it, are queued for eviction first
+ * (what it passed cannot all stay until its next pass, so keeping them
+ * only pushes out other data, first the units prefetched ahead of the
+ * streams). A region that fits is left to CLOCK: its next
  * pass may find it resident. The walk back stops at the first unit queued
  * already (an earlier fault of the stream queued those beyond it), so a
  * fault costs O(units passed since the stream's last fault), under the
@@ -60,14 +62,20 @@ static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
                               const _hm_sdm_pf_plan_t *pl) {
   if (!p->demq || (pl->trend != 1 && pl->trend != -1) || r->len <= p->cap) return;
   int64_t w = pl->window < 2 ? 2 : (int64_t)pl->window;
-  for (int64_t k = 2; k <= 2 * w; k++) {
+  int64_t k0 = r->keep_behind >= 2 ? (int64_t)r->keep_behind + 1 : 2, k1 = k0 + 2 * w - 2;
+  for (int64_t k = k0; k <= k1; k++) {
     int64_t v = (int64_t)u - pl->trend * k;
-    if (v < 0 || v >= (int64_t)r->nunits) break;
+    /* Only what this pass went through: units before its start may still
+     * be ahead of another thread's stream (two threads sweeping the halves
+     * of an array: the second one's start is the end of the first one's
+     * half, which reads it without faulting while it is resident). */
+    if (v < 0 || v >= (int64_t)r->nunits || pl->trend * (v - pl->first) < 0) break;
     _hm_sdm_unit_t *V = &r->units[v];
     if (V->state != HM_U_RES) continue;
     _hm_sdm_slot_t *S = &p->slots[V->slot];
     if (S->demoted) break;
     if (S->pin) continue;
+    V->behind = (uint16_t)(k < UINT16_MAX ? k : UINT16_MAX);
     hm__demote(p, V, S);
   }
 }

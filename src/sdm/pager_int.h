@@ -141,13 +141,17 @@ struct hm_pager_s {
    * hot arrays of a cache-mode run). */
   int32_t *demq;
   uint32_t demq_head, demq_n;
+  /* Units filled so far (wraps): the clock by which a unit read again soon
+   * after it was evicted as left behind is told from one read again a
+   * sweep later (_hm_sdm_slot_take). */
+  uint32_t fill_tick;
   _hm_sdm_handler_t *h;
   unsigned nh;
   atomic_int stop;
   /* counters (relaxed atomics) */
   atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
       c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
-      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes;
+      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes, c_resweep_refills;
 };
 
 #define HM_SDM_ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)

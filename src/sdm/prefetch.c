@@ -313,6 +313,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   _hm_sdm_stream_t *s = sc.s;
   if (!s) {
     hm__stream_new(pf, sc.old, tid, reg, unit, hit, seq_hint, max_window, plan);
+    plan->first = unit;
     return;
   }
   s->stamp = pf->clock;
@@ -320,6 +321,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   if (delta == 0) {
     plan->random = s->rnd;
     plan->same = 1;
+    plan->first = s->first;
     return;
   }
   delta = hm__record(s, unit, delta, hit, seq_hint);
@@ -327,6 +329,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
     hm__no_trend(s, plan);
   else
     hm__along(s, unit, delta, hit, max_window, plan);
+  plan->first = s->first;
 }
 
 int _hm_sdm_pf_end(_hm_sdm_pf_t *pf, int tid, const void *reg) {

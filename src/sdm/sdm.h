@@ -21,12 +21,15 @@ enum { HM_U_NONE = 0, HM_U_FILLING = 1, HM_U_RES = 2, HM_U_BUSY = 3 };
 #define HM_UF_RANDOM 0x02u /* advised random: no prefetch, page-sized fills */
 #define HM_UF_SEQ 0x04u    /* advised sequential: a large window from the start */
 #define HM_UF_SEEN 0x08u   /* filled at least once (counted in the footprint) */
+#define HM_UF_OUT 0x10u    /* evicted since its last fill: out_at is when */
+#define HM_UF_MRU_OUT 0x20u /* ...and evicted first, as left behind by a stream */
 
 typedef struct _hm_sdm_unit_s {
   uint8_t state;
   uint8_t flags;
-  uint16_t pad;
+  uint16_t behind; /* how far behind its stream it was when queued to be evicted first */
   int32_t slot; /* index into the pager's slots while FILLING/RES/BUSY, else -1 */
+  uint32_t out_at; /* the pager's fill count when it was last evicted (HM_UF_OUT) */
 } _hm_sdm_unit_t;
 
 struct _hm_sdm_region_s;
@@ -44,6 +47,7 @@ typedef struct _hm_sdm_slot_s {
   uint8_t held;       /* anonymous mode: readahead trigger page held back: pool index + 1,
                          0x80 when it is the unit's last page (a backward stream), 0: none */
   uint8_t demoted;    /* queued for eviction first, behind a stream (reset when reused) */
+  uint8_t mru_victim; /* being evicted as a unit left behind (HM_UF_MRU_OUT once out) */
   uint8_t walk;       /* random fills that each began where the last one ended, in a row */
   uint16_t walk_next; /* 1 + the page after the last random fill's run, 0: none */
   uint16_t pin;       /* being mapped or unprotected: not a victim yet */
@@ -77,6 +81,9 @@ typedef struct _hm_sdm_region_s {
    * per miss along a trend, within 0..16; at 8 or more a thread's first
    * miss in the region, which has no history yet, fills as random. */
   uint8_t rnd_score;
+  /* Units just behind a stream that are left to CLOCK, not evicted first:
+   * spans this region's streams swept again soon (hm__judge_refill). */
+  uint32_t keep_behind;
   uint32_t seen_units; /* units filled at least once (HM_UF_SEEN) */
   /* Where the next stream began (a unit's address in the application's
    * view) after a stream last reached this region's end, 0: not known. An
@@ -149,6 +156,9 @@ typedef struct _hm_sdm_pf_plan_s {
   uint8_t fresh;
   /* The thread's last fault in the region was on the same unit. */
   uint8_t same;
+  /* Where the stream's current pass began: what lies between it and the
+   * fault is what this pass went through. */
+  int64_t first;
 } _hm_sdm_pf_plan_t;
 
 /* Hints of a fault (bits): advised sequential; in a region whose misses

@@ -31,6 +31,7 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   s.readahead_triggers = HM_SDM_GET(p, c_ra_triggers);
   s.successor_prefetches = HM_SDM_GET(p, c_pf_succ);
   s.demand_bytes_read = HM_SDM_GET(p, c_demand_bytes);
+  s.resweep_refills = HM_SDM_GET(p, c_resweep_refills);
   pthread_mutex_lock(&p->lk);
   s.resident_bytes = p->resident;
   s.peak_resident_bytes = p->peak;
@@ -72,7 +73,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       "\"resident_bytes\": %llu, \"peak_resident_bytes\": %llu, \"fault_ns\": %llu, "
       "\"zero_fills\": %llu, \"minor_hits\": %llu, \"wp_faults\": %llu, \"io_errors\": %llu, "
       "\"own_bytes\": %llu, \"readahead_triggers\": %llu, \"successor_prefetches\": %llu, "
-      "\"demand_bytes_read\": %llu, \"footprint_bytes\": %llu}}",
+      "\"demand_bytes_read\": %llu, \"footprint_bytes\": %llu, \"resweep_refills\": %llu}}",
       (unsigned long long)s.faults, (unsigned long long)s.fetches,
       (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
       (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
@@ -83,6 +84,6 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       (unsigned long long)s.wp_faults, (unsigned long long)s.io_errors,
       (unsigned long long)s.own_bytes, (unsigned long long)s.readahead_triggers,
       (unsigned long long)s.successor_prefetches, (unsigned long long)s.demand_bytes_read,
-      (unsigned long long)s.footprint_bytes);
+      (unsigned long long)s.footprint_bytes, (unsigned long long)s.resweep_refills);
   return _hm_sb_take(&sb, out);
 }
