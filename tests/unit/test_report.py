@@ -184,5 +184,8 @@ def test_scale_checks_judge_the_imdt_targets() -> None:
         "imdt at scale: lu-lapack below lu-tiled at 2x": True,
         "imdt at scale: lu-lapack below lu-tiled at 4x": False,
     }
+    why = {c["check"]: c.get("why", "") for c in report_checks.scale_checks(rows)}
+    assert "interval reaches" in why["imdt at scale: gemm-tiled at 4x"]
+    assert "whole interval below" in why["imdt at scale: lu-tiled at 2x"]
     kinds = {report_checks.check_kind(c) for c in report_checks.scale_checks(rows)}
     assert kinds == {"imdt at scale"}
