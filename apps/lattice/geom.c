@@ -192,6 +192,8 @@ int geom_init(geom_t *g, const params_t *p, MPI_Comm comm, char *err, size_t n)
             return -1;
         }
     }
+    if (!q.nocheck && lvl_check(&q, g->l, err, n))
+        return -1;
     int(*coords)[4] = malloc(sizeof(int[4]) * (size_t)g->size);
     if (geom_map(&q, g->size, coords, err, n)) {
         free(coords);

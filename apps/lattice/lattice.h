@@ -53,6 +53,7 @@ typedef unsigned short lat_half; /* placeholder: half storage is refused */
 
 #define LAT_SCHEMA_VERSION 1
 #define LAT_KMAX 256 /* coarse dof per site, 2 x at most 128 test vectors */
+#define LAT_MAXLEV 4  /* multigrid levels, the fine one included */
 
 /* ---- tagged allocation (alloc.c) ---- */
 enum { TAG_GAUGE, TAG_CLOVER, TAG_VECTORS, TAG_TESTVEC, TAG_COARSE, TAG_KRYLOV, TAG_HALO, NTAGS };
@@ -90,6 +91,16 @@ typedef struct {
     int block_oddeven; /* SAP block solves: MR on the odd-even reduced block system */
     double coarse_tol;
     int coarse_maxit, coarse_restart, coarse_oddeven;
+    /* multigrid depth (fine level = 1) and, for levels 3 .. levels, the
+     * aggregates (in sites of the level above) and test vectors defining them */
+    int levels;
+    int lblock[LAT_MAXLEV + 1][4], lntv[LAT_MAXLEV + 1];
+    /* K-cycle on intermediate levels: FGMRES(kc_restart), at most kc_maxit
+     * iterations to kc_tol, preconditioned by the next level's cycle and
+     * post-smoothed by coarse_smooth GMRES steps; coarse_setup inverse
+     * iteration steps on each coarse level's test vectors */
+    int kc_restart, kc_maxit, coarse_smooth, coarse_setup;
+    double kc_tol;
     char rhs[32];
     int nrhs;
     int half; /* storage = half: preconditioner data (links, clover, P, D_c) in 16 bit */
@@ -236,7 +247,64 @@ void solve_cgnr(dirac_t *D, cplx *x, const cplx *b, double tol, int maxit, solve
 void solve_bicgstab(dirac_t *D, cplx *x, const cplx *b, double tol, int maxit, solve_info_t *si);
 double true_residual(dirac_t *D, const cplx *x, const cplx *b);
 
-/* ---- multigrid (mg.c) ---- */
+/* ---- coarse levels (mg_coarse.c: operator and Krylov solvers;
+ * mg_levels.c: aggregation, Galerkin products, K-cycle) ---- */
+typedef struct mgl mgl_t;
+struct mgl {
+    int level;            /* 2: first coarse level (1 is the fine lattice) */
+    const geom_t *g;      /* this level's geometry */
+    geom_t *gown;         /* levels >= 3 own theirs (= g); level 2 uses mg_t's cg */
+    params_t prm;
+    int k, half;          /* dof per site; half: D_c stored in Dch (level 2 only) */
+    cplxf *Dc;            /* [V][9][k*k]: self, then dirs 0..7 */
+    lat_half *Dch;
+    halo_t hc;            /* halo of one level vector */
+    int coe;              /* odd-even reduced coarsest solve in use */
+    cplxf *Dinv;          /* [Vh][k*k] inverse self blocks of the even sites */
+    cplxf *oe1, *oe2, *oe3;
+    cplxf *cb, *kZ;       /* Krylov basis (coarsest GMRES or K-cycle FGMRES), its Z */
+    cplx *cH;
+    cplxf *sb;            /* GMRES smoother basis and Hessenberg */
+    cplx *sH;
+    long iters;           /* Krylov iterations of this level's solves */
+    int built;            /* the levels below have been set up once */
+    /* towards the next level (NULL on the coarsest) */
+    mgl_t *next;
+    int N, nblk, bsites;  /* test vectors, next-level sites, sites per aggregate */
+    int *bsite, *blk;     /* [nblk][bsites] sites of each aggregate; [V] aggregate of a site */
+    cplxf *TV, *W;        /* [N][V*k] raw and orthonormalised test vectors (P) */
+    halo_t hw;            /* test-vector halo for the Galerkin product */
+    cplxf *rc, *ec, *r;   /* next level's right-hand side and solution; work */
+};
+typedef void (*lvl_op_t)(mgl_t *, cplxf *, const cplxf *);
+/* Krylov workspace: basis V (m + 2 vectors: m + 1 and the new direction),
+ * Z (m vectors, flexible variant only) and Hessenberg + Givens (H) */
+typedef struct { cplxf *V, *Z; cplx *H; int m; } kry_t;
+void lvl_apply(mgl_t *L, cplxf *out, const cplxf *in);
+/* out = blocks d0..d1-1 of D_L on sites c0..c1-1 (0 self, 1..8 neighbours) */
+void lvl_part(mgl_t *L, cplxf *out, const cplxf *in, int c0, int c1, int d0, int d1);
+/* (F)GMRES(K->m) on op with the preconditioner prec (NULL: none, Z unused);
+ * guess: x holds the initial guess (else zero); returns the iterations */
+int lvl_gmres(mgl_t *L, const kry_t *K, cplxf *x, const cplxf *b, long n, double tol, int maxit, int guess,
+              lvl_op_t op, lvl_op_t prec);
+int lvl_coarsest_solve(mgl_t *L, cplxf *x, const cplxf *b);
+int lvl_oe_possible(const mgl_t *L);
+void lvl_invert_even(mgl_t *L);
+/* x = approximately D_L^-1 b: the coarsest solve, or the K-cycle */
+int lvl_solve(mgl_t *L, cplxf *x, const cplxf *b);
+void lvl_restrict(mgl_t *L, cplxf *vc, const cplxf *v);
+void lvl_prolong(mgl_t *L, cplxf *v, const cplxf *vc);
+/* coarse levels from level 2 down, for the parameters' `levels` */
+mgl_t *lvl_create(const geom_t *g, const params_t *p, int level, int half);
+void lvl_free(mgl_t *L);
+/* the levels below L from L's current operator: test vectors (the first
+ * nsrc already in L->TV: restrictions of the finer raw ones), inverse
+ * iteration, P, Galerkin product, recursively */
+void lvl_build(mgl_t *L, int nsrc);
+/* checks the levels' aggregates against the local lattice; -1 + err */
+int lvl_check(const params_t *p, const int l[4], char *err, size_t n);
+
+/* ---- multigrid, fine level (mg_setup.c, mg_sap.c, mg_interp.c) ---- */
 typedef struct {
     dirac_t *D;
     const geom_t *g;
@@ -249,26 +317,21 @@ typedef struct {
     int ncsite[2];
     geom_t cg;            /* coarse geometry (one site per block) */
     int N, k;             /* test vectors, k = 2N coarse dof */
-    int half;             /* storage = half: P and D_c in Wh, Dch (W, Dc NULL) */
+    int half;             /* storage = half: P and D_c in Wh, lv->Dch (W, Dc NULL) */
     cplxf *W;             /* [N][V*12] orthonormalised test vectors (P) */
     lat_half *Wh;         /* the same, 16 bit (re, im) */
-    lat_half *Dch;        /* D_c, 16 bit (re, im) */
     cplxf *TV;            /* [N][V*12] the raw test vectors the setup iterates on */
-    cplxf *Dc;            /* [Vc][9][k*k]: self, then dirs 0..7 */
-    halo_t hc;            /* coarse halo */
+    mgl_t *lv;            /* level 2 (and below it the others) */
     halo_t hw;            /* test-vector halo for assembly */
     cplxf *r, *e, *q, *t; /* fine work vectors */
     cplxf *q2, *q3;       /* fine work vectors of the odd-even block solves */
     int *bne;             /* [nblk] even sites of each block (listed first in bsite) */
-    cplxf *rc, *ec, *cb;  /* coarse work vectors, coarse GMRES basis */
-    cplx *cH;             /* coarse GMRES Hessenberg */
-    int coe;              /* odd-even reduced coarse solve in use */
-    cplxf *Dinv;          /* [Vh][k*k] inverse self blocks of the even coarse sites */
-    cplxf *oe1, *oe2, *oe3; /* coarse work vectors of the odd-even solve */
+    cplxf *rc, *ec;       /* coarse work vectors */
     double t_setup, t_coarse;
     double t_smooth, t_restrict, t_prolong, t_csolve; /* V-cycle parts */
     /* setup parts: SAP inverse iteration, bootstrap V-cycles (with their
-     * residuals), orthonormalisation, coarse assembly (+ even inversion) */
+     * residuals), orthonormalisation, coarse assembly (+ even inversion and
+     * the levels below) */
     double ts_init, ts_boot, ts_orth, ts_asm;
     long coarse_iters, ncycles;
 } mg_t;
@@ -279,6 +342,9 @@ void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc);
 void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in);
 void mg_vcycle(mg_t *M, cplxf *x, const cplxf *r);
 void sap(mg_t *M, cplxf *x, const cplxf *b, int sweeps, int zero_guess);
+/* P from the raw test vectors; D_c = P^H D P into M->lv (mg_interp.c) */
+void mg_orthonormalise(mg_t *M);
+void mg_assemble(mg_t *M);
 /* self-test: ||D_b e - r|| / ||r|| after the odd-even block solve with
  * `steps` MR steps on block c (random r); -1 when block oddeven is off */
 double mg_block_solve_residual(mg_t *M, int c, int steps);

@@ -523,12 +523,76 @@ static void test_half(const geom_t *g, params_t p)
         printf("half: AMG iterations single storage %d, half storage %d\n", s1.iters, s2.iters);
     check("half: AMG true residual, half storage (dp)", s2.true_relres, 1e-10);
     check("half: half vs single storage AMG solution", reldiff(g, x2, x1, n), 1e-8);
-    check("half: P and D_c stored in 16 bit (1 = yes)", M2.half && M2.Wh && M2.Dch && !M2.W ? 0 : 1, 0.5);
+    check("half: P and D_c stored in 16 bit (1 = yes)", M2.half && M2.Wh && M2.lv->Dch && !M2.W ? 0 : 1, 0.5);
     mg_free(&M1);
     mg_free(&M2);
     lat_free(x), lat_free(xf), lat_free(y1), lat_free(y2), lat_free(b), lat_free(x1), lat_free(x2);
     dirac_free(&D);
     dirac_free(&Dh);
+    gauge_free(&G);
+}
+
+/* random level vector keyed by global site (the same on any decomposition) */
+static void fill_level(const mgl_t *L, cplxf *v, uint64_t seed, uint64_t stream)
+{
+    for (int e = 0; e < L->g->V; e++) {
+        rng_t r;
+        rng_seed(&r, seed, L->g->gidx[e], stream);
+        for (int a = 0; a < L->k; a++)
+            v[(size_t)e * L->k + a] = (float)rng_gauss(&r) + I * (float)rng_gauss(&r);
+    }
+}
+
+/* every level of the multigrid: P^H P = I and the Galerkin identity
+ * <P v, D_l P w> = <v, D_{l+1} w> for random v, w (the fine D in single for
+ * l = 1), then a solve against CGNR */
+static void test_levels(const geom_t *g, params_t p)
+{
+    gauge_t G;
+    make_gauge(&G, g, &p);
+    dirac_t D;
+    dirac_init(&D, g, &G, p.m0, p.csw);
+    mg_t M;
+    mg_setup(&M, &D, &p);
+    for (mgl_t *C = M.lv, *L = NULL; C; L = C, C = C->next) {
+        const geom_t *fg = L ? L->g : g;
+        long nf = L ? (long)L->k * fg->V : 12L * fg->V, nc = (long)C->k * C->g->V;
+        cplxf *v = malloc(sizeof(cplxf) * nc), *w = malloc(sizeof(cplxf) * nc), *z = malloc(sizeof(cplxf) * nc),
+              *pv = malloc(sizeof(cplxf) * nf), *pw = malloc(sizeof(cplxf) * nf), *dpw = malloc(sizeof(cplxf) * nf);
+        fill_level(C, v, p.seed, 51);
+        fill_level(C, w, p.seed, 52);
+        L ? lvl_prolong(L, pv, v) : mg_prolong(&M, pv, v);
+        L ? lvl_prolong(L, pw, w) : mg_prolong(&M, pw, w);
+        L ? lvl_restrict(L, z, pv) : mg_restrict(&M, z, pv);
+        L ? lvl_apply(L, dpw, pw) : dirac_apply_f(&D, dpw, pw);
+        double d = 0;
+        for (long i = 0; i < nc; i++)
+            d += cabsf(z[i] - v[i]) * cabsf(z[i] - v[i]);
+        MPI_Allreduce(MPI_IN_PLACE, &d, 1, MPI_DOUBLE, MPI_SUM, g->comm);
+        char what[64];
+        snprintf(what, sizeof what, "levels: P^H P = I, level %d", C->level - 1);
+        check(what, sqrt(d / vnorm2_f(C->g, v, nc)), 1e-5);
+        lvl_apply(C, z, w);
+        cplx a = vdot_f(fg, pv, dpw, nf), b = vdot_f(C->g, v, z, nc);
+        snprintf(what, sizeof what, "levels: Galerkin D_%d = P^H D_%d P", C->level, C->level - 1);
+        check(what, cabs(a - b) / sqrt(vnorm2_f(fg, pv, nf) * vnorm2_f(fg, dpw, nf)), 1e-5);
+        free(v), free(w), free(z), free(pv), free(pw), free(dpw);
+    }
+    long n = 12L * g->V;
+    cplx *b = lat_alloc_vectors(sizeof(cplx) * n), *x1 = lat_alloc_vectors(sizeof(cplx) * n),
+         *x2 = lat_alloc_vectors(sizeof(cplx) * n);
+    fill_random(g, b, p.seed, 41);
+    solve_info_t s1, s2;
+    solve_cgnr(&D, x1, b, 1e-11, 50000, &s1);
+    solve_fgmres_mg(&M, x2, b, 1e-11, 1000, p.restart, &s2);
+    if (hm__rank == 0)
+        printf("levels: %d levels, CGNR %d iterations, AMG %d iterations (%ld on level 2)\n", p.levels, s1.iters,
+               s2.iters, s2.coarse_iters);
+    check("levels: AMG true residual (recomputed in dp)", s2.true_relres, 1e-10);
+    check("levels: AMG vs CGNR solution", reldiff(g, x2, x1, n), 1e-7);
+    lat_free(b), lat_free(x1), lat_free(x2);
+    mg_free(&M);
+    dirac_free(&D);
     gauge_free(&G);
 }
 
@@ -602,7 +666,7 @@ static void halo_bench(const geom_t *g, const char *json)
 /* ------------------------------------------------------------------ main */
 static void usage(void)
 {
-    printf("usage: hm-lattice [input-file] [--set 'key=value']... [--selftest free|gauge|g5|decomp|mg|half]"
+    printf("usage: hm-lattice [input-file] [--set 'key=value']... [--selftest free|gauge|g5|decomp|mg|half|levels]"
            " [--halo-bench] [--json PATH]\n");
 }
 
@@ -695,6 +759,8 @@ int main(int argc, char **argv)
             test_mg(&g, p);
         else if (!strcmp(selftest, "half"))
             test_half(&g, p);
+        else if (!strcmp(selftest, "levels"))
+            test_levels(&g, p);
         else {
             snprintf(err, sizeof err, "unknown self-test '%s'", selftest);
             die(err);
@@ -833,9 +899,9 @@ int main(int argc, char **argv)
         fprintf(f, "  \"params\": {\"m0\": %.17g, \"csw\": %.17g, \"gauge\": \"%s\", \"beta\": %.17g, "
                 "\"sweeps\": %d, \"seed\": %llu, \"tolerance\": %.3g, \"test_vectors\": %d, "
                 "\"setup_iter\": %d, \"post_smooth\": %d, \"block_mr\": %d, \"nrhs\": %d, "
-                "\"storage\": \"%s\"},\n",
+                "\"storage\": \"%s\", \"levels\": %d},\n",
                 p.m0, p.csw, p.gauge, p.beta, p.sweeps, (unsigned long long)p.seed, p.tol, p.ntv,
-                p.setup_iter, p.post_smooth, p.block_mr, p.nrhs, p.half ? "half" : "single");
+                p.setup_iter, p.post_smooth, p.block_mr, p.nrhs, p.half ? "half" : "single", p.levels);
         fprintf(f, "  \"plaquette\": %.15f,\n", plaq);
         fprintf(f, "  \"kernels\": {\n");
         for (int s = 0; s < 2; s++) {

@@ -40,6 +40,17 @@ void params_default(params_t *p)
     p->coarse_maxit = 60;
     p->coarse_restart = 60;
     p->coarse_oddeven = 1;
+    p->levels = 2;
+    for (int l = 0; l <= LAT_MAXLEV; l++) {
+        for (int m = 0; m < 4; m++)
+            p->lblock[l][m] = 2;
+        p->lntv[l] = 16;
+    }
+    p->kc_restart = 5;
+    p->kc_maxit = 5;
+    p->kc_tol = 0.1;
+    p->coarse_smooth = 2;
+    p->coarse_setup = 2;
     snprintf(p->rhs, sizeof p->rhs, "random");
     p->nrhs = 1;
     p->dirac_reps = 20;
@@ -116,6 +127,19 @@ static int str(const char *v, char *out, size_t n, const char *const *allowed)
     }
     snprintf(out, n, "%s", v);
     return 0;
+}
+
+/* "level L <what>" with 3 <= L <= LAT_MAXLEV: the level's number in *lev */
+static int level_key(const char *key, const char *what, int *lev)
+{
+    char tail[32];
+    int l, used = 0;
+    if (sscanf(key, "level %d %31[a-z ]%n", &l, tail, &used) != 2 || key[used] || strcmp(tail, what))
+        return 0;
+    if (l < 3 || l > LAT_MAXLEV)
+        return 0;
+    *lev = l;
+    return 1;
 }
 
 int params_set(params_t *p, const char *key, const char *val, char *err, size_t n)
@@ -212,6 +236,31 @@ int params_set(params_t *p, const char *key, const char *val, char *err, size_t 
         rc = int1(val, &p->coarse_restart, 1);
     else if (!strcmp(key, "coarse oddeven"))
         rc = flag(val, &p->coarse_oddeven);
+    else if (!strcmp(key, "levels")) {
+        if (int1(val, &tmp, 1) || tmp < 2 || tmp > LAT_MAXLEV) {
+            snprintf(err, n, "bad value '%s' for parameter 'levels' (2..%d)", val, LAT_MAXLEV);
+            return -1;
+        }
+        p->levels = tmp;
+        rc = 0;
+    } else if (level_key(key, "block", &tmp))
+        rc = ints(val, p->lblock[tmp], 4);
+    else if (level_key(key, "test vectors", &tmp)) {
+        if (int1(val, &p->lntv[tmp], 1) || p->lntv[tmp] > LAT_KMAX / 2) {
+            snprintf(err, n, "bad value '%s' for parameter '%s' (1..%d)", val, key, LAT_KMAX / 2);
+            return -1;
+        }
+        rc = 0;
+    } else if (!strcmp(key, "kcycle restart"))
+        rc = int1(val, &p->kc_restart, 1);
+    else if (!strcmp(key, "kcycle max iterations"))
+        rc = int1(val, &p->kc_maxit, 1);
+    else if (!strcmp(key, "kcycle tolerance"))
+        rc = tol1(val, &p->kc_tol);
+    else if (!strcmp(key, "coarse smooth"))
+        rc = int1(val, &p->coarse_smooth, 0);
+    else if (!strcmp(key, "coarse setup"))
+        rc = int1(val, &p->coarse_setup, 0);
     else if (!strcmp(key, "rhs"))
         rc = str(val, p->rhs, sizeof p->rhs, rhss);
     else if (!strcmp(key, "nrhs"))
