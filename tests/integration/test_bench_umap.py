@@ -191,4 +191,8 @@ def test_suite_runs_both_sides(hetmem: Any, tmp_path: Path) -> None:
         assert row["errors"] == []
         assert row["umap_best"] in ("umap-4 KiB", "umap-64 KiB")
         assert row["target"]["pass"] in (True, False)
-    assert len((out / "runs.jsonl").read_text().splitlines()) == 4 * 3
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 4 * 3
+    for r in runs:  # hetmem's pager figures come from --stats; UMap has none
+        assert (r["pager"] is not None) == (r["contender"] == "hetmem")
+    assert all(r["pager"]["counters"]["bytes_read"] > 0 for r in runs if r["pager"])

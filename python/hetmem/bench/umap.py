@@ -30,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -190,9 +191,9 @@ def schedule(p: dict[str, Any]) -> list[tuple[int, str, float, str]]:
 
 
 def command(
-    p: dict[str, Any], pattern: str, size: int, who: str
+    p: dict[str, Any], pattern: str, size: int, who: str, stats: Path | None = None
 ) -> tuple[list[str], dict[str, str]]:
-    """Command line and environment of one run."""
+    """Command line and environment of one run (hetmem's with --stats FILE)."""
     kcmd = [p["kernel"], "--variant", pattern, "--bytes", str(size)]
     kcmd += ["--threads", str(p["threads"]), "--reps", str(p["kernel_reps"]), "--stat", "median"]
     if pattern == "read4k":
@@ -200,7 +201,9 @@ def command(
     env = dict(os.environ, OMP_NUM_THREADS=str(p["threads"]))
     if who == "hetmem":
         run = [sys.executable, "-m", "hetmem", "run", "--mode", "cache"]
-        run += ["--fast-budget", str(p["budget"]), "--storage", p["storage"], "--"]
+        run += ["--fast-budget", str(p["budget"]), "--storage", p["storage"]]
+        run += ["--stats", str(stats)] if stats else []
+        run.append("--")
         return run + kcmd, env
     ps = p["pagesizes"][contenders(p).index(who) - 1]
     env.update(UMAP_PAGESIZE=str(ps), UMAP_BUFSIZE=str(p["budget"] // ps))
@@ -212,13 +215,19 @@ def command(
 
 def execute(p: dict[str, Any], rep: int, pattern: str, mult: float, who: str) -> dict[str, Any]:
     size = int(p["budget"] * mult)
-    cmd, env = command(p, pattern, size, who)
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=p["timeout"])
-        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired:
-        rc, out, err = -1, "", f"timed out after {p['timeout']:.0f} s"
+    with tempfile.TemporaryDirectory(prefix="hetmem-bench-umap-") as tmp:
+        stats_file = Path(tmp) / "stats.json"
+        cmd, env = command(p, pattern, size, who, stats_file if who == "hetmem" else None)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, timeout=p["timeout"]
+            )
+            rc, out, err = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired:
+            rc, out, err = -1, "", f"timed out after {p['timeout']:.0f} s"
+        wall = time.perf_counter() - t0
+        pager = _pager_figures(stats_file)
     result = _json_line(out)
     error = ""
     if rc != 0 or result is None:
@@ -227,9 +236,26 @@ def execute(p: dict[str, Any], rep: int, pattern: str, mult: float, who: str) ->
         "schema_version": SCHEMA_VERSION, "rep": rep, "pattern": pattern, "multiple": mult,
         "size_bytes": size, "contender": who, "command": cmd,
         "umap_env": {k: env[k] for k in ("UMAP_PAGESIZE", "UMAP_BUFSIZE") if k in env},
-        "exit_code": rc, "wall_s": time.perf_counter() - t0,
+        "exit_code": rc, "wall_s": wall, "pager": pager,
         "time_s": None if error else result["time_s"], "result": result, "error": error,
     }  # fmt: skip
+
+
+def _pager_figures(stats_file: Path) -> dict[str, Any] | None:
+    """What hetmem's pager did in a run: its summary and counters (--stats),
+    so a slow pattern can be told from a slow device."""
+    try:
+        stats = json.loads(stats_file.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stats, dict):
+        return None
+    pager = stats.get("pager") or {}
+    return {
+        "summary": stats.get("pager_summary"),
+        "counters": pager.get("counters"),
+        "config": pager.get("config"),
+    }
 
 
 def _json_line(stdout: str) -> dict[str, Any] | None:
