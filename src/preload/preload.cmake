@@ -23,7 +23,9 @@ add_library(hetmem_preload SHARED
   ${HM_PRELOAD_DIR}/sampler_perf.c
   ${HM_PRELOAD_DIR}/sampler_damon.c
   ${HM_PRELOAD_DIR}/sampler_refs.c
-  ${HM_PRELOAD_DIR}/statics.c)
+  ${HM_PRELOAD_DIR}/statics.c
+  ${HM_PRELOAD_DIR}/statics_syms.c
+  ${HM_PRELOAD_DIR}/statics_place.c)
 target_include_directories(hetmem_preload PRIVATE ${PROJECT_SOURCE_DIR}/include
                            ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(hetmem_preload PRIVATE ${HM_WARNINGS} -fno-plt -fno-builtin-malloc

@@ -238,6 +238,8 @@ uint64_t _hm_pl_prof_now(void); /* ns since start */
 /* The site of a captured stack (a slot of a lock-free table), 0 when full. */
 uint32_t _hm_pl_prof_site(const _hm_pl_stack_t *st);
 void _hm_pl_prof_alloc(uint32_t site, size_t size);
+/* Marks site (a slot of _hm_pl_prof_site) as a static array's. */
+void _hm_pl_prof_mark_static(uint32_t site);
 /* A block is being released: its lifetime and a live-bytes event are
  * recorded and any page the sampler armed in it is restored. Call after
  * removing b (its slot) from the table, with the fields read before, and
@@ -310,16 +312,30 @@ void _hm_pl_full_json(struct _hm_sb_s *sb);
 
 enum { HM_PL_NONE = 0, HM_PL_OPENING = 1, HM_PL_READY = 2, HM_PL_FORKED = 3 };
 
-/* A large static segment of a loaded module (statics.c). */
-#define HM_PL_MAX_STATICS 16
+/* A large static segment of a loaded module, or one large data symbol of
+ * its .bss (statics.c). */
+#define HM_PL_MAX_STATICS 64
 typedef struct _hm_pl_static_s {
   uintptr_t lo, hi;  /* its whole pages */
-  uintptr_t at;      /* the part behind the pager: [at, at + managed) */
+  uintptr_t sym;     /* its first byte: a site's one frame (profile, placement) */
+  uintptr_t at;      /* the part on a slower tier: [at, at + managed) */
   size_t managed;
+  size_t fast;       /* placement: bytes left in plain memory as the fast tier's */
   int data;          /* initialized (.data); else zero-initialized (.bss) */
+  int site;          /* profile site slot, or placement site index + 1; 0 none */
+  int tier;          /* placement: the tier of [at, at + managed); -1 none */
   char module[256];
+  char symbol[64];   /* "" when the segment is whole */
   const char *why;   /* why not (wholly) managed; NULL when it is */
 } _hm_pl_static_t;
+
+/* What _hm_pl_statics_symbols looks for, and whom it tells. */
+typedef struct _hm_pl_symscan_s {
+  uintptr_t bias, lo, hi; /* the module's load bias; the range the symbols lie in */
+  size_t thr;             /* their least size */
+  void (*cb)(void *arg, uintptr_t lo, uintptr_t hi, const char *name);
+  void *arg;
+} _hm_pl_symscan_t;
 
 /* What the interposer does with large requests, fixed at start-up. */
 enum { HM_PL_M_CACHE = 0, HM_PL_M_PROFILE = 1, HM_PL_M_PLACE = 2 };
@@ -447,6 +463,15 @@ void _hm_pl_ensure_prepared(void);
 void _hm_pl_statics_find(size_t thr);
 void _hm_pl_statics_prepare(size_t thr);
 void _hm_pl_statics_json(_hm_sb_t *sb);
+/* statics_syms.c: the object symbols of the ELF file at path that q asks
+ * for, each passed to q->cb; how many, or a negative errno. */
+int _hm_pl_statics_symbols(const char *path, const _hm_pl_symscan_t *q);
+/* statics_place.c: a static entry in profile and placement mode. */
+void _hm_pl_statics_profile(_hm_pl_static_t *s);
+void _hm_pl_statics_place(_hm_pl_static_t *s);
+/* The longest run of pages of [lo, hi) that nothing touched yet, into
+ * [*a, *b); 0 when mincore cannot say (statics.c). */
+int _hm_pl_statics_untouched(uintptr_t lo, uintptr_t hi, uintptr_t *a, uintptr_t *b);
 
 /* route.c: routing, accounting, backends, huge-page advice. */
 /* Opens the pager once per process (cache mode, or a storage tier); 0 when
@@ -464,6 +489,8 @@ int _hm_pl_refused(void);
  * wants: the site's, else tier 0 for auto_fast sizes, else the slowest. */
 int _hm_pl_place_want(int site, size_t size);
 void _hm_pl_tier_account(int t, size_t req, int sign);
+/* Claims req bytes of tier t's capacity (0 = unlimited); 0 when full. */
+int _hm_pl_tier_reserve(int t, size_t req);
 /* The THP size to advise placement's DRAM/NUMA blocks with, or 0. */
 size_t _hm_pl_thp_advise_size(const char *root);
 

@@ -125,6 +125,10 @@ void _hm_pl_prof_alloc(uint32_t site, size_t size) {
   hm__event(site, (int64_t)size);
 }
 
+void _hm_pl_prof_mark_static(uint32_t site) {
+  if (site && _hm_pf.sites) _hm_pf.sites[site].is_static = 1;
+}
+
 void _hm_pl_prof_release(_hm_pl_block_t *b, uint32_t site, uint64_t t, uintptr_t key,
                          size_t req) {
   /* The caller has taken b out of the table: once no sampler pins it, no

@@ -26,6 +26,7 @@ typedef struct _hm_pf_site_s {
   int16_t mod[HM_PL_MAX_DEPTH];
   _Atomic uint64_t allocs, bytes, max_bytes, frees, lt_sum, lt_min, lt_max;
   _Atomic uint64_t loads, stores; /* x HM_SMP_FIX */
+  int is_static; /* a static array's site (statics_place.c): its frame is its address */
 } _hm_pf_site_t;
 
 typedef struct _hm_pf_ev_s {

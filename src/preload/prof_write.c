@@ -322,10 +322,10 @@ static void hm__site_json(_hm_sb_t *sb, const hm__w_t *w, const hm__wsite_t *o, 
     _hm_sb_printf(sb, "%s[%d,%llu]", f ? "," : "", o->mod[f], (unsigned long long)o->off[f]);
   _hm_sb_printf(sb,
                 "],\"allocs\":%llu,\"bytes\":%llu,\"max_bytes\":%llu,"
-                "\"peak_live_bytes\":%lld,\"live\":[%s]",
+                "\"peak_live_bytes\":%lld,%s\"live\":[%s]",
                 (unsigned long long)allocs, (unsigned long long)bytes,
                 (unsigned long long)atomic_load(&s->max_bytes), (long long)peak,
-                livetxt && series ? livetxt : "");
+                s->is_static ? "\"static\":true," : "", livetxt && series ? livetxt : "");
   free(livetxt);
   hm__site_tail(sb, s, o, allocs, frees);
 }

@@ -126,7 +126,7 @@ void _hm_pl_tier_account(int t, size_t req, int sign) {
 }
 
 /* Claims req bytes of tier t's capacity (0 = unlimited); 0 when full. */
-static int hm__tier_reserve(int t, size_t req) {
+int _hm_pl_tier_reserve(int t, size_t req) {
   uint64_t cap = _hm_pl_place_tier((size_t)t)->capacity;
   if (t == 0 && _hm_pl_ctx.budget && (cap == 0 || cap > _hm_pl_ctx.budget)) cap = _hm_pl_ctx.budget;
   if (cap == 0 || (size_t)t + 1 == _hm_pl_place_tiers()) {
@@ -333,8 +333,8 @@ static void *hm__split_serve(const _hm_pl_req_t *req, int site, int want) {
   if (want <= 0 || !hm__split_layout(req, _hm_pl_place_split((size_t)site), want, &L))
     return NULL;
   size_t fast = L.head - L.lead, slow = req->size - fast;
-  if (!hm__tier_reserve(0, fast)) return NULL;
-  if (!hm__tier_reserve(want, slow)) {
+  if (!_hm_pl_tier_reserve(0, fast)) return NULL;
+  if (!_hm_pl_tier_reserve(want, slow)) {
     _hm_pl_tier_account(0, fast, -1);
     return NULL;
   }
@@ -370,7 +370,7 @@ static void *hm__place_serve(const _hm_pl_req_t *req, int zero, int site, int wa
   void *split = site >= 0 ? hm__split_serve(req, site, want) : NULL;
   if (split) return split;
   for (int t = want; t < nt; t++) {
-    if (!hm__tier_reserve(t, req->size)) continue;
+    if (!_hm_pl_tier_reserve(t, req->size)) continue;
     const _hm_pl_tier_t *ti = _hm_pl_place_tier((size_t)t);
     size_t maplen = 0;
     uint32_t off = 0;

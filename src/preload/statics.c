@@ -34,14 +34,50 @@
 
 #define HM__MINCORE_PAGES 4096u /* pages per mincore call (16 MiB) */
 
-static void hm__add(uintptr_t lo, uintptr_t hi, int data, const char *module) {
+static _hm_pl_static_t *hm__add(uintptr_t lo, uintptr_t hi, int data, const char *module) {
   _hm_pl_ctx_t *c = &_hm_pl_ctx;
-  if (c->nstatics >= HM_PL_MAX_STATICS) return;
+  if (c->nstatics >= HM_PL_MAX_STATICS) return NULL;
   _hm_pl_static_t *s = &c->statics[c->nstatics++];
   memset(s, 0, sizeof *s);
-  s->lo = lo, s->hi = hi, s->data = data;
+  s->lo = lo, s->hi = hi, s->sym = lo, s->data = data, s->tier = -1;
   snprintf(s->module, sizeof s->module, "%s", module);
   s->why = data ? "initialized data (.data) stays in plain memory" : NULL;
+  return s;
+}
+
+typedef struct hm__syms_s {
+  const char *module;
+  int first, n; /* the module's symbol entries: statics[first .. first + n) */
+} hm__syms_t;
+
+/* One large data symbol of a .bss: an entry of its own over its whole
+ * pages (the pages it shares with its neighbours stay as they are); an
+ * alias of one already listed is skipped. */
+static void hm__add_symbol(void *arg, uintptr_t lo, uintptr_t hi, const char *name) {
+  hm__syms_t *q = arg;
+  size_t pg = _hm_pl_ctx.page;
+  uintptr_t a = (lo + pg - 1) & ~(uintptr_t)(pg - 1), b = hi & ~(uintptr_t)(pg - 1);
+  if (b <= a) return;
+  for (int i = q->first; i < q->first + q->n; i++)
+    if (_hm_pl_ctx.statics[i].lo < b && a < _hm_pl_ctx.statics[i].hi) return;
+  _hm_pl_static_t *s = hm__add(a, b, 0, q->module);
+  if (!s) return;
+  s->sym = lo;
+  snprintf(s->symbol, sizeof s->symbol, "%s", name);
+  q->n++;
+}
+
+/* A large .bss, [start, end) (its pages partly shared with .data and
+ * what follows): one entry per large data symbol in it when the file names
+ * them (statics_syms.c), else one for its whole pages. */
+static void hm__add_bss(const struct dl_phdr_info *info, const char *path, uintptr_t start,
+                        uintptr_t end, size_t thr) {
+  size_t pg = _hm_pl_ctx.page;
+  hm__syms_t q = {path, _hm_pl_ctx.nstatics, 0};
+  _hm_pl_symscan_t scan = {info->dlpi_addr, start, end, thr, hm__add_symbol, &q};
+  (void)_hm_pl_statics_symbols(path, &scan);
+  if (q.n == 0)
+    (void)hm__add((start + pg - 1) & ~(uintptr_t)(pg - 1), end & ~(uintptr_t)(pg - 1), 0, path);
 }
 
 static int hm__segments_cb(struct dl_phdr_info *info, size_t size, void *arg) {
@@ -59,9 +95,9 @@ static int hm__segments_cb(struct dl_phdr_info *info, size_t size, void *arg) {
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W)) continue;
     uintptr_t start = info->dlpi_addr + ph->p_vaddr;
     uintptr_t file_end = start + ph->p_filesz, end = start + ph->p_memsz;
-    if (ph->p_filesz >= thr) hm__add(start, file_end, 1, name);
+    if (ph->p_filesz >= thr) (void)hm__add(start, file_end, 1, name);
     uintptr_t lo = (file_end + pg - 1) & ~(uintptr_t)(pg - 1), hi = end & ~(uintptr_t)(pg - 1);
-    if (hi > lo && hi - lo >= thr) hm__add(lo, hi, 0, name);
+    if (hi > lo && hi - lo >= thr) hm__add_bss(info, name, file_end, end, thr);
   }
   return 0;
 }
@@ -71,9 +107,9 @@ void _hm_pl_statics_find(size_t thr) {
   dl_iterate_phdr(hm__segments_cb, &thr);
 }
 
-/* The longest run of pages of [lo, hi) that are not resident, into
- * [*a, *b); 0 when mincore cannot say. */
-static int hm__untouched(uintptr_t lo, uintptr_t hi, uintptr_t *a, uintptr_t *b) {
+/* Not resident is untouched: .bss pages are the zero page's until written
+ * (a read maps the shared zero page, which mincore does not count). */
+int _hm_pl_statics_untouched(uintptr_t lo, uintptr_t hi, uintptr_t *a, uintptr_t *b) {
   unsigned char vec[HM__MINCORE_PAGES];
   size_t pg = _hm_pl_ctx.page;
   uintptr_t run = lo, best_a = lo, best_b = lo;
@@ -94,12 +130,12 @@ static int hm__untouched(uintptr_t lo, uintptr_t hi, uintptr_t *a, uintptr_t *b)
 /* Puts the untouched part of .bss segment s behind the pager. */
 static void hm__manage(_hm_pl_static_t *s, size_t thr) {
   uintptr_t a = 0, b = 0;
-  if (!hm__untouched(s->lo, s->hi, &a, &b)) {
+  if (!_hm_pl_statics_untouched(s->lo, s->hi, &a, &b)) {
     s->why = "mincore could not tell which pages were touched";
     return;
   }
   size_t unit = (size_t)_hm_pl_ctx.fetch_unit, len = (b - a) / unit * unit;
-  if (len < thr || len == 0) {
+  if (len == 0 || (len < thr && 2 * len < s->hi - s->lo)) {
     s->why = "most of it was written before main";
     return;
   }
@@ -130,10 +166,12 @@ void _hm_pl_statics_prepare(size_t thr) {
   for (int i = 0; i < c->nstatics; i++) {
     _hm_pl_static_t *s = &c->statics[i];
     if (s->data) continue;
-    if (c->mode != HM_PL_M_CACHE)
-      s->why = "static data is managed in cache mode only";
-    else if (!on)
+    if (!on)
       s->why = "HETMEM_STATICS=0";
+    else if (c->mode == HM_PL_M_PROFILE)
+      _hm_pl_statics_profile(s);
+    else if (c->mode == HM_PL_M_PLACE)
+      _hm_pl_statics_place(s);
     else
       hm__manage(s, thr);
   }
@@ -145,9 +183,14 @@ void _hm_pl_statics_json(_hm_sb_t *sb) {
     const _hm_pl_static_t *s = &_hm_pl_ctx.statics[i];
     _hm_sb_printf(sb, "%s{\"module\":", i ? "," : "");
     _hm_sb_json_str(sb, s->module);
-    _hm_sb_printf(sb, ",\"segment\":\"%s\",\"bytes\":%llu,\"managed_bytes\":%llu,\"why\":",
+    _hm_sb_puts(sb, ",\"symbol\":");
+    if (s->symbol[0]) _hm_sb_json_str(sb, s->symbol);
+    else _hm_sb_puts(sb, "null");
+    _hm_sb_printf(sb,
+                  ",\"segment\":\"%s\",\"bytes\":%llu,\"managed_bytes\":%llu,"
+                  "\"fast_bytes\":%llu,\"tier\":%d,\"why\":",
                   s->data ? "data" : "bss", (unsigned long long)(s->hi - s->lo),
-                  (unsigned long long)s->managed);
+                  (unsigned long long)s->managed, (unsigned long long)s->fast, s->tier);
     if (s->why) _hm_sb_json_str(sb, s->why);
     else _hm_sb_puts(sb, "null");
     _hm_sb_puts(sb, "}");

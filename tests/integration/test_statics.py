@@ -1,13 +1,19 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""Static arrays in cache mode (src/preload/statics.c): STREAM with its three
-arrays in .bss (hm-stream-static, 3 x 160 MB), run at a budget far below
-them. The untouched .bss goes behind the pager before main, the program's
-results stay valid, and the pager's resident memory stays within the
-budget; with HETMEM_STATICS=0 the run says the data is not managed."""
+"""Static arrays (src/preload/statics*.c): STREAM with its three arrays in
+.bss (hm-stream-static, 3 x 160 MB), run at a budget far below them.
+
+Cache mode: each array's untouched pages go behind the pager before main,
+the program's results stay valid, and the pager's resident memory stays
+within the budget; with HETMEM_STATICS=0 the run says, per array, that it
+is not managed; a stripped binary's .bss is one entry. Profile, advise and
+flat: each array is a site named by its symbol, the advisor places it (a
+split head in DRAM, the rest on storage), and the flat run applies it."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,11 +27,14 @@ BUDGET = 24 << 20
 pytestmark = pytest.mark.skipif(not STREAM.exists(), reason=f"{STREAM} not built")
 
 
-def _run(tmp_path: Path, env: dict[str, str] | None = None) -> tuple[dict, dict, str]:
+def _run(
+    tmp_path: Path, env: dict[str, str] | None = None, binary: Path = STREAM, *opts: str
+) -> tuple[dict, dict, str]:
     stats = tmp_path / "s.json"
+    mode = opts or ("--mode", "cache")
     proc = run_hetmem(
-        "run", "--mode", "cache", "--fast-budget", str(BUDGET), "--storage", str(tmp_path),
-        "--stats", str(stats), "--", str(STREAM), "--elements", str(ELEMENTS), "--ntimes", "2",
+        "run", *mode, "--fast-budget", str(BUDGET), "--storage", str(tmp_path),
+        "--stats", str(stats), "--", str(binary), "--elements", str(ELEMENTS), "--ntimes", "2",
         env=env, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -37,11 +46,13 @@ def _run(tmp_path: Path, env: dict[str, str] | None = None) -> tuple[dict, dict,
 @needs_pager
 def test_static_arrays_go_behind_the_pager(tmp_path: Path) -> None:
     _, stats, err = _run(tmp_path)
-    (st,) = [s for s in stats["processes"][0]["statics"] if s["segment"] == "bss"]
-    assert st["module"].endswith("hm-stream-static")
-    assert st["bytes"] >= 3 * 160_000_000 - 2 * 4096  # whole pages of it
-    # all of it but what the loader and libc wrote before main (if anything)
-    assert st["managed_bytes"] >= st["bytes"] - (1 << 20), st
+    arrays = [s for s in stats["processes"][0]["statics"] if s["segment"] == "bss"]
+    assert sorted(st["symbol"] for st in arrays) == ["sa", "sb", "sc"]  # one entry each
+    for st in arrays:
+        assert st["module"].endswith("hm-stream-static")
+        assert st["bytes"] >= 160_000_000 - 2 * 4096  # its whole pages
+        # all of it but what the loader and libc wrote before main (if anything)
+        assert st["managed_bytes"] >= st["bytes"] - (1 << 20), st
     counters = stats["pager"]["counters"]
     assert counters["footprint_bytes"] >= 3 * ELEMENTS * 8  # the arrays were paged
     assert counters["peak_resident_bytes"] <= BUDGET
@@ -51,8 +62,71 @@ def test_static_arrays_go_behind_the_pager(tmp_path: Path) -> None:
 @needs_pager
 def test_unmanaged_static_data_is_said_once(tmp_path: Path) -> None:
     _, stats, err = _run(tmp_path, env={"HETMEM_STATICS": "0"})
+    arrays = [s for s in stats["processes"][0]["statics"] if s["segment"] == "bss"]
+    assert len(arrays) == 3
+    assert all(st["managed_bytes"] == 0 and st["why"] == "HETMEM_STATICS=0" for st in arrays)
+    lines = sorted(ln for ln in err.splitlines() if "of hm-stream-static" in ln)
+    assert lines == [
+        f"hetmem run: note: static array {a} of hm-stream-static (153 MiB) is not managed: "
+        "HETMEM_STATICS=0"
+        for a in ("sa", "sb", "sc")
+    ]
+
+
+@needs_pager
+@pytest.mark.skipif(not shutil.which("strip"), reason="no strip (binutils)")
+def test_a_stripped_binarys_bss_is_one_entry(tmp_path: Path) -> None:
+    """Without a symbol table the arrays cannot be told apart: the segment's
+    whole pages are one entry, and still go behind the pager."""
+    stripped = tmp_path / "stream-stripped"
+    subprocess.run(["strip", "-o", str(stripped), str(STREAM)], check=True)
+    _, stats, _ = _run(tmp_path, None, stripped)
     (st,) = [s for s in stats["processes"][0]["statics"] if s["segment"] == "bss"]
-    assert st["managed_bytes"] == 0 and st["why"] == "HETMEM_STATICS=0"
-    lines = [ln for ln in err.splitlines() if "static data of hm-stream-static" in ln]
-    assert lines == ["hetmem run: note: static data of hm-stream-static (.bss, 458 MiB) is not "
-                     "managed: HETMEM_STATICS=0"]  # fmt: skip
+    assert st["symbol"] is None and st["bytes"] >= 3 * 160_000_000 - 2 * 4096
+    assert st["managed_bytes"] >= st["bytes"] - (1 << 20), st
+    assert stats["pager"]["counters"]["peak_resident_bytes"] <= BUDGET
+
+
+def _profile_and_advise(tmp_path: Path) -> tuple[dict, Path]:
+    prof = tmp_path / "s.prof"
+    proc = run_hetmem(
+        "profile", "-o", str(prof), "--sampler", "portable", "--", str(STREAM),
+        "--elements", str(ELEMENTS), "--ntimes", "4", timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "not profiled" not in proc.stderr  # the arrays are sites, no note
+    (prof,) = tmp_path.glob("s.prof*")
+    show = run_hetmem("profile", "show", str(prof), "--json", timeout=120)
+    assert show.returncode == 0, show.stderr
+    place = tmp_path / "p.toml"
+    adv = run_hetmem(
+        "advise", str(prof), "--fast-budget", str(BUDGET), "--storage", str(tmp_path),
+        "-o", str(place), timeout=300,
+    )  # fmt: skip
+    assert adv.returncode == 0, adv.stderr
+    return json.loads(show.stdout), place
+
+
+@needs_pager
+def test_static_arrays_are_sites_placed_by_flat_mode(tmp_path: Path) -> None:
+    shown, place = _profile_and_advise(tmp_path)
+    sites = {s["label"]: s for s in shown["sites"]}
+    assert sorted(sites) == [f"static {a} (hm-stream-static .bss)" for a in ("sa", "sb", "sc")]
+    for s in sites.values():
+        assert s["static"] is True and s["allocs"] == 1 and s["never_freed"] == 1
+        assert s["peak_live_bytes"] >= 160_000_000 - 2 * 4096
+    assert sum(s["samples"]["loads"] + s["samples"]["stores"] for s in sites.values()) > 0
+    _, stats, err = _run(tmp_path, None, STREAM, "--mode", "flat", "--placement", str(place))
+    arrays = [s for s in stats["processes"][0]["statics"] if s["segment"] == "bss"]
+    assert len(arrays) == 3 and all(st["why"] is None for st in arrays), arrays
+    # the budget's DRAM holds what the advisor gave it (a split head), the
+    # rest of every array is the storage tier's, behind the pager
+    fast = sum(st["fast_bytes"] for st in arrays)
+    assert 0 < fast <= BUDGET
+    assert all(st["tier"] == 1 for st in arrays)
+    slow = sum(st["managed_bytes"] for st in arrays)
+    assert slow >= 3 * (160_000_000 - (1 << 20)) - fast
+    placed = stats["placement"]["sites"]
+    assert sum(s["bytes"][0] for s in placed) == fast
+    assert stats["pager"]["counters"]["footprint_bytes"] >= 3 * ELEMENTS * 8 - fast
+    assert "is not managed" not in err

@@ -28,6 +28,7 @@ from hetmem.placement.problem import (
 )
 from hetmem.placement.profile import Merged, Module
 from hetmem.placement.sitenames import raw_frame
+from hetmem.placement.sites import static_name
 from hetmem.placement.solve import solve, solve_greedy, solve_ilp
 from hetmem.placement.split import Split, split_sites
 from hetmem.placement.symbolize import Symbolizer
@@ -297,7 +298,9 @@ def _placed_site(
 ) -> PSite:
     s = merged.sites[i]
     symbols = []
-    if sym is not None:
+    if sym is not None and s.static:
+        symbols.append(static_name(sym, s)[0])
+    elif sym is not None:
         for m, off in s.frames:
             loc = sym.lookup(m.key, m.path, m.build_id, off)
             symbols.append(str(loc) if loc else raw_frame(m.path, off))

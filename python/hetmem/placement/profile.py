@@ -75,6 +75,9 @@ class Site:
     small_bytes: int = 0
     est_accesses: float = 0.0  # samples scaled by the sampler period
     sources: int = 1  # profiles merged into this site
+    # A large static array (.bss): its one frame is its address (the symbol's
+    # link-time address), not a return address.
+    static: bool = False
 
     def key(self, depth: int | None = None) -> tuple[FrameKey, ...]:
         frames = self.frames if depth is None else self.frames[:depth]
@@ -148,6 +151,12 @@ class _Ctx:
         if not lo <= v <= hi:
             raise self.fail(f"'{key}' = {v} is out of range [{lo}, {hi}]")
         return float(v)
+
+    def bool_(self, rec: dict[str, Any], key: str) -> bool:
+        v = rec.get(key)
+        if not isinstance(v, bool):
+            raise self.fail(f"'{key}' must be true or false")
+        return v
 
     def str_(self, rec: dict[str, Any], key: str, allow_empty: bool = True) -> str:
         v = rec.get(key)
@@ -226,6 +235,8 @@ def _parse_site(c: _Ctx, rec: dict[str, Any], modules: list[Module], hdr: dict[s
     s.small_count = c.opt_int(small, "count")
     s.small_bytes = c.opt_int(small, "bytes")
     s.est_accesses = (s.loads + s.stores) * float(hdr["sampler"]["period"])
+    if "static" in rec:
+        s.static = c.bool_(rec, "static")
     return s
 
 
@@ -532,7 +543,7 @@ def merge(profiles: Sequence[Profile]) -> Merged:
             i = index.get(key)
             if i is None:
                 i = index[key] = len(merged)
-                merged.append(Site(frames=list(s.frames[:depth]), sources=0))
+                merged.append(Site(frames=list(s.frames[:depth]), sources=0, static=s.static))
             m = merged[i]
             if i in mine:
                 # Two sites of one profile that differ only beyond the common
@@ -583,7 +594,7 @@ def _accumulate(m: Site, s: Site) -> None:
 
 def _combine_same_process(a: Site, b: Site) -> Site:
     """Two sites of one process seen as one: live series add pointwise."""
-    out = Site(frames=a.frames, sources=1)
+    out = Site(frames=a.frames, sources=1, static=a.static)
     _accumulate(out, a)
     _accumulate(out, b)
     out.live = add_series([a.live, b.live])

@@ -19,6 +19,7 @@ from hetmem.placement import profile as prof
 from hetmem.run.checks import warn_if_not_interposable
 from hetmem.run.config import preload_path
 from hetmem.run.proc import _Interrupted, _signals, _spawn
+from hetmem.run.report import static_label
 from hetmem.sizes import format_size
 
 SAMPLERS = ("auto", "pebs", "ibs", "spe", "damon", "refs", "portable", "none")
@@ -103,16 +104,17 @@ def threshold_note(p: prof.Profile) -> str | None:
 
 
 def statics_notes(p: prof.Profile) -> list[str]:
-    """Large static arrays are no allocation site: the profile cannot rank
-    them, and a user whose arrays are all static would otherwise see 0 sites
-    and no reason."""
+    """Large static data the profile could not make a site of (.data, or
+    .bss written before main): it cannot rank them, and a user whose arrays
+    are all static would otherwise see 0 sites and no reason. Static arrays
+    that are sites need no note: they are in the table."""
     out = []
     for st in p.header.get("statics") or ():
-        seg = ".bss" if st.get("segment") == "bss" else ".data"
+        if not st.get("why"):
+            continue
         out.append(
-            f"static data of {os.path.basename(str(st.get('module')))} ({seg}, "
-            f"{format_size(int(st.get('bytes', 0)))}) is not an allocation site: not profiled"
-            + (" (cache mode puts it behind the pager)" if seg == ".bss" else "")
+            f"{static_label(st)} ({format_size(int(st.get('bytes', 0)))}) is not profiled: "
+            f"{st['why']}"
         )
     return out
 

@@ -13,6 +13,7 @@ from hetmem.placement.sitenames import (
     distinct_labels,
     first_user_frame,
     frame_text,
+    raw_frame,
     site_functions,
 )
 from hetmem.placement.symbolize import Location, Symbolizer
@@ -44,9 +45,24 @@ def frame_inputs(
     return out
 
 
+def static_name(sym: Symbolizer, site: prof.Site) -> tuple[str, str | None]:
+    """A static array's name, 'static a (stream .bss)', and its symbol
+    (None in a file without symbols: then 'static .bss of stream+0x4000').
+    Its frame is its own address, not a return address: looked up at
+    offset + 1, which the symbolizer's return-address rule takes back."""
+    m, off = site.frames[0]
+    loc = sym.lookup(m.key, m.path, m.build_id, off + 1)
+    name = loc.function if loc is not None and loc.function else None
+    if name:
+        return f"static {name} ({m.path.rsplit('/', 1)[-1]} .bss)", name
+    return f"static .bss of {raw_frame(m.path, off)}", None
+
+
 def describe_frames(sym: Symbolizer, site: prof.Site, depth: int | None = None) -> list[str]:
     """Each frame as 'function at file:line (module+0xoffset)' or
-    'module+0xoffset'."""
+    'module+0xoffset'; a static array's as static_name gives it."""
+    if site.static:
+        return [static_name(sym, site)[0]]
     out = []
     for m, off in site.frames[:depth]:
         loc = sym.lookup(m.key, m.path, m.build_id, off)
@@ -64,6 +80,9 @@ def user_frame(site: prof.Site) -> int:
 def _functions(sym: Symbolizer, site: prof.Site) -> tuple[list[str], int, Location | None]:
     """The site's frames as functions (inlined ones expanded), the index of
     the first outside the language runtimes, and its place."""
+    if site.static:
+        text, name = static_name(sym, site)
+        return [text], 0, Location(name, None, 0) if name else None
     locs = [sym.lookup(m.key, m.path, m.build_id, off) for m, off in site.frames]
     known = [loc if loc is not None and (loc.function or loc.file) else None for loc in locs]
     texts, start, (k, pos) = site_functions(
@@ -103,6 +122,7 @@ def site_rows(p: prof.Profile, sym: Symbolizer) -> list[dict[str, Any]]:
                     "max": s.lifetime_max_ns,
                 },
                 "never_freed": s.never_freed,
+                "static": s.static,
                 "samples": {"loads": s.loads, "stores": s.stores},
                 "est_accesses": s.est_accesses,
                 "accesses_per_byte": s.accesses_per_byte,

@@ -79,10 +79,10 @@ def _note_statics(procs: list[dict[str, Any]]) -> None:
     """Once per program and segment: large static data that stayed in plain
     memory (all of it, or the part written before main), with its size and
     why; the interposer's statistics list every segment."""
-    said: set[tuple[str, str]] = set()
+    said: set[tuple[str, str, str]] = set()
     for q in procs:
         for st in q.get("statics") or ():
-            key = (str(st.get("module")), str(st.get("segment")))
+            key = (str(st.get("module")), str(st.get("segment")), str(st.get("symbol") or ""))
             why, size, managed = (
                 st.get("why"),
                 int(st.get("bytes", 0)),
@@ -91,12 +91,17 @@ def _note_statics(procs: list[dict[str, Any]]) -> None:
             if not why or key in said:
                 continue
             said.add(key)
-            part = f", {format_size(managed)} of it behind the pager" if managed else ""
-            seg = ".bss" if key[1] == "bss" else ".data"
-            note(
-                f"static data of {os.path.basename(key[0])} ({seg}, {format_size(size)}{part}) "
-                f"is not managed: {why}"
-            )
+            part = f", {format_size(managed)} of it on a slower tier" if managed else ""
+            note(f"{static_label(st)} ({format_size(size)}{part}) is not managed: {why}")
+
+
+def static_label(st: dict[str, Any]) -> str:
+    """A static entry of the interposer's statistics as the user reads it:
+    'static array a of stream', or 'static data of stream (.bss)'."""
+    mod = os.path.basename(str(st.get("module")))
+    if st.get("symbol"):
+        return f"static array {st['symbol']} of {mod}"
+    return f"static data of {mod} ({'.bss' if st.get('segment') == 'bss' else '.data'})"
 
 
 def _note_pager(stats: dict[str, Any], say: bool) -> None:
