@@ -222,7 +222,7 @@ int geom_init(geom_t *g, const params_t *p, MPI_Comm comm, char *err, size_t n)
     for (int i = 0; i < V; i++) {
         int x[4];
         hm__unlex(i, g->l, x);
-        g->Vh += !((x[0] + x[1] + x[2] + x[3]) & 1);
+        g->Vh += !((g->origin[0] + x[0] + g->origin[1] + x[1] + g->origin[2] + x[2] + g->origin[3] + x[3]) & 1);
     }
     g->lex2eo = malloc(sizeof(int) * (size_t)V);
     g->lc = malloc(sizeof(int) * 4 * (size_t)V);
@@ -231,7 +231,10 @@ int geom_init(geom_t *g, const params_t *p, MPI_Comm comm, char *err, size_t n)
     for (int i = 0; i < V; i++) {
         int x[4];
         hm__unlex(i, g->l, x);
-        int par = (x[0] + x[1] + x[2] + x[3]) & 1;
+        /* global parity: the same as the local one on the fine lattice (even
+         * local dimensions), and it keeps coarse levels with odd local
+         * dimensions bipartite for their odd-even reduction */
+        int par = (g->origin[0] + x[0] + g->origin[1] + x[1] + g->origin[2] + x[2] + g->origin[3] + x[3]) & 1;
         int e = par * g->Vh + cnt[par]++;
         g->lex2eo[i] = e;
         memcpy(g->lc + 4 * e, x, sizeof x);

@@ -81,14 +81,16 @@ void lvl_part(mgl_t *L, cplxf *out, const cplxf *in, int c0, int c1, int d0, int
 void lvl_apply(mgl_t *L, cplxf *out, const cplxf *in) { lvl_part(L, out, in, 0, L->g->V, 0, 9); }
 
 /* ---- odd-even (Schur complement) coarse solve ----
- * Coarse sites are stored even first; every neighbour of an even site is odd
- * when all local coarse dimensions are even. S = D_oo - D_oe D_ee^-1 D_eo. */
+ * Coarse sites are stored even first. S = D_oo - D_oe D_ee^-1 D_eo. */
 int lvl_oe_possible(const mgl_t *L)
 {
+    /* sites are ordered by global parity, so every neighbour of an even site
+     * is odd when the global dimensions are even, whatever the local ones
+     * (a rank may then hold more sites of one parity than of the other) */
     for (int m = 0; m < 4; m++)
-        if (L->g->l[m] % 2)
+        if (L->g->L[m] % 2)
             return 0;
-    return L->g->Vh > 0 && 2 * L->g->Vh == L->g->V;
+    return L->g->Vh > 0 && L->g->Vh < L->g->V;
 }
 
 /* inverts the self blocks of the even coarse sites (Gauss-Jordan, partial
