@@ -50,7 +50,7 @@ void params_default(params_t *p)
     p->kc_maxit = 5;
     p->kc_tol = 0.1;
     p->coarse_smooth = 2;
-    p->coarse_setup = 2;
+    p->coarse_setup = 0;
     snprintf(p->rhs, sizeof p->rhs, "random");
     p->nrhs = 1;
     p->dirac_reps = 20;
