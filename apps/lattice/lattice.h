@@ -264,8 +264,9 @@ struct mgl {
     cplxf *oe1, *oe2, *oe3;
     cplxf *cb, *kZ;       /* Krylov basis (coarsest GMRES or K-cycle FGMRES), its Z */
     cplx *cH;
-    cplxf *sb;            /* GMRES smoother basis and Hessenberg */
+    cplxf *sb, *sZ;       /* smoother: FGMRES basis, directions, Hessenberg, */
     cplx *sH;
+    cplxf *Jinv;          /* [V][k*k] inverse self blocks (its block-Jacobi preconditioner) */
     long iters;           /* Krylov iterations of this level's solves */
     int built;            /* the levels below have been set up once */
     /* towards the next level (NULL on the coarsest) */
@@ -290,6 +291,8 @@ int lvl_gmres(mgl_t *L, const kry_t *K, cplxf *x, const cplxf *b, long n, double
 int lvl_coarsest_solve(mgl_t *L, cplxf *x, const cplxf *b);
 int lvl_oe_possible(const mgl_t *L);
 void lvl_invert_even(mgl_t *L);
+void lvl_invert_self(mgl_t *L, cplxf *out, int ns);
+void lvl_jacobi(mgl_t *L, cplxf *out, const cplxf *in);
 /* x = approximately D_L^-1 b: the coarsest solve, or the K-cycle */
 int lvl_solve(mgl_t *L, cplxf *x, const cplxf *b);
 void lvl_restrict(mgl_t *L, cplxf *vc, const cplxf *v);

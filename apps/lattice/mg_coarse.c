@@ -93,9 +93,9 @@ int lvl_oe_possible(const mgl_t *L)
     return L->g->Vh > 0 && L->g->Vh < L->g->V;
 }
 
-/* inverts the self blocks of the even coarse sites (Gauss-Jordan, partial
- * pivoting, in double) into L->Dinv */
-void lvl_invert_even(mgl_t *L)
+/* inverts the self blocks of sites 0 .. ns-1 (Gauss-Jordan, partial
+ * pivoting, in double) into out */
+void lvl_invert_self(mgl_t *L, cplxf *out, int ns)
 {
     int k = L->k;
     size_t kk = (size_t)k * k;
@@ -103,7 +103,7 @@ void lvl_invert_even(mgl_t *L)
     {
         cplx *a = malloc(sizeof(cplx) * 2 * kk);
 #pragma omp for schedule(static)
-        for (int c = 0; c < L->g->Vh; c++) {
+        for (int c = 0; c < ns; c++) {
             cplx *b = a + kk;
             for (size_t i = 0; i < kk; i++) {
 #ifdef LAT_HAVE_HALF
@@ -150,20 +150,22 @@ void lvl_invert_even(mgl_t *L)
                 }
             }
             for (size_t i = 0; i < kk; i++)
-                L->Dinv[(size_t)c * kk + i] = (cplxf)b[i];
+                out[(size_t)c * kk + i] = (cplxf)b[i];
         }
         free(a);
     }
 }
 
-/* out_e = D_ee^-1 in_e */
-static void coarse_ee_inv(mgl_t *L, cplxf *out, const cplxf *in)
+void lvl_invert_even(mgl_t *L) { lvl_invert_self(L, L->Dinv, L->g->Vh); }
+
+/* out = Dinv in on sites 0 .. ns-1 (Dinv: k x k blocks per site) */
+static void self_inv_apply(const mgl_t *L, const cplxf *Dinv, int ns, cplxf *out, const cplxf *in)
 {
     int k = L->k;
     size_t kk = (size_t)k * k;
 #pragma omp parallel for schedule(static)
-    for (int c = 0; c < L->g->Vh; c++) {
-        const float *Di = (const float *)(L->Dinv + (size_t)c * kk), *x = (const float *)(in + (size_t)c * k);
+    for (int c = 0; c < ns; c++) {
+        const float *Di = (const float *)(Dinv + (size_t)c * kk), *x = (const float *)(in + (size_t)c * k);
         float *o = (float *)(out + (size_t)c * k);
         for (int i = 0; i < k; i++) {
             float sr = 0, si = 0;
@@ -178,6 +180,13 @@ static void coarse_ee_inv(mgl_t *L, cplxf *out, const cplxf *in)
         }
     }
 }
+
+/* out_e = D_ee^-1 in_e */
+static void coarse_ee_inv(mgl_t *L, cplxf *out, const cplxf *in) { self_inv_apply(L, L->Dinv, L->g->Vh, out, in); }
+
+/* block-Jacobi: out = D_self^-1 in on every site (the coarse smoother's
+ * preconditioner) */
+void lvl_jacobi(mgl_t *L, cplxf *out, const cplxf *in) { self_inv_apply(L, L->Jinv, L->g->V, out, in); }
 
 /* out = S in on the odd part (vectors of k (V - Vh)); uses oe1, oe2 */
 static void coarse_schur(mgl_t *L, cplxf *out, const cplxf *in)

@@ -134,6 +134,8 @@ static void lvl_alloc_krylov(mgl_t *L, int coarsest)
     if (!coarsest) {
         L->kZ = lvl_alloc(L, TAG_KRYLOV, sizeof(cplxf) * nc * (size_t)m);
         L->sb = lvl_alloc(L, TAG_KRYLOV, sizeof(cplxf) * nc * (size_t)(ms + 2));
+        L->sZ = lvl_alloc(L, TAG_KRYLOV, sizeof(cplxf) * nc * (size_t)(ms + 1));
+        L->Jinv = lvl_alloc(L, TAG_COARSE, sizeof(cplxf) * kk * (size_t)L->g->V);
         L->sH = lvl_alloc(L, TAG_KRYLOV, sizeof(cplx) * (size_t)((ms + 1) * ms + 4 * ms + 4));
         return;
     }
@@ -189,7 +191,7 @@ void lvl_free(mgl_t *L)
         return;
     lvl_free(L->next);
     lat_free(L->Dc), lat_free(L->Dch), lat_free(L->cb), lat_free(L->cH);
-    lat_free(L->kZ), lat_free(L->sb), lat_free(L->sH);
+    lat_free(L->kZ), lat_free(L->sb), lat_free(L->sZ), lat_free(L->sH), lat_free(L->Jinv);
     lat_free(L->Dinv), lat_free(L->oe1), lat_free(L->oe2), lat_free(L->oe3);
     lat_free(L->TV), lat_free(L->W), lat_free(L->r), lat_free(L->rc), lat_free(L->ec);
     free(L->bsite), free(L->blk);
@@ -439,6 +441,8 @@ void lvl_build(mgl_t *L, int nsrc)
                 wtime() - t1);
     if (C->coe)
         lvl_invert_even(C);
+    if (C->next)
+        lvl_invert_self(C, C->Jinv, C->g->V);
     if (C->next) {
         int ns = C->N < L->N ? C->N : L->N;
         size_t n = (size_t)L->k * L->g->V, nn = (size_t)C->k * C->g->V;
@@ -451,7 +455,9 @@ void lvl_build(mgl_t *L, int nsrc)
 
 /* ---- K-cycle ---- */
 /* the K-cycle's preconditioner on level L: restrict, solve on the next
- * level, prolong, then GMRES smoothing steps on D_L from that guess */
+ * level, prolong, then smoothing from that guess: FGMRES steps on D_L
+ * preconditioned by the inverse self blocks (a site's k x k block holds
+ * the couplings inside its aggregate, the largest part of D_L) */
 static void lvl_cycle(mgl_t *L, cplxf *x, const cplxf *r)
 {
     mgl_t *C = L->next;
@@ -460,8 +466,8 @@ static void lvl_cycle(mgl_t *L, cplxf *x, const cplxf *r)
     lvl_prolong(L, x, L->ec);
     int ms = L->prm.coarse_smooth;
     if (ms) {
-        kry_t S = {L->sb, NULL, L->sH, ms};
-        lvl_gmres(L, &S, x, r, (long)L->k * L->g->V, 0, ms, 1, lvl_apply, NULL);
+        kry_t S = {L->sb, L->sZ, L->sH, ms};
+        lvl_gmres(L, &S, x, r, (long)L->k * L->g->V, 0, ms, 1, lvl_apply, lvl_jacobi);
     }
 }
 

@@ -67,6 +67,7 @@ static void setup_interp(mg_t *M)
     if (L->coe)
         lvl_invert_even(L);
     if (L->next) {
+        lvl_invert_self(L, L->Jinv, L->g->V);
         int ns = L->N < M->N ? L->N : M->N;
         size_t n = (size_t)L->k * L->g->V, V12 = 12 * (size_t)M->g->V;
         for (int j = 0; j < ns; j++)
