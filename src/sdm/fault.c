@@ -47,20 +47,27 @@ static void hm__demote(hm_pager_t *p, const _hm_sdm_unit_t *V, _hm_sdm_slot_t *S
   p->demq[(p->demq_head + p->demq_n++) % HM_SDM_DEMQ] = V->slot;
 }
 
-/* A sequential stream at unit u of a region larger than the cache: the
+static uint64_t hm__reg_len(const void *reg) { return ((const _hm_sdm_region_t *)reg)->len; }
+
+/* A sequential stream at unit u of a region larger than the cache, or of
+ * one that fits but is swept together with others that all together do
+ * not (STREAM's triad: three arrays that each fit, twice the cache): the
  * resident units its pass went through, from two units (or past the spans
  * its streams came back to soon, r->keep_behind: hm__judge_refill in
  * evict.c) to two windows further behind it, are queued for eviction first
  * (what it passed cannot all stay until its next pass, so keeping them
  * only pushes out other data, first the units prefetched ahead of the
- * streams). A region that fits is left to CLOCK: its next
- * pass may find it resident. The walk back stops at the first unit queued
+ * streams). Otherwise CLOCK decides: the next pass may find it resident
+ * (a hot array read between sweeps of a cold one, test_sdm_behind). The walk back stops at the first unit queued
  * already (an earlier fault of the stream queued those beyond it), so a
  * fault costs O(units passed since the stream's last fault), under the
  * pager lock it holds anyway; a full ring drops its oldest entries. */
 static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
                               const _hm_sdm_pf_plan_t *pl) {
-  if (!p->demq || (pl->trend != 1 && pl->trend != -1) || r->len <= p->cap) return;
+  if (!p->demq || (pl->trend != 1 && pl->trend != -1)) return;
+  if (r->len <= p->cap &&
+      (p->seen_live <= p->cap || _hm_sdm_pf_swept(&p->pf, hm__reg_len) <= p->cap))
+    return;
   int64_t w = pl->window < 2 ? 2 : (int64_t)pl->window;
   int64_t k0 = r->keep_behind >= 2 ? (int64_t)r->keep_behind + 1 : 2, k1 = k0 + 2 * w - 2;
   for (int64_t k = k0; k <= k1; k++) {

@@ -378,6 +378,27 @@ int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, ui
   return 0;
 }
 
+/* Cost: O(HM_SDM_STREAMS^2) compares at worst, under the pager lock. A
+ * short window: the streams of one sweep fault in turn, while a sweep
+ * that ended a few faults ago (a cold array read after a hot one) is not
+ * going on now. */
+uint64_t _hm_sdm_pf_swept(const _hm_sdm_pf_t *pf, uint64_t (*len)(const void *reg)) {
+  const void *seen[HM_SDM_STREAMS];
+  unsigned n = 0;
+  uint64_t sum = 0;
+  for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
+    const _hm_sdm_stream_t *c = &pf->s[i];
+    if (!c->reg || (c->trend != 1 && c->trend != -1)) continue;
+    if (pf->clock - c->stamp >= HM_SDM_SWEEP_FAULTS) continue;
+    unsigned k = 0;
+    while (k < n && seen[k] != c->reg) k++;
+    if (k < n) continue;
+    seen[n++] = c->reg;
+    sum += len(c->reg);
+  }
+  return sum;
+}
+
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg) {
   for (unsigned i = 0; i < HM_SDM_STREAMS; i++)
     if (pf->s[i].reg == reg) memset(&pf->s[i], 0, sizeof pf->s[i]);

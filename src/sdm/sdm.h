@@ -185,6 +185,11 @@ int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, ui
                     _hm_sdm_pf_plan_t *plan);
 /* Forgets the streams of a region being unmapped. */
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg);
+/* The bytes of the distinct regions that sequential streams faulted in
+ * among the last HM_SDM_SWEEP_FAULTS faults (len(reg) gives a region's):
+ * what the sweep going on now spans (STREAM's triad: its three arrays). */
+#define HM_SDM_SWEEP_FAULTS 8u
+uint64_t _hm_sdm_pf_swept(const _hm_sdm_pf_t *pf, uint64_t (*len)(const void *reg));
 
 /* Guards (guard.c). */
 /* -EINVAL with a message naming HETMEM_BUDGET_OVER_RAM when budget is more
