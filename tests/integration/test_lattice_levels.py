@@ -45,7 +45,12 @@ def selftest(ranks: int, settings: dict[str, str]) -> str:
 def test_galerkin_identity_on_every_level(ranks):
     # level 4: pairs of level-3 sites along t, 6 test vectors (at most the
     # 2 x 6 dof per spin half of such an aggregate)
-    four = {"levels": "4", "lattice": "8 8 8 16", "level 4 block": "1 1 1 2", "level 4 test vectors": "6"}
+    four = {
+        "levels": "4",
+        "lattice": "8 8 8 16",
+        "level 4 block": "1 1 1 2",
+        "level 4 test vectors": "6",
+    }
     out = selftest(ranks, {**THREE, **four})
     for lev in (2, 3, 4):
         assert f"levels: Galerkin D_{lev} = P^H D_{lev - 1} P" in out, out
