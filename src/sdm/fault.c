@@ -49,6 +49,15 @@ static void hm__demote(hm_pager_t *p, const _hm_sdm_unit_t *V, _hm_sdm_slot_t *S
 
 static uint64_t hm__reg_len(const void *reg) { return ((const _hm_sdm_region_t *)reg)->len; }
 
+/* Whether a sequential stream in r sweeps more than the cache holds: r
+ * alone, or the regions swept together now (hm__demote_behind). */
+static int hm__sweep_spills(const hm_pager_t *p, const _hm_sdm_region_t *r,
+                            const _hm_sdm_pf_plan_t *pl) {
+  if (pl->trend != 1 && pl->trend != -1) return 0;
+  if (r->len > p->cap) return 1;
+  return p->seen_live > p->cap && _hm_sdm_pf_swept(&p->pf, hm__reg_len) > p->cap;
+}
+
 /* A sequential stream at unit u of a region larger than the cache, or of
  * one that fits but is swept together with others that all together do
  * not (STREAM's triad: three arrays that each fit, twice the cache): the
@@ -64,10 +73,7 @@ static uint64_t hm__reg_len(const void *reg) { return ((const _hm_sdm_region_t *
  * pager lock it holds anyway; a full ring drops its oldest entries. */
 static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
                               const _hm_sdm_pf_plan_t *pl) {
-  if (!p->demq || (pl->trend != 1 && pl->trend != -1)) return;
-  if (r->len <= p->cap &&
-      (p->seen_live <= p->cap || _hm_sdm_pf_swept(&p->pf, hm__reg_len) <= p->cap))
-    return;
+  if (!p->demq || !hm__sweep_spills(p, r, pl)) return;
   int64_t w = pl->window < 2 ? 2 : (int64_t)pl->window;
   int64_t k0 = r->keep_behind >= 2 ? (int64_t)r->keep_behind + 1 : 2, k1 = k0 + 2 * w - 2;
   for (int64_t k = k0; k <= k1; k++) {
