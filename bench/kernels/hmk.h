@@ -30,6 +30,23 @@
 #define HMK_CLONES
 #endif
 
+/* The sequential scans of hm-kernel-scan and of the UMap comparison
+ * (hm-kernel-umapcmp): one loop, so both measure the same code. rmw adds
+ * HMK_SCAN_INC to every word. */
+#define HMK_SCAN_INC 3u
+static HMK_CLONES __attribute__((unused)) uint64_t hmk_scan_read(const uint64_t *restrict x,
+                                                                 size_t n) {
+  uint64_t s = 0;
+#pragma omp parallel for schedule(static) reduction(+ : s)
+  for (size_t i = 0; i < n; i++) s += x[i];
+  return s;
+}
+
+static HMK_CLONES __attribute__((unused)) void hmk_scan_rmw(uint64_t *restrict x, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] += HMK_SCAN_INC;
+}
+
 typedef enum {
   HMK_OPT_SIZE,   /* uint64_t, accepts 4G, 512MiB, 1.5GB */
   HMK_OPT_COUNT,  /* uint64_t, accepts the same suffixes; min/max bound it */

@@ -11,19 +11,7 @@
 
 #include "hmk.h"
 
-#define INC 3u
 
-static HMK_CLONES uint64_t scan_read(const uint64_t *restrict x, size_t n) {
-  uint64_t s = 0;
-#pragma omp parallel for schedule(static) reduction(+ : s)
-  for (size_t i = 0; i < n; i++) s += x[i];
-  return s;
-}
-
-static HMK_CLONES void scan_rmw(uint64_t *restrict x, size_t n) {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) x[i] += INC;
-}
 
 int main(int argc, char **argv) {
   hmk_args_t a = {.kernel = "scan",
@@ -54,9 +42,9 @@ int main(int argc, char **argv) {
     if (!rmw && a.inject_error && rep == a.reps - 1) x[n / 2] += 1; /* a word changes under us */
     double s = hmk_now();
     if (rmw) {
-      scan_rmw(x, n);
+      hmk_scan_rmw(x, n);
     } else {
-      uint64_t sum = scan_read(x, n);
+      uint64_t sum = hmk_scan_read(x, n);
       if (sum != expect && bad_rep < 0) {
         bad_rep = rep;
         bad_sum = sum;
@@ -71,7 +59,7 @@ int main(int argc, char **argv) {
   size_t wrong = 0, first_wrong = 0;
   if (rmw) {
     if (a.inject_error) x[n / 2] ^= 1;
-    uint64_t add = (uint64_t)a.reps * INC;
+    uint64_t add = (uint64_t)a.reps * HMK_SCAN_INC;
     first_wrong = n;
 #pragma omp parallel for schedule(static) reduction(+ : wrong) reduction(min : first_wrong)
     for (size_t i = 0; i < n; i++)

@@ -27,7 +27,6 @@
 
 #include "hmk.h"
 
-#define INC 3u
 #define BLOCK_WORDS 512 /* 4 KiB */
 #define MAX_REGIONS 3
 
@@ -130,17 +129,6 @@ static void cmp_free_all(void) {
   nregions = 0;
 }
 
-static HMK_CLONES uint64_t scan_read(const uint64_t *restrict x, size_t n) {
-  uint64_t s = 0;
-#pragma omp parallel for schedule(static) reduction(+ : s)
-  for (size_t i = 0; i < n; i++) s += x[i];
-  return s;
-}
-
-static HMK_CLONES void scan_rmw(uint64_t *restrict x, size_t n) {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) x[i] += INC;
-}
 
 static HMK_CLONES void triad(double *restrict a, const double *restrict b, const double *restrict c, size_t n) {
 #pragma omp parallel for schedule(static)
@@ -185,7 +173,7 @@ static void run_scan(hmk_args_t *a, hmk_result_t *r, int rmw) {
   for (int rep = 0; hmk_more(a, r); rep++) {
     if (!rmw && a->inject_error && rep == a->reps - 1) x[n / 2] += 1;
     double s = hmk_now();
-    uint64_t sum = rmw ? (scan_rmw(x, n), expect) : scan_read(x, n);
+    uint64_t sum = rmw ? (hmk_scan_rmw(x, n), expect) : hmk_scan_read(x, n);
     r->times[r->n++] = hmk_now() - s;
     if (sum != expect)
       hmk_fail(HMK_EXIT_VERIFY, "verification failed: repetition %d summed to %llu, expected %llu", rep,
@@ -194,7 +182,7 @@ static void run_scan(hmk_args_t *a, hmk_result_t *r, int rmw) {
   double v0 = hmk_now();
   if (rmw) {
     if (a->inject_error) x[n / 2] ^= 1;
-    uint64_t add = (uint64_t)a->reps * INC, wrong = 0;
+    uint64_t add = (uint64_t)a->reps * HMK_SCAN_INC, wrong = 0;
 #pragma omp parallel for schedule(static) reduction(+ : wrong)
     for (size_t i = 0; i < n; i++) wrong += x[i] != (uint64_t)i + add;
     if (wrong) hmk_fail(HMK_EXIT_VERIFY, "verification failed: %llu words wrong after the scans", (unsigned long long)wrong);
