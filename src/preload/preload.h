@@ -238,6 +238,11 @@ uint64_t _hm_pl_prof_now(void); /* ns since start */
 /* The site of a captured stack (a slot of a lock-free table), 0 when full. */
 uint32_t _hm_pl_prof_site(const _hm_pl_stack_t *st);
 void _hm_pl_prof_alloc(uint32_t site, size_t size);
+/* A freed block's own mapping (HM_PL_OWN, base and maplen as route.c has
+ * them) handed to the refs sampler, which unmaps it after its next drain:
+ * 1 when taken, else the caller unmaps it (sampler.h, _hm_smp_bury). */
+int _hm_pl_prof_bury(void *base, size_t maplen, uintptr_t key, size_t req, uint32_t site,
+                     uint64_t t_alloc);
 /* Marks site (a slot of _hm_pl_prof_site) as a static array's. */
 void _hm_pl_prof_mark_static(uint32_t site);
 /* A block is being released: its lifetime and a live-bytes event are

@@ -125,6 +125,13 @@ void _hm_pl_prof_alloc(uint32_t site, size_t size) {
   hm__event(site, (int64_t)size);
 }
 
+int _hm_pl_prof_bury(void *base, size_t maplen, uintptr_t key, size_t req, uint32_t site,
+                     uint64_t t_alloc) {
+  size_t pg = _hm_pl_ctx.page; /* the mapping with its guard pages (route.c's own blocks) */
+  return _hm_smp_bury((char *)base - pg, maplen + 2 * pg, key, key + req, site,
+                      _hm_pf.t0 + t_alloc);
+}
+
 void _hm_pl_prof_mark_static(uint32_t site) {
   if (site && _hm_pf.sites) _hm_pf.sites[site].is_static = 1;
 }

@@ -525,6 +525,8 @@ void _hm_pl_large_free(_hm_pl_block_t *b) {
     _hm_pl_tier_account(0, fast, -1);
     _hm_pl_tier_account(tier, req - fast, -1);
     hm__split_unmap(base, head, maplen, tier);
+  } else if (backend == HM_PL_OWN && _hm_pl_prof_bury(base, maplen, key, req, site, t_alloc)) {
+    /* kept mapped until the refs sampler's next drain has read it */
   } else {
     if (_hm_pl_ctx.mode == HM_PL_M_PLACE) _hm_pl_tier_account(tier, req, -1);
     hm__release_memory(backend, base, key, maplen);

@@ -41,21 +41,22 @@ void _hm_smp_spans_sort(_hm_smp_spans_t *s) {
 int _hm_smp_spans_snapshot(_hm_smp_spans_t *s, _hm_pl_table_t *t) {
   size_t cap = _hm_pl_table_capacity();
   if (!s->v) {
-    /* mapped, not malloc'd: the profiler must not profile itself */
+    /* mapped, not malloc'd: the profiler must not profile itself; room
+     * for the freed blocks a drain adds (hm__grave) */
     void *p = NULL;
-    int rc = _hm_prim_map_anon(cap * sizeof *s->v, &p);
+    int rc = _hm_prim_map_anon((cap + HM_SMP_GRAVE) * sizeof *s->v, &p);
     if (rc) return rc;
     s->v = p;
-    s->cap = cap;
+    s->cap = cap + HM_SMP_GRAVE;
   }
   s->n = 0;
-  for (size_t i = 0; i < cap && s->n < s->cap; i++) {
+  for (size_t i = 0; i < cap && s->n < cap; i++) {
     _hm_pl_block_t *b = _hm_pl_table_slot(t, i);
     if (!b) break;
     uintptr_t key = atomic_load_explicit(&b->key, memory_order_acquire);
     if (key <= HM_PL_KEY_BUSY || !b->site) continue;
     size_t req = atomic_load_explicit(&b->req, memory_order_relaxed);
-    s->v[s->n++] = (_hm_smp_span_t){key, key + req, b->site};
+    s->v[s->n++] = (_hm_smp_span_t){key, key + req, b->site, 0};
   }
   _hm_smp_spans_sort(s);
   return 0;
@@ -174,8 +175,87 @@ static struct {
   double period;
 } hm__run;
 
+/* ------------------------------------------------------------------------
+ * Freed blocks the refs sampler has not seen yet
+ * ------------------------------------------------------------------------ */
+/* A block used and freed between two drains (a time step's temporary) left
+ * no trace with the refs sampler: its mapping was gone when smaps was
+ * read, so a site whose blocks all live shorter than an interval ranked
+ * cold however hot it was. Its own mapping (profile mode gives each large
+ * block one while this sampler runs) now waits here until the next drain
+ * has read its referenced pages, and is unmapped then. Cost on a large
+ * free in profile mode: a getpid and a spin lock held for a few stores;
+ * the mappings' memory stays until the drain, at most HM_SMP_GRAVE_BYTES
+ * (beyond it a block is unmapped at once, as before, and counted). */
+typedef struct hm__dead_s {
+  void *base;
+  size_t len;
+  uint64_t born, died; /* _hm_prim_now_ns */
+  _hm_smp_span_t span;
+} hm__dead_t;
+
+static struct {
+  atomic_flag lock;
+  size_t n, bytes;
+  uint64_t buried, overflow;
+  hm__dead_t v[HM_SMP_GRAVE];
+} hm__grave = {.lock = ATOMIC_FLAG_INIT};
+
+static hm__dead_t hm__taken[HM_SMP_GRAVE]; /* the drain's, sampler thread only */
+
+static void hm__grave_lock(void) {
+  while (atomic_flag_test_and_set_explicit(&hm__grave.lock, memory_order_acquire))
+    _hm_prim_yield();
+}
+
+int _hm_smp_bury(void *base, size_t len, uintptr_t lo, uintptr_t hi, uint32_t site,
+                 uint64_t born_ns) {
+  if (!atomic_load(&hm__run.running) || !hm__run.refs || !site) return 0;
+  if (_hm_prim_pid() != hm__run.owner) return 0; /* a forked child: no drain */
+  int taken = 0;
+  hm__grave_lock();
+  if (hm__grave.n < HM_SMP_GRAVE && hm__grave.bytes + len <= HM_SMP_GRAVE_BYTES) {
+    hm__grave.v[hm__grave.n++] = (hm__dead_t){base, len, born_ns, _hm_prim_now_ns(), {lo, hi, site, 0}};
+    hm__grave.bytes += len;
+    hm__grave.buried++;
+    taken = 1;
+  } else {
+    hm__grave.overflow++;
+  }
+  atomic_flag_clear_explicit(&hm__grave.lock, memory_order_release);
+  return taken;
+}
+
+/* The part of the interval since `since` (its last clear) until now that
+ * a block lived, x 2^-16; 0 for all of it. */
+static uint32_t hm__lived(const hm__dead_t *d, uint64_t since, uint64_t now) {
+  uint64_t from = d->born > since ? d->born : since;
+  if (now <= since || d->died <= from) return 1; /* freed before the interval: barely */
+  uint64_t part = (d->died - from) * 65536u / (now - since);
+  return part >= 65536u ? 0 : part ? (uint32_t)part : 1;
+}
+
+/* Moves the waiting blocks into hm__taken and their spans into s (sorted
+ * again); how many. */
+static size_t hm__grave_take(_hm_smp_spans_t *s) {
+  hm__grave_lock();
+  size_t n = hm__grave.n;
+  memcpy(hm__taken, hm__grave.v, n * sizeof *hm__taken);
+  hm__grave.n = 0;
+  hm__grave.bytes = 0;
+  atomic_flag_clear_explicit(&hm__grave.lock, memory_order_release);
+  uint64_t since = _hm_smp_refs_since(hm__run.refs), now = _hm_prim_now_ns();
+  for (size_t i = 0; i < n && s->n < s->cap; i++) {
+    s->v[s->n] = hm__taken[i].span;
+    s->v[s->n++].lived = hm__lived(&hm__taken[i], since, now);
+  }
+  if (n) _hm_smp_spans_sort(s);
+  return n;
+}
+
 static void hm__drain(void) {
   if (_hm_smp_spans_snapshot(&hm__run.spans, hm__run.table)) return;
+  size_t dead = hm__run.refs ? hm__grave_take(&hm__run.spans) : 0;
   hm__run.drains++;
   if (hm__run.perf)
     hm__run.credited += _hm_smp_perf_drain(hm__run.perf, &hm__run.spans, hm__run.fn, hm__run.arg);
@@ -184,6 +264,7 @@ static void hm__drain(void) {
         _hm_smp_damon_drain(hm__run.damon, &hm__run.spans, hm__run.fn, hm__run.arg);
   else if (hm__run.refs)
     hm__run.credited += _hm_smp_refs_drain(hm__run.refs, &hm__run.spans, hm__run.fn, hm__run.arg);
+  for (size_t i = 0; i < dead; i++) (void)_hm_prim_unmap(hm__taken[i].base, hm__taken[i].len);
 }
 
 static void *hm__loop(void *unused) {
@@ -260,8 +341,11 @@ uint64_t _hm_smp_program_cost_ns(void) { return _hm_smp_refs_touch_cost_ns(hm__r
 double _hm_smp_period(void) { return hm__run.period > 0 ? hm__run.period : 1.0; }
 
 void _hm_smp_describe(char *out, size_t len) {
-  int k = snprintf(out, len, ",\"drains\":%llu,\"credited_samples\":%llu%s",
+  int k = snprintf(out, len,
+                   ",\"drains\":%llu,\"credited_samples\":%llu,\"freed_blocks_kept\":%llu,"
+                   "\"freed_blocks_unmapped\":%llu%s",
                    (unsigned long long)hm__run.drains, (unsigned long long)(hm__run.credited),
+                   (unsigned long long)hm__grave.buried, (unsigned long long)hm__grave.overflow,
                    hm__run.forked ? ",\"forked_child\":true" : "");
   if (k < 0 || (size_t)k >= len) return;
   if (hm__run.perf) _hm_smp_perf_describe(hm__run.perf, out + k, len - (size_t)k);

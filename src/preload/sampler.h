@@ -49,6 +49,9 @@ typedef void (*_hm_smp_credit_fn)(void *arg, uint32_t site, uint64_t weight_fix,
 typedef struct _hm_smp_span_s {
   uintptr_t lo, hi;
   uint32_t site;
+  /* A freed block's share of the interval it lived in, x 2^-16 (refs
+   * sampler, _hm_smp_bury); 0: the whole interval (a live block). */
+  uint32_t lived;
 } _hm_smp_span_t;
 typedef struct _hm_smp_spans_s {
   _hm_smp_span_t *v;
@@ -161,6 +164,8 @@ uint64_t _hm_smp_refs_interval_ns(const _hm_smp_refs_t *r);
 /* What the program's threads paid to set accessed bits again (estimated:
  * referenced pages x the touch cost measured at start). */
 uint64_t _hm_smp_refs_touch_cost_ns(const _hm_smp_refs_t *r);
+/* When the referenced bits were last cleared (_hm_prim_now_ns). */
+uint64_t _hm_smp_refs_since(const _hm_smp_refs_t *r);
 void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len);
 void _hm_smp_refs_stop(_hm_smp_refs_t *r);
 
@@ -177,6 +182,15 @@ int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *t
                 _hm_smp_credit_fn fn, void *arg, char *why, size_t wlen);
 /* Stops the thread after a last drain. Idempotent. */
 void _hm_smp_halt(void);
+/* A freed block's own mapping [base, base + len) (user bytes [lo, hi) of
+ * site), kept mapped until the refs sampler's next drain has credited its
+ * referenced pages, which then unmaps it: 1 when taken (the caller must
+ * not unmap it), 0 when the caller unmaps it now (another sampler, none
+ * running, a forked child, or HM_SMP_GRAVE_BYTES already waiting). */
+#define HM_SMP_GRAVE 256
+#define HM_SMP_GRAVE_BYTES ((size_t)512 << 20)
+int _hm_smp_bury(void *base, size_t len, uintptr_t lo, uintptr_t hi, uint32_t site,
+                 uint64_t born_ns);
 /* Accesses one sample stands for, and header JSON members (leading comma). */
 double _hm_smp_period(void);
 uint64_t _hm_smp_cpu_ns(void); /* the sampler thread's CPU time */

@@ -156,9 +156,10 @@ typedef struct hm__vma_s {
 } hm__vma_t;
 
 /* Credits one mapping's referenced bytes to the spans overlapping it, by
- * overlap. Returns the weight credited (x HM_SMP_FIX). */
+ * overlap. Returns the weight credited (x HM_SMP_FIX); *freed: a freed
+ * block's mapping (_hm_smp_bury) was among them. */
 static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_spans_t *s,
-                               _hm_smp_credit_fn fn, void *arg, size_t page) {
+                               _hm_smp_credit_fn fn, void *arg, size_t page, int *freed) {
   if (!v->ref || v->hi <= v->lo) return 0;
   size_t a = 0, b = s->n; /* first span ending above lo */
   while (a < b) {
@@ -172,10 +173,15 @@ static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_spans_t *s,
     uint64_t l = s->v[i].lo > v->lo ? s->v[i].lo : v->lo;
     uint64_t h = s->v[i].hi < v->hi ? s->v[i].hi : v->hi;
     if (h <= l) continue;
+    *freed |= s->v[i].lived != 0;
     /* a block that is most of its mapping takes the whole count: the
      * mapping's other bytes are its page-rounding and malloc's header */
     double share = (double)(h - l) / len;
     if (share > 0.5 && s->v[i].lo <= v->lo + page && s->v[i].hi + page >= v->hi) share = 1.0;
+    /* a freed block counts for the part of the interval it lived: a
+     * temporary made anew ten times an interval is ten blocks of pages
+     * touched once, as hot as one block touched all interval long */
+    if (s->v[i].lived) share *= (double)s->v[i].lived / 65536.0;
     uint64_t w = (uint64_t)(pages * share * HM_SMP_FIX + 0.5);
     if (!w) continue;
     fn(arg, s->v[i].site, w, 0);
@@ -210,11 +216,13 @@ static int hm__vma_header(const char *line, hm__vma_t *v) {
   return 1;
 }
 
-/* Adds v's referenced pages to w (all anonymous ones: what the next
- * touches pay for) and credits v's spans. */
+/* Credits v's spans and adds v's referenced pages to w (the anonymous
+ * ones: what the next touches pay for; not a freed block's, which nothing
+ * touches again). */
 static void hm__account(hm__vma_t *v, _hm_smp_refs_walk_t *w) {
-  if (v->anon) w->anon_pages += v->ref / w->page;
-  w->total += hm__credit_vma(v, w->spans, w->fn, w->arg, w->page);
+  int freed = 0;
+  w->total += hm__credit_vma(v, w->spans, w->fn, w->arg, w->page, &freed);
+  if (v->anon && !freed) w->anon_pages += v->ref / w->page;
 }
 
 void _hm_smp_refs_credit_text(char *text, size_t len, _hm_smp_refs_walk_t *w) {
@@ -273,6 +281,8 @@ uint64_t _hm_smp_refs_interval_ns(const _hm_smp_refs_t *r) { return r ? r->next_
 uint64_t _hm_smp_refs_touch_cost_ns(const _hm_smp_refs_t *r) {
   return r ? (uint64_t)((double)r->ref_pages * r->touch_ns) : 0;
 }
+
+uint64_t _hm_smp_refs_since(const _hm_smp_refs_t *r) { return r->last_clear; }
 
 void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len) {
   uint64_t d = r->drains ? r->drains : 1;

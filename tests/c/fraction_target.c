@@ -7,7 +7,9 @@
  * `idle` (8 MiB) after its first fill. The portable sampler arms
  * consecutive pages from a random start; its estimates per byte must still
  * be proportional to the pages touched: all : quarter about 4 : 1, idle
- * near 0.
+ * near 0. Each pass of the loop also allocates `temp` (4 MiB), writes
+ * every page of it and frees it: a temporary that never outlives a
+ * sampling interval, as hot as `all` while it lives.
  *
  * usage: hm_fraction_target WORK_MS */
 #include <stdio.h>
@@ -42,6 +44,10 @@ int main(int argc, char **argv) {
   for (double t0 = now_ms(); now_ms() - t0 < work; loops++) {
     for (size_t p = 0; p < BLOCK; p += PAGE) all[p]++;
     for (size_t p = 0; p < 2 * BLOCK / 4; p += PAGE) quarter[p]++;
+    char *temp = malloc(BLOCK / 2); /* site: temp */
+    if (!temp) return 1;
+    for (size_t p = 0; p < BLOCK / 2; p += PAGE) temp[p] = (char)p;
+    free(temp);
   }
   unsigned sum = 0;
   for (size_t p = 0; p < BLOCK; p += PAGE) sum += (unsigned char)(all[p] + quarter[p] + idle[p]);

@@ -375,7 +375,7 @@ static void test_drain(void) {
   hm__buf_t buf = {99, 0, mem, len, NULL, 0};
   p.bufs = &buf;
   p.nbufs = 1;
-  _hm_smp_span_t sp[2] = {{B, B + 65536, 2}, {A, A + (1 << 20), 1}};
+  _hm_smp_span_t sp[2] = {{B, B + 65536, 2, 0}, {A, A + (1 << 20), 1, 0}};
   _hm_smp_spans_t spans = {sp, 2, 2};
   _hm_smp_spans_sort(&spans);
   CHECK(_hm_smp_spans_find(&spans, A - 1) == NULL);
@@ -418,9 +418,9 @@ static void test_refs_text(void) {
       "Referenced:          512 kB\n";
   /* site 1: the whole first mapping past a 16-byte header; sites 2 and 3:
    * the first half and the last quarter of the heap mapping */
-  _hm_smp_span_t sp[3] = {{0x7f0000100010ull, 0x7f0000200fffull, 1},
-                          {0x7f0000400000ull, 0x7f0000600000ull, 2},
-                          {0x7f0000700000ull, 0x7f0000800000ull, 3}};
+  _hm_smp_span_t sp[3] = {{0x7f0000100010ull, 0x7f0000200fffull, 1, 0},
+                          {0x7f0000400000ull, 0x7f0000600000ull, 2, 0},
+                          {0x7f0000700000ull, 0x7f0000800000ull, 3, 0}};
   _hm_smp_spans_t spans = {sp, 3, 3};
   credits_t c;
   memset(&c, 0, sizeof c);
@@ -460,8 +460,8 @@ static void test_refs_live(void) {
   CHECK_EQ_INT(_hm_smp_refs_start(&cfg, &r, why, sizeof why), 0);
   CHECK(r && r->touch_ns >= 0.0);
   if (!r) return;
-  _hm_smp_span_t sp[2] = {{(uintptr_t)a, (uintptr_t)a + n * page, 1},
-                          {(uintptr_t)b, (uintptr_t)b + (n - 1) * page, 2}};
+  _hm_smp_span_t sp[2] = {{(uintptr_t)a, (uintptr_t)a + n * page, 1, 0},
+                          {(uintptr_t)b, (uintptr_t)b + (n - 1) * page, 2, 0}};
   _hm_smp_spans_t spans = {sp, 2, 2};
   for (size_t i = 0; i < n / 4; i++) a[i * page]++; /* a quarter of a */
   credits_t c;
@@ -534,7 +534,7 @@ static void test_live_software_event(void) {
   pthread_t th;
   CHECK_EQ_INT(pthread_create(&th, NULL, toucher, &t1), 0);
   pthread_join(th, NULL);
-  _hm_smp_span_t sp[1] = {{(uintptr_t)region, (uintptr_t)region + len, 3}};
+  _hm_smp_span_t sp[1] = {{(uintptr_t)region, (uintptr_t)region + len, 3, 0}};
   _hm_smp_spans_t spans = {sp, 1, 1};
   credits_t c;
   memset(&c, 0, sizeof c);
