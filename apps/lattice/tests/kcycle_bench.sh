@@ -5,9 +5,16 @@
 # vectors, 3 bootstrap cycles, 4^4 aggregates, FGMRES(25), 1e-10); prints
 # each run, the medians and the per-round ratio. Wrap it in
 # `flock /tmp/hetmem-timing.lock` on a shared machine.
-# Usage: kcycle_bench.sh GAUGEFILE M0 ROUNDS OUTDIR  (HM_LATTICE: the binary)
+# Usage: kcycle_bench.sh GAUGEFILE M0 ROUNDS OUTDIR  (HM_LATTICE: the binary;
+# default the one `make` builds, build/c/bench/hm-lattice)
+if [ $# -ne 4 ]; then
+  echo "usage: kcycle_bench.sh GAUGEFILE M0 ROUNDS OUTDIR" >&2
+  exit 2
+fi
 G=$1; M0=$2; R=$3; OUT=$4
-B=${HM_LATTICE:-build/lat/bench/hm-lattice}
+B=${HM_LATTICE:-build/c/bench/hm-lattice}
+[ -x "$B" ] || { echo "kcycle_bench.sh: no hm-lattice at $B (set HM_LATTICE)" >&2; exit 2; }
+[ -r "$G" ] || { echo "kcycle_bench.sh: cannot read the gauge file $G" >&2; exit 2; }
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 for r in $(seq 1 "$R"); do
