@@ -175,6 +175,8 @@ int _hm_pl_sites_init(void);
  * interposer's own frames skipped. Cost: one glibc backtrace() (the
  * DWARF unwinder, about 0.2 us per frame) plus a hash. */
 void _hm_pl_capture(_hm_pl_stack_t *st, int depth);
+/* Sets st->hash from its frames, as _hm_pl_capture does. */
+void _hm_pl_stack_hash(_hm_pl_stack_t *st);
 /* Module index of addr and its offset; -1 when no loaded module holds it
  * (after one rescan, skipped while another thread rescans). */
 int _hm_pl_frame(uintptr_t addr, uint64_t *off);

@@ -184,6 +184,16 @@ int _hm_pl_sites_init(void) {
   return atomic_load(&hm__mods.n) ? 0 : -ENOENT;
 }
 
+/* The hash of st->a[0 .. st->n), never 0 or 1 (the site table's marks). */
+void _hm_pl_stack_hash(_hm_pl_stack_t *st) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < st->n; i++) {
+    h = (h ^ st->a[i]) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  st->hash = h < 2 ? h + 2 : h;
+}
+
 void _hm_pl_capture(_hm_pl_stack_t *st, int depth) {
   void *buf[HM_PL_MAX_DEPTH + 16];
   if (depth > HM_PL_MAX_DEPTH) depth = HM_PL_MAX_DEPTH;
@@ -194,14 +204,8 @@ void _hm_pl_capture(_hm_pl_stack_t *st, int depth) {
   /* our own frames (this function, the hook and its helpers) come first */
   while (i < got && (uintptr_t)buf[i] >= hm__mods.self_lo && (uintptr_t)buf[i] < hm__mods.self_hi)
     i++;
-  uint64_t h = 0xcbf29ce484222325ull;
   int n = 0;
-  for (; i < got && n < depth; i++) {
-    uintptr_t a = (uintptr_t)buf[i];
-    st->a[n++] = a;
-    h = (h ^ a) * 0x100000001b3ull;
-    h ^= h >> 29;
-  }
+  for (; i < got && n < depth; i++) st->a[n++] = (uintptr_t)buf[i];
   st->n = n;
-  st->hash = h < 2 ? h + 2 : h;
+  _hm_pl_stack_hash(st);
 }

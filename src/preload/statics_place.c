@@ -30,15 +30,11 @@
 #include "preload.h"
 #include "prim/prim.h"
 
-/* The one-frame stack of a static array at addr, hashed as
- * _hm_pl_capture hashes a stack. */
+/* The one-frame stack of a static array at addr. */
 static void hm__stack_of(uintptr_t addr, _hm_pl_stack_t *st) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  h = (h ^ addr) * 0x100000001b3ull;
-  h ^= h >> 29;
   st->n = 1;
   st->a[0] = addr;
-  st->hash = h < 2 ? h + 2 : h;
+  _hm_pl_stack_hash(st);
 }
 
 void _hm_pl_statics_profile(_hm_pl_static_t *s) {
