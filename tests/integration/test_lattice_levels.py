@@ -5,11 +5,14 @@ with three levels, and bad `levels` input as a one-line error with exit 2."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from hetmem.bench import lattice
 from hetmem.errors import UsageError
 
@@ -89,3 +92,30 @@ def test_three_levels_beat_cgnr():
 def test_bad_levels_is_one_line_exit_2(settings, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         lattice.run_lattice(1, {**THREE, **settings})
+
+
+KCYCLE_BENCH = REPO / "apps" / "lattice" / "tests" / "kcycle_bench.sh"
+
+
+@pytest.mark.parametrize(
+    "args,env,msg",
+    [
+        ([], {}, "usage: kcycle_bench.sh"),
+        (["/nonexistent.cfg", "-0.7", "1", "OUT"], {"HM_LATTICE": "/bin/true"}, "cannot read"),
+        (["GAUGE", "-0.7", "1", "OUT"], {"HM_LATTICE": "/nonexistent"}, "no hm-lattice at"),
+    ],
+)
+def test_kcycle_bench_refuses_bad_input(
+    tmp_path: Path, args: list[str], env: dict[str, str], msg: str
+) -> None:
+    gauge = tmp_path / "g.cfg"
+    gauge.write_bytes(b"")
+    argv = [str(gauge) if a == "GAUGE" else str(tmp_path / "o") if a == "OUT" else a for a in args]
+    proc = subprocess.run(
+        ["sh", str(KCYCLE_BENCH), *argv], capture_output=True, text=True,
+        env={**os.environ, **env}, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0], proc.stderr
+    assert not (tmp_path / "o").exists()  # nothing ran
