@@ -198,6 +198,9 @@ static void hm__victim_dirty(_hm_sdm_handler_t *h, _hm_sdm_slot_t *S, uint64_t *
                                       HM__PAGE_IS_SWAPPED, h->vec, p->upages);
     hm__vec_bits(ub, h->vec, n, marked);
     for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) D[w] = S->filled[w] & ~marked[w];
+    /* A flush whose write failed left its pages protected (PAGEMAP_SCAN
+     * re-armed them) and set dirty: their markers say nothing, write all. */
+    if (S->dirty) memcpy(D, S->filled, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
   } else if (p->dirty_mode == HM_SDM_DIRTY_SYNC) {
     if (!S->dirty) return;
     (void)_hm_prim_uffd_wp(p->uffd, ub, p->unit, 1);
