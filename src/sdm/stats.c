@@ -43,6 +43,15 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   return 0;
 }
 
+/* The most bytes one read of the backing file covers: a unit, or in memfd
+ * mode a prefetch group of units (handler.c, hm__group_extent). */
+static uint64_t hm__read_max(const hm_pager_t *p) {
+  if (!p->memfd_mode) return p->unit;
+  uint64_t g = HM_SDM_GROUP_BYTES / p->unit;
+  if (g > HM_SDM_GROUP) g = HM_SDM_GROUP;
+  return (g ? g : 1) * p->unit;
+}
+
 int hm_pager_stats_json(hm_pager_t *p, char **out) {
   if (!p || !out) return -EINVAL;
   hm_pager_stats_t s;
@@ -57,9 +66,11 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
   _hm_sb_json_str(&sb, p->dir);
   _hm_sb_printf(&sb,
                 ", \"fetch_unit\": %llu, \"prefetch\": \"%s\", \"io_depth\": %u, "
-                "\"handler_threads\": %u, \"flags\": %u}, ",
+                "\"handler_threads\": %u, \"flags\": %u, \"read_max_bytes\": %llu, "
+                "\"reads_in_flight_max\": %u}, ",
                 (unsigned long long)p->unit, pf_names[p->cfg.prefetch], p->cfg.io_depth,
-                p->cfg.handler_threads, p->cfg.flags);
+                p->cfg.handler_threads, p->cfg.flags, (unsigned long long)hm__read_max(p),
+                p->nh * p->h[0].nops);
   _hm_sb_printf(&sb,
                 "\"features\": {\"fill\": \"%s\", \"dirty_tracking\": \"%s\", "
                 "\"uffd_features\": %llu}, ",

@@ -26,7 +26,7 @@ from hetmem.errors import EnvironmentProblem
 # (imdt, poly, kernels) that share one implementation.
 SUITES = (
     "sdm", "imdt", "imdt-scale", "poly", "kernels", "reference", "flow", "lattice", "placement",
-    "budgets", "apps", "tiering", "umap",
+    "budgets", "apps", "tiering", "umap", "seqread",
 )  # fmt: skip
 
 # The exit-code rule of every suite and of `hetmem demo` (also in `hetmem bench

@@ -161,8 +161,8 @@ def resolve_cases(targets: Sequence[str]) -> list[Case]:
     return out
 
 
-def parse_multiples(text: str) -> list[float]:
-    """'0.25x,0.5x,2x,4x' -> [0.25, 0.5, 2.0, 4.0]."""
+def parse_multiples(text: str, flag: str = "--sizes") -> list[float]:
+    """'0.25x,0.5x,2x,4x' -> [0.25, 0.5, 2.0, 4.0]; errors name `flag`."""
     out = []
     for part in text.split(","):
         p = part.strip().lower().removesuffix("x")
@@ -170,10 +170,10 @@ def parse_multiples(text: str) -> list[float]:
             v = float(p)
         except ValueError:
             raise UsageError(
-                f"--sizes: '{part}' is not a multiple of the budget (e.g. 0.5x,2x,4x)"
+                f"{flag}: '{part}' is not a multiple of the budget (e.g. 0.5x,2x,4x)"
             ) from None
         if not 0 < v <= 1024:
-            raise UsageError(f"--sizes: '{part}' must be between 0 and 1024x")
+            raise UsageError(f"{flag}: '{part}' must be between 0 and 1024x")
         out.append(v)
     if not out:
         raise UsageError("--sizes is empty")

@@ -84,7 +84,7 @@ def _run_ref(prog: Path, elements: int, ntimes: int, threads: int) -> dict[str, 
     return data
 
 
-def _fio(fio: str, path: Path, size: int, block: int, depth: int) -> dict[str, Any]:
+def fio_seq_read(fio: str, path: Path, size: int, block: int, depth: int) -> dict[str, Any]:
     """fio writes the file, then reads it, in one process (as the probe does
     in one call): --stonewall runs the read job after the write job."""
     proc = subprocess.run(
@@ -266,7 +266,7 @@ def _storage_compare(
                 else:
                     # Written with O_DIRECT first, as the probe does,
                     # so the read finds real blocks and no dirty cache.
-                    job = _fio(fio, fio_file, plan.file_bytes, plan.block, plan.depth)
+                    job = fio_seq_read(fio, fio_file, plan.file_bytes, plan.block, plan.depth)
                     fio_gbs.append(job["read"]["bw_bytes"] / 1e9)
                     fio_file.unlink(missing_ok=True)
                 prog.advance(task)

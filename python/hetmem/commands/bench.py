@@ -38,7 +38,9 @@ class Command:
         "  budgets    every mode at 25/50/75% fast budgets: ecoHMEM's bars\n"
         "  apps       real applications (hpcc, LAMMPS) in every mode, outputs checked\n"
         "  tiering    the kernel's tiering (demotion, NUMA balancing) vs flat, hybrid\n"
-        "  umap       cache mode vs LLNL UMap (--umap-lib) at its best page size\n\n"
+        "  umap       cache mode vs LLNL UMap (--umap-lib) at its best page size\n"
+        "  seqread    the pager's device read rate on a 2x scan vs fio, same block\n"
+        "             size and queue depth\n\n"
         "Kernel-matrix suites write a result folder with report.html (see hetmem report).\n\n"
         + EXIT_RULE
     )

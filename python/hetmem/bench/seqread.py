@@ -1,0 +1,301 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""`hetmem bench seqread`: the pager's device read rate on a sequential scan
+against fio's, at the same block size and queue depth, in one run.
+
+Each round runs, in alternating order:
+
+- hm-kernel-scan (sequential read, 2 threads by default) on data of 2x the
+  budget under `hetmem run --mode cache`. Every byte the pager reads in
+  that run is read during the timed scans (the kernel's initialisation only
+  writes), so its device read rate is the bytes it read per scan over the
+  median scan time: bytes_read / reps / median(time). The median leaves out
+  the first scan, which also writes back what initialisation left dirty.
+- fio, sequential O_DIRECT reads (io_uring) of a file of the same size in
+  the same storage folder, with the pager's read size (its fetch unit; up
+  to 1 MiB in memfd mode) and the most reads it keeps in flight, both taken
+  from the run's --stats. fio writes the file first.
+
+Before each run the suite syncs and waits 3 s, so that neither side starts
+on a device still busy with what the run before left. It prints each
+round's two rates and their ratio, and the target (issue 21, target 2):
+
+  pager device read rate / fio read rate >= 0.9 (median of the rounds).
+
+Results: DIR/seqread.json (schema in docs/formats.md) with every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from hetmem import __version__, output
+from hetmem.bench import exit_status, find_program
+from hetmem.bench.harness import parse_multiples, target_row
+from hetmem.bench.reference import fio_seq_read
+from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
+from hetmem.run.checks import default_storage
+from hetmem.sizes import format_size, parse_budget
+
+name = "seqread"
+help = "the pager's device read rate on a 2x sequential scan vs fio, same block and depth"
+description = __doc__.split("\n\n", 1)[1] if __doc__ else ""
+
+SCHEMA_VERSION = 1
+KERNEL = "hm-kernel-scan"
+GOAL = 0.9
+SETTLE_S = 3.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fast-budget", default="256MiB", metavar="SIZE", help="budget (256MiB)")
+    parser.add_argument(
+        "--size", default="2x", metavar="MULT", help="data as a multiple of the budget (2x)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of both (3)")
+    parser.add_argument("--reps", type=int, default=5, help="timed scans per run (5)")
+    parser.add_argument("--threads", type=int, default=2, help="scan threads (2)")
+    parser.add_argument(
+        "--storage", metavar="DIR", help="storage folder of both (hetmem's default)"
+    )
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run (600)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="result folder (default: hetmem-bench-seqread-<time>)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result data as JSON")
+
+
+def _at_least(value: int, low: int, flag: str) -> int:
+    if value < low:
+        raise UsageError(f"{flag} {value}: must be at least {low}")
+    return value
+
+
+def plan(args: argparse.Namespace) -> dict[str, Any]:
+    """Every option checked, before anything runs."""
+    mults = parse_multiples(args.size, "--size")
+    if len(mults) != 1:
+        raise UsageError(f"--size {args.size}: one multiple of the budget, such as 2x")
+    fio = shutil.which("fio")
+    if not fio:
+        raise EnvironmentProblem("fio is not installed (Debian: apt-get install fio)")
+    budget = parse_budget(args.fast_budget)
+    return {
+        "budget": budget,
+        "multiple": mults[0],
+        "size": int(budget * mults[0]) // 4096 * 4096,
+        "rounds": _at_least(args.rounds, 1, "--rounds"),
+        # the median scan must not be the first one, which also writes back
+        "reps": _at_least(args.reps, 3, "--reps"),
+        "threads": _at_least(args.threads, 1, "--threads"),
+        "timeout": args.timeout,
+        "settle_s": SETTLE_S,
+        "kernel": str(find_program(KERNEL)),
+        "fio": fio,
+        "storage": str(Path(args.storage or default_storage()).resolve()),
+    }
+
+
+def scan_command(p: dict[str, Any], stats: Path) -> list[str]:
+    run = [sys.executable, "-m", "hetmem", "run", "--mode", "cache"]
+    run += ["--fast-budget", str(p["budget"]), "--storage", p["storage"], "--stats", str(stats)]
+    kcmd = [p["kernel"], "--variant", "read", "--bytes", str(p["size"])]
+    kcmd += ["--threads", str(p["threads"]), "--reps", str(p["reps"]), "--stat", "median"]
+    return [*run, "--", *kcmd]
+
+
+def _kernel_result(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) and data.get("verified") is True else None
+    return None
+
+
+def pager_rate(result: dict[str, Any], pager: dict[str, Any]) -> dict[str, Any]:
+    """The pager's device read rate of one scan run: bytes read per scan
+    over the median scan time (see the module's help)."""
+    times = [float(t) for t in result.get("times_s") or []]
+    read = int((pager.get("counters") or {}).get("bytes_read") or 0)
+    if not times or read <= 0:
+        raise ValueError("the run reported no scan times or no bytes read")
+    med = statistics.median(times)
+    return {"bytes_read": read, "scans": len(times), "median_scan_s": med,
+            "gbs": read / len(times) / med / 1e9}  # fmt: skip
+
+
+def pager_io_shape(pager: dict[str, Any]) -> tuple[int, int]:
+    """(read size, reads in flight at most) from a run's --stats config."""
+    cfg = pager.get("config") or {}
+    block = int(cfg.get("read_max_bytes") or cfg.get("fetch_unit") or 0)
+    depth = int(cfg.get("reads_in_flight_max") or cfg.get("io_depth") or 0)
+    if block <= 0 or depth <= 0:
+        raise ValueError("the run's --stats has no read size or depth")
+    return block, depth
+
+
+def run_scan(p: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="hetmem-bench-seqread-") as tmp:
+        stats_file = Path(tmp) / "stats.json"
+        cmd = scan_command(p, stats_file)
+        env = dict(os.environ, OMP_NUM_THREADS=str(p["threads"]))
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, timeout=p["timeout"]
+            )
+        except subprocess.TimeoutExpired:
+            return {"side": "pager", "error": f"timed out after {p['timeout']:.0f} s"}
+        rec: dict[str, Any] = {"side": "pager", "command": cmd, "exit_code": proc.returncode,
+                               "wall_s": time.perf_counter() - t0}  # fmt: skip
+        result = _kernel_result(proc.stdout)
+        try:
+            pager = json.loads(stats_file.read_text()).get("pager") or {}
+        except (OSError, ValueError, AttributeError):
+            pager = {}
+    if proc.returncode != 0 or result is None:
+        rec["error"] = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        return rec
+    try:
+        rec.update(pager_rate(result, pager))
+        rec["block_bytes"], rec["depth"] = pager_io_shape(pager)
+    except ValueError as e:
+        rec["error"] = str(e)
+    return rec
+
+
+def run_fio(p: dict[str, Any], block: int, depth: int) -> dict[str, Any]:
+    """fio in a private folder of the storage tier (no name another user can
+    plant a link at), removed after."""
+    tmp = tempfile.mkdtemp(prefix=".hetmem-seqread-", dir=p["storage"])
+    try:
+        job = fio_seq_read(p["fio"], Path(tmp) / "fio.dat", p["size"], block, depth)
+    except HetmemError as e:
+        return {"side": "fio", "error": str(e)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"side": "fio", "block_bytes": block, "depth": depth,
+            "gbs": job["read"]["bw_bytes"] / 1e9}  # fmt: skip
+
+
+def settle(p: dict[str, Any]) -> None:
+    """Lets the storage tier finish what the run before left (write-backs of
+    the scan's initialisation, fio's file), so that neither side starts on a
+    device that is still busy: fio right after a scan read 1.2 GB/s where it
+    read 1.7-1.9 GB/s first in a round."""
+    os.sync()
+    time.sleep(p["settle_s"])
+
+
+def one_round(p: dict[str, Any], r: int, shape: tuple[int, int] | None) -> list[dict[str, Any]]:
+    """A round's two runs: the scan first in even rounds (and whenever the
+    pager's read size and depth are not known yet), fio first in odd ones."""
+    fio_first = bool(r % 2) and shape is not None
+    out: list[dict[str, Any]] = []
+    if fio_first and shape:
+        settle(p)
+        out.append(run_fio(p, *shape))
+    settle(p)
+    scan = run_scan(p)
+    out.append(scan)
+    if "error" not in scan:
+        shape = (scan["block_bytes"], scan["depth"])
+    if not fio_first and shape:
+        settle(p)
+        out.append(run_fio(p, *shape))
+    for rec in out:
+        rec["round"] = r
+    return out
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-round ratios (pager / fio of the same round), their median, the
+    target."""
+    rounds = sorted({r["round"] for r in runs})
+    ratios = []
+    for k in rounds:
+        mine = {r["side"]: r for r in runs if r["round"] == k and "error" not in r}
+        if "pager" in mine and "fio" in mine:
+            ratios.append(mine["pager"]["gbs"] / mine["fio"]["gbs"])
+    pager = [r["gbs"] for r in runs if r["side"] == "pager" and "error" not in r]
+    fio = [r["gbs"] for r in runs if r["side"] == "fio" and "error" not in r]
+    med = statistics.median(ratios) if ratios else None
+    spread = f"rounds {', '.join(f'{x:.2f}' for x in ratios)}" if ratios else "no round ran both"
+    target = target_row("sequential scan at 2x: pager device read rate / fio", med, GOAL, spread)
+    if any(r["side"] == "pager" and "error" in r for r in runs):
+        target["pass"] = False  # a failed run of hetmem is a miss
+    return {"ratios": ratios, "pager_gbs": pager, "fio_gbs": fio, "target": target}
+
+
+def _print(p: dict[str, Any], runs: list[dict[str, Any]], summ: dict[str, Any]) -> None:
+    rows = []
+    for k in sorted({r["round"] for r in runs}):
+        mine = {r["side"]: r for r in runs if r["round"] == k}
+        pg, fo = mine.get("pager", {}), mine.get("fio", {})
+        ratio = pg["gbs"] / fo["gbs"] if "gbs" in pg and "gbs" in fo else None
+        rows.append(
+            [str(k + 1), f"{pg['gbs']:.2f}" if "gbs" in pg else pg.get("error", "-"),
+             f"{fo['gbs']:.2f}" if "gbs" in fo else fo.get("error", "-"),
+             "-" if ratio is None else f"{ratio:.2f}"]
+        )  # fmt: skip
+    shape = next((r for r in runs if r["side"] == "fio" and "block_bytes" in r), None)
+    how = ""
+    if shape:
+        how = f" (fio: {format_size(shape['block_bytes'])} reads, depth {shape['depth']})"
+    title = f"sequential scan of {format_size(p['size'])}, budget {format_size(p['budget'])}{how}"
+    output.table(title, ["round", "pager GB/s", "fio GB/s", "ratio"], rows)
+    t = summ["target"]
+    verdict = {True: "met", False: "MISSED", None: "not measured"}[t["pass"]]
+    measured = "-" if t["measured"] is None else f"{t['measured']:.2f}"
+    print(f"{t['target']}: {measured} (goal {GOAL}; {t['detail']}): {verdict}")
+
+
+def run(args: argparse.Namespace) -> int:
+    p = plan(args)
+    outdir = args.output or Path(f"hetmem-bench-seqread-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise EnvironmentProblem(f"-o {outdir}: {e.strerror}") from None
+    runs: list[dict[str, Any]] = []
+    shape: tuple[int, int] | None = None
+    for r in range(p["rounds"]):
+        if not args.json:
+            output.err_console().print(f"[round {r + 1}/{p['rounds']}]")
+        got = one_round(p, r, shape)
+        runs += got
+        scan = next((x for x in got if x["side"] == "pager" and "error" not in x), None)
+        if scan:
+            shape = (scan["block_bytes"], scan["depth"])
+    summ = summarize(runs)
+    data = {
+        "schema_version": SCHEMA_VERSION, "kind": "bench-seqread", "hetmem_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": ["hetmem", "bench", *sys.argv[2:]], "outdir": str(outdir.resolve()),
+        "budget_bytes": p["budget"], "size_bytes": p["size"], "threads": p["threads"],
+        "reps": p["reps"], "storage": p["storage"], "goal": GOAL, "runs": runs,
+        "ratios": summ["ratios"], "targets": [summ["target"]],
+    }  # fmt: skip
+    output.write_atomic(outdir / "seqread.json", json.dumps(data, indent=2))
+    if args.json:
+        output.print_json(data)
+    else:
+        _print(p, runs, summ)
+    return exit_status(data["targets"])
