@@ -119,3 +119,41 @@ def test_kcycle_bench_refuses_bad_input(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and msg in lines[0], proc.stderr
     assert not (tmp_path / "o").exists()  # nothing ran
+
+
+DD_COMPARE = REPO / "apps" / "lattice" / "tests" / "dd_compare.sh"
+
+
+@pytest.mark.parametrize(
+    "args,env,msg",
+    [
+        ([], {}, "usage: dd_compare.sh"),
+        (["GAUGE", "-0.7", "1", "OUT"], {"HM_LATTICE": "/nonexistent"}, "no hm-lattice at"),
+        (["GAUGE", "-0.7", "1", "OUT"], {"HM_LATTICE": "/bin/true"}, "set DD_ALPHA_AMG"),
+        (
+            ["/nonexistent.cfg", "-0.7", "1", "OUT"],
+            {"HM_LATTICE": "/bin/true", "DD_ALPHA_AMG": "/bin/true"},
+            "cannot read",
+        ),
+        (
+            ["GAUGE", "-0.7", "two", "OUT"],
+            {"HM_LATTICE": "/bin/true", "DD_ALPHA_AMG": "/bin/true"},
+            "ROUNDS must be a positive integer",
+        ),
+    ],
+)
+def test_dd_compare_refuses_bad_input(
+    tmp_path: Path, args: list[str], env: dict[str, str], msg: str
+) -> None:
+    gauge = tmp_path / "g.cfg"
+    gauge.write_bytes(b"")
+    argv = [str(gauge) if a == "GAUGE" else str(tmp_path / "o") if a == "OUT" else a for a in args]
+    base = {k: v for k, v in os.environ.items() if k != "DD_ALPHA_AMG"}
+    proc = subprocess.run(
+        ["sh", str(DD_COMPARE), *argv], capture_output=True, text=True,
+        env={**base, **env}, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0], proc.stderr
+    assert not (tmp_path / "o").exists()  # nothing ran
