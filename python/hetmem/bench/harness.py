@@ -26,7 +26,7 @@ from typing import Any
 from hetmem import __version__, _native, sizes
 from hetmem.bench import machine
 from hetmem.bench.kernels import kernel_path
-from hetmem.errors import UsageError
+from hetmem.errors import EnvironmentProblem, UsageError
 from hetmem.output import write_atomic
 from hetmem.run import cache
 from hetmem.run import config as run_config
@@ -603,3 +603,27 @@ def target_row(target: str, measured: float | None, goal: float, detail: str) ->
         "pass": None if measured is None else measured >= goal,
         "detail": detail,
     }
+
+
+def add_output_arguments(parser: Any, suite: str) -> None:
+    """A suite's -o DIR (its result folder) and --json."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"result folder (default: hetmem-bench-{suite}-<time>)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result data as JSON")
+
+
+def result_folder(output: Path | None, suite: str) -> Path:
+    """The result folder -o named (default hetmem-bench-SUITE-<time>),
+    created; one line when it cannot be."""
+    outdir = output or Path(f"hetmem-bench-{suite}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise EnvironmentProblem(f"-o {outdir}: {e.strerror}") from None
+    return outdir

@@ -40,7 +40,7 @@ from typing import Any
 
 from hetmem import __version__, output
 from hetmem.bench import exit_status, find_program
-from hetmem.bench.harness import parse_multiples, target_row
+from hetmem.bench.harness import add_output_arguments, parse_multiples, result_folder, target_row
 from hetmem.bench.reference import fio_seq_read
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.run.checks import default_storage
@@ -68,15 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--storage", metavar="DIR", help="storage folder of both (hetmem's default)"
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run (600)")
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="result folder (default: hetmem-bench-seqread-<time>)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the result data as JSON")
+    add_output_arguments(parser, "seqread")
 
 
 def _at_least(value: int, low: int, flag: str) -> int:
@@ -269,11 +261,7 @@ def _print(p: dict[str, Any], runs: list[dict[str, Any]], summ: dict[str, Any]) 
 
 def run(args: argparse.Namespace) -> int:
     p = plan(args)
-    outdir = args.output or Path(f"hetmem-bench-seqread-{time.strftime('%Y%m%d-%H%M%S')}")
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise EnvironmentProblem(f"-o {outdir}: {e.strerror}") from None
+    outdir = result_folder(args.output, "seqread")
     runs: list[dict[str, Any]] = []
     shape: tuple[int, int] | None = None
     for r in range(p["rounds"]):

@@ -37,8 +37,8 @@ from typing import Any
 
 from hetmem import __version__, output
 from hetmem.bench import exit_status, find_program
-from hetmem.bench.harness import parse_multiples, target_row
-from hetmem.errors import EnvironmentProblem, UsageError
+from hetmem.bench.harness import add_output_arguments, parse_multiples, result_folder, target_row
+from hetmem.errors import UsageError
 from hetmem.run.checks import default_storage
 from hetmem.sizes import format_size, parse_budget, parse_size
 
@@ -91,15 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--umap-buffered", action="store_true", help="UMap's files through the page cache"
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run (900)")
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="result folder (default: hetmem-bench-umap-<time>)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the result data as JSON")
+    add_output_arguments(parser, "umap")
 
 
 def _positive(value: int, flag: str) -> int:
@@ -345,11 +337,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
 def run(args: argparse.Namespace) -> int:
     p = plan(args)
     p.update(timeout=args.timeout, umap_buffered=args.umap_buffered)
-    outdir = args.output or Path(f"hetmem-bench-umap-{time.strftime('%Y%m%d-%H%M%S')}")
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise EnvironmentProblem(f"-o {outdir}: {e.strerror}") from None
+    outdir = result_folder(args.output, "umap")
     runs_file = outdir / "runs.jsonl"
     runs_file.unlink(missing_ok=True)
     todo = schedule(p)
