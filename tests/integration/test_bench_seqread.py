@@ -76,6 +76,7 @@ def test_summary_counts_a_failed_pager_run_as_a_miss() -> None:
         (("--rounds", "0"), "--rounds 0"),
         (("--fast-budget", "banana"), "banana"),
         (("--size", "0x"), "--size: '0x'"),
+        (("--settle", "-1"), "--settle -1"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(
@@ -97,7 +98,7 @@ def test_small_run_measures_both_sides_and_leaves_no_files(hetmem: Any, tmp_path
     before = set(scratch_storage.iterdir())
     proc = hetmem(
         "bench", "seqread", "--fast-budget", "32MiB", "--rounds", "2", "--reps", "3",
-        "--storage", str(scratch_storage), "-o", str(out), "--json", timeout=300,
+        "--settle", "0", "--storage", str(scratch_storage), "-o", str(out), "--json", timeout=300,
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
     data = json.loads((out / "seqread.json").read_text())

@@ -15,8 +15,8 @@ Each round runs, in alternating order:
   to 1 MiB in memfd mode) and the most reads it keeps in flight, both taken
   from the run's --stats. fio writes the file first.
 
-Before each run the suite syncs and waits 3 s, so that neither side starts
-on a device still busy with what the run before left. It prints each
+Before each run the suite syncs and waits 3 s (--settle), so that neither
+side starts on a device still busy with what the run before left. It prints each
 round's two rates and their ratio, and the target (issue 21, target 2):
 
   pager device read rate / fio read rate >= 0.9 (median of the rounds).
@@ -67,6 +67,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage", metavar="DIR", help="storage folder of both (hetmem's default)"
     )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE_S,
+        metavar="S",
+        help=f"seconds to wait, after a sync, before each run ({SETTLE_S:g})",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run (600)")
     add_output_arguments(parser, "seqread")
 
@@ -74,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _at_least(value: int, low: int, flag: str) -> int:
     if value < low:
         raise UsageError(f"{flag} {value}: must be at least {low}")
+    return value
+
+
+def _settle(value: float) -> float:
+    if not 0 <= value <= 600:
+        raise UsageError(f"--settle {value:g}: must be between 0 and 600 seconds")
     return value
 
 
@@ -95,7 +108,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
         "reps": _at_least(args.reps, 3, "--reps"),
         "threads": _at_least(args.threads, 1, "--threads"),
         "timeout": args.timeout,
-        "settle_s": SETTLE_S,
+        "settle_s": _settle(args.settle),
         "kernel": str(find_program(KERNEL)),
         "fio": fio,
         "storage": str(Path(args.storage or default_storage()).resolve()),
