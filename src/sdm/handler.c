@@ -38,8 +38,7 @@ static int hm__group_ok(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u) {
 static uint32_t hm__group_extent(hm_pager_t *p, _hm_sdm_region_t *r, int64_t u, uint32_t max,
                                  int dir) {
   uint32_t n = 1;
-  uint32_t gmax = HM_SDM_GROUP_BYTES / p->unit;
-  if (gmax > HM_SDM_GROUP) gmax = HM_SDM_GROUP;
+  uint32_t gmax = _hm_sdm_read_units(p);
   if (gmax > max) gmax = max;
   if (dir != 1 || !p->memfd_mode) return n;
   const _hm_sdm_unit_t *U = &r->units[u];

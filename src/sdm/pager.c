@@ -402,10 +402,7 @@ static hm__sizing_t hm__size_ops(const hm_pager_t *p, const hm_pager_config_t *c
  * six streams, kept 0.4-0.7 of the cache when they shared half of it). */
 static void hm__size_windows(hm_pager_t *p, uint32_t io_depth) {
   uint64_t cu = p->cap / p->unit;
-  uint64_t per_read = HM_SDM_GROUP_BYTES / p->unit > HM_SDM_GROUP ? HM_SDM_GROUP
-                                                                 : HM_SDM_GROUP_BYTES / p->unit;
-  if (per_read < 1 || !p->memfd_mode) per_read = 1;
-  uint64_t mw = (uint64_t)io_depth * per_read;
+  uint64_t mw = (uint64_t)io_depth * _hm_sdm_read_units(p);
   p->maxwin = (uint32_t)(cu / 4 < mw ? cu / 4 : mw);
   if (p->maxwin < 1) p->maxwin = 1;
   uint64_t share = cu / 2 < 2 * mw ? cu / 2 : 2 * mw;

@@ -200,6 +200,17 @@ static inline _hm_sdm_region_t *_hm_sdm_find(hm_pager_t *p, uint64_t addr) {
   return NULL;
 }
 
+/* The most units one read of a backing file covers: in memfd mode a
+ * prefetch group (HM_SDM_GROUP units and HM_SDM_GROUP_BYTES at most, at
+ * least one unit); in anonymous mode one, since a read fills one bounce
+ * buffer. */
+static inline uint32_t _hm_sdm_read_units(const hm_pager_t *p) {
+  if (!p->memfd_mode) return 1;
+  uint64_t g = HM_SDM_GROUP_BYTES / p->unit;
+  if (g > HM_SDM_GROUP) g = HM_SDM_GROUP;
+  return g ? (uint32_t)g : 1;
+}
+
 /* Reserves bytes of budget and want_slots free slots (pager lock held). */
 static inline int _hm_sdm_reserve(hm_pager_t *p, uint64_t bytes, uint32_t want_slots) {
   if (p->used + bytes > p->cap) return 0;

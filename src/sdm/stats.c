@@ -43,15 +43,6 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   return 0;
 }
 
-/* The most bytes one read of the backing file covers: a unit, or in memfd
- * mode a prefetch group of units (handler.c, hm__group_extent). */
-static uint64_t hm__read_max(const hm_pager_t *p) {
-  if (!p->memfd_mode) return p->unit;
-  uint64_t g = HM_SDM_GROUP_BYTES / p->unit;
-  if (g > HM_SDM_GROUP) g = HM_SDM_GROUP;
-  return (g ? g : 1) * p->unit;
-}
-
 int hm_pager_stats_json(hm_pager_t *p, char **out) {
   if (!p || !out) return -EINVAL;
   hm_pager_stats_t s;
@@ -69,7 +60,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
                 "\"handler_threads\": %u, \"flags\": %u, \"read_max_bytes\": %llu, "
                 "\"reads_in_flight_max\": %u}, ",
                 (unsigned long long)p->unit, pf_names[p->cfg.prefetch], p->cfg.io_depth,
-                p->cfg.handler_threads, p->cfg.flags, (unsigned long long)hm__read_max(p),
+                p->cfg.handler_threads, p->cfg.flags, (unsigned long long)_hm_sdm_read_units(p) * p->unit,
                 p->nh * p->h[0].nops);
   _hm_sb_printf(&sb,
                 "\"features\": {\"fill\": \"%s\", \"dirty_tracking\": \"%s\", "
