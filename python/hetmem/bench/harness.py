@@ -627,3 +627,16 @@ def result_folder(output: Path | None, suite: str) -> Path:
     except OSError as e:
         raise EnvironmentProblem(f"-o {outdir}: {e.strerror}") from None
     return outdir
+
+
+def verified_line(stdout: str) -> dict[str, Any] | None:
+    """A kernel's result: the last JSON line of its output, if it says the
+    result was verified; None otherwise."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) and data.get("verified") is True else None
+    return None

@@ -40,7 +40,13 @@ from typing import Any
 
 from hetmem import __version__, output
 from hetmem.bench import exit_status, find_program
-from hetmem.bench.harness import add_output_arguments, parse_multiples, result_folder, target_row
+from hetmem.bench.harness import (
+    add_output_arguments,
+    parse_multiples,
+    result_folder,
+    target_row,
+    verified_line,
+)
 from hetmem.bench.reference import fio_seq_read
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.run.checks import default_storage
@@ -123,17 +129,6 @@ def scan_command(p: dict[str, Any], stats: Path) -> list[str]:
     return [*run, "--", *kcmd]
 
 
-def _kernel_result(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                return None
-            return data if isinstance(data, dict) and data.get("verified") is True else None
-    return None
-
-
 def pager_rate(result: dict[str, Any], pager: dict[str, Any]) -> dict[str, Any]:
     """The pager's device read rate of one scan run: bytes read per scan
     over the median scan time (see the module's help)."""
@@ -170,7 +165,7 @@ def run_scan(p: dict[str, Any]) -> dict[str, Any]:
             return {"side": "pager", "error": f"timed out after {p['timeout']:.0f} s"}
         rec: dict[str, Any] = {"side": "pager", "command": cmd, "exit_code": proc.returncode,
                                "wall_s": time.perf_counter() - t0}  # fmt: skip
-        result = _kernel_result(proc.stdout)
+        result = verified_line(proc.stdout)
         try:
             pager = json.loads(stats_file.read_text()).get("pager") or {}
         except (OSError, ValueError, AttributeError):

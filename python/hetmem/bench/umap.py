@@ -37,7 +37,13 @@ from typing import Any
 
 from hetmem import __version__, output
 from hetmem.bench import exit_status, find_program
-from hetmem.bench.harness import add_output_arguments, parse_multiples, result_folder, target_row
+from hetmem.bench.harness import (
+    add_output_arguments,
+    parse_multiples,
+    result_folder,
+    target_row,
+    verified_line,
+)
 from hetmem.errors import UsageError
 from hetmem.run.checks import default_storage
 from hetmem.sizes import format_size, parse_budget, parse_size
@@ -220,7 +226,7 @@ def execute(p: dict[str, Any], rep: int, pattern: str, mult: float, who: str) ->
             rc, out, err = -1, "", f"timed out after {p['timeout']:.0f} s"
         wall = time.perf_counter() - t0
         pager = _pager_figures(stats_file)
-    result = _json_line(out)
+    result = verified_line(out)
     error = ""
     if rc != 0 or result is None:
         error = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
@@ -248,17 +254,6 @@ def _pager_figures(stats_file: Path) -> dict[str, Any] | None:
         "counters": pager.get("counters"),
         "config": pager.get("config"),
     }
-
-
-def _json_line(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                return None
-            return data if isinstance(data, dict) and data.get("verified") is True else None
-    return None
 
 
 def _spread(xs: list[float]) -> dict[str, Any]:
