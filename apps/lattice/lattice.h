@@ -91,6 +91,7 @@ typedef struct {
     int block_oddeven; /* SAP block solves: MR on the odd-even reduced block system */
     double coarse_tol;
     int coarse_maxit, coarse_restart, coarse_oddeven;
+    int coarse_direct; /* coarsest level solved by LU up to this many dof (0: never) */
     /* multigrid depth (fine level = 1) and, for levels 3 .. levels, the
      * aggregates (in sites of the level above) and test vectors defining them */
     int levels;
@@ -267,6 +268,8 @@ struct mgl {
     cplxf *sb, *sZ;       /* smoother: FGMRES basis, directions, Hessenberg, */
     cplx *sH;
     cplxf *Jinv;          /* [V][k*k] inverse self blocks (its block-Jacobi preconditioner) */
+    struct lvl_direct *direct; /* coarsest level's LU (mg_direct.c), NULL: GMRES */
+    int direct_ok;        /* the last factorisation succeeded */
     long iters;           /* Krylov iterations of this level's solves */
     int built;            /* the levels below have been set up once */
     /* towards the next level (NULL on the coarsest) */
@@ -289,6 +292,15 @@ void lvl_part(mgl_t *L, cplxf *out, const cplxf *in, int c0, int c1, int d0, int
 int lvl_gmres(mgl_t *L, const kry_t *K, cplxf *x, const cplxf *b, long n, double tol, int maxit, int guess,
               lvl_op_t op, lvl_op_t prec);
 int lvl_coarsest_solve(mgl_t *L, cplxf *x, const cplxf *b);
+/* in's halo on this level (hc.recv), as the neighbour blocks read it */
+void lvl_halo(mgl_t *L, const cplxf *in);
+/* the coarsest level solved by LU when it has at most `coarse direct` dof */
+int lvl_direct_wanted(const mgl_t *L);
+void lvl_direct_factor(mgl_t *L);
+int lvl_direct_solve(mgl_t *L, cplxf *x, const cplxf *b);
+void lvl_direct_free(mgl_t *L);
+/* b bytes for one of L's arrays through the level's own allocation site */
+void *lvl_alloc(const mgl_t *L, int tag, size_t b);
 int lvl_oe_possible(const mgl_t *L);
 void lvl_invert_even(mgl_t *L);
 void lvl_invert_self(mgl_t *L, cplxf *out, int ns);

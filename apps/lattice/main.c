@@ -409,6 +409,39 @@ static void test_decomp(const geom_t *g, params_t p)
     check("decomp: AMG vs CGNR", res[4], 1e-8);
 }
 
+static void fill_level(const mgl_t *L, cplxf *v, uint64_t seed, uint64_t stream)
+{
+    for (int e = 0; e < L->g->V; e++) {
+        rng_t r;
+        rng_seed(&r, seed, L->g->gidx[e], stream);
+        for (int a = 0; a < L->k; a++)
+            v[(size_t)e * L->k + a] = (float)rng_gauss(&r) + I * (float)rng_gauss(&r);
+    }
+}
+
+/* the coarsest solve against D_c itself: the LU's residual is single
+ * precision rounding; GMRES (coarse direct = 0, or a level too large) only
+ * has to reduce it. Also checks that the LU is used exactly when wanted. */
+static void test_coarsest(mgl_t *C, const params_t *p)
+{
+    long nc = (long)C->k * C->g->V;
+    cplxf *b = malloc(sizeof(cplxf) * nc), *x = malloc(sizeof(cplxf) * nc), *r = malloc(sizeof(cplxf) * nc);
+    fill_level(C, b, p->seed, 53);
+    lvl_coarsest_solve(C, x, b);
+    lvl_apply(C, r, x);
+    double d = 0, s = 0;
+    for (long i = 0; i < nc; i++) {
+        d += cabsf(r[i] - b[i]) * cabsf(r[i] - b[i]);
+        s += cabsf(b[i]) * cabsf(b[i]);
+    }
+    int direct = C->direct && C->direct_ok;
+    char what[64];
+    snprintf(what, sizeof what, "coarsest D_%d x = b by %s", C->level, direct ? "LU" : "GMRES");
+    check(what, rel_norm(C->g, d, s), direct ? 1e-4 : 0.9);
+    check("coarsest: LU iff within 'coarse direct'", direct != lvl_direct_wanted(C), 0);
+    free(b), free(x), free(r);
+}
+
 static void test_mg(const geom_t *g, params_t p)
 {
     gauge_t G;
@@ -460,6 +493,7 @@ static void test_mg(const geom_t *g, params_t p)
             zc[(size_t)e * M.k + a] = -zc[(size_t)e * M.k + a];
     cplx r = vdot_f(&M.cg, zc, vc, nc);
     check("mg: coarse Gamma5-hermiticity", cabs(l - r) / cabs(l), 1e-5);
+    test_coarsest(M.lv, &p);
     /* the odd-even reduced block solve converges to the block system's
      * solution (Schur complement + back-substitution = full block solve) */
     if (p.block_oddeven) {
@@ -533,16 +567,6 @@ static void test_half(const geom_t *g, params_t p)
 }
 
 /* random level vector keyed by global site (the same on any decomposition) */
-static void fill_level(const mgl_t *L, cplxf *v, uint64_t seed, uint64_t stream)
-{
-    for (int e = 0; e < L->g->V; e++) {
-        rng_t r;
-        rng_seed(&r, seed, L->g->gidx[e], stream);
-        for (int a = 0; a < L->k; a++)
-            v[(size_t)e * L->k + a] = (float)rng_gauss(&r) + I * (float)rng_gauss(&r);
-    }
-}
-
 /* every level of the multigrid: P^H P = I and the Galerkin identity
  * <P v, D_l P w> = <v, D_{l+1} w> for random v, w (the fine D in single for
  * l = 1), then a solve against CGNR */
@@ -577,6 +601,8 @@ static void test_levels(const geom_t *g, params_t p)
         snprintf(what, sizeof what, "levels: Galerkin D_%d = P^H D_%d P", C->level, C->level - 1);
         check(what, cabs(a - b) / sqrt(vnorm2_f(fg, pv, nf) * vnorm2_f(fg, dpw, nf)), 1e-5);
         free(v), free(w), free(z), free(pv), free(pw), free(dpw);
+        if (!C->next)
+            test_coarsest(C, &p);
     }
     long n = 12L * g->V;
     cplx *b = lat_alloc_vectors(sizeof(cplx) * n), *x1 = lat_alloc_vectors(sizeof(cplx) * n),

@@ -45,24 +45,28 @@
 /* out = blocks d0..d1-1 of D_L applied to in, on the sites c0..c1-1 (the
  * k x k blocks as real arithmetic, SIMD reductions along the rows);
  * exchanges in's halo first when neighbour blocks are involved */
-void lvl_part(mgl_t *L, cplxf *out, const cplxf *in, int c0, int c1, int d0, int d1)
+void lvl_halo(mgl_t *L, const cplxf *in)
 {
     const geom_t *cg = L->g;
     int k = L->k;
-    if (d1 > 1) {
-        for (int mu = 0; mu < 4; mu++) {
-            if (!cg->nface[mu])
-                continue;
-            for (int i = 0; i < cg->nface[mu]; i++) {
-                memcpy((cplxf *)L->hc.send[2 * mu] + (size_t)i * k, in + (size_t)cg->face[mu][0][i] * k,
-                       sizeof(cplxf) * k);
-                memcpy((cplxf *)L->hc.send[2 * mu + 1] + (size_t)i * k, in + (size_t)cg->face[mu][1][i] * k,
-                       sizeof(cplxf) * k);
-            }
+    for (int mu = 0; mu < 4; mu++) {
+        if (!cg->nface[mu])
+            continue;
+        for (int i = 0; i < cg->nface[mu]; i++) {
+            memcpy((cplxf *)L->hc.send[2 * mu] + (size_t)i * k, in + (size_t)cg->face[mu][0][i] * k,
+                   sizeof(cplxf) * k);
+            memcpy((cplxf *)L->hc.send[2 * mu + 1] + (size_t)i * k, in + (size_t)cg->face[mu][1][i] * k,
+                   sizeof(cplxf) * k);
         }
-        halo_start(cg, &L->hc);
-        halo_wait(&L->hc);
     }
+    halo_start(cg, &L->hc);
+    halo_wait(&L->hc);
+}
+
+void lvl_part(mgl_t *L, cplxf *out, const cplxf *in, int c0, int c1, int d0, int d1)
+{
+    if (d1 > 1)
+        lvl_halo(L, in);
 #pragma omp parallel
     {
         int a0, a1;
@@ -318,6 +322,8 @@ int lvl_gmres(mgl_t *L, const kry_t *K, cplxf *x, const cplxf *b, long n, double
 /* x = D_c^-1 b to the coarse tolerance; odd-even reduced when possible */
 int lvl_coarsest_solve(mgl_t *L, cplxf *x, const cplxf *b)
 {
+    if (L->direct && L->direct_ok)
+        return lvl_direct_solve(L, x, b);
     int k = L->k, Vh = L->g->Vh, V = L->g->V;
     kry_t K = {L->cb, NULL, L->cH, L->prm.coarse_restart};
     if (!L->coe)

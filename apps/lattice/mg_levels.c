@@ -47,7 +47,7 @@ LEVEL_ALLOC(2)
 LEVEL_ALLOC(3)
 LEVEL_ALLOC(4)
 
-static void *lvl_alloc(const mgl_t *L, int tag, size_t b)
+void *lvl_alloc(const mgl_t *L, int tag, size_t b)
 {
     return L->level == 2 ? level2_alloc(tag, b) : L->level == 3 ? level3_alloc(tag, b) : level4_alloc(tag, b);
 }
@@ -139,6 +139,8 @@ static void lvl_alloc_krylov(mgl_t *L, int coarsest)
         L->sH = lvl_alloc(L, TAG_KRYLOV, sizeof(cplx) * (size_t)((ms + 1) * ms + 4 * ms + 4));
         return;
     }
+    if (lvl_direct_wanted(L))
+        return; /* lvl_direct_factor allocates on the first assembly */
     L->coe = p->coarse_oddeven && lvl_oe_possible(L);
     if (p->coarse_oddeven && !L->coe && L->g->rank == 0)
         fprintf(stderr, "hm-lattice: note: level %d is %dx%dx%dx%d, an odd dimension: its GMRES runs on D_c, "
@@ -190,6 +192,7 @@ void lvl_free(mgl_t *L)
     if (!L)
         return;
     lvl_free(L->next);
+    lvl_direct_free(L);
     lat_free(L->Dc), lat_free(L->Dch), lat_free(L->cb), lat_free(L->cH);
     lat_free(L->kZ), lat_free(L->sb), lat_free(L->sZ), lat_free(L->sH), lat_free(L->Jinv);
     lat_free(L->Dinv), lat_free(L->oe1), lat_free(L->oe2), lat_free(L->oe3);
@@ -441,6 +444,8 @@ void lvl_build(mgl_t *L, int nsrc)
                 wtime() - t1);
     if (C->coe)
         lvl_invert_even(C);
+    if (!C->next && lvl_direct_wanted(C))
+        lvl_direct_factor(C);
     if (C->next)
         lvl_invert_self(C, C->Jinv, C->g->V);
     if (C->next) {

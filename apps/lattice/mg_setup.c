@@ -9,7 +9,8 @@
  *    blocks per coarse site), applied with a coarse halo exchange;
  *  - V-cycle in single precision (restrict, coarse solve, prolong, SAP
  *    post-smoothing) preconditioning an outer FGMRES in double; the coarse
- *    solve is GMRES with two levels, else the K-cycle of mg_levels.c. */
+ *    solve is GMRES (LU when small, mg_direct.c) with two levels, else the
+ *    K-cycle of mg_levels.c. */
 #include "lattice.h"
 
 #ifdef _OPENMP
@@ -66,6 +67,8 @@ static void setup_interp(mg_t *M)
     mgl_t *L = M->lv;
     if (L->coe)
         lvl_invert_even(L);
+    if (!L->next && lvl_direct_wanted(L))
+        lvl_direct_factor(L);
     if (L->next) {
         lvl_invert_self(L, L->Jinv, L->g->V);
         int ns = L->N < M->N ? L->N : M->N;

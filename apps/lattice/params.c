@@ -40,6 +40,7 @@ void params_default(params_t *p)
     p->coarse_maxit = 60;
     p->coarse_restart = 60;
     p->coarse_oddeven = 1;
+    p->coarse_direct = 1024;
     p->levels = 2;
     for (int l = 0; l <= LAT_MAXLEV; l++) {
         for (int m = 0; m < 4; m++)
@@ -239,6 +240,14 @@ int params_set(params_t *p, const char *key, const char *val, char *err, size_t 
         rc = int1(val, &p->coarse_restart, 1);
     else if (!strcmp(key, "coarse oddeven"))
         rc = flag(val, &p->coarse_oddeven);
+    else if (!strcmp(key, "coarse direct")) {
+        /* the LU holds n^2 complex doubles on every rank: 1 GiB at 8192 */
+        if (int1(val, &p->coarse_direct, 0) || p->coarse_direct > 8192) {
+            snprintf(err, n, "bad value '%s' for parameter 'coarse direct' (0..8192 dof)", val);
+            return -1;
+        }
+        rc = 0;
+    }
     else if (!strcmp(key, "levels")) {
         if (int1(val, &tmp, 1) || tmp < 2 || tmp > LAT_MAXLEV) {
             snprintf(err, n, "bad value '%s' for parameter 'levels' (2..%d)", val, LAT_MAXLEV);
