@@ -338,6 +338,7 @@ typedef struct {
     cplxf *TV;            /* [N][V*12] the raw test vectors the setup iterates on */
     mgl_t *lv;            /* level 2 (and below it the others) */
     halo_t hw;            /* test-vector halo for assembly */
+    halo_t hb;            /* coarse forward-block halo for assembly */
     cplxf *r, *e, *q, *t; /* fine work vectors */
     cplxf *q2, *q3;       /* fine work vectors of the odd-even block solves */
     int *bne;             /* [nblk] even sites of each block (listed first in bsite) */

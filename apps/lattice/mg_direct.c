@@ -114,6 +114,7 @@ void lvl_direct_factor(mgl_t *L)
         L->direct = direct_create(L);
     struct lvl_direct *S = L->direct;
     int n = S->n;
+    double t0 = wtime();
     cplx *rows = malloc(sizeof(cplx) * (size_t)S->nloc * n);
     local_rows(L, rows, n, S->off / L->k);
     int *rc = malloc(sizeof(int) * (size_t)L->g->size), *rd = malloc(sizeof(int) * (size_t)L->g->size);
@@ -125,6 +126,8 @@ void lvl_direct_factor(mgl_t *L)
     free(rows), free(rc), free(rd);
     lapack_int info = LAPACKE_zgetrf(LAPACK_ROW_MAJOR, n, n, (lapack_complex_double *)S->lu, n, S->piv);
     L->direct_ok = info == 0;
+    if (getenv("HM_LATTICE_VERBOSE") && L->g->rank == 0)
+        fprintf(stderr, "setup: level %d LU (%d dof) %.3f s\n", L->level, n, wtime() - t0);
     if (info && L->g->rank == 0)
         fprintf(stderr, "hm-lattice: note: level %d's LU failed (info %d): GMRES instead\n", L->level, (int)info);
 }

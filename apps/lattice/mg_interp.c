@@ -312,6 +312,8 @@ static LAT_FAST void assemble_block(mg_t *M, int c, double *acc, float *buf)
         for (int d = 0; d < 8; d++) {
             int mu = d / 2, bwd = d & 1, y = g->nb[8 * x + d];
             int inside = y >= 0 && M->blk[y] == c;
+            if (bwd && !inside)
+                continue; /* from the neighbour's forward block: backward_blocks */
             float *tr = inside ? Tr : T2r, *ti = inside ? Ti : T2i;
             if (y >= 0 && bwd)
                 dirac_link_f(D, y, mu, uy);
@@ -322,10 +324,9 @@ static LAT_FAST void assemble_block(mg_t *M, int c, double *acc, float *buf)
                         w_site(M, j, y, wy);
                         src = wy;
                         U = bwd ? uy : ux[mu];
-                    } else {
-                        /* backward halo vectors arrive already multiplied by U^H */
+                    } else { /* forward: a hop to another rank never stays inside */
                         src = (const cplxf *)M->hw.recv[d] + ((size_t)(-y - 1) * N + j) * 12;
-                        U = bwd ? NULL : ux[mu];
+                        U = ux[mu];
                     }
                     hop_col(tr, ti, k, h2 * N + j, U, bwd, src + 6 * h2, mu, bwd, h2, inside);
                 }
@@ -350,31 +351,75 @@ static LAT_FAST void assemble_block(mg_t *M, int c, double *acc, float *buf)
         out[i] = (float)accr[i] + I * (float)acci[i];
 }
 
+/* dst = Gamma5 src^H Gamma5 for one k x k block (Gamma5_c = +1 on the
+ * first N dof of a site, -1 on the rest): exact in single and half */
+static void g5_adjoint(mg_t *M, size_t dst, const void *src)
+{
+    int k = M->k, N = M->N;
+#ifdef LAT_HAVE_HALF
+    if (M->half) {
+        const lat_half *s = src;
+        lat_half *o = M->lv->Dch + 2 * dst;
+        for (int a = 0; a < k; a++)
+            for (int b = 0; b < k; b++) {
+                size_t i = 2 * ((size_t)b * k + a), j = 2 * ((size_t)a * k + b);
+                lat_half sg = (lat_half)((a < N) == (b < N) ? 1 : -1);
+                o[j] = sg * s[i];
+                o[j + 1] = -sg * s[i + 1];
+            }
+        return;
+    }
+#endif
+    const cplxf *s = src;
+    cplxf *o = M->lv->Dc + dst;
+    for (int a = 0; a < k; a++)
+        for (int b = 0; b < k; b++) {
+            float sg = (a < N) == (b < N) ? 1 : -1;
+            o[(size_t)a * k + b] = sg * conjf(s[(size_t)b * k + a]);
+        }
+}
+
+/* The backward blocks: D_c is Gamma5-hermitian like D, so the block
+ * coupling c to c - mu is Gamma5 F^H Gamma5, F the block coupling c - mu to
+ * c, which comes through M->hb when c - mu is on another rank. This skips
+ * the W^H T product of every backward hop leaving an aggregate: a third of
+ * the products with 4^4 aggregates. */
+static void backward_blocks(mg_t *M)
+{
+    const geom_t *cg = &M->cg;
+    size_t kk = (size_t)M->k * M->k, es = M->half ? 2 * sizeof(lat_half) : sizeof(cplxf), bb = kk * es;
+    const char *base = M->half ? (const char *)(void *)M->lv->Dch : (const char *)(void *)M->lv->Dc;
+    for (int mu = 0; mu < 4; mu++)
+        for (int i = 0; i < cg->nface[mu]; i++)
+            memcpy((char *)M->hb.send[2 * mu + 1] + i * bb, base + ((size_t)cg->face[mu][1][i] * 9 + 1 + 2 * mu) * bb,
+                   bb);
+    halo_start(cg, &M->hb);
+    halo_wait(&M->hb);
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < cg->V; c++)
+        for (int mu = 0; mu < 4; mu++) {
+            int y = cg->nb[8 * c + 2 * mu + 1];
+            const char *src = y >= 0 ? base + ((size_t)y * 9 + 1 + 2 * mu) * bb
+                                     : (const char *)M->hb.recv[2 * mu + 1] + (size_t)(-y - 1) * bb;
+            g5_adjoint(M, ((size_t)c * 9 + 2 + 2 * mu) * kk, src);
+        }
+}
+
 void mg_assemble(mg_t *M)
 {
     const geom_t *g = M->g;
-    const dirac_t *D = M->D;
     int N = M->N, k = M->k;
     size_t kk = (size_t)k * k;
-    /* halo of all test vectors; the -mu rank gets U^H-multiplied upper-face
-     * vectors because the link U_mu(y) lives with y */
+    /* halo of all test vectors on the lower faces: the forward hops to
+     * another rank read them (the upper faces' part is not used: backward
+     * blocks come from the neighbours' forward ones) */
     for (int mu = 0; mu < 4; mu++) {
         if (!g->nface[mu])
             continue;
-        cplxf *lo = M->hw.send[2 * mu], *hi = M->hw.send[2 * mu + 1];
+        cplxf *lo = M->hw.send[2 * mu];
         for (int i = 0; i < g->nface[mu]; i++)
-            for (int j = 0; j < N; j++) {
-                int xl = g->face[mu][0][i], xh = g->face[mu][1][i];
-                w_site(M, j, xl, lo + ((size_t)i * N + j) * 12);
-                cplxf U[9], w[12];
-                dirac_link_f(D, xh, mu, U);
-                w_site(M, j, xh, w);
-                cplxf *o = hi + ((size_t)i * N + j) * 12;
-                for (int s = 0; s < 4; s++)
-                    for (int a = 0; a < 3; a++)
-                        o[3 * s + a] = conjf(U[a]) * w[3 * s] + conjf(U[3 + a]) * w[3 * s + 1] +
-                                       conjf(U[6 + a]) * w[3 * s + 2];
-            }
+            for (int j = 0; j < N; j++)
+                w_site(M, j, g->face[mu][0][i], lo + ((size_t)i * N + j) * 12);
     }
     halo_start(g, &M->hw);
     halo_wait(&M->hw);
@@ -388,4 +433,5 @@ void mg_assemble(mg_t *M)
         free(acc);
         free(buf);
     }
+    backward_blocks(M);
 }

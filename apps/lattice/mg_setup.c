@@ -139,6 +139,7 @@ static void mg_alloc(mg_t *M, const params_t *p)
     M->rc = lat_alloc_vectors(sizeof(cplxf) * (size_t)nc);
     M->ec = lat_alloc_vectors(sizeof(cplxf) * (size_t)nc);
     halo_alloc(g, &M->hw, sizeof(cplxf) * 12 * (size_t)M->N);
+    halo_alloc(&M->cg, &M->hb, sizeof(cplxf) * (size_t)M->k * M->k); /* half storage: half of it used */
     M->lv = lvl_create(&M->cg, p, 2, M->half);
 }
 
@@ -238,6 +239,7 @@ void mg_free(mg_t *M)
     lat_free(M->rc), lat_free(M->ec);
     lvl_free(M->lv);
     halo_free(&M->hw);
+    halo_free(&M->hb);
     geom_free(&M->cg);
 }
 
