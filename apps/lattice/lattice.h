@@ -359,7 +359,7 @@ void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in);
 void mg_vcycle(mg_t *M, cplxf *x, const cplxf *r);
 void sap(mg_t *M, cplxf *x, const cplxf *b, int sweeps, int zero_guess);
 /* P from the raw test vectors; D_c = P^H D P into M->lv (mg_interp.c) */
-void mg_orthonormalise(mg_t *M);
+void mg_orthonormalise(mg_t *M, cplxf *coef, int ns);
 void mg_assemble(mg_t *M);
 /* self-test: ||D_b e - r|| / ||r|| after the odd-even block solve with
  * `steps` MR steps on block c (random r); -1 when block oddeven is off */

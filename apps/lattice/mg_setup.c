@@ -61,20 +61,17 @@ void mg_vcycle(mg_t *M, cplxf *x, const cplxf *r)
 static void setup_interp(mg_t *M)
 {
     double t = wtime();
-    mg_orthonormalise(M);
+    mgl_t *L = M->lv;
+    int ns = L->next ? (L->N < M->N ? L->N : M->N) : 0;
+    mg_orthonormalise(M, L->next ? L->TV : NULL, ns); /* and the first ns restrictions */
     double t1 = wtime();
     mg_assemble(M);
-    mgl_t *L = M->lv;
     if (L->coe)
         lvl_invert_even(L);
     if (!L->next && lvl_direct_wanted(L))
         lvl_direct_factor(L);
     if (L->next) {
         lvl_invert_self(L, L->Jinv, L->g->V);
-        int ns = L->N < M->N ? L->N : M->N;
-        size_t n = (size_t)L->k * L->g->V, V12 = 12 * (size_t)M->g->V;
-        for (int j = 0; j < ns; j++)
-            mg_restrict(M, L->TV + (size_t)j * n, M->TV + (size_t)j * V12);
         lvl_build(L, ns);
     }
     M->ts_orth += t1 - t;
