@@ -140,6 +140,11 @@ DD_COMPARE = REPO / "apps" / "lattice" / "tests" / "dd_compare.sh"
             {"HM_LATTICE": "/bin/true", "DD_ALPHA_AMG": "/bin/true"},
             "ROUNDS must be a positive integer",
         ),
+        (
+            ["GAUGE", "-0.7", "1", "OUT"],
+            {"HM_LATTICE": "/bin/true", "DD_ALPHA_AMG": "/bin/true", "HM_COARSE_SETUP": "-1"},
+            "HM_COARSE_SETUP must be a non-negative integer",
+        ),
     ],
 )
 def test_dd_compare_refuses_bad_input(

@@ -15,7 +15,8 @@
 # and name it with DD_ALPHA_AMG (the binary; it runs in its own folder).
 # Wrap this in `flock /tmp/hetmem-timing.lock` on a shared machine.
 # Usage: dd_compare.sh GAUGEFILE M0 ROUNDS OUTDIR  (HM_LATTICE: hm-lattice,
-# default build/c/bench/hm-lattice)
+# default build/c/bench/hm-lattice; HM_COARSE_SETUP: its `coarse setup`,
+# default 0, which only levels >= 3 use: lighter masses need 1)
 if [ $# -ne 4 ]; then
   echo "usage: dd_compare.sh GAUGEFILE M0 ROUNDS OUTDIR" >&2
   exit 2
@@ -27,6 +28,8 @@ DD=${DD_ALPHA_AMG:-}
 [ -n "$DD" ] && [ -x "$DD" ] || { echo "dd_compare.sh: set DD_ALPHA_AMG to a built dd_alpha_amg" >&2; exit 2; }
 [ -r "$G" ] || { echo "dd_compare.sh: cannot read the gauge file $G" >&2; exit 2; }
 case $R in ''|*[!0-9]*|0) echo "dd_compare.sh: ROUNDS must be a positive integer, not '$R'" >&2; exit 2 ;; esac
+CS=${HM_COARSE_SETUP:-0}
+case $CS in ''|*[!0-9]*) echo "dd_compare.sh: HM_COARSE_SETUP must be a non-negative integer, not '$CS'" >&2; exit 2 ;; esac
 G=$(cd "$(dirname "$G")" && pwd)/$(basename "$G")
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -82,7 +85,7 @@ run_hm() {  # levels name
   mpirun -n 2 "$B" --set 'lattice=16 16 16 16' --set gauge=file --set "gauge file=$G" --set "m0=$M0" \
     --set csw=1.0 --set 'block=4 4 4 4' --set 'test vectors=20' --set 'setup iter=3' --set 'restart=25' \
     --set 'tolerance=1e-10' --set 'dirac reps=1' --set "levels=$1" --set 'level 3 test vectors=20' \
-    --json "$OUT/$2.json" >/dev/null 2>"$OUT/$2.err" || echo "hm-lattice $2 failed (see $OUT/$2.err)"
+    --set "coarse setup=$CS" --json "$OUT/$2.json" >/dev/null 2>"$OUT/$2.err" || echo "hm-lattice $2 failed (see $OUT/$2.err)"
 }
 
 run_dd() {  # levels name
