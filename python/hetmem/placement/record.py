@@ -70,6 +70,9 @@ def samples_note(p: prof.Profile) -> str | None:
             f"{name} sampler recorded no access to the {len(p.sites)} site(s): the run was "
             "too short for it; advise would leave every site on the slowest tier"
         )
+    periods = samp.get("periods")
+    if name == "portable" and isinstance(periods, int) and periods < FEW_INTERVALS:
+        return _portable_periods_note(p, periods, float(samp.get("interval_us") or 0) / 1000)
     drains = samp.get("drains")
     if name == "refs" and isinstance(drains, int) and drains < FEW_INTERVALS:
         iv = float(samp.get("interval_mean_us") or 0) / 1000
@@ -78,6 +81,20 @@ def samples_note(p: prof.Profile) -> str | None:
             "stretches them to keep its cost near 3%): a longer run ranks sites better"
         )
     return None
+
+
+def _portable_periods_note(p: prof.Profile, periods: int, period_ms: float) -> str:
+    """The portable sampler counts a page once per period however often it
+    is touched: over a few periods a site swept 48 times ranks like one
+    swept once (tests/vm/test_vm.py met it: 5 periods, a cold array put in
+    DRAM). The period to suggest gives about 32 of them over the run."""
+    wall_ms = float(p.header.get("wall_ns") or 0) / 1e6
+    suggest = max(0.1, wall_ms / (4 * FEW_INTERVALS))
+    return (
+        f"the portable sampler saw {periods} period(s) of {period_ms:g} ms in a "
+        f"{wall_ms:.0f} ms run (a page counts once per period however often it is touched): "
+        f"--period {suggest:.1g}ms or a longer run ranks sites better"
+    )
 
 
 # below the threshold, this much memory in allocations of at least a quarter
