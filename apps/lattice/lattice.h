@@ -99,8 +99,9 @@ typedef struct {
     /* K-cycle on intermediate levels: FGMRES(kc_restart), at most kc_maxit
      * iterations to kc_tol, preconditioned by the next level's cycle and
      * post-smoothed by coarse_smooth GMRES steps; coarse_setup inverse
-     * iteration steps on each coarse level's test vectors */
-    int kc_restart, kc_maxit, coarse_smooth, coarse_setup;
+     * iteration steps on each coarse level's test vectors, each at most
+     * coarse_setup_it K-cycle iterations */
+    int kc_restart, kc_maxit, coarse_smooth, coarse_setup, coarse_setup_it;
     double kc_tol;
     char rhs[32];
     int nrhs;

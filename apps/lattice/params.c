@@ -55,6 +55,7 @@ void params_default(params_t *p)
     p->kc_tol = 0.05;
     p->coarse_smooth = 4;
     p->coarse_setup = 0;
+    p->coarse_setup_it = 3;
     snprintf(p->rhs, sizeof p->rhs, "random");
     p->nrhs = 1;
     p->dirac_reps = 20;
@@ -273,6 +274,8 @@ int params_set(params_t *p, const char *key, const char *val, char *err, size_t 
         rc = int1(val, &p->coarse_smooth, 0);
     else if (!strcmp(key, "coarse setup"))
         rc = int1(val, &p->coarse_setup, 0);
+    else if (!strcmp(key, "coarse setup iterations"))
+        rc = int1(val, &p->coarse_setup_it, 1);
     else if (!strcmp(key, "rhs"))
         rc = str(val, p->rhs, sizeof p->rhs, rhss);
     else if (!strcmp(key, "nrhs"))
