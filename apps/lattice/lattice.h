@@ -317,6 +317,10 @@ void lvl_free(mgl_t *L);
  * nsrc already in L->TV: restrictions of the finer raw ones), inverse
  * iteration, P, Galerkin product, recursively */
 void lvl_build(mgl_t *L, int nsrc);
+/* after L's operator is (re)assembled, what its solves precompute: the
+ * inverse self blocks (even sites for the odd-even coarsest solve, all of
+ * them for the K-cycle's block Jacobi) or the coarsest LU */
+void lvl_prepare(mgl_t *L);
 /* checks the levels' aggregates against the local lattice; -1 + err */
 int lvl_check(const params_t *p, const int l[4], char *err, size_t n);
 

@@ -437,6 +437,16 @@ static void lvl_testvectors(mgl_t *L, int nsrc, int first)
     }
 }
 
+void lvl_prepare(mgl_t *L)
+{
+    if (L->coe)
+        lvl_invert_even(L);
+    if (L->next)
+        lvl_invert_self(L, L->Jinv, L->g->V);
+    else if (lvl_direct_wanted(L))
+        lvl_direct_factor(L);
+}
+
 void lvl_build(mgl_t *L, int nsrc)
 {
     mgl_t *C = L->next;
@@ -448,12 +458,7 @@ void lvl_build(mgl_t *L, int nsrc)
     if (getenv("HM_LATTICE_VERBOSE") && L->g->rank == 0)
         fprintf(stderr, "setup: level %d test vectors %.3f s, P and D_%d %.3f s\n", L->level, t1 - t0, C->level,
                 wtime() - t1);
-    if (C->coe)
-        lvl_invert_even(C);
-    if (!C->next && lvl_direct_wanted(C))
-        lvl_direct_factor(C);
-    if (C->next)
-        lvl_invert_self(C, C->Jinv, C->g->V);
+    lvl_prepare(C);
     if (C->next) {
         int ns = C->N < L->N ? C->N : L->N;
         size_t n = (size_t)L->k * L->g->V, nn = (size_t)C->k * C->g->V;

@@ -66,14 +66,9 @@ static void setup_interp(mg_t *M)
     mg_orthonormalise(M, L->next ? L->TV : NULL, ns); /* and the first ns restrictions */
     double t1 = wtime();
     mg_assemble(M);
-    if (L->coe)
-        lvl_invert_even(L);
-    if (!L->next && lvl_direct_wanted(L))
-        lvl_direct_factor(L);
-    if (L->next) {
-        lvl_invert_self(L, L->Jinv, L->g->V);
+    lvl_prepare(L);
+    if (L->next)
         lvl_build(L, ns);
-    }
     M->ts_orth += t1 - t;
     M->ts_asm += wtime() - t1;
 }
