@@ -605,17 +605,21 @@ def target_row(target: str, measured: float | None, goal: float, detail: str) ->
     }
 
 
-def add_output_arguments(parser: Any, suite: str) -> None:
-    """A suite's -o DIR (its result folder) and --json."""
+def add_output_arguments(
+    parser: Any, suite: str, *, resumable: bool = False, data: str = "result"
+) -> None:
+    """A suite's -o DIR (its result folder; resumable: a rerun into it
+    resumes) and --json (printing its `data` data)."""
     parser.add_argument(
         "-o",
         "--output",
         type=Path,
         default=None,
         metavar="DIR",
-        help=f"result folder (default: hetmem-bench-{suite}-<time>)",
+        help=f"result folder (default: hetmem-bench-{suite}-<time>)"
+        + ("; reuse it to resume" if resumable else ""),
     )
-    parser.add_argument("--json", action="store_true", help="print the result data as JSON")
+    parser.add_argument("--json", action="store_true", help=f"print the {data} data as JSON")
 
 
 def result_folder(output: Path | None, suite: str) -> Path:

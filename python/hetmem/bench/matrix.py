@@ -74,15 +74,7 @@ def add_matrix_arguments(
     )
     parser.add_argument("--threads", type=int, default=None, help="kernel threads (all CPUs)")
     parser.add_argument("--storage", metavar="DIR", help="storage tier for cache and swap modes")
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="result folder (default: hetmem-bench-<suite>-<time>); reuse it to resume",
-    )
-    parser.add_argument("--json", action="store_true", help="print the report data as JSON")
+    harness.add_output_arguments(parser, "<suite>", resumable=True, data="report")
     parser.add_argument("--no-report", action="store_true", help="do not write report.html")
     _add_kernel_rep_arguments(parser, kernel_reps, kernel_min_time)
 
