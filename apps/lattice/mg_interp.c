@@ -196,17 +196,13 @@ void mg_prolong(mg_t *M, cplxf *v, const cplxf *vc)
 /* column col of T (12 rows x k, split re/im) = or += -1/2 (1 -/+ gamma_mu)
  * op(U) w, single precision, w (6 complex) living on the spins of half h2:
  * the identity keeps half h2, gamma_mu (off-diagonal in the chiral basis)
- * moves it to the other half with one phase per spin. U == NULL: identity. */
+ * moves it to the other half with one phase per spin. */
 static inline void hop_col(float *Tr, float *Ti, int k, int col, const cplxf *U, int dag, const cplxf *w, int mu,
                            int bwd, int h2, int add)
 {
     cplxf u[6];
     for (int sl = 0; sl < 2; sl++)
         for (int i = 0; i < 3; i++) {
-            if (!U) {
-                u[3 * sl + i] = w[3 * sl + i];
-                continue;
-            }
             cplxf acc = 0;
             for (int j = 0; j < 3; j++)
                 acc += (dag ? conjf(U[3 * j + i]) : U[3 * i + j]) * w[3 * sl + j];
