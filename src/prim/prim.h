@@ -167,6 +167,7 @@ int _hm_prim_vm_memfd(const char *name, size_t len); /* returns the fd */
 /* fd < 0: private anonymous (MAP_NORESERVE); else MAP_SHARED of fd. */
 int _hm_prim_vm_map(int fd, size_t len, void **out);
 /* The same at addr exactly, replacing whatever the caller reserved there. */
+int _hm_prim_vm_map_huge(size_t len, void **out);
 int _hm_prim_vm_map_at(int fd, size_t len, void *addr);
 int _hm_prim_vm_unmap(void *addr, size_t len);
 int _hm_prim_vm_madvise(void *addr, size_t len, int advice);

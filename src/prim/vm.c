@@ -33,6 +33,26 @@ int _hm_prim_vm_map(int fd, size_t len, void **out) {
   return _hm_prim_sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0, out);
 }
 
+/* An anonymous mapping of len bytes at a 2 MiB boundary, advised
+ * MADV_HUGEPAGE (advice refused: 4 KiB pages, no error): over-map, then
+ * unmap the head and tail, so that it is unmapped with (out, len) like any
+ * other. */
+int _hm_prim_vm_map_huge(size_t len, void **out) {
+  const size_t align = (size_t)2 << 20;
+  if (len == 0) return -EINVAL;
+  if (len > SIZE_MAX - align) return -ENOMEM;
+  void *mem = NULL;
+  int rc = _hm_prim_vm_map(-1, len + align, &mem);
+  if (rc) return rc;
+  uintptr_t a = ((uintptr_t)mem + align - 1) & ~(uintptr_t)(align - 1);
+  size_t head = a - (uintptr_t)mem, tail = align - head;
+  if (head) (void)_hm_prim_sys_munmap(mem, head);
+  if (tail) (void)_hm_prim_sys_munmap((char *)a + len, tail);
+  (void)_hm_prim_sys_madvise((void *)a, len, MADV_HUGEPAGE);
+  *out = (void *)a;
+  return 0;
+}
+
 int _hm_prim_vm_map_at(int fd, size_t len, void *addr) {
   void *got = NULL;
   int rc = fd < 0 ? _hm_prim_sys_mmap(addr, len, PROT_READ | PROT_WRITE,
