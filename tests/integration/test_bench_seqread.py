@@ -62,6 +62,31 @@ def test_summary_pairs_rounds_and_takes_the_median() -> None:
     assert low["target"]["pass"] is False  # median 0.8 < 0.9
 
 
+def test_summary_judges_against_huge_page_fio_where_it_ran() -> None:
+    runs = _runs([(1.8, 1.5), (1.9, 2.0)])
+    runs += [
+        {"round": 0, "side": "fio-huge", "gbs": 3.0},
+        {"round": 1, "side": "fio-huge", "gbs": 3.8},
+    ]
+    s = seqread.summarize(runs)
+    assert [t["target"].endswith("/ fio") for t in s["targets"]] == [True, False]
+    assert s["ratios_huge"] == pytest.approx([0.6, 0.5])
+    assert s["targets"][0]["pass"] is True  # 1.2 and 0.95 against default buffers
+    assert s["targets"][1]["pass"] is False and s["targets"][1]["measured"] == pytest.approx(0.55)
+    assert len(seqread.summarize(_runs([(1.0, 1.0)]))["targets"]) == 1  # not run: no row
+
+
+def test_hugetlb_pages_are_read_from_meminfo(tmp_path: Path) -> None:
+    mi = tmp_path / "meminfo"
+    mi.write_text("MemTotal: 100 kB\nHugePages_Total: 16\nHugePages_Free: 12\n"
+                  "Hugepagesize:    2048 kB\n")  # fmt: skip
+    assert seqread.hugetlb_free(str(mi)) == (12, 2 << 20)
+    assert seqread.hugetlb_free(str(tmp_path / "none")) == (0, 0)
+    # 32 reads of 256 KiB: 8 MiB, four 2 MiB pages and one for alignment
+    assert seqread.huge_pages_needed(256 << 10, 32, 2 << 20) == 5
+    assert seqread.huge_pages_needed(3 << 20, 1, 2 << 20) == 3
+
+
 def test_summary_counts_a_failed_pager_run_as_a_miss() -> None:
     s = seqread.summarize(_runs([(2.0, 2.0), (None, 2.0)]))
     assert s["ratios"] == pytest.approx([1.0])
@@ -77,6 +102,7 @@ def test_summary_counts_a_failed_pager_run_as_a_miss() -> None:
         (("--fast-budget", "banana"), "banana"),
         (("--size", "0x"), "--size: '0x'"),
         (("--settle", "-1"), "--settle -1"),
+        (("--fio-huge", "sometimes"), "--fio-huge"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(
@@ -89,6 +115,15 @@ def test_bad_input_is_one_line_exit_2(
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.skipif(not shutil.which("fio"), reason="needs fio")
+@pytest.mark.skipif(seqread.hugetlb_free()[0] > 0, reason="hugetlb pages are free here")
+def test_fio_huge_on_without_pages_is_one_line(hetmem: Any, tmp_path: Path) -> None:
+    proc = hetmem("bench", "seqread", "--fio-huge", "on", "-o", str(tmp_path / "o"), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "nr_hugepages" in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
 @needs_pager
 @pytest.mark.skipif(not shutil.which("fio"), reason="needs fio")
 def test_small_run_measures_both_sides_and_leaves_no_files(hetmem: Any, tmp_path: Path) -> None:
@@ -98,12 +133,13 @@ def test_small_run_measures_both_sides_and_leaves_no_files(hetmem: Any, tmp_path
     before = set(scratch_storage.iterdir())
     proc = hetmem(
         "bench", "seqread", "--fast-budget", "32MiB", "--rounds", "2", "--reps", "3",
-        "--settle", "0", "--storage", str(scratch_storage), "-o", str(out), "--json", timeout=300,
+        "--settle", "0", "--storage", str(scratch_storage), "-o", str(out), "--json",
+        "--fio-huge", "off", timeout=300,
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
     data = json.loads((out / "seqread.json").read_text())
     assert data == json.loads(proc.stdout)
-    assert data["schema_version"] == 1 and data["size_bytes"] == 64 << 20
+    assert data["schema_version"] == 2 and data["size_bytes"] == 64 << 20
     sides = [(r["round"], r["side"]) for r in data["runs"]]
     # the scan leads in even rounds, fio in odd ones, each once per round
     assert sides == [(0, "pager"), (0, "fio"), (1, "fio"), (1, "pager")]

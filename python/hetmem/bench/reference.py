@@ -84,12 +84,16 @@ def _run_ref(prog: Path, elements: int, ntimes: int, threads: int) -> dict[str, 
     return data
 
 
-def fio_seq_read(fio: str, path: Path, size: int, block: int, depth: int) -> dict[str, Any]:
+def fio_seq_read(
+    fio: str, path: Path, size: int, block: int, depth: int, iomem: str | None = None
+) -> dict[str, Any]:
     """fio writes the file, then reads it, in one process (as the probe does
-    in one call): --stonewall runs the read job after the write job."""
+    in one call): --stonewall runs the read job after the write job. iomem:
+    fio's --iomem (its buffers' memory; fio's default when None)."""
     proc = subprocess.run(
         [
             fio,
+            *([f"--iomem={iomem}"] if iomem else []),
             f"--filename={path}",
             "--direct=1",
             f"--bs={block}",
