@@ -3,13 +3,15 @@
  * and of 3x the budget, read front to back over and over by two threads
  * (each its half). What the sweep passed first must stay resident and hit
  * on the next sweep. The issue's target is (1 - 0.8 x cache / working set)
- * x working set read per sweep once the sweeps repeat; this cache measured
- * 0.83-0.90 of itself kept (the rest holds the streams' prefetch
- * windows), so the test asserts 0.7, which still fails by far
- * when eviction takes the least recently used first (CLOCK, LRU): that
- * evicts each unit just before the sweep comes back to it (the landed
- * pager read 0.85 of the working set per sweep at 3x, bench scan). Every
- * word must read back. */
+ * x working set read per sweep once the sweeps repeat; at 3x this cache
+ * kept 0.67-0.90 of itself in 36 runs (the rest holds the streams'
+ * prefetch windows, and how far they run ahead depends on scheduling), so
+ * the test asserts 0.6 (0.7 failed about one run in twelve), which still
+ * fails by far when eviction takes the least recently used first (CLOCK,
+ * LRU): that evicts each unit just before the sweep comes back to it (the
+ * pager before the loop-resistant replacement read 0.85 of the working
+ * set per sweep at 3x, bench scan: 0.48 of the cache kept). Every word
+ * must read back. */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -75,7 +77,7 @@ static void run(hm_pager_t *p, uint64_t bytes) {
    * tests before, still being written back) read 0.57 of the cache kept
    * where the sweeps around it kept 0.83-0.87 */
   double per = median(read, STEADY);
-  double bound = (1.0 - 0.7 * cache / ws) * ws, target = (1.0 - 0.8 * cache / ws) * ws;
+  double bound = (1.0 - 0.6 * cache / ws) * ws, target = (1.0 - 0.8 * cache / ws) * ws;
   printf("working set %.1fx the budget: %.1f MiB read per sweep (kept %.2f of the cache), "
          "bound %.1f MiB, target %.1f MiB\n",
          ws / (double)BUDGET, per / (double)MiB, (ws - per) / cache, bound / (double)MiB,
