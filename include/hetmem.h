@@ -361,9 +361,11 @@ typedef struct hm_pager_config_s {
 #define HM_PAGER_NO_WP 4u       /* no write-protect: write back every resident unit */
 #define HM_PAGER_MEMFD 8u /* memfd + MINOR + UFFDIO_CONTINUE (zero-copy) fills instead of the
                              default anonymous + UFFDIO_COPY (faster here: see pager.c) */
+#define HM_PAGER_NO_COPIER 16u /* install prefetch fills on the handler thread itself, not
+                                  on a copier thread beside it (option copier=0) */
 
 /** Fills cfg from ctx's options (fast_budget, storage, fetch_unit, prefetch,
- *  io_depth, handler_threads). Callers then change what they need. */
+ *  io_depth, handler_threads, copier). Callers then change what they need. */
 HM_API void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg);
 
 /** Opens a pager. Errors (with a message on ctx): -EINVAL for a budget

@@ -28,6 +28,8 @@ typedef enum _hm_opt_kind_e {
   X(PREFETCH, prefetch, STR, "auto", "pager prefetch policy: auto, off, sequential")        \
   X(HANDLER_THREADS, handler_threads, COUNT, "0",                                            \
     "pager fault-handling threads (0: chosen by the pager)")                                  \
+  X(COPIER, copier, BOOL, "1",                                                               \
+    "pager: install prefetched units on a thread beside each handler (2+ CPUs)")             \
   X(ALLOC_THRESHOLD, alloc_threshold, SIZE, "1MiB",                                          \
     "smallest allocation the interposer serves from a tier")                                  \
   X(STATS, stats, STR, "", "file the interposer writes its statistics to at exit")          \

@@ -345,9 +345,10 @@ static void hm__fill_unit(hm_pager_t *p, const _hm_sdm_op_t *op, uint32_t k, con
   if (p->memfd_mode && map) S->mapped = 1;
   m->wp[k] = hm__fill_wp(p, S);
   S->pin++;
+  S->installing = !p->memfd_mode; /* until copied in: see hm__fault_hit */
 }
 
-void _hm_sdm_fill_done(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res) {
+void _hm_sdm_fill_finish(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res) {
   hm_pager_t *p = h->p;
   _hm_sdm_region_t *r = op->reg;
   size_t len = hm__op_len(p, op);
@@ -368,13 +369,23 @@ void _hm_sdm_fill_done(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res) {
                   dst + (size_t)(m.cpg0 - op->pg0) * HM_SDM_PAGE, m.wp[k]);
     }
   }
-  _hm_sdm_wake(p, _hm_sdm_ubase(r, p, op->unit), (size_t)op->nu * p->unit);
-  if (!op->prefetch) HM_SDM_ADD(p, c_fault_ns, _hm_prim_now_ns() - op->t0);
+  char *ub = _hm_sdm_ubase(r, p, op->unit);
   pthread_mutex_lock(&p->lk);
-  for (uint32_t k = 0; k < op->nu; k++) p->slots[op->slots[k]].pin--;
+  for (uint32_t k = 0; k < op->nu; k++) {
+    p->slots[op->slots[k]].pin--;
+    p->slots[op->slots[k]].installing = 0;
+  }
   r->busy--;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->lk);
+  /* After installing is cleared: a fault that saw it set was left to this
+   * wake (hm__fault_hit). */
+  _hm_sdm_wake(p, ub, (size_t)op->nu * p->unit);
+  if (!op->prefetch) HM_SDM_ADD(p, c_fault_ns, _hm_prim_now_ns() - op->t0);
+}
+
+void _hm_sdm_fill_done(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res) {
+  _hm_sdm_fill_finish(h, op, res);
   _hm_sdm_op_put(h, op);
 }
 
@@ -514,6 +525,13 @@ static int hm__fault_hit(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const h
                          _hm_sdm_slot_t *S) {
   hm_pager_t *p = h->p;
   _hm_sdm_region_t *r = at->r;
+  if (S->installing) {
+    /* Anonymous mode: another thread is copying this unit in, and its
+     * wake, after it clears installing, resolves this fault. Waking now
+     * would only make the thread fault again until the copy ends. */
+    pthread_mutex_unlock(&p->lk);
+    return 0;
+  }
   int hit = S->prefetched;
   hm__touched(p, S);
   S->ref = 1;
@@ -740,7 +758,7 @@ static int hm__fault_miss(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const 
   uint32_t pg0, npg;
   hm__miss_pages(p, at, random, zero, plan->trend, &pg0, &npg);
   uint64_t bytes = (uint64_t)npg * HM_SDM_PAGE;
-  if (!h->free_ops) {
+  if (!_hm_sdm_ops_free(h)) {
     pthread_mutex_unlock(&p->lk);
     return -EAGAIN;
   }

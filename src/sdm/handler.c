@@ -11,6 +11,7 @@
 
 #define HM__TAG_UFFD 1u
 #define HM__TAG_EVENT 2u
+#define HM__TAG_RET 3u /* the copier gave ops back while none was free */
 #define HM__MSG_BATCH 64
 
 /* ------------------------------------------------------------------------
@@ -28,7 +29,7 @@ static int hm__group_ok(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u) {
   if (p->pf_untouched + p->unit > p->cap / 2) return -ENOSPC;
   /* Every read slot is in flight: the plan waits for one (dropping it
    * would leave a hole the stream believes requested). */
-  if (!h->free_ops) return -EBUSY;
+  if (!_hm_sdm_ops_free(h)) return -EBUSY;
   return 1;
 }
 
@@ -265,8 +266,14 @@ static int hm__dispatch(_hm_sdm_handler_t *h, uint64_t tag, int res) {
     (void)_hm_prim_read(p->evfd, &v, sizeof v); /* fails when another handler took it */
     hm__drain_willneed(h);
     (void)_hm_prim_ring_poll(h->ring, p->evfd, HM__TAG_EVENT);
+  } else if (tag == HM__TAG_RET) {
+    uint64_t v;
+    (void)_hm_prim_read(h->retfd, &v, sizeof v);
+    (void)_hm_sdm_copier_reclaim(h); /* clears plan_blocked if it got any */
+    (void)_hm_prim_ring_poll(h->ring, h->retfd, HM__TAG_RET);
   } else {
-    _hm_sdm_fill_done(h, (_hm_sdm_op_t *)(uintptr_t)tag, res);
+    _hm_sdm_op_t *op = (_hm_sdm_op_t *)(uintptr_t)tag;
+    if (!_hm_sdm_copier_take(h, op, res)) _hm_sdm_fill_done(h, op, res);
   }
   return 0;
 }
@@ -287,6 +294,7 @@ void *_hm_sdm_handler_main(void *arg) {
   hm_pager_t *p = h->p;
   (void)_hm_prim_ring_poll(h->ring, p->uffd, HM__TAG_UFFD);
   (void)_hm_prim_ring_poll(h->ring, p->evfd, HM__TAG_EVENT);
+  if (h->copier) (void)_hm_prim_ring_poll(h->ring, h->retfd, HM__TAG_RET);
   while (!atomic_load(&p->stop)) {
     int ready = h->nplans && !h->plan_blocked;
     hm__poll_once(h, ready ? 0 : h->ndef ? 500 : -1);

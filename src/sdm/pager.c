@@ -155,7 +155,7 @@ void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg) {
                   : !strcmp(pf, "sequential") ? HM_PREFETCH_SEQUENTIAL
                                               : HM_PREFETCH_AUTO;
   cfg->handler_threads = ctx ? (uint32_t)_hm_opt_u64(ctx, HM_OPT_HANDLER_THREADS) : 0;
-  cfg->flags = 0;
+  cfg->flags = ctx && !_hm_opt_u64(ctx, HM_OPT_COPIER) ? HM_PAGER_NO_COPIER : 0;
 
 }
 
@@ -224,6 +224,7 @@ static int hm__check_config(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in,
 static void hm__free_handlers(hm_pager_t *p) {
   for (unsigned i = 0; i < p->nh; i++) {
     _hm_sdm_handler_t *h = &p->h[i];
+    _hm_sdm_copier_free(h); /* installs what it holds: uses ops and bounce */
     _hm_prim_ring_free(h->ring);
     _hm_prim_ring_free(h->wring);
     free(h->ops);
@@ -477,6 +478,13 @@ static int hm__alloc_tables(hm_pager_t *p) {
  * Handlers
  * ------------------------------------------------------------------------ */
 
+/* Whether each handler gets a copier (copier.c): anonymous mode, where
+ * installing a fill is a copy, on a machine with a CPU to spare for it,
+ * unless the option copier is off (HM_PAGER_NO_COPIER). */
+static int hm__copier_wanted(const hm_pager_t *p) {
+  return !p->memfd_mode && !(p->cfg.flags & HM_PAGER_NO_COPIER) && _hm_prim_ncpus() >= 2;
+}
+
 /* One handler's ops, rings and bounce buffers. -ENOMEM and map failures
  * are reported as such; a ring failure as *ring_rc. */
 static int hm__handler_new(hm_pager_t *p, _hm_sdm_handler_t *h, const hm__sizing_t *z,
@@ -510,7 +518,7 @@ static int hm__handler_new(hm_pager_t *p, _hm_sdm_handler_t *h, const hm__sizing
     h->ops[k].buf = h->bounce ? h->bounce + (size_t)k * p->unit : NULL;
     _hm_sdm_op_put(h, &h->ops[k]);
   }
-  return 0;
+  return hm__copier_wanted(p) ? _hm_sdm_copier_new(h) : 0;
 }
 
 /* The eventfd and every handler; an error message set, p destroyed on
@@ -550,6 +558,7 @@ static int hm__handlers_start(hm_pager_t *p) {
       p->h[i].started = 1;
     else
       rc = -EAGAIN;
+    if (!rc) rc = _hm_sdm_copier_start(&p->h[i]);
   }
   (void)_hm_prim_vm_restore_signals(oldset);
   if (rc) return hm__fail(p, rc, "cannot start the pager's handler threads");

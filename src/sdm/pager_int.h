@@ -44,6 +44,7 @@ typedef struct _hm_sdm_op_s {
   int8_t trigger; /* anonymous mode: hold back the stream's first page (1: forward, -1: back) */
   uint64_t t0;
   char *buf; /* anonymous mode: bounce buffer of one unit */
+  int res;   /* the read's result, while queued to the copier */
   struct _hm_sdm_op_s *next;
 } _hm_sdm_op_t;
 
@@ -84,6 +85,14 @@ typedef struct _hm_sdm_handler_s {
   _hm_sdm_pf_plan_t succ;
   _hm_sdm_region_t *succ_reg;
   _hm_prim_page_region_t *vec;
+  /* The copier (copier.c): installs this handler's completed prefetch
+   * fills in anonymous mode. qlk guards cq, ret, want_ops and cstop. */
+  int copier, cstarted, cstop, want_ops, retfd;
+  pthread_t cth;
+  pthread_mutex_t qlk;
+  pthread_cond_t qcv;
+  _hm_sdm_op_t *cq, *cq_tail; /* fills to install, oldest first */
+  _hm_sdm_op_t *ret;          /* installed: to go back on free_ops */
 } _hm_sdm_handler_t;
 
 typedef struct _hm_sdm_wq_s {
@@ -261,6 +270,13 @@ static inline void _hm_sdm_op_put(_hm_sdm_handler_t *h, _hm_sdm_op_t *op) {
   h->plan_blocked = 0;
 }
 
+int _hm_sdm_copier_reclaim(_hm_sdm_handler_t *h);
+
+/* Whether the handler has a free op, taking back the copier's first. */
+static inline int _hm_sdm_ops_free(_hm_sdm_handler_t *h) {
+  return h->free_ops != NULL || (h->copier && _hm_sdm_copier_reclaim(h));
+}
+
 /* Drops a busy reference on r and wakes whoever waits for it. */
 static inline void _hm_sdm_release(hm_pager_t *p, _hm_sdm_region_t *r) {
   pthread_mutex_lock(&p->lk);
@@ -291,8 +307,21 @@ static inline void _hm_sdm_wait_unit(hm_pager_t *p, const _hm_sdm_unit_t *U) {
 int _hm_sdm_fault(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f);
 /* Starts a fill prepared under the lock (called without it). */
 void _hm_sdm_fill_start(_hm_sdm_handler_t *h, _hm_sdm_op_t *op);
-/* Completes a fill whose read returned res (bytes, or -errno). */
+/* Completes a fill whose read returned res (bytes, or -errno): installs
+ * it, wakes its waiters and frees the op (fill_finish keeps the op). */
 void _hm_sdm_fill_done(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
+void _hm_sdm_fill_finish(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
+
+/* copier.c: the thread that installs prefetch fills beside a handler.
+ * take: 1 when op went to the copier (a prefetch fill of anonymous mode),
+ * 0 when the caller completes it. reclaim: the copier's finished ops back
+ * on free_ops; whether any op is free (if not, the copier's next return
+ * wakes the handler through retfd). */
+int _hm_sdm_copier_new(_hm_sdm_handler_t *h);
+int _hm_sdm_copier_start(_hm_sdm_handler_t *h);
+void _hm_sdm_copier_free(_hm_sdm_handler_t *h);
+int _hm_sdm_copier_take(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
+int _hm_sdm_copier_reclaim(_hm_sdm_handler_t *h);
 
 /* handler.c: the handler threads and the prefetch plans they run. */
 void *_hm_sdm_handler_main(void *arg);

@@ -49,6 +49,7 @@ typedef struct _hm_sdm_slot_s {
   uint8_t demoted;    /* queued for eviction first, behind a stream (reset when reused) */
   uint8_t mru_victim; /* being evicted as a unit left behind (HM_UF_MRU_OUT once out) */
   uint8_t walk;       /* random fills that each began where the last one ended, in a row */
+  uint8_t installing; /* anonymous mode: a fill's pages are being copied in (fault.c) */
   uint16_t walk_next; /* 1 + the page after the last random fill's run, 0: none */
   uint16_t pin;       /* being mapped or unprotected: not a victim yet */
   uint16_t nfilled;

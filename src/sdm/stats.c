@@ -64,9 +64,10 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
                 p->nh * p->h[0].nops);
   _hm_sb_printf(&sb,
                 "\"features\": {\"fill\": \"%s\", \"dirty_tracking\": \"%s\", "
-                "\"uffd_features\": %llu}, ",
+                "\"uffd_features\": %llu, \"copier\": %s}, ",
                 p->memfd_mode ? "memfd_minor_continue" : "anon_copy",
-                hm__dirty_names[p->dirty_mode], (unsigned long long)p->features);
+                hm__dirty_names[p->dirty_mode], (unsigned long long)p->features,
+                p->h[0].copier ? "true" : "false");
   _hm_sb_printf(
       &sb,
       "\"counters\": {\"faults\": %llu, \"fetches\": %llu, \"prefetch_issued\": %llu, "

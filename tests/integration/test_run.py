@@ -640,3 +640,27 @@ def test_stats_give_the_commands_peak_resident_memory(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rss = json.loads(stats.read_text())["max_rss_bytes"]
     assert 96 << 20 <= rss < 1 << 30
+
+
+@needs_pager
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the copier needs 2 CPUs")
+@pytest.mark.parametrize("copier", ["1", "0"])
+def test_copier_installs_prefetch_fills_and_the_option_turns_it_off(
+    tmp_path: Path, copier: str
+) -> None:
+    """A 2x scan in cache mode reads back every word with the copier thread
+    installing its prefetch fills (the default on 2+ CPUs), and without it
+    (HETMEM_COPIER=0); the stats say which ran."""
+    stats = tmp_path / "s.json"
+    proc = run_hetmem(
+        "run", "--mode", "cache", "--fast-budget", "32M", "--stats", str(stats), "--",
+        str(kernels.kernel_path("scan")), "--bytes", "64M", "--reps", "3", "--threads", "2",
+        env={"HETMEM_COPIER": copier},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[0])["verified"] is True
+    pager = json.loads(stats.read_text())["pager"]
+    assert pager["features"]["copier"] is (copier == "1")
+    assert pager["config"]["flags"] & 16 == (0 if copier == "1" else 16)  # HM_PAGER_NO_COPIER
+    # the 2x scans were served by prefetch, which is what the copier installs
+    assert pager["counters"]["prefetch_issued"] > 3 * (32 << 20) // pager["config"]["fetch_unit"]
