@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +71,40 @@ int _hm_prim_vm_unmap(void *addr, size_t len) {
 
 int _hm_prim_vm_madvise(void *addr, size_t len, int advice) {
   return _hm_prim_sys_madvise(addr, len, advice);
+}
+
+int _hm_prim_vm_pidfd_self(void) {
+#ifdef SYS_pidfd_open
+  long r = syscall(SYS_pidfd_open, (pid_t)getpid(), 0);
+  return r < 0 ? -errno : (int)r;
+#else
+  return -ENOSYS;
+#endif
+}
+
+/* One process_madvise(2) for the whole batch where the kernel takes
+ * MADV_DONTNEED from it (6.13+ for the calling process; 6.16+ flushes the
+ * TLB once for the batch: one shootdown, not one per range); madvise(2)
+ * range by range for what it did not do. */
+int _hm_prim_vm_dontneed_many(int pidfd, void *const *addr, size_t len, unsigned n) {
+  if (n > 64) return -EINVAL;
+  unsigned done = 0;
+#ifdef SYS_process_madvise
+  if (pidfd >= 0 && n > 1) {
+    struct iovec iov[64];
+    for (unsigned k = 0; k < n; k++) iov[k] = (struct iovec){addr[k], len};
+    long r = syscall(SYS_process_madvise, pidfd, iov, (size_t)n, MADV_DONTNEED, 0u);
+    if (r > 0) done = (unsigned)((size_t)r / len);
+  }
+#else
+  (void)pidfd;
+#endif
+  int rc = 0;
+  for (unsigned k = done; k < n; k++) {
+    int e = _hm_prim_sys_madvise(addr[k], len, MADV_DONTNEED);
+    if (e && !rc) rc = e;
+  }
+  return rc;
 }
 
 int _hm_prim_vm_punch(int fd, uint64_t off, uint64_t len) {

@@ -253,6 +253,7 @@ static void hm__destroy(hm_pager_t *p) {
   if (p->uffd >= 0) (void)_hm_prim_close(p->uffd);
   if (p->pagemap >= 0) (void)_hm_prim_close(p->pagemap);
   if (p->evfd >= 0) (void)_hm_prim_close(p->evfd);
+  if (p->pidfd >= 0) (void)_hm_prim_close(p->pidfd);
   free(p->regs);
   pthread_mutex_destroy(&p->lk);
   pthread_cond_destroy(&p->cv);
@@ -575,6 +576,9 @@ static hm_pager_t *hm__pager_new(hm_ctx_t *ctx, hm_pager_config_t *cfg) {
   p->ctx = ctx;
   p->pid = _hm_prim_pid();
   p->uffd = p->pagemap = p->evfd = -1;
+  /* Without it (a kernel before pidfds) evictions use one madvise each. */
+  int pfd = _hm_prim_vm_pidfd_self();
+  p->pidfd = pfd >= 0 ? pfd : -1;
   pthread_mutex_init(&p->lk, NULL);
   pthread_cond_init(&p->cv, NULL);
   snprintf(p->dir, sizeof p->dir, "%s", cfg->backing_dir);

@@ -106,6 +106,7 @@ struct hm_pager_s {
   int pid; /* the process that opened it: a forked child must open its own */
   char dir[HM_PATH_MAX];
   int uffd, pagemap, evfd;
+  int pidfd; /* this process, for batched MADV_DONTNEED (evict.c); -1: none */
   uint64_t features;
   int memfd_mode, dirty_mode;
   uint64_t unit;

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* _hm_prim_vm_map_huge, which backs the pager's bounce buffers: one
- * mapping of exactly the asked length at a 2 MiB boundary (what THP needs
- * to back it), advised for huge pages, and unmapped whole with the same
- * (address, length). The pager relies on this for its read rate (one DMA
- * segment per unit, see src/sdm/pager.c). */
+/* The pager's memory primitives. _hm_prim_vm_map_huge, which backs the
+ * pager's bounce buffers: one mapping of exactly the asked length at a
+ * 2 MiB boundary (what THP needs to back it), advised for huge pages, and
+ * unmapped whole with the same (address, length); the pager relies on it
+ * for its read rate (one DMA segment per unit, see src/sdm/pager.c). And
+ * _hm_prim_vm_dontneed_many, which frees a batch of eviction victims. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,7 +65,37 @@ static void one(size_t len) {
   CHECK_EQ_INT(vma_of(a, &end, &eligible), -ENOENT);
 }
 
+/* _hm_prim_vm_dontneed_many frees exactly the ranges it is given (they
+ * read back as zeros; their neighbours keep their data), in one call or
+ * range by range (pidfd -1). */
+static void dontneed(int pidfd) {
+  const size_t unit = 256 * 1024;
+  const unsigned n = 8;
+  unsigned char *m = NULL;
+  CHECK_EQ_INT(_hm_prim_vm_map(-1, 2 * n * unit, (void **)&m), 0);
+  if (!m) return;
+  memset(m, 0xa5, 2 * n * unit);
+  void *addr[8];
+  for (unsigned k = 0; k < n; k++) addr[k] = m + (size_t)2 * k * unit; /* every other unit */
+  CHECK_EQ_INT(_hm_prim_vm_dontneed_many(pidfd, addr, unit, n), 0);
+  size_t zeros = 0, kept = 0;
+  for (size_t i = 0; i < 2 * n * unit; i += 512) {
+    int freed = (i / unit) % 2 == 0;
+    if (freed) zeros += m[i] == 0;
+    else kept += m[i] == 0xa5;
+  }
+  CHECK_EQ_INT(zeros, n * unit / 512);
+  CHECK_EQ_INT(kept, n * unit / 512);
+  CHECK_EQ_INT(_hm_prim_vm_dontneed_many(pidfd, addr, unit, 65), -EINVAL);
+  CHECK_EQ_INT(_hm_prim_vm_unmap(m, 2 * n * unit), 0);
+}
+
 int main(void) {
+  int pidfd = _hm_prim_vm_pidfd_self();
+  CHECK(pidfd >= 0);
+  dontneed(pidfd);
+  dontneed(-1);
+  if (pidfd >= 0) (void)_hm_prim_close(pidfd);
   one(8 * MiB);
   one(2 * MiB);
   one(3 * MiB + 4096); /* a length that is no multiple of 2 MiB */
