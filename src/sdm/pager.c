@@ -77,8 +77,11 @@
  * many misses in flight at once). Faults that arrive while their unit is
  * being filled or evicted are dropped: every such transition ends with a
  * UFFDIO_WAKE of the whole unit, after which the thread retries the access
- * and faults again if it must. Failed resolutions (EEXIST, ENOENT, EAGAIN)
- * are followed by an explicit UFFDIO_WAKE, never treated as fatal.
+ * and faults again if it must (a fault on a unit whose pages are being
+ * copied in waits for that copy's wake). Failed resolutions (EEXIST,
+ * ENOENT, EAGAIN) are followed by an explicit UFFDIO_WAKE, never treated
+ * as fatal. Eviction frees its victims' pages in one process_madvise per
+ * batch (one TLB shootdown, evict.c).
  *
  * Huge pages: an application may madvise MADV_HUGEPAGE on a region (numpy
  * does on every large array). Every fill is a UFFDIO_COPY or CONTINUE of
@@ -104,7 +107,9 @@
  * the small helpers the files share, inline. pager.c: configuration and
  * open/close (config checks, userfaultfd negotiation, cache sizing, handler
  * start). handler.c: the handler threads (poll loop, fault reading,
- * deferred retries, WILLNEED, prefetch plans and their reads). fault.c: the
+ * deferred retries, WILLNEED, prefetch plans and their reads). copier.c:
+ * the thread beside each handler that installs completed prefetch fills
+ * in anonymous mode while the handler serves faults. fault.c: the
  * fault path (in transit, write-protect, hit, readahead trigger, miss) and
  * fills (start, completion). evict.c: the slot table, CLOCK and the queue
  * of units streams passed, dirty victims and write-back. region.c: map,
