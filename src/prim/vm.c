@@ -49,7 +49,7 @@ int _hm_prim_vm_map_huge(size_t len, void **out) {
   size_t head = a - (uintptr_t)mem, tail = align - head;
   if (head) (void)_hm_prim_sys_munmap(mem, head);
   if (tail) (void)_hm_prim_sys_munmap((char *)a + len, tail);
-  (void)_hm_prim_sys_madvise((void *)a, len, MADV_HUGEPAGE);
+  (void)_hm_prim_advise_hugepage((void *)a, len);
   *out = (void *)a;
   return 0;
 }
