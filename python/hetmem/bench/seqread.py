@@ -19,13 +19,13 @@ Each round runs, in alternating order:
   enough free hugetlb pages for its reads in flight (--fio-huge auto; on
   requires it). Why: the pager reads into huge pages, and on a virtio disk
   fio's default 4 KiB-page buffers cost it a DMA segment per page, which
-  limits its requests (1.2-2.0 GB/s where huge-page buffers read 3.2-3.4
-  on this machine's test VM). Reserve pages with
+  limits its requests (on the 2-CPU VM hetmem is developed on: 1.0-2.0
+  GB/s, against 3.0-3.7 GB/s with huge-page buffers). Reserve pages with
   `echo 16 > /proc/sys/vm/nr_hugepages` (root).
 
 Before each run the suite syncs and waits 3 s (--settle), so that neither
 side starts on a device still busy with what the run before left. It prints each
-round's two rates and their ratio, and the target (issue 21, target 2):
+round's rates and ratios, and the target (issue 21, target 2):
 
   pager device read rate / fio read rate >= 0.9 (median of the rounds),
 
