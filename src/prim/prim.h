@@ -167,8 +167,10 @@ int _hm_prim_vm_memfd(const char *name, size_t len); /* returns the fd */
 /* fd < 0: private anonymous (MAP_NORESERVE); else MAP_SHARED of fd. */
 int _hm_prim_vm_map(int fd, size_t len, void **out);
 /* The same at addr exactly, replacing whatever the caller reserved there. */
-int _hm_prim_vm_map_huge(size_t len, void **out);
 int _hm_prim_vm_map_at(int fd, size_t len, void *addr);
+/* Private anonymous, len bytes at a 2 MiB boundary, advised MADV_HUGEPAGE;
+ * unmapped with (out, len) like any other. */
+int _hm_prim_vm_map_huge(size_t len, void **out);
 int _hm_prim_vm_unmap(void *addr, size_t len);
 int _hm_prim_vm_madvise(void *addr, size_t len, int advice);
 /* A pidfd of this process (for dontneed_many), or -errno. */

@@ -28,8 +28,10 @@
 
 #include "sdm/pager_int.h"
 
+/* Only ring completions come here: zero fills complete where they start,
+ * and a handler has a copier only in anonymous mode (pager.c). */
 int _hm_sdm_copier_take(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res) {
-  if (!h->copier || !op->prefetch || op->zero || h->p->memfd_mode) return 0;
+  if (!h->copier || !op->prefetch) return 0;
   op->res = res;
   op->next = NULL;
   pthread_mutex_lock(&h->qlk);

@@ -322,7 +322,7 @@ int _hm_sdm_copier_new(_hm_sdm_handler_t *h);
 int _hm_sdm_copier_start(_hm_sdm_handler_t *h);
 void _hm_sdm_copier_free(_hm_sdm_handler_t *h);
 int _hm_sdm_copier_take(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
-int _hm_sdm_copier_reclaim(_hm_sdm_handler_t *h);
+/* _hm_sdm_copier_reclaim is declared above _hm_sdm_ops_free, its caller. */
 
 /* handler.c: the handler threads and the prefetch plans they run. */
 void *_hm_sdm_handler_main(void *arg);
