@@ -58,6 +58,29 @@ static int hm__sweep_spills(const hm_pager_t *p, const _hm_sdm_region_t *r,
   return p->seen_live > p->cap && _hm_sdm_pf_swept(&p->pf, hm__reg_len) > p->cap;
 }
 
+/* A forward pass begins at u: the resident run at the region's end, left
+ * by the last pass (its reader went through the last window without
+ * faulting, so no fault queued it), up to n units, queued so that eviction
+ * takes the last unit first: the pass needs it last. Left to CLOCK, those
+ * units and a hot array read without faulting were taken alike, and each
+ * hot unit lost was read again (test_sdm_behind). Units within 2n of u
+ * stay: they may be this pass's own. Cost: O(n), once per pass. */
+static void hm__demote_tail(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, int64_t n) {
+  int64_t lo = (int64_t)r->nunits, stop = (int64_t)u + 2 * n;
+  while (lo - 1 > stop && (int64_t)r->nunits - lo < n) {
+    const _hm_sdm_unit_t *V = &r->units[lo - 1];
+    if (V->state != HM_U_RES || p->slots[V->slot].demoted) break;
+    lo--;
+  }
+  for (int64_t v = lo; v < (int64_t)r->nunits; v++) {
+    _hm_sdm_unit_t *V = &r->units[v];
+    _hm_sdm_slot_t *S = &p->slots[V->slot];
+    if (S->pin) continue;
+    V->behind = 0; /* not a span its stream came back to: nothing to learn */
+    hm__demote(p, V, S);
+  }
+}
+
 /* A sequential stream at unit u of a region larger than the cache, or of
  * one that fits but is swept together with others that all together do
  * not (STREAM's triad: three arrays that each fit, twice the cache): the
@@ -76,6 +99,7 @@ static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
   if (!p->demq || !hm__sweep_spills(p, r, pl)) return;
   int64_t w = pl->window < 2 ? 2 : (int64_t)pl->window;
   int64_t k0 = r->keep_behind >= 2 ? (int64_t)r->keep_behind + 1 : 2, k1 = k0 + 2 * w - 2;
+  if (pl->trend == 1 && (int64_t)u == pl->first) hm__demote_tail(p, r, u, k1 - k0 + 1);
   for (int64_t k = k0; k <= k1; k++) {
     int64_t v = (int64_t)u - pl->trend * k;
     /* Only what this pass went through: units before its start may still
