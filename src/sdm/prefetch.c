@@ -194,15 +194,22 @@ static uint32_t hm__share_cap(const _hm_sdm_pf_t *pf, uint32_t max_window, uint3
  * left out: one inside a successor's window whose trigger page went
  * unseen reads as a jump, and would teach a point past the head; a wrong
  * guess is corrected at the next miss that it causes. */
-static void hm__learn_pred(const hm__scan_t *sc, int64_t unit, int hit, _hm_sdm_pf_plan_t *plan) {
+static void hm__learn_pred(const hm__scan_t *sc, const void *reg, int64_t unit, int hit,
+                           _hm_sdm_pf_plan_t *plan) {
   const _hm_sdm_stream_t *s = sc->s;
   int starts =
       !s || (unit != s->last && unit - s->last != s->trend && !hm__continues(s, unit));
   /* Only the thread's latest stream: if it went on elsewhere after an end
    * (an array whose end went unseen), this miss follows that. The ended
    * stream itself jumping (forward past its requests; back to start a new
-   * pass is handled below) learns nothing. */
-  if (!hit && starts && sc->latest && sc->latest->ended && sc->latest != s) {
+   * pass is handled below) learns nothing, and nor does a miss in the same
+   * region: its end was taken as reached while units before it were still
+   * to be read (a resident tail evicted before the reader came), and that
+   * miss, read as another stream of the region, overwrote the successor
+   * learned with the region itself, which is never prefetched (a sweep of
+   * three arrays under TSan lost its successor for a pass, 1 run in 10). */
+  if (!hit && starts && sc->latest && sc->latest->ended && sc->latest != s &&
+      sc->latest->reg != reg) {
     sc->latest->ended = 0;
     plan->pred = sc->latest->reg;
   }
@@ -309,7 +316,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   hm__scan(pf, tid, reg, unit, hints, &sc);
   max_window = hm__share_cap(pf, max_window, sc.active);
   pf->clock++;
-  hm__learn_pred(&sc, unit, hit, plan);
+  hm__learn_pred(&sc, reg, unit, hit, plan);
   _hm_sdm_stream_t *s = sc.s;
   if (!s) {
     hm__stream_new(pf, sc.old, tid, reg, unit, hit, seq_hint, max_window, plan);
