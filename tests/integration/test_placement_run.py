@@ -173,6 +173,27 @@ def test_hot_sites_are_served_by_the_fast_tier(
         assert want == 64 << 10  # flat's minimal 8 MiB cache
 
 
+@needs_pager
+def test_hybrid_run_that_rereads_names_the_placement_not_a_budget(
+    profiled: dict[str, Any], tmp_path: Path
+) -> None:
+    """The hot sites hold two thirds of the budget, the pager the rest, and
+    the cold arrays are swept three times through it: the end-of-run hint
+    names the pager's share of the budget and cache mode, not a larger
+    --fast-budget (the advice would fill that with sites again)."""
+    stats = tmp_path / "s.json"
+    proc = _run_place(profiled, "hybrid", stats)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(stats.read_text())["pager_summary"]
+    assert summary["times_read_back"] >= 2.0, summary
+    hint = [ln for ln in proc.stderr.splitlines() if "working set back" in ln]
+    assert len(hint) == 1, proc.stderr
+    assert "the placement's fast-tier sites left the pager" in hint[0]
+    assert f"of the {format_size(3 * HOT)} budget" in hint[0]
+    assert "--mode cache gives it the whole budget" in hint[0]
+    assert "would hold it (--fast-budget)" not in hint[0]
+
+
 def _advise_cxl(profiled: dict[str, Any], tmp_path: Path, node: int) -> Path:
     """A placement for DRAM on node 0 and a CXL tier on `node`."""
     tiers = tmp_path / "tiers.json"

@@ -67,3 +67,30 @@ def test_nothing_read_says_nothing() -> None:
 def test_suggested_budget_rounds_up() -> None:
     assert diagnose.suggested_budget(GiB, 0) == int(11 * (GiB / 10))  # 1.05 GiB -> 1.1G
     assert diagnose.suggested_budget(100 * MiB, 0) == 105 * MiB
+
+
+def test_hybrid_hint_names_the_placement_not_a_larger_budget() -> None:
+    # LAMMPS at 50% in hybrid mode: the placed sites held all but 5.7 MiB of
+    # a 734 MiB budget, and the pager read its 390 MiB back 65 times.
+    pager = _pager(
+        faults=10_000,
+        fetches=9_000,
+        bytes_read=65 * 390 * MiB,
+        footprint_bytes=390 * MiB,
+        own_bytes=2 * MiB,
+    )
+    pager["config"]["dram_budget"] = 8 * MiB - 256 * 1024
+    s = diagnose.summarize(pager)
+    tip = diagnose.hint(s, 2 * MiB, placed_budget=734 * MiB)
+    assert tip is not None
+    assert "--fast-budget" in tip and "budget of" not in tip.split(";")[1]
+    assert "left the pager 5.75 MiB of the 734 MiB budget" in tip
+    assert "advised for --fast-budget 322M would leave it 412M" in tip
+    assert "--mode cache" in tip
+    # A working set larger than the whole budget: only cache mode is named.
+    big = diagnose.hint(s | {"footprint_bytes": GiB}, 2 * MiB, placed_budget=734 * MiB)
+    assert big is not None and "--mode cache gives it the whole budget" in big
+    assert "advised for" not in big
+    # Cache mode keeps its hint.
+    plain = diagnose.hint(s, 2 * MiB)
+    assert plain is not None and "a budget of 412M would hold it (--fast-budget)" in plain

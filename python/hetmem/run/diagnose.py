@@ -72,9 +72,14 @@ def _budget_text(n: int) -> str:
     return f"{math.ceil(n / (1 << 20))}M"
 
 
-def hint(summary: dict[str, Any] | None, own_bytes: int) -> str | None:
+def hint(
+    summary: dict[str, Any] | None, own_bytes: int, placed_budget: int | None = None
+) -> str | None:
     """One line when the run read its working set back at least
-    REREAD_HINT times because the cache could not hold it."""
+    REREAD_HINT times because the cache could not hold it. placed_budget:
+    hybrid mode's fast budget, of which the placement's fast-tier sites
+    held all but the pager's cache; more budget is then not the answer
+    (the advice fills it with sites again), a smaller placement is."""
     if not summary:
         return None
     times = summary.get("times_read_back") or 0.0
@@ -82,10 +87,20 @@ def hint(summary: dict[str, Any] | None, own_bytes: int) -> str | None:
     if times < REREAD_HINT or foot <= summary["cache_bytes"]:
         return None
     budget = suggested_budget(foot, own_bytes)
-    return (
-        f"the command read its {format_size(foot)} working set back {times:.1f} times; "
-        f"a budget of {_budget_text(budget)} would hold it (--fast-budget)"
+    head = f"the command read its {format_size(foot)} working set back {times:.1f} times; "
+    if placed_budget is None:
+        return head + f"a budget of {_budget_text(budget)} would hold it (--fast-budget)"
+    left = (
+        f"the placement's fast-tier sites left the pager {format_size(summary['cache_bytes'])} "
+        f"of the {format_size(placed_budget)} budget"
     )
+    if budget < placed_budget:
+        smaller = _budget_text(placed_budget - budget)
+        return (
+            head + left + f"; a placement advised for --fast-budget {smaller} would leave it "
+            f"{_budget_text(budget)}, or --mode cache gives it the whole budget"
+        )
+    return head + left + "; --mode cache gives it the whole budget"
 
 
 def line(summary: dict[str, Any] | None) -> str | None:

@@ -71,7 +71,7 @@ def _note_tiers(stats: dict[str, Any], procs: list[dict[str, Any]], cfg: RunConf
     what the user hears of them at the end of the run."""
     stats["storage_full"] = _merge_storage_full(procs)
     _note_storage_full(stats["storage_full"], cfg)
-    _note_pager(stats, cfg.mode in ("cache", "hybrid"))
+    _note_pager(stats, cfg)
     _note_statics(procs)
 
 
@@ -104,22 +104,22 @@ def static_label(st: dict[str, Any]) -> str:
     return f"static data of {mod} ({'.bss' if st.get('segment') == 'bss' else '.data'})"
 
 
-def _note_pager(stats: dict[str, Any], say: bool) -> None:
+def _note_pager(stats: dict[str, Any], cfg: RunConfig) -> None:
     """The pager's end-of-run figures (in --stats as pager_summary; on
-    stderr, when say, if the working set was read back several times) and
-    the hint when the budget was far below it. Flat mode does not say them:
-    its pager's cache is small by design, the placement put those sites on
-    the storage tier."""
+    stderr, in cache and hybrid modes, if the working set was read back
+    several times) and the hint when the cache was far below it. Flat mode
+    does not say them: its pager's cache is small by design, the placement
+    put those sites on the storage tier."""
     pager = stats.get("pager")
     summary = diagnose.summarize(pager)
     stats["pager_summary"] = summary
-    if not say:
+    if cfg.mode not in ("cache", "hybrid"):
         return
     text = diagnose.line(summary)
     if text:
         note(text)
     own = int(((pager or {}).get("counters") or {}).get("own_bytes", 0))
-    tip = diagnose.hint(summary, own)
+    tip = diagnose.hint(summary, own, cfg.budget if cfg.mode == "hybrid" else None)
     if tip:
         note(tip)
 
