@@ -8,6 +8,7 @@ and check what passes through, what is cleaned up and what the stats say.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -630,6 +631,36 @@ def test_cache_run_says_why_it_was_slow(tmp_path: Path) -> None:
     assert len(hint) == 1, proc.stderr
     m = re.search(r"a budget of (\d+)M would hold it", hint[0])
     assert m and 64 < int(m.group(1)) < 96, hint[0]
+
+
+@needs_pager
+def test_processes_that_outlive_the_command_are_waited_for(tmp_path: Path) -> None:
+    """A process the command started that ends just after it (an Open MPI
+    singleton's daemon) writes its statistics line into the run's folder:
+    hetmem run waits for it, so the line is in --stats and no process
+    warns that the folder is gone. One still running after the wait is
+    named in a note, and the run does not wait for it to end."""
+    stats = tmp_path / "s.json"
+    late = "(sleep 0.5; exec /bin/true) & exit 7"
+    proc = run_hetmem("run", "--mode", "cache", "--fast-budget", "16M", "--storage",
+                      str(tmp_path), "--stats", str(stats), "--", "sh", "-c", late)  # fmt: skip
+    assert proc.returncode == 7, proc.stderr  # the command's status, not the late one's
+    assert "statistics not written" not in proc.stderr
+    assert "still run" not in proc.stderr
+    exes = [os.path.basename(str(q.get("exe"))) for q in json.loads(stats.read_text())["processes"]]
+    assert "true" in exes, exes
+    lingering = "(sleep 6 </dev/null >/dev/null 2>&1) & exit 0"
+    t0 = time.monotonic()
+    proc = run_hetmem("run", "--mode", "cache", "--fast-budget", "16M", "--storage",
+                      str(tmp_path), "--", "sh", "-c", lingering)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    m = re.search(r"note: 1 process\(es\) the command started still run 2 s after it ended "
+                  r"\(pid (\d+)\)", proc.stderr)  # fmt: skip
+    if m:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(m.group(1)), signal.SIGKILL)
+    assert m, proc.stderr
+    assert time.monotonic() - t0 < 5.5
 
 
 def test_stats_give_the_commands_peak_resident_memory(tmp_path):

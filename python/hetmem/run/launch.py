@@ -196,7 +196,7 @@ def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
     with _run_tmpdir(state) as tmp:
         # always read back: a full storage tier is reported with or without --stats
         lines_file = tmp / "interposer.jsonl"
-        rc, wall = _spawn(cfg.command, _cache_env(cfg, lines_file), state)
+        rc, wall = _spawn(cfg.command, _cache_env(cfg, lines_file), state, adopt=True)
         procs = _read_interposer_stats(lines_file)
     _merge_procs(stats, procs)
     _note_tiers(stats, procs, cfg)

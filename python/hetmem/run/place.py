@@ -187,7 +187,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         if cfg.auto_fast is not None:
             env["HETMEM_AUTO_FAST"] = autofast.env_value(cfg.auto_fast)
         env.pop("HETMEM_PROFILE", None)
-        rc, wall = _spawn(cfg.command, env, state)
+        rc, wall = _spawn(cfg.command, env, state, adopt=True)
         procs = _read_interposer_stats(lines_file)
     _merge_procs(stats, procs)
     stats["placement"] = _merge_placement(procs)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hetmem.errors import CommandNotExecutable, CommandNotFound, EnvironmentProblem, HetmemError
+from hetmem.output import run_note as note
 from hetmem.run import supervise
 from hetmem.run.config import RunConfig
 
@@ -67,19 +68,31 @@ def _signals(state: dict[str, Any]) -> Iterator[None]:
             signal.signal(sig, h)
 
 
+# How long `hetmem run` waits, once the command has ended, for the
+# processes it started that outlive it (an Open MPI singleton's daemon
+# ends just after the program): their statistics lines are then in.
+ORPHAN_WAIT_S = 2.0
+
+
 def _spawn(
     argv: list[str],
     env: dict[str, str],
     state: dict[str, Any],
     preexec: Callable[[], None] | None = None,
+    adopt: bool = False,
 ) -> tuple[int, float]:
     """Runs argv with inherited fds; returns (exit status as a shell gives it,
     wall s). The child dies with hetmem (PR_SET_PDEATHSIG: SIGKILL when the
     thread that forked it, this one, ends), and a supervisor in
-    state["supervisor"] is told its pid."""
+    state["supervisor"] is told its pid. adopt: the command's processes
+    that outlive it are waited for, up to ORPHAN_WAIT_S (the interposer
+    of each writes its statistics line at exit, into a folder that is
+    removed after the run); wall time is the command's alone."""
     t0 = time.perf_counter()
     state["spawning"] = True
     parent = os.getpid()
+    if adopt:
+        adopt = supervise.adopt_orphans()
 
     policy = state.get("mempolicy_setup")
 
@@ -110,7 +123,22 @@ def _spawn(
     rc = proc.wait()
     wall = time.perf_counter() - t0
     state["proc"] = None
+    if adopt:
+        _wait_orphans(sup)
     return (128 - rc if rc < 0 else rc), wall
+
+
+def _wait_orphans(sup: supervise.Supervisor | None) -> None:
+    """The command's processes that outlived it, waited for; one note for
+    those still running after ORPHAN_WAIT_S."""
+    keep = {sup.pid} if sup is not None and sup.pid is not None else set()
+    left = supervise.reap_children(keep, ORPHAN_WAIT_S)
+    if left:
+        note(
+            f"{len(left)} process(es) the command started still run "
+            f"{ORPHAN_WAIT_S:g} s after it ended (pid {', '.join(map(str, left))}): "
+            "their statistics are not in this run's"
+        )
 
 
 def _spawn_error(name: str, exc: OSError | subprocess.SubprocessError) -> HetmemError:

@@ -54,6 +54,7 @@ CGROUP_ROOT = "/sys/fs/cgroup/"
 SWAP_FLAG_PREFER = 0x8000
 SWAP_FLAG_PRIO_MASK = 0x7FFF
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_JSON = 1 << 16
 
@@ -72,17 +73,63 @@ def pid_ns() -> int:
     return os.stat("/proc/self/ns/pid").st_ino
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks after boot; None when no such
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """/proc/PID/stat's fields from the third (state) on; None when no such
     process is visible."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             text = f.read()
     except OSError:
         return None
-    fields = text[text.rfind(b")") + 2 :].split()
+    return text[text.rfind(b")") + 2 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks after boot; None when no such
+    process is visible."""
+    fields = _stat_fields(pid)
     # fields[0] is field 3 (state): field 22 (starttime) is fields[19]
-    return int(fields[19]) if len(fields) > 19 else None
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def adopt_orphans() -> bool:
+    """Makes this process the reaper of the descendants that outlive their
+    parent (PR_SET_CHILD_SUBREAPER), so that `hetmem run` can wait for them
+    (reap_children); False where the kernel refuses."""
+    return _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def children(parent: int) -> list[int]:
+    """The pids whose parent is `parent`, from /proc."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat_fields(int(name))
+            if fields and len(fields) > 1 and int(fields[1]) == parent:
+                out.append(int(name))
+    return out
+
+
+def reap_children(keep: set[int], timeout: float) -> list[int]:
+    """Waits up to timeout s for this process's children other than keep
+    (orphans it adopted: adopt_orphans) to end, reaping them; returns those
+    still running then. Only their pids are waited for, so the children
+    that subprocess.Popen objects own (the supervisor) are left to them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = []
+        for pid in children(os.getpid()):
+            if pid in keep:
+                continue
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if not done:
+                left.append(pid)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.02)
 
 
 def _proc_is_ours() -> bool:
@@ -530,6 +577,10 @@ class Supervisor:
             self._proc.wait()
             raise OSError(errno.ECHILD, "the clean-up supervisor did not start")
         return self
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
 
     def add(self, **item: Any) -> None:
         """procs=[[pid, start]], cgroup=path, swap={dir, dev, ino},
