@@ -417,10 +417,18 @@ typedef enum hm_advice_e {
 /** Advises the pager about a range inside one region. */
 HM_API int hm_pager_advise(hm_pager_t *pager, void *addr, size_t length, hm_advice_t advice);
 
+/** Sets the budget (cache pages plus the pager's buffers) from now on, for
+ *  a caller that shares its fast budget with memory of its own: at most the
+ *  budget the pager was opened with (more is taken as that), and never less
+ *  than the pager's own memory plus 4 fetch units. Returns at once: a
+ *  handler thread applies it, evicting down to a smaller budget (dirty
+ *  units written back first). -EINVAL for 0. */
+HM_API int hm_pager_set_budget(hm_pager_t *pager, uint64_t dram_budget);
+
 /** Writes dirty resident pages of the range back (addr NULL: every region). */
 HM_API int hm_pager_flush(hm_pager_t *pager, void *addr, size_t length);
 
-#define HM_PAGER_STATS_VERSION 3
+#define HM_PAGER_STATS_VERSION 4
 typedef struct hm_pager_stats_s {
   uint32_t size;    /* set by the caller to sizeof(hm_pager_stats_t) */
   uint32_t version; /* set by the pager */
@@ -453,6 +461,10 @@ typedef struct hm_pager_stats_s {
   /* Version 3: */
   uint64_t resweep_refills; /* units read again soon after being evicted as left behind
                                by a stream: the span it sweeps again is then kept */
+  /* Version 4: */
+  uint64_t budget_mean_bytes; /* the budget's mean over the pager's life (it changes with
+                                 hm_pager_set_budget; else budget_bytes) */
+  uint64_t budget_low_bytes;  /* the lowest budget applied */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

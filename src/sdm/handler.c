@@ -264,6 +264,7 @@ static int hm__dispatch(_hm_sdm_handler_t *h, uint64_t tag, int res) {
     if (atomic_load(&p->stop)) return -1;
     uint64_t v;
     (void)_hm_prim_read(p->evfd, &v, sizeof v); /* fails when another handler took it */
+    _hm_sdm_budget_apply(h);
     hm__drain_willneed(h);
     (void)_hm_prim_ring_poll(h->ring, p->evfd, HM__TAG_EVENT);
   } else if (tag == HM__TAG_RET) {

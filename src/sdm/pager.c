@@ -437,6 +437,9 @@ static int hm__size_cache(hm_pager_t *p, hm_pager_config_t *cfg, hm__sizing_t *z
   p->cap = (cfg->dram_budget - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1);
   hm__size_windows(p, cfg->io_depth);
   p->cfg = *cfg;
+  p->budget = p->budget_low = cfg->dram_budget;
+  atomic_init(&p->budget_want, cfg->dram_budget);
+  p->budget_t0 = p->budget_t = _hm_prim_now_ns();
   return 0;
 }
 

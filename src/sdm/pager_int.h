@@ -116,6 +116,13 @@ struct hm_pager_s {
   uint64_t used;     /* filled + being filled */
   uint64_t resident; /* filled */
   uint64_t peak;
+  /* The budget at run time (budget.c): the last one applied (the cache is
+   * cap = budget - own, within bounds), the last one set, the lowest
+   * applied, and the integral over time behind the mean reported.
+   * cfg.dram_budget, the budget opened with, is the most it can be. */
+  uint64_t budget, budget_low, budget_t0, budget_t;
+  double budget_area;
+  _Atomic uint64_t budget_want;
   /* Data touched: fetch units of live regions filled at least once, and
    * the most of it at once (footprint_bytes). A program that frees and
    * allocates again counts what it holds, not what it ever held. */
@@ -339,6 +346,11 @@ void _hm_sdm_drop_slot(hm_pager_t *p, int32_t s);
 /* Evicts at least `need` bytes (or one unit). 0 when something was freed,
  * -EAGAIN when every resident unit is busy (fills in flight). */
 int _hm_sdm_evict(_hm_sdm_handler_t *h, uint64_t need);
+
+/* budget.c */
+void _hm_sdm_cap_update(hm_pager_t *p);
+void _hm_sdm_budget_apply(_hm_sdm_handler_t *h);
+void _hm_sdm_budget_figures(hm_pager_t *p, uint64_t *mean, uint64_t *low);
 /* Writes back the dirty pages of one resident unit, keeping it resident. */
 int _hm_sdm_flush_unit(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
                        _hm_prim_page_region_t *vec);

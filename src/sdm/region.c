@@ -159,7 +159,7 @@ static void hm__regs_insert(hm_pager_t *p, _hm_sdm_region_t *r) {
    * is full overshoots the budget by its table (a page per 512 units: per
    * 32 MiB at 64 KiB units) for that long. */
   p->own += r->units_bytes;
-  p->cap = (p->cfg.dram_budget - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1);
+  _hm_sdm_cap_update(p);
 }
 
 /* Publishes r: the budget must hold its unit table; an error message set. */
@@ -256,7 +256,7 @@ static void hm__region_retire(hm_pager_t *p, _hm_sdm_region_t *r, size_t idx) {
   _hm_sdm_pf_forget(&p->pf, r);
   p->seen_live -= (uint64_t)r->seen_units * p->unit;
   p->own -= r->units_bytes;
-  p->cap = (p->cfg.dram_budget - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1);
+  _hm_sdm_cap_update(p);
 }
 
 int hm_pager_unmap(hm_pager_t *p, void *addr, size_t length) {

@@ -38,6 +38,7 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   s.own_bytes = p->own;
   s.budget_bytes = p->cfg.dram_budget;
   s.footprint_bytes = p->seen_peak;
+  _hm_sdm_budget_figures(p, &s.budget_mean_bytes, &s.budget_low_bytes);
   pthread_mutex_unlock(&p->lk);
   memcpy(out, &s, s.size);
   return 0;
@@ -76,7 +77,8 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       "\"resident_bytes\": %llu, \"peak_resident_bytes\": %llu, \"fault_ns\": %llu, "
       "\"zero_fills\": %llu, \"minor_hits\": %llu, \"wp_faults\": %llu, \"io_errors\": %llu, "
       "\"own_bytes\": %llu, \"readahead_triggers\": %llu, \"successor_prefetches\": %llu, "
-      "\"demand_bytes_read\": %llu, \"footprint_bytes\": %llu, \"resweep_refills\": %llu}}",
+      "\"demand_bytes_read\": %llu, \"footprint_bytes\": %llu, \"resweep_refills\": %llu, "
+      "\"budget_mean_bytes\": %llu, \"budget_low_bytes\": %llu}}",
       (unsigned long long)s.faults, (unsigned long long)s.fetches,
       (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
       (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
@@ -87,6 +89,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       (unsigned long long)s.wp_faults, (unsigned long long)s.io_errors,
       (unsigned long long)s.own_bytes, (unsigned long long)s.readahead_triggers,
       (unsigned long long)s.successor_prefetches, (unsigned long long)s.demand_bytes_read,
-      (unsigned long long)s.footprint_bytes, (unsigned long long)s.resweep_refills);
+      (unsigned long long)s.footprint_bytes, (unsigned long long)s.resweep_refills,
+      (unsigned long long)s.budget_mean_bytes, (unsigned long long)s.budget_low_bytes);
   return _hm_sb_take(&sb, out);
 }

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The budget at run time (hm_pager_set_budget): a caller that shares its
+ * fast budget with memory of its own (hybrid placement: the sites pinned
+ * in DRAM) gives the pager what that memory leaves free at each moment,
+ * not a share fixed at start-up for the other memory's peak.
+ *
+ * The new budget is published with one atomic store and a handler is woken
+ * (the WILLNEED eventfd); the handler applies it under the pager lock and,
+ * when the cache now holds more than it may, evicts down to it. Growing
+ * takes effect at the next fill; faults deferred for want of budget retry
+ * within 0.5 ms. Cost to the caller: a store and an eventfd write. */
+#include <errno.h>
+
+#include "sdm/pager_int.h"
+
+/* The cache the budget allows (pager lock held): the budget less the
+ * pager's own memory, at least 4 units so that a stream and its prefetch
+ * still make progress, never more than the budget the pager was opened
+ * with. Called again whenever the own memory changes (region.c). */
+void _hm_sdm_cap_update(hm_pager_t *p) {
+  uint64_t floor = p->own + 4 * p->unit, b = p->budget;
+  if (b < floor) b = floor;
+  if (b > p->cfg.dram_budget) b = p->cfg.dram_budget;
+  p->cap = b > p->own ? (b - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1) : 0;
+}
+
+/* Adds the time at the budget held until now to its integral (pager lock
+ * held): the mean budget of the run is reported (hm_pager_stats). */
+static void hm__budget_tick(hm_pager_t *p, uint64_t now) {
+  p->budget_area += (double)(p->cap + p->own) * (double)(now - p->budget_t);
+  p->budget_t = now;
+}
+
+int hm_pager_set_budget(hm_pager_t *p, uint64_t bytes) {
+  if (!p || bytes == 0) return -EINVAL;
+  if (bytes > p->cfg.dram_budget) bytes = p->cfg.dram_budget;
+  uint64_t old = atomic_exchange_explicit(&p->budget_want, bytes, memory_order_relaxed);
+  if (old == bytes) return 0;
+  uint64_t one = 1;
+  ssize_t w = _hm_prim_write(p->evfd, &one, sizeof one);
+  return w < 0 ? (int)w : 0;
+}
+
+/* Applies the budget last set (a handler, woken by hm_pager_set_budget):
+ * evicts until the cache is within it, or nothing more can go now (units
+ * in transit: the next fills evict the rest). */
+void _hm_sdm_budget_apply(_hm_sdm_handler_t *h) {
+  hm_pager_t *p = h->p;
+  uint64_t want = atomic_load_explicit(&p->budget_want, memory_order_relaxed);
+  pthread_mutex_lock(&p->lk);
+  if (want == p->budget) {
+    pthread_mutex_unlock(&p->lk);
+    return;
+  }
+  hm__budget_tick(p, _hm_prim_now_ns());
+  p->budget = want;
+  _hm_sdm_cap_update(p);
+  if (p->cap + p->own < p->budget_low) p->budget_low = p->cap + p->own;
+  uint64_t over = p->used > p->cap ? p->used - p->cap : 0;
+  pthread_mutex_unlock(&p->lk);
+  while (over > 0 && _hm_sdm_evict(h, over) == 0) {
+    pthread_mutex_lock(&p->lk);
+    over = p->used > p->cap ? p->used - p->cap : 0;
+    pthread_mutex_unlock(&p->lk);
+  }
+}
+
+/* The budget's mean over the pager's life so far and its lowest value
+ * (pager lock held). */
+void _hm_sdm_budget_figures(hm_pager_t *p, uint64_t *mean, uint64_t *low) {
+  uint64_t now = _hm_prim_now_ns();
+  hm__budget_tick(p, now);
+  double span = (double)(now - p->budget_t0);
+  *mean = span > 0 ? (uint64_t)(p->budget_area / span) : p->budget;
+  *low = p->budget_low;
+}
