@@ -29,6 +29,10 @@
  * With --numa-policies, also each array's NUMA policy from numa_maps and
  * its pages per node (numa_pages, from move_pages(2)); with
  * --huge-pages, the KiB of each array that transparent huge pages back.
+ * With --scratch-b (sweep and sparse), hot_b is a scratch array: made for
+ * each iteration's hot passes and freed before the cold arrays are touched
+ * (its site's peak is then more than what is live during the sweeps, as
+ * with a program's temporaries).
  * Exit status 0, or 3 with --exit3 (tests check that it passes through). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -330,6 +334,7 @@ int main(int argc, char **argv) {
   const char *variant = "sparse";
   size_t footprint = (size_t)256 << 20;
   int iters = 4, hot_passes = 8, threads = 2, exit3 = 0, policies = 0, huge = 0, ab_slices = 0;
+  int scratch = 0;
   const char *maps_to = NULL;
   size_t stride_pages = 2048;
   uint64_t pairs = 10000000;
@@ -357,11 +362,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--numa-policies")) policies = 1;
     else if (!strcmp(a, "--numa-maps") && v) maps_to = argv[++i];
     else if (!strcmp(a, "--huge-pages")) huge = 1;
+    else if (!strcmp(a, "--scratch-b")) scratch = 1;
     else {
       fprintf(stderr,
               "usage: hm-placement [--variant sweep|sparse|even|mixed|alloc] [--footprint BYTES] "
               "[--iters N] [--hot-passes N] [--stride PAGES] [--pairs N] [--threads N] "
-              "[--ab SLICES] [--exit3] [--numa-policies] [--numa-maps FILE] [--huge-pages]\n");
+              "[--ab SLICES] [--exit3] [--numa-policies] [--numa-maps FILE] [--huge-pages] "
+              "[--scratch-b]\n");
       return 2;
     }
   }
@@ -377,15 +384,20 @@ int main(int argc, char **argv) {
   }
   size_t n = footprint / sizeof(double);
   size_t nh = n / 10, nc = (n - 2 * nh) / 3; /* hot 2 x 10%, cold 3 x ~26.7% */
-  double *ha = alloc_hot_a(nh), *hb = alloc_hot_b(nh);
+  double *ha = alloc_hot_a(nh), *hb = scratch ? NULL : alloc_hot_b(nh);
   double *cx = alloc_cold_x(nc), *cy = alloc_cold_y(nc), *cz = alloc_cold_z(nc);
   int sw = !strcmp(variant, "sweep");
   size_t stride = stride_pages * 4096 / sizeof(double);
   double check = 0, t0 = now_s(), hot_s = 0;
   for (int it = 0; it < iters; it++) {
     double th = now_s();
+    if (scratch) hb = alloc_hot_b(nh); /* one site, made here each time */
     for (int p = 0; p < hot_passes; p++)
       for (size_t i = 0; i < nh; i++) ha[i] = 0.5 * ha[i] + 0.25 * hb[i] + 1.0;
+    if (scratch) {
+      free(hb);
+      hb = NULL;
+    }
     hot_s += now_s() - th;
     if (sw) check += sweep(cx, nc) + sweep(cy, nc) + sweep(cz, nc);
     else
@@ -397,7 +409,8 @@ int main(int argc, char **argv) {
   size_t cold_touched = sw ? 3 * nc * sizeof(double) : 3 * (nc / stride + 1) * 4096;
   char pol[5][64] = {{0}};
   const double *arrays[5] = {ha, hb, cx, cy, cz};
-  for (int k = 0; policies && k < 5; k++) numa_policy(arrays[k], pol[k], sizeof pol[k]);
+  for (int k = 0; policies && k < 5; k++)
+    if (arrays[k]) numa_policy(arrays[k], pol[k], sizeof pol[k]); /* hot_b: NULL, --scratch-b */
   if (maps_to) copy_numa_maps(maps_to, arrays);
   printf("{\"variant\":\"%s\",\"seconds\":%.6f,\"hot_seconds\":%.6f,\"footprint\":%zu,"
          "\"hot_bytes\":%zu,\"cold_bytes\":%zu,\"cold_touched_per_iter\":%zu,\"iters\":%d,"

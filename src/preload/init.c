@@ -278,6 +278,10 @@ static int hm__place_storage(void) {
   c->pager_budget = minimal;
   if (c->hybrid && c->budget > pinned && c->budget - pinned > minimal)
     c->pager_budget = c->budget - pinned;
+  /* hybrid: the pinned capacity is the sites' peaks added up, more than
+   * they hold at once (srealloc'd arrays, sites that peak apart); the pager
+   * gets what they leave at each moment (route.c's hm__pager_share) */
+  c->pager_max = c->hybrid && c->budget > c->pager_budget ? c->budget : c->pager_budget;
   if (c->ctx->opts.origin[HM_OPT_FETCH_UNIT] == HM_ORIGIN_DEFAULT)
     c->fetch_unit = hm__place_unit(c->pager_budget);
   return 0;
@@ -355,7 +359,7 @@ static int hm__prepare_cache(uint64_t thr) {
   hm_pager_config_default(c->ctx, &cfg);
   if (cfg.fetch_unit) c->fetch_unit = cfg.fetch_unit;
   if (cfg.backing_dir && (rc = hm__check_dir(cfg.backing_dir))) return rc;
-  c->pager_budget = c->budget;
+  c->pager_budget = c->pager_max = c->budget;
   return hm__prepare_common(thr);
 }
 

@@ -367,7 +367,9 @@ typedef struct _hm_pl_ctx_s {
   int statics_managed;       /* how many are behind the pager */
   int own_maps;              /* profile: each large block in a mapping of its own
                               * (HM_PL_OWN), for the refs sampler's per-mapping counts */
-  uint64_t pager_budget;     /* the pager's DRAM cache (cache: budget) */
+  uint64_t pager_budget;     /* the pager's DRAM cache (cache: budget; hybrid: at least) */
+  uint64_t pager_max;        /* the budget the pager is opened with: hybrid's whole fast
+                              * budget, of which it gets what tier 0 leaves (route.c) */
   _hm_pl_pstat_t *pstat;     /* placement: 1 + sites */
   _Atomic uint64_t tier_live[HM_PL_MAX_TIERS], tier_peak[HM_PL_MAX_TIERS];
   _Atomic uint64_t tier_allocs[HM_PL_MAX_TIERS];
@@ -449,6 +451,7 @@ extern void *__libc_pvalloc(size_t size);
 #pragma weak hm_pager_advise
 #pragma weak hm_pager_config_default
 #pragma weak hm_pager_stats_json
+#pragma weak hm_pager_set_budget
 
 /* A large request as routed (route.c). */
 typedef struct _hm_pl_req_s {

@@ -43,6 +43,22 @@ size_t _hm_pl_thp_advise_size(const char *root) {
   return (size_t)size;
 }
 
+/* Hybrid mode: the pager's budget is what tier 0's blocks leave of the
+ * fast budget now, at least its share at start-up (the budget less tier 0's
+ * capacity: tier 0 never holds more). Called after every change of tier 0's
+ * live bytes, each a block of at least the threshold; costs an atomic store
+ * and an eventfd write (hm_pager_set_budget), nothing while the pager is
+ * not open. */
+static void hm__pager_share(void) {
+  _hm_pl_ctx_t *c = &_hm_pl_ctx;
+  if (c->pager_max == c->pager_budget || !hm_pager_set_budget ||
+      atomic_load_explicit(&c->state, memory_order_acquire) != HM_PL_READY)
+    return;
+  uint64_t live = atomic_load_explicit(&c->tier_live[0], memory_order_relaxed);
+  uint64_t want = c->budget > live ? c->budget - live : 0;
+  (void)hm_pager_set_budget(c->pager, want > c->pager_budget ? want : c->pager_budget);
+}
+
 /* The pager is opened on the first large request: processes that never
  * make one (shells, tools the command spawns) never start its threads. */
 static int hm__ensure_pager(void) {
@@ -55,7 +71,7 @@ static int hm__ensure_pager(void) {
       hm_pager_config_t cfg;
       memset(&cfg, 0, sizeof cfg);
       hm_pager_config_default(_hm_pl_ctx.ctx, &cfg);
-      cfg.dram_budget = _hm_pl_ctx.pager_budget;
+      cfg.dram_budget = _hm_pl_ctx.pager_max;
       cfg.fetch_unit = _hm_pl_ctx.fetch_unit; /* placement may choose its own */
       int rc = hm_pager_open(_hm_pl_ctx.ctx, &cfg, &_hm_pl_ctx.pager);
       if (rc) {
@@ -63,6 +79,7 @@ static int hm__ensure_pager(void) {
         _hm_pl_die_inside_malloc(m && *m ? m : hm_strerror(rc));
       }
       atomic_store_explicit(&_hm_pl_ctx.state, HM_PL_READY, memory_order_release);
+      hm__pager_share();
       return 0;
     }
     if (s == HM_PL_READY) return 0;
@@ -123,6 +140,7 @@ void _hm_pl_tier_account(int t, size_t req, int sign) {
   } else {
     atomic_fetch_sub_explicit(&_hm_pl_ctx.tier_live[t], req, memory_order_relaxed);
   }
+  if (t == 0) hm__pager_share();
 }
 
 /* Claims req bytes of tier t's capacity (0 = unlimited); 0 when full. */

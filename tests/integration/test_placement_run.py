@@ -194,6 +194,36 @@ def test_hybrid_run_that_rereads_names_the_placement_not_a_budget(
     assert "would hold it (--fast-budget)" not in hint[0]
 
 
+@needs_pager
+def test_hybrid_pager_gets_what_a_scratch_site_leaves(
+    profiled: dict[str, Any], tmp_path: Path
+) -> None:
+    """hot_b made and freed around each iteration's hot passes (a scratch
+    array): the placement holds its peak for it in DRAM, but while the cold
+    arrays are swept it is free, and the pager's cache gets that room
+    (hm_pager_set_budget), down to the placement's share again while it is
+    live. Without the moving budget, mean and lowest would both be the
+    share (or both the whole budget)."""
+    path, proc = _profile(tmp_path / "s.prof", extra=("--scratch-b",))
+    assert proc.returncode == 0, proc.stderr
+    placement = tmp_path / "s.toml"
+    run_hetmem("advise", str(path), "--fast-budget", str(3 * HOT), "--no-split", "-o",
+               str(placement), check=True)  # fmt: skip
+    placed = _placed(placement)
+    assert placed["alloc_hot_a"] == 0 and placed["alloc_hot_b"] == 0, placed
+    stats = tmp_path / "s.json"
+    proc = _run_place(profiled, "hybrid", stats, placement, "--scratch-b")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(stats.read_text())
+    share = data["placement"]["pager_budget"]  # the budget less the sites' peaks
+    assert data["placement"]["unmatched"]["allocations"] == 0
+    c = data["pager"]["counters"]
+    assert c["budget_low_bytes"] <= share + MIB, (c, share)
+    assert c["budget_mean_bytes"] >= share + HOT // 4, (c, share)
+    assert c["budget_mean_bytes"] <= 3 * HOT
+    assert data["pager_summary"]["cache_bytes"] == c["budget_mean_bytes"] - c["own_bytes"]
+
+
 def _advise_cxl(profiled: dict[str, Any], tmp_path: Path, node: int) -> Path:
     """A placement for DRAM on node 0 and a CXL tier on `node`."""
     tiers = tmp_path / "tiers.json"

@@ -40,7 +40,10 @@ def summarize(pager: dict[str, Any] | None) -> dict[str, Any] | None:
     fetches = int(c.get("fetches", 0))
     footprint = int(c.get("footprint_bytes", 0))
     read = int(c.get("bytes_read", 0))
-    cache = int((pager.get("config") or {}).get("dram_budget", 0)) - int(c.get("own_bytes", 0))
+    # the budget's mean over the run where it moved (hybrid mode shares the
+    # fast budget with the sites pinned in DRAM), else the one configured
+    budget = int(c.get("budget_mean_bytes") or (pager.get("config") or {}).get("dram_budget", 0))
+    cache = budget - int(c.get("own_bytes", 0))
     return {
         "schema_version": 1,
         "faults": faults,
