@@ -282,6 +282,10 @@ static int hm__place_storage(void) {
    * they hold at once (srealloc'd arrays, sites that peak apart); the pager
    * gets what they leave at each moment (route.c's hm__pager_share) */
   c->pager_max = c->hybrid && c->budget > c->pager_budget ? c->budget : c->pager_budget;
+  /* the pager's least cache comes out of the fast budget: DRAM sites and
+   * cache together keep to it (1 byte: a budget below that cache leaves
+   * tier 0 nothing; 0 would read as unlimited) */
+  c->fast_limit = c->budget > c->pager_budget ? c->budget - c->pager_budget : 1;
   if (c->ctx->opts.origin[HM_OPT_FETCH_UNIT] == HM_ORIGIN_DEFAULT)
     c->fetch_unit = hm__place_unit(c->pager_budget);
   return 0;
@@ -314,6 +318,7 @@ static int hm__prepare_place(const char *place, char *why, size_t len) {
     return hm__fail(-EINVAL, "place_mode must be flat or hybrid, not '%s'", pm);
   c->hybrid = strcmp(pm, "hybrid") == 0;
   if (hm_option_get_u64(c->ctx, "fast_budget", &c->budget)) c->budget = 0;
+  c->fast_limit = c->budget; /* 0: no budget, tier 0 has its own capacity */
   c->pstat = calloc(_hm_pl_place_sites() + 1, sizeof *c->pstat);
   if (!c->pstat) return hm__fail(-ENOMEM, "out of memory");
   if (hm__place_tiers_scan() && (rc = hm__place_storage())) return rc;

@@ -370,6 +370,8 @@ typedef struct _hm_pl_ctx_s {
   uint64_t pager_budget;     /* the pager's DRAM cache (cache: budget; hybrid: at least) */
   uint64_t pager_max;        /* the budget the pager is opened with: hybrid's whole fast
                               * budget, of which it gets what tier 0 leaves (route.c) */
+  uint64_t fast_limit;       /* placement: the most tier 0 may hold (the budget, less the
+                              * pager's least cache when a tier is the storage tier) */
   _hm_pl_pstat_t *pstat;     /* placement: 1 + sites */
   _Atomic uint64_t tier_live[HM_PL_MAX_TIERS], tier_peak[HM_PL_MAX_TIERS];
   _Atomic uint64_t tier_allocs[HM_PL_MAX_TIERS];
@@ -501,6 +503,8 @@ int _hm_pl_place_want(int site, size_t size);
 void _hm_pl_tier_account(int t, size_t req, int sign);
 /* Claims req bytes of tier t's capacity (0 = unlimited); 0 when full. */
 int _hm_pl_tier_reserve(int t, size_t req);
+/* Tier t's capacity per process as enforced (0 = unlimited). */
+uint64_t _hm_pl_tier_cap(int t);
 /* The THP size to advise placement's DRAM/NUMA blocks with, or 0. */
 size_t _hm_pl_thp_advise_size(const char *root);
 

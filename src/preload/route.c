@@ -143,10 +143,15 @@ void _hm_pl_tier_account(int t, size_t req, int sign) {
   if (t == 0) hm__pager_share();
 }
 
+uint64_t _hm_pl_tier_cap(int t) {
+  uint64_t cap = _hm_pl_place_tier((size_t)t)->capacity, lim = _hm_pl_ctx.fast_limit;
+  if (t == 0 && lim && (cap == 0 || cap > lim)) cap = lim;
+  return cap;
+}
+
 /* Claims req bytes of tier t's capacity (0 = unlimited); 0 when full. */
 int _hm_pl_tier_reserve(int t, size_t req) {
-  uint64_t cap = _hm_pl_place_tier((size_t)t)->capacity;
-  if (t == 0 && _hm_pl_ctx.budget && (cap == 0 || cap > _hm_pl_ctx.budget)) cap = _hm_pl_ctx.budget;
+  uint64_t cap = _hm_pl_tier_cap(t);
   if (cap == 0 || (size_t)t + 1 == _hm_pl_place_tiers()) {
     _hm_pl_tier_account(t, req, +1);
     return 1;

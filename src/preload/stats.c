@@ -65,7 +65,7 @@ static void hm__placement_json(_hm_sb_t *sb) {
                   "%s{\"index\":%zu,\"kind\":\"%s\",\"numa_node\":%d,\"capacity\":%llu,"
                   "\"served_by\":\"%s\",\"allocations\":%llu,\"live_bytes\":%llu,"
                   "\"peak_bytes\":%llu}",
-                  t ? "," : "", t, ti->kind, ti->numa, (unsigned long long)ti->capacity,
+                  t ? "," : "", t, ti->kind, ti->numa, (unsigned long long)_hm_pl_tier_cap((int)t),
                   (int)t == _hm_pl_ctx.glibc_tier ? "glibc" : ti->numa >= 0 ? "mbind" : "pager",
                   (unsigned long long)atomic_load(&_hm_pl_ctx.tier_allocs[t]),
                   (unsigned long long)atomic_load(&_hm_pl_ctx.tier_live[t]),

@@ -24,6 +24,7 @@ from conftest import CBUILD, needs_pager, run_hetmem
 from hetmem import _native
 from hetmem.placement import fileformat as placement_mod
 from hetmem.placement import profile as prof
+from hetmem.placement.advise import PAGER_FLOOR
 from hetmem.sizes import format_size
 
 WORKLOAD = CBUILD / "bench" / "hm-placement"
@@ -333,11 +334,13 @@ def test_placement_for_a_node_this_machine_lacks(profiled: dict[str, Any], tmp_p
 def test_full_fast_tier_overflows_to_the_next_tier(
     profiled: dict[str, Any], tmp_path: Path
 ) -> None:
-    # A budget for one hot array only: the second overflows, counted.
+    # A budget for one hot array only (and the pager's least cache, which
+    # comes out of it): the second overflows, counted.
+    budget = HOT + MIB + PAGER_FLOOR
     stats = tmp_path / "s.json"
     proc = run_hetmem(
         "run", "--mode", "flat", "--placement", str(profiled["placement"]),
-        "--fast-budget", str(HOT + MIB), "--storage", str(profiled["storage"]),
+        "--fast-budget", str(budget), "--storage", str(profiled["storage"]),
         "--stats", str(stats), "--", *_workload(), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -349,9 +352,10 @@ def test_full_fast_tier_overflows_to_the_next_tier(
     # and the user hears of it at the end of the run, --stats or not
     assert "1 allocation(s) of placed sites found their tier full" in proc.stderr
     assert f"({format_size(HOT)}; fast capacity {format_size(HOT + MIB)}" in proc.stderr
+    assert pl["tiers"][0]["capacity"] == HOT + MIB
     proc = run_hetmem(
         "run", "--mode", "flat", "--placement", str(profiled["placement"]),
-        "--fast-budget", str(HOT + MIB), "--storage", str(profiled["storage"]),
+        "--fast-budget", str(budget), "--storage", str(profiled["storage"]),
         "--", *_workload(), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0 and "--stats FILE gives them per site" in proc.stderr

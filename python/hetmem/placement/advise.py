@@ -34,6 +34,13 @@ from hetmem.placement.split import Split, split_sites
 from hetmem.placement.symbolize import Symbolizer
 from hetmem.sizes import format_size
 
+# The pager's least cache per process when a site is on the storage tier:
+# 16 fetch units of 256 KiB and 4 MiB for its tables (src/preload/init.c,
+# hm__place_storage). It comes out of the fast budget, so that the DRAM
+# sites and the pager's cache together keep to it; the interposer enforces
+# the same limit on tier 0.
+PAGER_FLOOR = 8 << 20
+
 # --------------------------------------------------------------------------
 # Explanations
 
@@ -156,7 +163,15 @@ def advise(
     split: bool = True,
 ) -> Advice:
     tiers = list(tiers)
+    ranks = ranks_on_nodes(merged, ranks_per_node)
+    reserve = pager_reserve(tiers, fast_budget, max(ranks))
+    fast_budget -= reserve
     problem = build_problem(merged, tiers, fast_budget, ranks_per_node)
+    if reserve:
+        problem.notes.append(
+            f"{format_size(reserve)} of the fast budget per node is left to the pager's cache "
+            "in front of the storage tier's sites"
+        )
     sol = solve(problem, solver, max_ilp_sites, time_limit)
     splits = split_sites(problem, sol, merged) if split else {}
     last = len(tiers) - 1
@@ -182,11 +197,12 @@ def advise(
     for ps in sites:
         if ps.id in splits:
             ps.split_bytes = splits[ps.id].bytes
-    ranks = ranks_on_nodes(merged, ranks_per_node)
     ptiers = _placement_tiers(tiers, fast_budget, max(ranks))
     t_slow = float(problem.cost[:, last].sum())
     t_fast = float(problem.cost.min(axis=1).sum())
     meta = _placement_meta(merged, sol, fast_budget, max(ranks), profile_names, t_slow, t_fast)
+    meta["fast_budget_node_bytes"] = fast_budget + reserve
+    meta["pager_reserve_node_bytes"] = reserve
     meta["predicted_time_saved_s"] = t_slow - placed_s
     meta["predicted_time_s"] = placed_s
     if splits:
@@ -316,6 +332,14 @@ def _placed_site(
         benefit_s=float(benefit[i]),
         reason=reason,
     )
+
+
+def pager_reserve(tiers: Sequence[Tier], fast_budget: int, ranks: int) -> int:
+    """Bytes of a node's fast budget kept for the pagers' least caches: one
+    per process, when the slowest tier is the storage tier."""
+    if not tiers or tiers[-1].kind != "storage" or len(tiers) < 2:
+        return 0
+    return min(fast_budget, PAGER_FLOOR * ranks)
 
 
 def _placement_tiers(tiers: Sequence[Tier], fast_budget: int, ranks: int) -> list[PTier]:

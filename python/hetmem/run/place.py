@@ -195,10 +195,13 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
     # a full storage tier's fallbacks have their own note
     full_fallbacks = (stats["storage_full"] or {}).get("fallbacks", 0)
     fallbacks = (stats["interposer"] or {}).get("fallbacks", 0) - full_fallbacks
+    # the interposer's own figure: the budget less the pager's least cache
+    # when a tier is the storage tier
+    tiers = (stats["placement"] or {}).get("tiers") or [{}]
     _note_outcomes(
         stats["placement"],
         fallbacks,
-        fast,
+        int(tiers[0].get("capacity") or fast),
         cfg.stats is not None,
         slowest,
     )
