@@ -191,16 +191,19 @@ static void *hm__realloc_large(_hm_pl_block_t *b, void *ptr, size_t size) {
     return ptr;
   }
   void *n = NULL;
+  int retired = _hm_pl_realloc_retire(b, -1);
   if (size >= _hm_pl_thr()) {
     _hm_pl_req_t r = {size, 0, 0};
     n = _hm_pl_large_alloc(&r);
-    if (!n && _hm_pl_refused()) return NULL; /* the old block is untouched */
   }
-  if (!n) n = __libc_malloc(size);
-  if (!n) return NULL; /* errno is ENOMEM; the old block is untouched */
+  if (!n && !_hm_pl_refused()) n = __libc_malloc(size);
+  if (!n) { /* errno is ENOMEM; the old block is untouched */
+    if (retired) (void)_hm_pl_realloc_retire(b, +1);
+    return NULL;
+  }
   memcpy(n, ptr, size < usable ? size : usable);
   atomic_fetch_add_explicit(&_hm_pl_ctx.realloc_moves, 1, memory_order_relaxed);
-  _hm_pl_large_free(b);
+  _hm_pl_large_free_moved(b, retired);
   return n;
 }
 
@@ -430,15 +433,19 @@ void *mremap(void *old_address, size_t old_size, size_t new_size, int flags, ...
     return MAP_FAILED;
   }
   _hm_pl_req_t r = {new_size, 0, HM_PL_FROM_MMAP};
+  int retired = _hm_pl_realloc_retire(b, -1);
   void *n = _hm_pl_large_alloc(&r);
   if (!n) {
     n = hm__kernel_mmap(NULL, new_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
                         0);
-    if (n == MAP_FAILED) return MAP_FAILED;
+    if (n == MAP_FAILED) {
+      if (retired) (void)_hm_pl_realloc_retire(b, +1);
+      return MAP_FAILED;
+    }
   }
   memcpy(n, old_address, old_size < usable ? old_size : usable);
   atomic_fetch_add_explicit(&_hm_pl_ctx.realloc_moves, 1, memory_order_relaxed);
-  _hm_pl_large_free(b);
+  _hm_pl_large_free_moved(b, retired);
   return n;
 }
 

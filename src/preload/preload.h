@@ -252,7 +252,10 @@ void _hm_pl_prof_mark_static(uint32_t site);
  * removing b (its slot) from the table, with the fields read before, and
  * before giving its memory back. */
 void _hm_pl_prof_release(_hm_pl_block_t *b, uint32_t site, uint64_t t_alloc, uintptr_t key,
-                         size_t req);
+                         size_t req, int event);
+/* A live-bytes event of delta bytes at site (a moving realloc's old block,
+ * given back before the new one is made: route.c). */
+void _hm_pl_prof_live(uint32_t site, int64_t delta);
 /* A small allocation of size bytes called from return address ra. Cost: a
  * probe of this thread's table (no atomics, no lock). */
 void _hm_pl_prof_small(uintptr_t ra, size_t size);
@@ -494,6 +497,10 @@ int _hm_pl_open_pager(void);
 void *_hm_pl_large_alloc_z(const _hm_pl_req_t *req, int zero);
 void *_hm_pl_large_alloc(const _hm_pl_req_t *req);
 void _hm_pl_large_free(_hm_pl_block_t *b);
+/* realloc moving a block: its bytes given back first (sign -1; 1 when
+ * done) or taken again (+1, the move failed); then freed with retired set. */
+int _hm_pl_realloc_retire(_hm_pl_block_t *b, int sign);
+void _hm_pl_large_free_moved(_hm_pl_block_t *b, int retired);
 /* 1 (errno ENOMEM) when the last large request was refused by policy. */
 int _hm_pl_refused(void);
 /* The tier a placement site (or -1: none) wants. */

@@ -136,8 +136,12 @@ void _hm_pl_prof_mark_static(uint32_t site) {
   if (site && _hm_pf.sites) _hm_pf.sites[site].is_static = 1;
 }
 
+void _hm_pl_prof_live(uint32_t site, int64_t delta) {
+  if (site && _hm_pf.sites) hm__event(site, delta);
+}
+
 void _hm_pl_prof_release(_hm_pl_block_t *b, uint32_t site, uint64_t t, uintptr_t key,
-                         size_t req) {
+                         size_t req, int event) {
   /* The caller has taken b out of the table: once no sampler pins it, no
    * page of it can be armed again. */
   while (atomic_load(&b->pin)) _hm_prim_yield();
@@ -150,7 +154,7 @@ void _hm_pl_prof_release(_hm_pl_block_t *b, uint32_t site, uint64_t t, uintptr_t
   atomic_fetch_add_explicit(&s->lt_sum, lt, memory_order_relaxed);
   hm__min(&s->lt_min, lt);
   hm__max(&s->lt_max, lt);
-  hm__event(site, -(int64_t)req);
+  if (event) hm__event(site, -(int64_t)req);
 }
 
 void _hm_pl_prof_small(uintptr_t ra, size_t size) {

@@ -529,7 +529,28 @@ void *_hm_pl_large_alloc_z(const _hm_pl_req_t *req, int zero) {
 
 void *_hm_pl_large_alloc(const _hm_pl_req_t *req) { return _hm_pl_large_alloc_z(req, 0); }
 
-void _hm_pl_large_free(_hm_pl_block_t *b) {
+/* A block that a moving realloc replaces gives its bytes back before the
+ * new one is made: the live-bytes event of its profile site, its tier's
+ * capacity in placement. realloc replaces; it does not add. Counted both,
+ * LAMMPS's srealloc'd per-atom arrays peaked at twice their size in a
+ * profile (22 MiB for an 11 MiB array), and a placement held DRAM for both
+ * copies, or sent the grown copy of a DRAM array to a slower tier for the
+ * rest of the run. Both copies exist only during the copy. Split blocks
+ * (two tiers) keep the old order. sign -1 gives back and returns 1 when it
+ * did (free the block with _hm_pl_large_free_moved); +1 undoes it (the new
+ * block could not be made). */
+int _hm_pl_realloc_retire(_hm_pl_block_t *b, int sign) {
+  size_t req = atomic_load_explicit(&b->req, memory_order_relaxed);
+  if (b->backend == HM_PL_SPLIT) return 0;
+  if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) _hm_pl_prof_live(b->site, sign * (int64_t)req);
+  else if (_hm_pl_ctx.mode == HM_PL_M_PLACE) _hm_pl_tier_account(b->tier, req, sign);
+  else return 0;
+  return 1;
+}
+
+void _hm_pl_large_free(_hm_pl_block_t *b) { _hm_pl_large_free_moved(b, 0); }
+
+void _hm_pl_large_free_moved(_hm_pl_block_t *b, int retired) {
   uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
   void *base = (void *)(key - b->off);
   size_t maplen = b->maplen;
@@ -542,7 +563,7 @@ void _hm_pl_large_free(_hm_pl_block_t *b) {
   atomic_fetch_add_explicit(&_hm_pl_ctx.large_frees, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&_hm_pl_ctx.live_bytes, req, memory_order_relaxed);
   _hm_pl_tls.guard++;
-  if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) _hm_pl_prof_release(b, site, t_alloc, key, req);
+  if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) _hm_pl_prof_release(b, site, t_alloc, key, req, !retired);
   if (backend == HM_PL_SPLIT) {
     size_t fast = head - (size_t)(key - (uintptr_t)base);
     _hm_pl_tier_account(0, fast, -1);
@@ -551,7 +572,7 @@ void _hm_pl_large_free(_hm_pl_block_t *b) {
   } else if (backend == HM_PL_OWN && _hm_pl_prof_bury(base, maplen, key, req, site, t_alloc)) {
     /* kept mapped until the refs sampler's next drain has read it */
   } else {
-    if (_hm_pl_ctx.mode == HM_PL_M_PLACE) _hm_pl_tier_account(tier, req, -1);
+    if (_hm_pl_ctx.mode == HM_PL_M_PLACE && !retired) _hm_pl_tier_account(tier, req, -1);
     hm__release_memory(backend, base, key, maplen);
   }
   _hm_pl_tls.guard--;

@@ -225,6 +225,69 @@ def test_hybrid_pager_gets_what_a_scratch_site_leaves(
     assert data["pager_summary"]["cache_bytes"] == c["budget_mean_bytes"] - c["own_bytes"]
 
 
+GROW_SRC = r"""#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) static double *grow(double *p, size_t n) {
+  return realloc(p, n * sizeof *p);
+}
+int main(void) {
+  size_t n = (size_t)1 << 20; /* 8 MiB, grown 4 times by a quarter: 19.5 MiB */
+  double *a = malloc(n * sizeof *a), s = 0;
+  for (size_t i = 0; i < n; i++) a[i] = (double)i;
+  for (int k = 0; k < 4; k++) {
+    size_t m = n + n / 4;
+    a = grow(a, m);
+    for (size_t i = n; i < m; i++) a[i] = (double)i;
+    n = m;
+  }
+  for (int r = 0; r < 40; r++)
+    for (size_t i = 0; i < n; i++) s += a[i];
+  printf("%.0f %zu\n", s, n);
+  free(a);
+  return 0;
+}
+"""
+
+
+@needs_pager
+def test_realloc_growth_counts_the_block_once(tmp_path: Path) -> None:
+    """A block grown by realloc (LAMMPS's srealloc'd per-atom arrays): a
+    move gives the old block's bytes back before the new one is made, in
+    the profile's live bytes and in the fast tier's capacity. Counted both,
+    the site's peak was the last two sizes added up (35 MiB here), the
+    advice kept it off a fast tier that holds it, and a run sent the grown
+    block to the slow tier when the old one filled the fast tier."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    exe = tmp_path / "grow"
+    subprocess.run([cc, "-O2", "-g", "-x", "c", "-", "-o", str(exe)], input=GROW_SRC, text=True,
+                   check=True)  # fmt: skip
+    want = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    final = int(want.split()[1]) * 8
+    run_hetmem("profile", "-o", str(tmp_path / "g.prof"), "--sampler", "portable", "--",
+               str(exe), check=True)  # fmt: skip
+    (path,) = sorted(tmp_path.glob("g.prof.norank.*"))
+    show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
+    grown = [s for s in show["sites"] if s["allocs"] == 4]  # realloc's (a tail call of grow)
+    assert len(grown) == 1, show["sites"]
+    assert grown[0]["peak_live_bytes"] == final
+    budget = final + PAGER_FLOOR + 2 * MIB
+    placement = tmp_path / "g.toml"
+    run_hetmem("advise", str(path), "--fast-budget", str(budget), "--no-split", "-o",
+               str(placement), check=True)  # fmt: skip
+    tiers = {x.id: x.tier for x in placement_mod.load(placement).sites}
+    assert tiers[grown[0]["index"]] == 0, tiers
+    stats = tmp_path / "g.json"
+    proc = run_hetmem("run", "--mode", "flat", "--placement", str(placement), "--fast-budget",
+                      str(budget), "--storage", str(tmp_path), "--stats", str(stats), "--",
+                      str(exe), check=True)  # fmt: skip
+    assert proc.stdout == want
+    pl = json.loads(stats.read_text())["placement"]
+    assert pl["overflows"] == 0, pl
+    assert pl["tiers"][0]["peak_bytes"] <= final + MIB
+
+
 def _advise_cxl(profiled: dict[str, Any], tmp_path: Path, node: int) -> Path:
     """A placement for DRAM on node 0 and a CXL tier on `node`."""
     tiers = tmp_path / "tiers.json"
