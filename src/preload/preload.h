@@ -375,6 +375,7 @@ typedef struct _hm_pl_ctx_s {
                               * budget, of which it gets what tier 0 leaves (route.c) */
   uint64_t fast_limit;       /* placement: the most tier 0 may hold (the budget, less the
                               * pager's least cache when a tier is the storage tier) */
+  _Atomic uint64_t share_sent; /* hybrid: the pager budget last set (route.c) */
   _hm_pl_pstat_t *pstat;     /* placement: 1 + sites */
   _Atomic uint64_t tier_live[HM_PL_MAX_TIERS], tier_peak[HM_PL_MAX_TIERS];
   _Atomic uint64_t tier_allocs[HM_PL_MAX_TIERS];

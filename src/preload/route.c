@@ -46,9 +46,11 @@ size_t _hm_pl_thp_advise_size(const char *root) {
 /* Hybrid mode: the pager's budget is what tier 0's blocks leave of the
  * fast budget now, at least its share at start-up (the budget less tier 0's
  * capacity: tier 0 never holds more). Called after every change of tier 0's
- * live bytes, each a block of at least the threshold; costs an atomic store
- * and an eventfd write (hm_pager_set_budget), nothing while the pager is
- * not open. */
+ * live bytes, each a block of at least the threshold. A change of less than
+ * 1/64 of the budget from the last one sent is not sent (tier 0 and the
+ * cache then overlap by at most that): a program that makes and frees
+ * blocks of a few MiB in a loop pays two loads, not an eventfd write
+ * (hm_pager_set_budget) per block. Nothing while the pager is not open. */
 static void hm__pager_share(void) {
   _hm_pl_ctx_t *c = &_hm_pl_ctx;
   if (c->pager_max == c->pager_budget || !hm_pager_set_budget ||
@@ -56,7 +58,11 @@ static void hm__pager_share(void) {
     return;
   uint64_t live = atomic_load_explicit(&c->tier_live[0], memory_order_relaxed);
   uint64_t want = c->budget > live ? c->budget - live : 0;
-  (void)hm_pager_set_budget(c->pager, want > c->pager_budget ? want : c->pager_budget);
+  if (want < c->pager_budget) want = c->pager_budget;
+  uint64_t sent = atomic_load_explicit(&c->share_sent, memory_order_relaxed);
+  if ((want > sent ? want - sent : sent - want) < c->budget / 64) return;
+  atomic_store_explicit(&c->share_sent, want, memory_order_relaxed);
+  (void)hm_pager_set_budget(c->pager, want);
 }
 
 /* The pager is opened on the first large request: processes that never
