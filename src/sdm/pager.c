@@ -434,12 +434,12 @@ static int hm__size_cache(hm_pager_t *p, hm_pager_config_t *cfg, hm__sizing_t *z
                      (unsigned long long)cfg->dram_budget, (unsigned long long)unit,
                      (unsigned long long)own);
   }
-  p->cap = (cfg->dram_budget - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1);
-  hm__size_windows(p, cfg->io_depth);
   p->cfg = *cfg;
   p->budget = p->budget_low = cfg->dram_budget;
   atomic_init(&p->budget_want, cfg->dram_budget);
   p->budget_t0 = p->budget_t = _hm_prim_now_ns();
+  _hm_sdm_cap_update(p);
+  hm__size_windows(p, cfg->io_depth);
   return 0;
 }
 
@@ -448,7 +448,7 @@ static int hm__own_map(hm_pager_t *p, size_t len, void **out) {
   int rc = _hm_prim_vm_map(-1, len, out);
   if (rc) return rc;
   p->own += len;
-  p->cap -= len;
+  _hm_sdm_cap_update(p);
   return 0;
 }
 
