@@ -200,8 +200,9 @@ def advise(
     ptiers = _placement_tiers(tiers, fast_budget, max(ranks))
     t_slow = float(problem.cost[:, last].sum())
     t_fast = float(problem.cost.min(axis=1).sum())
-    meta = _placement_meta(merged, sol, fast_budget, max(ranks), profile_names, t_slow, t_fast)
-    meta["fast_budget_node_bytes"] = fast_budget + reserve
+    meta = _placement_meta(
+        merged, sol, fast_budget + reserve, max(ranks), profile_names, t_slow, t_fast
+    )
     meta["pager_reserve_node_bytes"] = reserve
     meta["predicted_time_saved_s"] = t_slow - placed_s
     meta["predicted_time_s"] = placed_s
