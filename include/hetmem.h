@@ -363,6 +363,10 @@ typedef struct hm_pager_config_s {
                              default anonymous + UFFDIO_COPY (faster here: see pager.c) */
 #define HM_PAGER_NO_COPIER 16u /* install prefetch fills on the handler thread itself, not
                                   on a copier thread beside it (option copier=0) */
+#define HM_PAGER_PROCESS_BUDGET 32u /* the budget bounds the whole process's anonymous and
+                                       shared memory (RssAnon + RssShmem), not only the pager's:
+                                       every 100 ms the cache is set to the budget less what the
+                                       rest of the process holds (option budget_process=1) */
 
 /** Fills cfg from ctx's options (fast_budget, storage, fetch_unit, prefetch,
  *  io_depth, handler_threads, copier). Callers then change what they need. */
@@ -428,7 +432,7 @@ HM_API int hm_pager_set_budget(hm_pager_t *pager, uint64_t dram_budget);
 /** Writes dirty resident pages of the range back (addr NULL: every region). */
 HM_API int hm_pager_flush(hm_pager_t *pager, void *addr, size_t length);
 
-#define HM_PAGER_STATS_VERSION 4
+#define HM_PAGER_STATS_VERSION 5
 typedef struct hm_pager_stats_s {
   uint32_t size;    /* set by the caller to sizeof(hm_pager_stats_t) */
   uint32_t version; /* set by the pager */
@@ -465,6 +469,10 @@ typedef struct hm_pager_stats_s {
   uint64_t budget_mean_bytes; /* the budget's mean over the pager's life (it changes with
                                  hm_pager_set_budget; else budget_bytes) */
   uint64_t budget_low_bytes;  /* the lowest budget applied */
+  /* Version 5: */
+  uint64_t other_peak_bytes; /* HM_PAGER_PROCESS_BUDGET: the most memory the rest of the
+                                process held (its anonymous and shared memory less the
+                                pager's); 0 without that flag */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

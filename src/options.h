@@ -28,6 +28,9 @@ typedef enum _hm_opt_kind_e {
   X(PREFETCH, prefetch, STR, "auto", "pager prefetch policy: auto, off, sequential")        \
   X(HANDLER_THREADS, handler_threads, COUNT, "0",                                            \
     "pager fault-handling threads (0: chosen by the pager)")                                  \
+  X(BUDGET_PROCESS, budget_process, BOOL, "0",                                              \
+    "the fast budget bounds the process's anonymous memory, not only the pager's: its cache "  \
+    "gets what the rest of the process leaves (measured every 100 ms; hetmem run sets it)")    \
   X(COPIER, copier, BOOL, "1",                                                               \
     "pager: install prefetched units on a thread beside each handler (2+ CPUs)")             \
   X(ALLOC_THRESHOLD, alloc_threshold, SIZE, "1MiB",                                          \

@@ -202,3 +202,19 @@ int _hm_prim_open_append_own(const char *path) {
   if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
   return fd;
 }
+
+/* One "Name:   N kB" line of a /proc status text, in bytes; 0 if absent. */
+static uint64_t hm__status_kb(const char *text, const char *name) {
+  const char *at = strstr(text, name);
+  if (!at) return 0;
+  return (uint64_t)strtoull(at + strlen(name), NULL, 10) << 10;
+}
+
+int _hm_prim_self_anon_bytes(const char *root, uint64_t *out) {
+  char buf[4096];
+  ssize_t n = _hm_prim_read_text(root, "/proc/self/status", buf, sizeof buf);
+  if (n < 0) return (int)n;
+  if (!strstr(buf, "\nRssAnon:")) return -ENODATA;
+  *out = hm__status_kb(buf, "\nRssAnon:") + hm__status_kb(buf, "\nRssShmem:");
+  return 0;
+}

@@ -250,6 +250,10 @@ void _hm_prim_sleep_ns(uint64_t ns);
 const char *_hm_prim_getenv(const char *name);
 /* readlink of /proc/self/exe, NUL-terminated; the length. */
 ssize_t _hm_prim_self_exe(char *buf, size_t len);
+/* The calling process's anonymous and shared memory resident now (RssAnon
+ * plus RssShmem of root's /proc/self/status), in bytes: what a memory
+ * cgroup would charge it besides file pages. */
+int _hm_prim_self_anon_bytes(const char *root, uint64_t *out);
 /* stat(2) of a real path: 1 if it is a directory, 0 if something else. */
 int _hm_prim_stat_dir(const char *path);
 /* _exit(2): no atexit handlers, no stdio flush (usable inside malloc). */

@@ -8,7 +8,16 @@
  * (the WILLNEED eventfd); the handler applies it under the pager lock and,
  * when the cache now holds more than it may, evicts down to it. Growing
  * takes effect at the next fill; faults deferred for want of budget retry
- * within 0.5 ms. Cost to the caller: a store and an eventfd write. */
+ * within 0.5 ms. Cost to the caller: a store and an eventfd write.
+ *
+ * With HM_PAGER_PROCESS_BUDGET the budget bounds the whole process, as a
+ * memory cgroup bounds what Linux swap gets: handler 0 reads the process's
+ * anonymous and shared memory every 100 ms (one /proc/self/status read,
+ * about 20 us), takes the cache and the pager's own memory out of it, and
+ * the cache gets the budget opened with less that other memory (heap
+ * blocks below the interposer's threshold, static data, stacks, tier 0's
+ * blocks in hybrid mode), or the budget set, whichever is less. Between
+ * two measures the process can run over by what it grew in 100 ms. */
 #include <errno.h>
 
 #include "sdm/pager_int.h"
@@ -41,13 +50,46 @@ int hm_pager_set_budget(hm_pager_t *p, uint64_t bytes) {
   return w < 0 ? (int)w : 0;
 }
 
-/* Applies the budget last set (a handler, woken by hm_pager_set_budget):
- * evicts until the cache is within it, or nothing more can go now (units
- * in transit: the next fills evict the rest). */
+/* The budget to apply now (pager lock held): the last one set, and under
+ * HM_PAGER_PROCESS_BUDGET at most what the rest of the process leaves of
+ * the budget opened with. A change smaller than a unit is not applied:
+ * the measure moves by a few pages every time. */
+static uint64_t hm__budget_target(hm_pager_t *p) {
+  uint64_t want = atomic_load_explicit(&p->budget_want, memory_order_relaxed);
+  if (p->cfg.flags & HM_PAGER_PROCESS_BUDGET) {
+    uint64_t left = p->cfg.dram_budget > p->other ? p->cfg.dram_budget - p->other : 0;
+    if (left < want) want = left;
+  }
+  uint64_t d = want > p->budget ? want - p->budget : p->budget - want;
+  return d < p->unit ? p->budget : want;
+}
+
+/* Measures the rest of the process (handler 0, every 100 ms, under
+ * HM_PAGER_PROCESS_BUDGET): 1 when the budget should move. */
+int _hm_sdm_budget_measure(_hm_sdm_handler_t *h, uint64_t now) {
+  hm_pager_t *p = h->p;
+  if (now < p->other_next) return 0;
+  p->other_next = now + 100 * 1000 * 1000;
+  uint64_t all;
+  if (_hm_prim_self_anon_bytes(hm_ctx_fsroot(p->ctx), &all)) return 0;
+  pthread_mutex_lock(&p->lk);
+  /* resident, not used: units being filled are not in RSS yet */
+  uint64_t mine = p->resident + p->own;
+  p->other = all > mine ? all - mine : 0;
+  if (p->other > p->other_peak) p->other_peak = p->other;
+  int move = hm__budget_target(p) != p->budget;
+  pthread_mutex_unlock(&p->lk);
+  return move;
+}
+
+/* Applies the budget last set (a handler, woken by hm_pager_set_budget or
+ * by a measure of the process): evicts until the cache is within it, or
+ * nothing more can go now (units in transit: the next fills evict the
+ * rest). */
 void _hm_sdm_budget_apply(_hm_sdm_handler_t *h) {
   hm_pager_t *p = h->p;
-  uint64_t want = atomic_load_explicit(&p->budget_want, memory_order_relaxed);
   pthread_mutex_lock(&p->lk);
+  uint64_t want = hm__budget_target(p);
   if (want == p->budget) {
     pthread_mutex_unlock(&p->lk);
     return;

@@ -296,9 +296,13 @@ void *_hm_sdm_handler_main(void *arg) {
   (void)_hm_prim_ring_poll(h->ring, p->uffd, HM__TAG_UFFD);
   (void)_hm_prim_ring_poll(h->ring, p->evfd, HM__TAG_EVENT);
   if (h->copier) (void)_hm_prim_ring_poll(h->ring, h->retfd, HM__TAG_RET);
+  /* handler 0 measures the process for HM_PAGER_PROCESS_BUDGET: it waits
+   * at most 100 ms, and one clock read per pass tells when */
+  int measure = h == &p->h[0] && (p->cfg.flags & HM_PAGER_PROCESS_BUDGET);
   while (!atomic_load(&p->stop)) {
     int ready = h->nplans && !h->plan_blocked;
-    hm__poll_once(h, ready ? 0 : h->ndef ? 500 : -1);
+    hm__poll_once(h, ready ? 0 : h->ndef ? 500 : measure ? 100000 : -1);
+    if (measure && _hm_sdm_budget_measure(h, _hm_prim_now_ns())) _hm_sdm_budget_apply(h);
     if (h->ndef) hm__retry_deferred(h);
     /* One prefetch read, then look for faults and completions again. */
     if (h->nplans && !h->plan_blocked) {

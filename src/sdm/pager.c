@@ -161,6 +161,7 @@ void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg) {
                                               : HM_PREFETCH_AUTO;
   cfg->handler_threads = ctx ? (uint32_t)_hm_opt_u64(ctx, HM_OPT_HANDLER_THREADS) : 0;
   cfg->flags = ctx && !_hm_opt_u64(ctx, HM_OPT_COPIER) ? HM_PAGER_NO_COPIER : 0;
+  if (ctx && _hm_opt_u64(ctx, HM_OPT_BUDGET_PROCESS)) cfg->flags |= HM_PAGER_PROCESS_BUDGET;
 
 }
 

@@ -123,6 +123,9 @@ struct hm_pager_s {
   uint64_t budget, budget_low, budget_t0, budget_t;
   double budget_area;
   _Atomic uint64_t budget_want;
+  /* HM_PAGER_PROCESS_BUDGET (budget.c): the rest of the process's memory
+   * at the last measure and its peak, and when handler 0 measures next. */
+  uint64_t other, other_peak, other_next;
   /* Data touched: fetch units of live regions filled at least once, and
    * the most of it at once (footprint_bytes). A program that frees and
    * allocates again counts what it holds, not what it ever held. */
@@ -351,6 +354,7 @@ int _hm_sdm_evict(_hm_sdm_handler_t *h, uint64_t need);
 void _hm_sdm_cap_update(hm_pager_t *p);
 void _hm_sdm_budget_apply(_hm_sdm_handler_t *h);
 void _hm_sdm_budget_figures(hm_pager_t *p, uint64_t *mean, uint64_t *low);
+int _hm_sdm_budget_measure(_hm_sdm_handler_t *h, uint64_t now);
 /* Writes back the dirty pages of one resident unit, keeping it resident. */
 int _hm_sdm_flush_unit(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
                        _hm_prim_page_region_t *vec);

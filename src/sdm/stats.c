@@ -39,6 +39,7 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   s.budget_bytes = p->cfg.dram_budget;
   s.footprint_bytes = p->seen_peak;
   _hm_sdm_budget_figures(p, &s.budget_mean_bytes, &s.budget_low_bytes);
+  s.other_peak_bytes = p->other_peak;
   pthread_mutex_unlock(&p->lk);
   memcpy(out, &s, s.size);
   return 0;
@@ -78,7 +79,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       "\"zero_fills\": %llu, \"minor_hits\": %llu, \"wp_faults\": %llu, \"io_errors\": %llu, "
       "\"own_bytes\": %llu, \"readahead_triggers\": %llu, \"successor_prefetches\": %llu, "
       "\"demand_bytes_read\": %llu, \"footprint_bytes\": %llu, \"resweep_refills\": %llu, "
-      "\"budget_mean_bytes\": %llu, \"budget_low_bytes\": %llu}}",
+      "\"budget_mean_bytes\": %llu, \"budget_low_bytes\": %llu, \"other_peak_bytes\": %llu}}",
       (unsigned long long)s.faults, (unsigned long long)s.fetches,
       (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
       (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
@@ -90,6 +91,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       (unsigned long long)s.own_bytes, (unsigned long long)s.readahead_triggers,
       (unsigned long long)s.successor_prefetches, (unsigned long long)s.demand_bytes_read,
       (unsigned long long)s.footprint_bytes, (unsigned long long)s.resweep_refills,
-      (unsigned long long)s.budget_mean_bytes, (unsigned long long)s.budget_low_bytes);
+      (unsigned long long)s.budget_mean_bytes, (unsigned long long)s.budget_low_bytes,
+      (unsigned long long)s.other_peak_bytes);
   return _hm_sb_take(&sb, out);
 }
