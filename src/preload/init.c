@@ -282,6 +282,12 @@ static int hm__place_storage(void) {
    * they hold at once (srealloc'd arrays, sites that peak apart); the pager
    * gets what they leave at each moment (route.c's hm__pager_share) */
   c->pager_max = c->hybrid && c->budget > c->pager_budget ? c->budget : c->pager_budget;
+  /* budget_process: the pager measures the whole process against the whole
+   * budget (tier 0's blocks and glibc's small blocks included) and keeps to
+   * its share (route.c) as well; flat's share is its least cache */
+  uint64_t whole = 0;
+  if (!hm_option_get_u64(c->ctx, "budget_process", &whole) && whole && c->budget > c->pager_max)
+    c->pager_max = c->budget;
   /* the pager's least cache comes out of the fast budget: DRAM sites and
    * cache together keep to it (1 byte: a budget below that cache leaves
    * tier 0 nothing; 0 would read as unlimited) */

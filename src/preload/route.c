@@ -45,7 +45,8 @@ size_t _hm_pl_thp_advise_size(const char *root) {
 
 /* Hybrid mode: the pager's budget is what tier 0's blocks leave of the
  * fast budget now, at least its share at start-up (the budget less tier 0's
- * capacity: tier 0 never holds more). Called after every change of tier 0's
+ * capacity: tier 0 never holds more). Flat mode with budget_process opens
+ * the pager with the whole budget too, and sets its least cache here once. Called after every change of tier 0's
  * live bytes, each a block of at least the threshold. A change of less than
  * 1/64 of the budget from the last one sent is not sent (tier 0 and the
  * cache then overlap by at most that): a program that makes and frees
@@ -57,7 +58,7 @@ static void hm__pager_share(void) {
       atomic_load_explicit(&c->state, memory_order_acquire) != HM_PL_READY)
     return;
   uint64_t live = atomic_load_explicit(&c->tier_live[0], memory_order_relaxed);
-  uint64_t want = c->budget > live ? c->budget - live : 0;
+  uint64_t want = c->hybrid && c->budget > live ? c->budget - live : 0;
   if (want < c->pager_budget) want = c->pager_budget;
   uint64_t sent = atomic_load_explicit(&c->share_sent, memory_order_relaxed);
   if ((want > sent ? want - sent : sent - want) < c->budget / 64) return;
@@ -84,6 +85,7 @@ static int hm__ensure_pager(void) {
         const char *m = hm_ctx_last_error(_hm_pl_ctx.ctx);
         _hm_pl_die_inside_malloc(m && *m ? m : hm_strerror(rc));
       }
+      atomic_store_explicit(&_hm_pl_ctx.share_sent, cfg.dram_budget, memory_order_relaxed);
       atomic_store_explicit(&_hm_pl_ctx.state, HM_PL_READY, memory_order_release);
       hm__pager_share();
       return 0;

@@ -288,6 +288,34 @@ static int hold(const char *mib_arg, const char *marker) {
   return 3;
 }
 
+/* The budget bounds the process: small_mib in 64 KiB blocks (below the
+ * threshold: plain memory), held while big_mib in one large block is
+ * written and read twice (through the pager). Waits 300 ms in between so
+ * that the pager has measured the small blocks. Prints "outside ok". */
+static int outside(const char *small_arg, const char *big_arg) {
+  size_t small = (size_t)strtoul(small_arg, NULL, 10) * 16, big = strtoul(big_arg, NULL, 10) * MIB;
+  char **blocks = calloc(small, sizeof *blocks);
+  char *b = NULL;
+  if (!blocks) return 1;
+  for (size_t i = 0; i < small; i++) {
+    if (!(blocks[i] = malloc(64 << 10))) return 1;
+    fill(blocks[i], 64 << 10, 500 + i);
+  }
+  struct timespec ts = {0, 300 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  if (!(b = malloc(big))) return 1;
+  fill(b, big, 77);
+  int bad = verify(b, big, 77) != 0 || verify(b, big, 77) != 0;
+  for (size_t i = 0; i < small; i++) {
+    bad |= verify(blocks[i], 64 << 10, 500 + i) != 0;
+    free(blocks[i]);
+  }
+  free(blocks);
+  free(b);
+  if (!bad) printf("outside ok\n");
+  return bad;
+}
+
 /* Where each kind of large block starts within its page, for blocks of
  * sizes not freed before (glibc serves them with mmap). Without an
  * interposer this is glibc's placement, which hetmem must keep. */
@@ -324,6 +352,7 @@ int main(int argc, char **argv) {
     return failures ? 1 : 0;
   }
   if (argc >= 4 && strcmp(argv[1], "hold") == 0) return hold(argv[2], argv[3]);
+  if (argc >= 4 && strcmp(argv[1], "outside") == 0) return outside(argv[2], argv[3]);
   if (argc >= 3 && strcmp(argv[1], "forktouch") == 0) return forktouch(atoi(argv[2]));
   if (argc < 3 || strcmp(argv[1], "check") != 0) {
     fprintf(stderr, "usage: %s check TOTAL_MIB | exit N | child | hold MIB MARKER | forktouch 0|1 | layout\n", argv[0]);

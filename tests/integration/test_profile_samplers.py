@@ -447,7 +447,9 @@ def test_arrays_just_under_the_threshold_get_a_hint(tmp_path: Path) -> None:
     exe = tmp_path / "near"
     subprocess.run([cc, "-O1", "-x", "c", "-", "-o", str(exe)], input=NEAR_SRC, text=True,
                    check=True)  # fmt: skip
-    proc = run_hetmem("profile", "-o", str(tmp_path / "p.prof"), "--", str(exe))
+    proc = run_hetmem(
+        "profile", "--threshold", "1MiB", "-o", str(tmp_path / "p.prof"), "--", str(exe)
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"{sum(range(64))}\n"
     (path,) = profile_files(tmp_path)

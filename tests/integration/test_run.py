@@ -456,6 +456,39 @@ def test_cache_mode_target_checks_every_byte(storage: Path, tmp_path: Path) -> N
 
 @needs_pager
 @needs_target
+@pytest.mark.parametrize("whole", [True, False], ids=["process", "pager-only"])
+def test_cache_budget_bounds_the_process(storage: Path, tmp_path: Path, whole: bool) -> None:
+    # 24 MiB of 64 KiB blocks (below the threshold: plain memory) held while
+    # 64 MiB pass through the pager at a 48 MiB budget: the cache must keep
+    # out of their way, as a memory cgroup of 48 MiB would make swap do, and
+    # say so; HETMEM_BUDGET_PROCESS=0 gives the cache the whole budget back
+    stats = tmp_path / "s.json"
+    proc = run_hetmem(
+        "run", "--mode", "cache", "--fast-budget", "48M", "--storage", str(storage),
+        "--stats", str(stats), "--", str(TARGET), "outside", "24", "64",
+        env=None if whole else {"HETMEM_BUDGET_PROCESS": "0"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "outside ok\n"
+    data = json.loads(stats.read_text())
+    c = data["pager"]["counters"]
+    mib = 1 << 20
+    if whole:
+        # other_peak leaves out the pager's own memory, some of it unreserved
+        assert c["other_peak_bytes"] + c["own_bytes"] >= 24 * mib, c
+        assert c["peak_resident_bytes"] <= 24 * mib, c
+        assert data["pager_summary"]["outside_peak_bytes"] == c["other_peak_bytes"]
+        assert "own memory outside the pager" in proc.stderr
+        assert "--threshold 64K" in proc.stderr
+    else:
+        assert c["other_peak_bytes"] == 0
+        assert c["peak_resident_bytes"] > 32 * mib, c
+        assert "outside the pager" not in proc.stderr
+    assert not list(storage.iterdir())
+
+
+@needs_pager
+@needs_target
 def test_cache_mode_keeps_glibcs_placement_within_the_page(storage: Path) -> None:
     # glibc serves fresh large blocks with an mmap each, 16 bytes in; blocks
     # the pager serves start there too (a page-aligned start made FFTW plan

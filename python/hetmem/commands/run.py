@@ -58,8 +58,9 @@ class Command:
         parser.add_argument(
             "--fast-budget",
             metavar="SIZE",
-            help="DRAM the command may use (default $HETMEM_FAST_BUDGET); at most this "
-            "machine's memory unless HETMEM_BUDGET_OVER_RAM=1",
+            help="DRAM the command may use (default $HETMEM_FAST_BUDGET), per process: the "
+            "pager's cache gets what the rest of the process leaves of it, measured every "
+            "100 ms; at most this machine's memory unless HETMEM_BUDGET_OVER_RAM=1",
         )
         parser.add_argument(
             "--storage",
@@ -74,7 +75,7 @@ class Command:
         parser.add_argument(
             "--threshold",
             metavar="SIZE",
-            help="cache, flat, hybrid: smallest allocation served from a tier (default 1MiB)",
+            help="cache, flat, hybrid: smallest allocation served from a tier (default 256KiB)",
         )
         parser.add_argument(
             "--swap-size",

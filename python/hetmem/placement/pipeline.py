@@ -51,6 +51,17 @@ def gather_profiles(args: list[str]) -> tuple[list[str], list[prof.Profile], lis
             )
         names += files
     profiles = [prof.load(p) for p in names]
+    if any(p.rank is not None for p in profiles):
+        # under an MPI launcher the ranks say so; the launcher and its
+        # daemons (mpirun, orted) share no budget, whatever they allocated
+        extra = [n for n, p in zip(names, profiles, strict=True) if p.rank is None]
+        if extra:
+            keep = [(n, p) for n, p in zip(names, profiles, strict=True) if p.rank is not None]
+            names, profiles = [n for n, _ in keep], [p for _, p in keep]
+            notes.append(
+                f"left out {len(extra)} profile(s) of no MPI rank (the launcher and its "
+                f"daemons beside the ranks): {', '.join(extra)}"
+            )
     if any(p.sites for p in profiles):
         # `hetmem profile -- mpirun ...` also profiles the launcher: no
         # sites, another binary, and it is no rank sharing the budget

@@ -49,6 +49,9 @@ def _cache_env(cfg: RunConfig, stats_file: Path | None) -> dict[str, str]:
     env["LD_PRELOAD"] = so + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
     env["HETMEM_FAST_BUDGET"] = str(cfg.budget)
     env["HETMEM_STORAGE"] = str(cfg.storage)
+    # the budget bounds the command's memory, as the swap baseline's memory
+    # cgroup does: the pager's cache gets what the rest of the process leaves
+    env.setdefault("HETMEM_BUDGET_PROCESS", "1")
     if cfg.threshold is not None:
         env["HETMEM_ALLOC_THRESHOLD"] = str(cfg.threshold)
     if cfg.storage_full is not None:

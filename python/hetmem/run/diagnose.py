@@ -25,6 +25,10 @@ REREAD_HINT = 2.0
 # Slack for the pager's own memory (tables, buffers) and rounding in the
 # suggested budget, on top of the working set itself.
 BUDGET_SLACK = 1.05
+# The command's memory outside the pager (HETMEM_BUDGET_PROCESS) taking
+# this share of the budget or more is worth a line: the cache was that much
+# smaller.
+OUTSIDE_HINT = 0.25
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -53,6 +57,9 @@ def summarize(pager: dict[str, Any] | None) -> dict[str, Any] | None:
         "bytes_read": read,
         "times_read_back": _ratio(read, footprint),
         "cache_bytes": max(cache, 0),
+        # the most the rest of one process held (HETMEM_BUDGET_PROCESS: the
+        # cache got the budget less this), None from a pager that did not measure
+        "outside_peak_bytes": int(c["other_peak_bytes"]) if "other_peak_bytes" in c else None,
         "prefetch_accuracy": _ratio(
             int(c.get("prefetch_used", 0)),
             int(c.get("prefetch_used", 0)) + int(c.get("prefetch_wasted", 0)),
@@ -104,6 +111,25 @@ def hint(
             f"{_budget_text(budget)}, or --mode cache gives it the whole budget"
         )
     return head + left + "; --mode cache gives it the whole budget"
+
+
+def outside(summary: dict[str, Any] | None, budget: int, threshold: int | None) -> str | None:
+    """One line when the command's memory outside the pager (heap blocks
+    below the threshold, static data, stacks) took at least OUTSIDE_HINT of
+    the fast budget, which the cache then did not get."""
+    peak = (summary or {}).get("outside_peak_bytes") or 0
+    if not budget or peak < OUTSIDE_HINT * budget:
+        return None
+    thr = f"the {format_size(threshold)} threshold" if threshold else "the threshold"
+    text = (
+        f"the command's own memory outside the pager (allocations below {thr}, "
+        f"static data, stacks) reached {format_size(peak)} of the {format_size(budget)} "
+        "budget, and the pager's cache got only what it left"
+    )
+    if threshold and threshold > 64 << 10:
+        lower = max(threshold // 4, 64 << 10) >> 10
+        text += f"; --threshold {lower}K pages more of it"
+    return text
 
 
 def line(summary: dict[str, Any] | None) -> str | None:

@@ -199,9 +199,9 @@ def _run_cache(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         rc, wall = _spawn(cfg.command, _cache_env(cfg, lines_file), state, adopt=True)
         procs = _read_interposer_stats(lines_file)
     _merge_procs(stats, procs)
-    _note_tiers(stats, procs, cfg)
     if procs and stats["threshold"] is None:
         stats["threshold"] = procs[0].get("threshold")
+    _note_tiers(stats, procs, cfg)
     stats["processes"] = procs
     return rc, wall
 

@@ -191,6 +191,8 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         procs = _read_interposer_stats(lines_file)
     _merge_procs(stats, procs)
     stats["placement"] = _merge_placement(procs)
+    if procs and stats["threshold"] is None:
+        stats["threshold"] = procs[0].get("threshold")
     _note_tiers(stats, procs, cfg)
     # a full storage tier's fallbacks have their own note
     full_fallbacks = (stats["storage_full"] or {}).get("fallbacks", 0)
@@ -205,7 +207,5 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         cfg.stats is not None,
         slowest,
     )
-    if procs and stats["threshold"] is None:
-        stats["threshold"] = procs[0].get("threshold")
     stats["processes"] = procs
     return rc, wall

@@ -37,7 +37,7 @@ def _sum_numbers(dicts: list[dict[str, Any]]) -> dict[str, Any]:
         for k, v in d.items():
             if isinstance(v, bool) or not isinstance(v, int | float):
                 total.setdefault(k, v)
-            elif k.startswith("peak") or k in ("table_capacity", "threshold"):
+            elif k.startswith("peak") or k in ("table_capacity", "threshold", "other_peak_bytes"):
                 total[k] = max(total.get(k, v), v)
             else:
                 total[k] = total.get(k, 0) + v
@@ -122,6 +122,11 @@ def _note_pager(stats: dict[str, Any], cfg: RunConfig) -> None:
     tip = diagnose.hint(summary, own, cfg.budget if cfg.mode == "hybrid" else None)
     if tip:
         note(tip)
+    # hybrid's pager counts tier 0's blocks as outside memory too: cache
+    # only; blocks a full storage tier left in DRAM have their own note
+    outside = diagnose.outside(summary, cfg.budget, stats.get("threshold"))
+    if outside and cfg.mode == "cache" and not (stats.get("storage_full") or {}).get("fallbacks"):
+        note(outside)
 
 
 def _merge_storage_full(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
