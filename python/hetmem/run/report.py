@@ -77,9 +77,10 @@ def _note_tiers(stats: dict[str, Any], procs: list[dict[str, Any]], cfg: RunConf
 
 def _note_statics(procs: list[dict[str, Any]]) -> None:
     """Once per program and segment: large static data that stayed in plain
-    memory (all of it, or the part written before main), with its size and
-    why; the interposer's statistics list every segment."""
+    memory (all of it, or the part written before main), with its size; one
+    line per reason (the interposer's statistics list every segment)."""
     said: set[tuple[str, str, str]] = set()
+    by_why: dict[str, list[str]] = {}
     for q in procs:
         for st in q.get("statics") or ():
             key = (str(st.get("module")), str(st.get("segment")), str(st.get("symbol") or ""))
@@ -92,7 +93,13 @@ def _note_statics(procs: list[dict[str, Any]]) -> None:
                 continue
             said.add(key)
             part = f", {format_size(managed)} of it on a slower tier" if managed else ""
-            note(f"{static_label(st)} ({format_size(size)}{part}) is not managed: {why}")
+            label = f"{static_label(st)} ({format_size(size)}{part})"
+            by_why.setdefault(str(why), []).append(label)
+    for why, items in by_why.items():
+        if len(items) == 1:
+            note(f"{items[0]} is not managed: {why}")
+        else:
+            note(f"{len(items)} static data areas are not managed ({why}): {'; '.join(items)}")
 
 
 def static_label(st: dict[str, Any]) -> str:
