@@ -396,18 +396,19 @@ def test_advise_cli(tmp_path, hetmem):
 
 def test_advise_leaves_out_launcher_profiles(tmp_path, hetmem):
     # `hetmem profile -- mpirun -np 2 app`: two ranks' profiles and mpirun's,
-    # which has no sites; it must neither count as a rank nor be the binary
+    # which has no rank (and a site of its own: blocks of 256 KiB and more);
+    # it must neither count as a rank nor be the binary
     sites = [seg_site(0x10 + i, [(0, 500, 100)], 10 * (i + 1)) for i in range(2)]
     for r in (0, 1):
         (tmp_path / f"p.prof.{r}.1{r}").write_text(prof_text(sites, rank=r))
     hdr = P.default_header(hostname="n1", depth=4, wall_ns=WALL)
-    launcher = P.dumps(hdr, [("/usr/bin/orterun", "ef" * 20)], [])
+    launcher = P.dumps(hdr, [("/usr/bin/orterun", "ef" * 20)], [seg_site(0x99, [(0, 300, 100)], 5)])
     (tmp_path / "p.prof.norank.9").write_text(launcher)
     out = tmp_path / "p.toml"
     files = sorted(str(f) for f in tmp_path.glob("p.prof.*"))
     proc = hetmem("advise", *files, "--fast-budget", "1000", "-o", str(out), "--no-symbols")
     assert proc.returncode == 0, proc.stderr
-    assert "left out 1 profile(s) with no allocation site" in proc.stdout + proc.stderr
+    assert "left out 1 profile(s) of no MPI rank" in proc.stdout + proc.stderr
     p = PL.load(out)
     assert p.meta["merged_profiles"] == 2 and p.meta["ranks_per_node"] == 2
     assert p.modules[p.binary].path == "/bin/app"

@@ -446,6 +446,9 @@ def summarize(recs: list[dict[str, Any]], modes: list[str]) -> dict[str, dict[st
             "time_s": statistics.median(times) if ok else None,
             "errors": [r["error"] for r in rs if r["error"]],
             "error_kinds": sorted({r["error_kind"] for r in rs if r["error"]}),
+            # what the modes had of DRAM: the budget bounds each process's
+            # memory in every tiered mode (file pages of code included here)
+            "peak_rss_bytes": max((r.get("max_rss_bytes") or 0 for r in rs), default=0),
         }
         # Linux swap OOM-killed under its cgroup: what a user of the baseline
         # gets, not a failure of hetmem (harness.hard_failures alike)
@@ -535,12 +538,13 @@ def print_tables(data: dict[str, Any]) -> None:
     for app, res in data["apps"].items():
         for pct, bd in res["budgets"].items():
             rows = [
-                [mode, _r(row["time_s"]), _r(row["efficiency"]), _r(row["vs_swap"]), _outcome(row)]
+                [mode, _r(row["time_s"]), _r(row["efficiency"]), _r(row["vs_swap"]),
+                 format_size(row.get("peak_rss_bytes") or 0), _outcome(row)]
                 for mode, row in bd["modes"].items()
-            ]
+            ]  # fmt: skip
             output.table(
                 f"{app} at {pct}% of dram's peak RSS ({format_size(bd['budget_bytes'])})",
-                ["mode", "time (s)", "efficiency", "vs swap", "output"],
+                ["mode", "time (s)", "efficiency", "vs swap", "peak RSS", "output"],
                 rows,
             )
         if not res["budgets"]:
