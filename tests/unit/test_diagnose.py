@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hetmem.run import diagnose
+from hetmem.run import diagnose, report
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -94,3 +94,30 @@ def test_hybrid_hint_names_the_placement_not_a_larger_budget() -> None:
     # Cache mode keeps its hint.
     plain = diagnose.hint(s, 2 * MiB)
     assert plain is not None and "a budget of 412M would hold it (--fast-budget)" in plain
+
+
+def test_an_idle_helpers_pager_does_not_count_as_cache() -> None:
+    # LAMMPS under hybrid at 25%: lmp's pager had 10 MiB on average, Open
+    # MPI's orted opened one with the whole budget for one 544 KiB block;
+    # summed, the hint said the sites left the pager 362 of 367 MiB
+    lmp = _pager(footprint_bytes=460 * MiB, budget_mean_bytes=10 * MiB, own_bytes=8 * MiB)
+    orted = _pager(footprint_bytes=576 << 10, budget_mean_bytes=367 * MiB, own_bytes=7 * MiB)
+    merged = report._merge_pagers([lmp, orted])
+    assert merged["counters"]["budget_mean_bytes"] == 10 * MiB
+    assert merged["counters"]["own_bytes"] == 8 * MiB
+    assert merged["counters"]["footprint_bytes"] == 460 * MiB + (576 << 10)  # others summed
+    # two ranks of similar size: both count
+    two = report._merge_pagers([lmp, dict(lmp)])
+    assert two["counters"]["budget_mean_bytes"] == 20 * MiB
+
+
+def test_outside_memory_note() -> None:
+    s = diagnose.summarize(_pager(other_peak_bytes=24 * MiB))
+    assert s is not None and s["outside_peak_bytes"] == 24 * MiB
+    text = diagnose.outside(s, 48 * MiB, 256 << 10)
+    assert text is not None and "reached 24 MiB of the 48 MiB budget" in text
+    assert text.endswith("--threshold 64K pages more of it")
+    assert diagnose.outside(s, 128 * MiB, 256 << 10) is None  # under a quarter
+    old = diagnose.summarize(_pager())  # a pager that did not measure
+    assert old is not None and old["outside_peak_bytes"] is None
+    assert diagnose.outside(old, 48 * MiB, 1 << 20) is None

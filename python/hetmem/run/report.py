@@ -51,6 +51,15 @@ def _merge_pagers(pagers: list[dict[str, Any]]) -> dict[str, Any]:
     counters = [p["counters"] for p in pagers if isinstance(p.get("counters"), dict)]
     if counters:
         merged["counters"] = _sum_numbers(counters)
+        # the cache the command had: that of the processes whose pager held
+        # data (at least 1/16 of the most any held); a helper that opened
+        # one for a block or two (Open MPI's orted) would add a whole idle
+        # budget to it
+        top = max(int(c.get("footprint_bytes") or 0) for c in counters)
+        used = [c for c in counters if int(c.get("footprint_bytes") or 0) * 16 >= top] or counters
+        for k in ("budget_mean_bytes", "budget_low_bytes", "budget_bytes", "own_bytes"):
+            if all(k in c for c in used):
+                merged["counters"][k] = sum(int(c[k]) for c in used)
     else:
         merged = _sum_numbers(pagers)
     merged["processes"] = len(pagers)
