@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hetmem.h"
@@ -16,6 +17,11 @@ static char hm_sdm_dir[256];
 
 /* Opens a pager with cfg; NULL (and the context's message on stderr) when
  * that fails, which the caller counts as a failed check. */
+static inline void hm_sdm_sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
 static inline hm_pager_t *hm_sdm_open(hm_ctx_t *ctx, const hm_pager_config_t *cfg) {
   hm_pager_t *p = NULL;
   if (hm_pager_open(ctx, cfg, &p) != 0) {

@@ -19,19 +19,6 @@
 #define OTHER (40 * MiB)
 #define REGION (128 * MiB)
 
-static hm_pager_stats_t stats(hm_pager_t *p) {
-  hm_pager_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  (void)hm_pager_stats(p, &s);
-  return s;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* Writes then reads back the region twice; the wrong words. */
 static uint64_t sweep(uint64_t *a, uint64_t salt) {
   const size_t n = REGION / 8;
@@ -65,15 +52,15 @@ static void run(hm_ctx_t *ctx, const char *dir, uint32_t flags, uint64_t *peak_w
   CHECK(other != MAP_FAILED);
   if (!a || other == MAP_FAILED) return;
   memset(other, 1, OTHER); /* resident: RssAnon */
-  sleep_ms(300);           /* handler 0 measures every 100 ms */
+  hm_sdm_sleep_ms(300);           /* handler 0 measures every 100 ms */
   CHECK_EQ_INT(sweep(a, 3), 0);
-  hm_pager_stats_t s = stats(p);
+  hm_pager_stats_t s = hm_sdm_stats(p);
   *peak_with = s.peak_resident_bytes;
   *other_peak = s.other_peak_bytes + s.own_bytes;
   munmap(other, OTHER);
-  sleep_ms(300);
+  hm_sdm_sleep_ms(300);
   CHECK_EQ_INT(sweep(a, 5), 0);
-  s = stats(p);
+  s = hm_sdm_stats(p);
   *held_after = s.resident_bytes + s.own_bytes;
   CHECK(s.resident_bytes + s.own_bytes <= BUDGET);
   CHECK_EQ_INT(hm_pager_unmap(p, a, REGION), 0);

@@ -22,28 +22,15 @@
 #define REGION (128 * MiB)
 #define NT 3
 
-static hm_pager_stats_t stats(hm_pager_t *p) {
-  hm_pager_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  (void)hm_pager_stats(p, &s);
-  return s;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* Waits up to 2 s for the cache to be within budget b (own memory
  * included); the bytes resident over it at the end. */
 static uint64_t over_after_wait(hm_pager_t *p, uint64_t b) {
   for (int i = 0; i < 200; i++) {
-    hm_pager_stats_t s = stats(p);
+    hm_pager_stats_t s = hm_sdm_stats(p);
     if (s.resident_bytes + s.own_bytes <= b) return 0;
-    sleep_ms(10);
+    hm_sdm_sleep_ms(10);
   }
-  hm_pager_stats_t s = stats(p);
+  hm_pager_stats_t s = hm_sdm_stats(p);
   return s.resident_bytes + s.own_bytes - b;
 }
 
@@ -82,7 +69,7 @@ static void moving_budget(hm_pager_t *p, uint64_t *a) {
   }
   for (int i = 0; i < 100; i++) {
     CHECK_EQ_INT(hm_pager_set_budget(p, i % 2 ? BUDGET : SMALL), 0);
-    sleep_ms(5);
+    hm_sdm_sleep_ms(5);
   }
   atomic_store(&stop, 1);
   uint64_t ops = 0, bad = 0;
@@ -113,7 +100,7 @@ int main(void) {
   if (!a) return hm_test_done("test_sdm_setbudget");
   const size_t n = REGION / 8;
   for (size_t i = 0; i < n; i++) a[i] = hm_sdm_mix(i ^ 7); /* dirty, past the budget */
-  hm_pager_stats_t s = stats(p);
+  hm_pager_stats_t s = hm_sdm_stats(p);
   CHECK(s.resident_bytes + s.own_bytes <= BUDGET);
   CHECK(s.resident_bytes > BUDGET / 2); /* the cache was used */
 
@@ -124,7 +111,7 @@ int main(void) {
          (unsigned long long)over);
   CHECK_EQ_INT(over, 0);
   CHECK_EQ_INT(check_words(a, n, 7), 0);
-  s = stats(p);
+  s = hm_sdm_stats(p);
   CHECK(s.resident_bytes + s.own_bytes <= SMALL);
   CHECK(s.budget_low_bytes <= SMALL && s.budget_low_bytes > SMALL / 2);
 
@@ -132,12 +119,12 @@ int main(void) {
    * 16 MiB at least 32 MiB of it would be read again; the pager evicts some
    * of a sweep behind it in a region larger than its cache). */
   CHECK_EQ_INT(hm_pager_set_budget(p, 10 * BUDGET), 0); /* taken as the opened budget */
-  sleep_ms(20);
+  hm_sdm_sleep_ms(20);
   const size_t span = 48 * MiB / 8;
   CHECK_EQ_INT(check_words(a, span, 7), 0);
-  hm_pager_stats_t s0 = stats(p);
+  hm_pager_stats_t s0 = hm_sdm_stats(p);
   CHECK_EQ_INT(check_words(a, span, 7), 0);
-  hm_pager_stats_t s1 = stats(p);
+  hm_pager_stats_t s1 = hm_sdm_stats(p);
   printf("second read of 48 MiB at %llu MiB: %llu MiB read\n",
          (unsigned long long)(BUDGET / MiB),
          (unsigned long long)((s1.bytes_read - s0.bytes_read) / MiB));
