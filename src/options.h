@@ -33,7 +33,7 @@ typedef enum _hm_opt_kind_e {
     "gets what the rest of the process leaves (measured every 100 ms; hetmem run sets it)")    \
   X(COPIER, copier, BOOL, "1",                                                               \
     "pager: install prefetched units on a thread beside each handler (2+ CPUs)")             \
-  X(ALLOC_THRESHOLD, alloc_threshold, SIZE, "256KiB",                                        \
+  X(ALLOC_THRESHOLD, alloc_threshold, SIZE, "1MiB",                                          \
     "smallest allocation the interposer serves from a tier")                                  \
   X(STATS, stats, STR, "", "file the interposer writes its statistics to at exit")          \
   X(STORAGE_FULL, storage_full, STR, "error",                                               \

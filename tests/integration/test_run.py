@@ -479,7 +479,7 @@ def test_cache_budget_bounds_the_process(storage: Path, tmp_path: Path, whole: b
         assert c["peak_resident_bytes"] <= 24 * mib, c
         assert data["pager_summary"]["outside_peak_bytes"] == c["other_peak_bytes"]
         assert "own memory outside the pager" in proc.stderr
-        assert "--threshold 64K" in proc.stderr
+        assert "--threshold 256K" in proc.stderr
     else:
         assert c["other_peak_bytes"] == 0
         assert c["peak_resident_bytes"] > 32 * mib, c

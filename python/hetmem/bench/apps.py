@@ -11,7 +11,9 @@ melt example on a box of 4 nx^3 atoms, 50 steps). Each runs with
 folder of the result folder, where its input is written and its output
 stays. For each application: dram runs first (--repeat times; its peak RSS
 is the measured footprint and its output the reference); then, when flat or
-hybrid is asked for, one `hetmem profile` run; then for each budget (a
+hybrid is asked for, one `hetmem profile` run (LAMMPS: with --threshold
+256K, as in its tiered runs: its neighbour list is in 390 KiB pages, which
+the budget would otherwise hold outside the pager); then for each budget (a
 percentage of that peak RSS) `hetmem advise` of the profile, and --repeat
 rounds of cache, swap, flat and hybrid (the order rotates by one place per
 round). A mode's time is the median of its runs' wall times (hetmem run's
@@ -338,7 +340,8 @@ def _profile(b: Bench, app: App, params: dict[str, int], ref: dict[str, Any]) ->
     _say(f"{app.name}: profile")
     prof = b.outdir / "runs" / app.name / "profile" / f"{app.name}.prof"
     rec = _base(app, "profile", 0, None, None)
-    rec |= run_app(b, app, params, "profile", ["profile", "-o", str(prof)])
+    thr = ["--threshold", str(app.threshold)] if app.threshold else []
+    rec |= run_app(b, app, params, "profile", ["profile", *thr, "-o", str(prof)])
     judge(rec, app, ref)
     rec["profile"] = ""
     if not rec["error"]:
@@ -392,6 +395,8 @@ def _tiered_run(b: Bench, ab: AppBudget, mode: str, r: int) -> dict[str, Any]:
         return rec
     stats = b.outdir / "runs" / app.name / label / "stats.json"
     pre = mode_args(b, mode, ab.budget, ab.placement, stats)
+    if app.threshold and mode in ("cache", "flat", "hybrid"):
+        pre += ["--threshold", str(app.threshold)]
     rec |= run_app(b, app, ab.params, label, pre)
     judge(rec, app, ab.ref)
     return rec

@@ -71,9 +71,9 @@ class Command:
         parser.add_argument(
             "--threshold",
             metavar="SIZE",
-            default="256KiB",
+            default="1MiB",
             help="allocations of at least SIZE are recorded one by one; smaller ones are "
-            "counted per caller (default 256KiB, as hetmem run)",
+            "counted per caller (default 1MiB, as hetmem run)",
         )
         parser.add_argument(
             "--period",

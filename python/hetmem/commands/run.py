@@ -75,7 +75,9 @@ class Command:
         parser.add_argument(
             "--threshold",
             metavar="SIZE",
-            help="cache, flat, hybrid: smallest allocation served from a tier (default 256KiB)",
+            help="cache, flat, hybrid: smallest allocation served from a tier (default 1MiB; "
+            "smaller blocks count against the budget outside the pager: a program with much "
+            "memory in them wants less, as the end-of-run note says)",
         )
         parser.add_argument(
             "--swap-size",
