@@ -191,6 +191,7 @@ PRELOAD_CASES = [
     ({"HETMEM_PLACEMENT": "{tmp}/split-nosite.compact"}, "placement", "not there"),
     ({"HETMEM_PLACEMENT": "{tmp}/split-bad.compact"}, "placement", "bad split line"),
     ({"HETMEM_FAST_BUDGET": "64M", "HETMEM_STATICS": "perhaps"}, "", "HETMEM_STATICS"),
+    ({"HETMEM_FAST_BUDGET": "64M", "HETMEM_BUDGET_PROCESS": "maybe"}, "", "HETMEM_BUDGET_PROCESS"),
 ]
 # split lines (split placement): for a site the table lacks, and malformed
 SITE_TABLE = EMPTY_TABLE.replace("modules 0\nsites 0\n", "modules 1\nmodule 0 - /bin/true\n"
