@@ -46,8 +46,8 @@ size_t _hm_pl_thp_advise_size(const char *root) {
 /* Hybrid mode: the pager's budget is what tier 0's blocks leave of the
  * fast budget now, at least its share at start-up (the budget less tier 0's
  * capacity: tier 0 never holds more). Flat mode with budget_process opens
- * the pager with the whole budget too, and sets its least cache here once. Called after every change of tier 0's
- * live bytes, each a block of at least the threshold. A change of less than
+ * the pager with the whole budget too, and sets its least cache here once.
+ * Called after every change of tier 0's live bytes, each a block of at least the threshold. A change of less than
  * 1/64 of the budget from the last one sent is not sent (tier 0 and the
  * cache then overlap by at most that): a program that makes and frees
  * blocks of a few MiB in a loop pays two loads, not an eventfd write

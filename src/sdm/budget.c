@@ -13,7 +13,7 @@
  * With HM_PAGER_PROCESS_BUDGET the budget bounds the whole process, as a
  * memory cgroup bounds what Linux swap gets: handler 0 reads the process's
  * anonymous and shared memory every 100 ms (one /proc/self/status read,
- * about 20 us), takes the cache and the pager's own memory out of it, and
+ * 10 us here), takes the cache and the pager's own memory out of it, and
  * the cache gets the budget opened with less that other memory (heap
  * blocks below the interposer's threshold, static data, stacks, tier 0's
  * blocks in hybrid mode), or the budget set, whichever is less. Between

@@ -37,13 +37,7 @@ static uint64_t sweep(uint64_t *a, uint64_t salt) {
  * memory is freed, what it holds after a second sweep. */
 static void run(hm_ctx_t *ctx, const char *dir, uint32_t flags, uint64_t *peak_with,
                 uint64_t *held_after, uint64_t *other_peak) {
-  hm_pager_config_t cfg;
-  hm_pager_config_default(ctx, &cfg);
-  cfg.dram_budget = BUDGET;
-  cfg.backing_dir = dir;
-  cfg.fetch_unit = 256 * 1024;
-  cfg.flags = flags;
-  hm_pager_t *p = hm_sdm_open(ctx, &cfg);
+  hm_pager_t *p = hm_sdm_open_flags(ctx, dir, BUDGET, 256 * 1024, flags);
   CHECK(p != NULL);
   if (!p) return;
   uint64_t *a = NULL;
