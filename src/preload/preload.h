@@ -334,6 +334,7 @@ typedef struct _hm_pl_static_s {
   int data;          /* initialized (.data); else zero-initialized (.bss) */
   int site;          /* profile site slot, or placement site index + 1; 0 none */
   int tier;          /* placement: the tier of [at, at + managed); -1 none */
+  int noreserve;     /* profile: its own mapping was made MAP_NORESERVE */
   char module[256];
   char symbol[64];   /* "" when the segment is whole */
   const char *why;   /* why not (wholly) managed; NULL when it is */

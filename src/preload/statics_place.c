@@ -9,7 +9,8 @@
  * site. It is allocated once, before main, and never freed.
  *
  * Profile mode: the array's untouched pages become a tracked block of its
- * site, so the samplers credit its accesses as for a heap block.
+ * site, so the samplers credit its accesses as for a heap block (under the
+ * refs sampler in a mapping of their own, hm__own_mapping).
  * Placement mode: its site's tier decides, as for an allocation, except
  * that the memory already exists at a fixed address: the fast tier (or a
  * split's head) leaves it in plain memory, a NUMA tier binds its untouched
@@ -37,12 +38,49 @@ static void hm__stack_of(uintptr_t addr, _hm_pl_stack_t *st) {
   _hm_pl_stack_hash(st);
 }
 
+/* Whether the mapping of [a, b) is to be MAP_NORESERVE: yes, unless an
+ * array remapped before touches it and is. */
+static int hm__noreserve_for(uintptr_t a, uintptr_t b) {
+  const _hm_pl_ctx_t *c = &_hm_pl_ctx;
+  for (int i = 0; i < c->nstatics; i++) {
+    const _hm_pl_static_t *o = &c->statics[i];
+    if (o->managed && (o->at + o->managed == a || o->at == b)) return !o->noreserve;
+  }
+  return 1;
+}
+
+/* Profile mode under the refs sampler, which counts per mapping: the
+ * untouched pages [a, b) of one array get a mapping of their own, so that
+ * its count is its own, where the arrays of one .bss shared the segment's
+ * count by size (a hot and a cold array read alike). The pages are zeros
+ * (untouched), so a fresh anonymous mapping over them changes nothing the
+ * program sees. The kernel merges adjacent anonymous mappings whose flags
+ * agree; MAP_NORESERVE is a flag bit (VM_NORESERVE against the .bss's
+ * VM_ACCOUNT) that changes nothing else where memory is overcommitted
+ * heuristically, the default: so the mapping is MAP_NORESERVE, or not where
+ * an array remapped before touches it and is. Where the kernel refuses
+ * (or ignores the flag: overcommit_memory=2), the count is shared as
+ * before. Cost: one mmap per large static array, once, before main. */
+static void hm__own_mapping(_hm_pl_static_t *s, uintptr_t a, uintptr_t b) {
+  int nr = hm__noreserve_for(a, b);
+  void *got = NULL;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | (nr ? MAP_NORESERVE : 0);
+  if (_hm_prim_sys_mmap((void *)a, b - a, PROT_READ | PROT_WRITE, flags, -1, 0, &got) == 0) {
+    s->noreserve = nr;
+    return;
+  }
+  /* a MAP_FIXED that fails may have unmapped the range: zeros again */
+  (void)_hm_prim_sys_mmap((void *)a, b - a, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0, &got);
+}
+
 void _hm_pl_statics_profile(_hm_pl_static_t *s) {
   uintptr_t a = 0, b = 0;
   if (!_hm_pl_statics_untouched(s->lo, s->hi, &a, &b) || b <= a) {
     s->why = "written before main: not profiled";
     return;
   }
+  if (_hm_pl_ctx.own_maps) hm__own_mapping(s, a, b);
   _hm_pl_stack_t st;
   hm__stack_of(s->sym, &st);
   uint32_t site = _hm_pl_prof_site(&st);

@@ -132,3 +132,33 @@ def test_static_arrays_are_sites_placed_by_flat_mode(tmp_path: Path) -> None:
     assert sum(s["bytes"][0] for s in placed) == fast
     assert stats["pager"]["counters"]["footprint_bytes"] >= 3 * ELEMENTS * 8 - fast
     assert "is not managed" not in err
+
+
+STATICS_TARGET = CBUILD / "hm_statics_target"
+
+
+@pytest.mark.skipif(not STATICS_TARGET.exists(), reason=f"{STATICS_TARGET} not built")
+def test_refs_sampler_tells_static_arrays_apart(tmp_path: Path) -> None:
+    """Three 8 MiB arrays of one .bss, touching one another: the refs
+    sampler counts per mapping, and each array now has one of its own, so
+    the two swept ones read hot and the one left alone cold. When they
+    shared the .bss's mapping all three came out alike (23528 samples each
+    on the build before this test)."""
+    prof = tmp_path / "t.prof"
+    proc = run_hetmem(
+        "profile", "-o", str(prof), "--sampler", "refs", "--", str(STATICS_TARGET), "1.5",
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[0])["cold"] == 2  # data intact
+    (prof,) = tmp_path.glob("t.prof*")
+    show = run_hetmem("profile", "show", str(prof), "--json", timeout=120)
+    assert show.returncode == 0, show.stderr
+    loads = {
+        s["label"].split()[1]: s["samples"]["loads"] + s["samples"]["stores"]
+        for s in json.loads(show.stdout)["sites"]
+    }
+    assert sorted(loads) == ["cold_b", "hot_a", "hot_c"], loads
+    # cold_b is touched in one interval: its 2048 pages once
+    assert loads["cold_b"] <= 3 * 2048, loads
+    assert min(loads["hot_a"], loads["hot_c"]) >= 4 * loads["cold_b"], loads
