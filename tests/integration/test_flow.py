@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -697,3 +698,17 @@ def test_parallel_reference_sets_parallel_modes_level(monkeypatch):
     io2 = {"dram/p1": dict(io["dram/p1"]), "file:/x/p1": dict(io["dram/p1"], put=1e-4, get=1e-4)}
     ref = model.parallel_reference(s, ["dram", "file:/x"], kt, io2, cal, 0.0)
     assert seen == [("parallel", "file:/x", 1)] and ref["ranks"]["1"]["tier"] == "file:/x"
+
+
+def test_adios_comparison_leaves_nothing_in_tmp():
+    # ADIOS2's BP5 reader writes /tmp/NAME_PID_profiling.json whatever the
+    # folder of its stream: 96 of them had piled up in this machine's /tmp
+    from hetmem.flow import bench
+
+    py = bench.adios_python()
+    if py is None:
+        pytest.skip("no interpreter with adios2")
+    before = set(Path("/tmp").glob("*_profiling.json"))
+    res = bench.run_adios(py, "BP5", 2, 1 << 16, 2)
+    assert "error" not in res and res["get_s"] > 0, res
+    assert set(Path("/tmp").glob("*_profiling.json")) <= before

@@ -21,6 +21,8 @@ memcpy bandwidth.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import shutil
@@ -117,7 +119,10 @@ def _best(times: list[float]) -> float:
 
 def run_adios(py: str, engine: str, n: int, size: int, steps: int) -> dict[str, float]:
     tmp = tempfile.mkdtemp(prefix="hetmem-adios-")
-    path = os.path.join(tmp, "stream.bp" if engine == "BP5" else "stream")
+    # a name of its own: BP5's reader writes /tmp/NAME_PID_profiling.json
+    # whatever the folder (ADIOS2 2.12), removed below
+    name = f"hetmem-stream-{uuid.uuid4().hex[:12]}"
+    path = os.path.join(tmp, name + (".bp" if engine == "BP5" else ""))
     env = dict(os.environ, OMP_NUM_THREADS="1")
     args = [str(n), str(size), str(steps)]
 
@@ -157,6 +162,9 @@ def run_adios(py: str, engine: str, n: int, size: int, steps: int) -> dict[str, 
         return {"error": "timed out"}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        for left in glob.glob(f"/tmp/{glob.escape(name)}*_profiling.json"):
+            with contextlib.suppress(OSError):
+                os.unlink(left)
 
 
 def python_path(tier: str, size: int, n: int, steps: int) -> dict[str, float]:
