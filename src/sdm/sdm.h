@@ -23,6 +23,10 @@ enum { HM_U_NONE = 0, HM_U_FILLING = 1, HM_U_RES = 2, HM_U_BUSY = 3 };
 #define HM_UF_SEEN 0x08u   /* filled at least once (counted in the footprint) */
 #define HM_UF_OUT 0x10u    /* evicted since its last fill: out_at is when */
 #define HM_UF_MRU_OUT 0x20u /* ...and evicted first, as left behind by a stream */
+/* Heat, 0-3: how often in a row it came back soon after CLOCK evicted it
+ * (evict.c, hm__judge_refill); its slot gets as many extra turns. */
+#define HM_UF_HEAT_SHIFT 6
+#define HM_UF_HEAT (3u << HM_UF_HEAT_SHIFT)
 
 typedef struct _hm_sdm_unit_s {
   uint8_t state;
@@ -48,6 +52,7 @@ typedef struct _hm_sdm_slot_s {
                          0x80 when it is the unit's last page (a backward stream), 0: none */
   uint8_t demoted;    /* queued for eviction first, behind a stream (reset when reused) */
   uint8_t mru_victim; /* being evicted as a unit left behind (HM_UF_MRU_OUT once out) */
+  uint8_t heat;       /* CLOCK turns it may still skip unreferenced (HM_UF_HEAT) */
   uint8_t walk;       /* random fills that each began where the last one ended, in a row */
   uint8_t installing; /* anonymous mode: a fill's pages are being copied in (fault.c) */
   uint16_t walk_next; /* 1 + the page after the last random fill's run, 0: none */
