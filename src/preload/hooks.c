@@ -186,10 +186,15 @@ static void *hm__realloc_large(_hm_pl_block_t *b, void *ptr, size_t size) {
     _hm_pl_large_free(b);
     return NULL;
   }
-  if (hm__realloc_stays(b, size) && size >= _hm_pl_thr() && size <= usable) {
+  int stays = hm__realloc_stays(b, size) && size >= _hm_pl_thr();
+  if (stays && size <= usable) {
     hm__realloc_in_place(b, size);
     return ptr;
   }
+  void *g = NULL; /* glibc's tier: glibc resizes it (mremap, no copy) */
+  if (stays && b->backend == HM_PL_FAST && _hm_pl_ctx.mode == HM_PL_M_PLACE &&
+      _hm_pl_realloc_glibc(b, ptr, size, &g))
+    return g;
   void *n = NULL;
   int retired = _hm_pl_realloc_retire(b, -1);
   if (size >= _hm_pl_thr()) {

@@ -502,6 +502,8 @@ void _hm_pl_large_free(_hm_pl_block_t *b);
 /* realloc moving a block: its bytes given back first (sign -1; 1 when
  * done) or taken again (+1, the move failed); then freed with retired set. */
 int _hm_pl_realloc_retire(_hm_pl_block_t *b, int sign);
+/* Resizes a block of glibc's tier in glibc (route.c); 0 when it cannot. */
+int _hm_pl_realloc_glibc(_hm_pl_block_t *b, void *ptr, size_t size, void **out);
 void _hm_pl_large_free_moved(_hm_pl_block_t *b, int retired);
 /* 1 (errno ENOMEM) when the last large request was refused by policy. */
 int _hm_pl_refused(void);

@@ -288,14 +288,20 @@ static void hm__release_memory(uint16_t backend, void *base, uintptr_t key, size
   }
 }
 
-/* Advises the huge-page-aligned part of a DRAM or NUMA block (see
+/* Advises a DRAM or NUMA block that holds a huge-page-aligned part (see
  * _hm_pl_thp_advise_size). One madvise per large block, beside the mmap that
  * serves it; a block of glibc's heap is advised too (glibc's own
- * malloc.hugetlb=1 does the same). */
+ * malloc.hugetlb=1 does the same). The block's whole pages are advised, not
+ * only that part: a block glibc mmapped is then still one mapping, which
+ * glibc's realloc can mremap (across the three mappings that advising the
+ * part made, mremap failed with EFAULT and glibc copied the block: tier 0's
+ * grown arrays were copied whole, both copies resident). huge_bytes counts
+ * the aligned part, where huge pages can be. */
 static void hm__advise_huge(void *p, size_t size) {
   uintptr_t h = _hm_pl_ctx.huge, a = ((uintptr_t)p + h - 1) & ~(h - 1);
-  uintptr_t e = ((uintptr_t)p + size) & ~(h - 1);
-  if (e > a && _hm_prim_advise_hugepage((void *)a, e - a) == 0)
+  uintptr_t e = ((uintptr_t)p + size) & ~(h - 1), pg = _hm_pl_ctx.page;
+  uintptr_t lo = (uintptr_t)p & ~(pg - 1), hi = ((uintptr_t)p + size + pg - 1) & ~(pg - 1);
+  if (e > a && _hm_prim_advise_hugepage((void *)lo, hi - lo) == 0)
     atomic_fetch_add_explicit(&_hm_pl_ctx.huge_bytes, e - a, memory_order_relaxed);
 }
 
@@ -553,6 +559,52 @@ int _hm_pl_realloc_retire(_hm_pl_block_t *b, int sign) {
   if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) _hm_pl_prof_live(b->site, sign * (int64_t)req);
   else if (_hm_pl_ctx.mode == HM_PL_M_PLACE) _hm_pl_tier_account(b->tier, req, sign);
   else return 0;
+  return 1;
+}
+
+/* Placement: a block of glibc's tier that stays there is resized by glibc
+ * itself (the caller checked that its site still wants that tier). glibc
+ * moves a block it mmapped with mremap: page tables move, no byte is
+ * copied, and there is never a second copy in memory. Moved by the generic
+ * path instead (new block, memcpy, free), LAMMPS's per-atom arrays, grown
+ * by srealloc 16384 atoms at a time, were copied whole at each step, and
+ * tier 0 held both copies at once beyond its capacity. The old entry leaves
+ * the table before glibc frees the old block, whose address glibc may hand
+ * to another thread at once. 0: not done, tier 0 has no room for the growth
+ * (b is as it was: the caller moves the block); 1: done, *out the block,
+ * or NULL with errno ENOMEM when glibc refused (ptr as it was). */
+int _hm_pl_realloc_glibc(_hm_pl_block_t *b, void *ptr, size_t size, void **out) {
+  size_t req = atomic_load_explicit(&b->req, memory_order_relaxed);
+  uint16_t tier = b->tier, flags = b->flags;
+  uint32_t site = b->site;
+  uint64_t t_alloc = b->t_alloc;
+  if (size > req && !_hm_pl_tier_reserve(tier, size - req)) return 0;
+  _hm_pl_table_remove(&_hm_pl_ctx.table, b);
+  _hm_pl_tls.guard++;
+  void *n = __libc_realloc(ptr, size);
+  _hm_pl_tls.guard--;
+  *out = n;
+  if (!n) { /* ptr as it was: back in the table */
+    if (size > req) _hm_pl_tier_account(tier, size - req, -1);
+    n = ptr, size = req;
+  } else if (size < req) {
+    _hm_pl_tier_account(tier, req - size, -1);
+  }
+  if (!_hm_pl_table_insert_ex(&_hm_pl_ctx.table, (uintptr_t)n, 0, hm__libc_usable_early(n, size),
+                              size, HM_PL_FAST, flags, site, tier, t_alloc)) {
+    /* the table filled meanwhile: a glibc block, untracked (free() finds
+     * it glibc's) */
+    _hm_pl_tier_account(tier, size, -1);
+    atomic_fetch_sub_explicit(&_hm_pl_ctx.live_bytes, req, memory_order_relaxed);
+    return 1;
+  }
+  if (!*out) return 1;
+  if (n != ptr && _hm_pl_ctx.huge) hm__advise_huge(n, size); /* a heap block glibc copied */
+  if (size > req)
+    atomic_fetch_add_explicit(&_hm_pl_ctx.pstat[site].bytes[tier], size - req,
+                              memory_order_relaxed);
+  atomic_fetch_add_explicit(&_hm_pl_ctx.live_bytes, size - req, memory_order_relaxed);
+  if (n != ptr) atomic_fetch_add_explicit(&_hm_pl_ctx.realloc_moves, 1, memory_order_relaxed);
   return 1;
 }
 
