@@ -36,8 +36,11 @@
  * by hm__demote_behind in fault.c), the most recently passed first, so
  * that a region swept over and over keeps what a sweep passed first; then
  * it runs CLOCK over the resident units with a reference bit set on
- * faults; prefetched units that the hand has passed once without their
- * being touched go first (wasted prefetch).
+ * faults, and extra turns for units of randomly read regions that came
+ * back soon after their last eviction (heat: the pager sees no access to
+ * data that is all filled, so this is how hot tables stay); prefetched
+ * units that the hand has passed once without their being touched go
+ * first (wasted prefetch).
  * Memory is really freed: PUNCH_HOLE on the memfd, MADV_DONTNEED on
  * anonymous memory.
  *
