@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "hetmem.h"
+#include "testhelper.h"
 
 static char hm_sdm_dir[256];
 
@@ -180,5 +181,16 @@ static inline hm_pager_stats_t hm_sdm_stats(hm_pager_t *p) {
   hm_pager_stats_t s = {.size = sizeof s};
   if (hm_pager_stats(p, &s) != 0) memset(&s, 0, sizeof s);
   return s;
+}
+/* A test's start: a context in *ctx and an anonymous-fill pager of budget
+ * bytes over the scratch folder (hm_sdm_scratch); NULL, with a failed
+ * check, when it cannot open (the test then ends with hm_test_done). */
+static inline hm_pager_t *hm_sdm_begin(hm_ctx_t **ctx, uint64_t budget, uint64_t unit) {
+  const char *dir = hm_sdm_scratch();
+  *ctx = NULL;
+  CHECK_EQ_INT(hm_ctx_new(ctx, NULL), 0);
+  hm_pager_t *p = *ctx ? hm_sdm_open_anon(*ctx, dir, budget, unit) : NULL;
+  CHECK(p != NULL);
+  return p;
 }
 #endif

@@ -46,11 +46,8 @@ static uint64_t lookups(const uint64_t *hot, const uint64_t *cold, int n, uint64
 }
 
 int main(void) {
-  const char *dir = hm_sdm_scratch();
-  hm_ctx_t *ctx = NULL;
-  CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
-  hm_pager_t *p = hm_sdm_open_anon(ctx, dir, BUDGET, UNIT);
-  CHECK(p != NULL);
+  hm_ctx_t *ctx;
+  hm_pager_t *p = hm_sdm_begin(&ctx, BUDGET, UNIT);
   if (!p) return hm_test_done("test_sdm_heat");
   uint64_t *hot = NULL, *cold = NULL;
   CHECK_EQ_INT(hm_pager_map(p, HOT, (void **)&hot), 0);
