@@ -91,9 +91,12 @@ def test_a_stripped_binarys_bss_is_one_entry(tmp_path: Path) -> None:
 
 def _profile_and_advise(tmp_path: Path) -> tuple[dict, Path]:
     prof = tmp_path / "s.prof"
+    # 40 passes at a 2 ms period: about 75 periods. 4 passes (40 ms) at the
+    # default 10 ms gave the sampler 3 or 4 periods, and none at all when
+    # the machine was busy (1 run in 8 beside the placement tests)
     proc = run_hetmem(
-        "profile", "-o", str(prof), "--sampler", "portable", "--", str(STREAM),
-        "--elements", str(ELEMENTS), "--ntimes", "4", timeout=300,
+        "profile", "-o", str(prof), "--sampler", "portable", "--period", "2ms", "--",
+        str(STREAM), "--elements", str(ELEMENTS), "--ntimes", "40", timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "not profiled" not in proc.stderr  # the arrays are sites, no note
