@@ -26,24 +26,21 @@
  * further behind is still evicted first, which keeps part of a sweep larger
  * than the cache resident (test_sdm_loop).
  *
- * One CLOCK evicted and filled again within an eighth as many fills as
- * there are units resident would have been a hit in a cache 1/8 larger
- * (ARC's ghost hit, on a short list): it is hot, and its heat rises (to
- * 3); one that came back later cools (halves). An eighth: a unit of a
- * large table read at random rows comes back within as many fills as there
- * are units resident about half the time, and took heat as often as the
- * hot data did (test_sdm_heat read 1.20 per lookup that way, 1.08 with an
- * eighth, 1.30 without heat). Only in regions read mostly at random
- * (rnd_score): the streams of a STREAM triad at 2x its cache ran 10-15%
- * slower with heat, whose units came back soon and held their slots. CLOCK gives a unit as many extra turns as its heat
- * (hm__take_clock). Why: the pager sees a resident unit's use only when it
- * faults, and data that is all filled never faults again, so CLOCK was
- * FIFO for it: in a cross-section lookup code (XSBench, 1.5 GiB at a 50%
- * budget) the small, hot per-nuclide grids were evicted as often as the
- * large index grid read once per lookup, and refilled all the time
- * (2.3 M reads; Linux swap, whose LRU sees the accessed bits, ran it 3.2x
- * faster). Loops are the stream logic's: their units come back after a
- * whole sweep. Cost: a subtraction, a compare and a flag update per fill. */
+ * Heat: the pager sees a resident unit's use only when it faults, and data
+ * all filled never faults again, so CLOCK was FIFO for it (XSBench at a 50%
+ * budget: its hot per-nuclide grids were evicted as often as the index grid
+ * it reads once per lookup; 2.3 M reads where swap, whose LRU sees the
+ * accessed bits, missed 0.97 M times). One CLOCK evicted and filled again
+ * within nact/8 fills would have been a hit in a slightly larger cache
+ * (ARC's ghost hit, on a short list): its heat rises (to 3), and CLOCK
+ * gives it as many extra turns (hm__take_clock); one back later cools
+ * (halves). nact/8, not nact: a row of a large table read at random came
+ * back within nact fills half the time and took heat as the hot data did
+ * (test_sdm_heat: 1.20 reads per lookup, 1.08 with nact/8, 1.30 without
+ * heat). Only in regions read mostly at random (rnd_score): a STREAM triad
+ * at 2x ran 10-15% slower when its streams' units took heat. Loops stay
+ * the stream logic's. Cost: a subtraction, a compare and a flag update per
+ * fill. */
 static unsigned hm__judge_refill(hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_unit_t *U) {
   unsigned heat = (U->flags & HM_UF_HEAT) >> HM_UF_HEAT_SHIFT;
   if (!(U->flags & HM_UF_OUT)) return heat;
@@ -177,6 +174,7 @@ static void hm__take_demoted(hm_pager_t *p, hm__victims_t *v) {
  * degree of heat (hm__judge_refill) and being prefetched and not yet
  * passed once by the hand. */
 static void hm__take_clock(hm_pager_t *p, hm__victims_t *v) {
+  /* a unit may need 5 turns: its reference bit, 3 of heat, a prefetch's pass */
   for (uint32_t steps = 0; steps < 5 * p->nact + 5 && hm__want_more(v); steps++) {
     if (p->nact == 0) break;
     if (p->hand >= p->nact) p->hand = 0;
