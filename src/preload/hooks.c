@@ -191,10 +191,10 @@ static void *hm__realloc_large(_hm_pl_block_t *b, void *ptr, size_t size) {
     hm__realloc_in_place(b, size);
     return ptr;
   }
-  void *g = NULL; /* glibc's tier: glibc resizes it (mremap, no copy) */
-  if (stays && b->backend == HM_PL_FAST && _hm_pl_ctx.mode == HM_PL_M_PLACE &&
-      _hm_pl_realloc_glibc(b, ptr, size, &g))
-    return g;
+  /* glibc's tier (placement only: profiling never stays): glibc resizes
+   * it, with mremap, no copy */
+  void *g = NULL;
+  if (stays && b->backend == HM_PL_FAST && _hm_pl_realloc_glibc(b, ptr, size, &g)) return g;
   void *n = NULL;
   int retired = _hm_pl_realloc_retire(b, -1);
   if (size >= _hm_pl_thr()) {

@@ -47,11 +47,12 @@ size_t _hm_pl_thp_advise_size(const char *root) {
  * fast budget now, at least its share at start-up (the budget less tier 0's
  * capacity: tier 0 never holds more). Flat mode with budget_process opens
  * the pager with the whole budget too, and sets its least cache here once.
- * Called after every change of tier 0's live bytes, each a block of at least the threshold. A change of less than
- * 1/64 of the budget from the last one sent is not sent (tier 0 and the
- * cache then overlap by at most that): a program that makes and frees
- * blocks of a few MiB in a loop pays two loads, not an eventfd write
- * (hm_pager_set_budget) per block. Nothing while the pager is not open. */
+ * Called after every change of tier 0's live bytes, each a block of at
+ * least the threshold. A change of less than 1/64 of the budget from the
+ * last one sent is not sent (tier 0 and the cache then overlap by at most
+ * that): a program that makes and frees blocks of a few MiB in a loop pays
+ * two loads, not an eventfd write (hm_pager_set_budget) per block. Nothing
+ * while the pager is not open. */
 static void hm__pager_share(void) {
   _hm_pl_ctx_t *c = &_hm_pl_ctx;
   if (c->pager_max == c->pager_budget || !hm_pager_set_budget ||
@@ -599,7 +600,9 @@ int _hm_pl_realloc_glibc(_hm_pl_block_t *b, void *ptr, size_t size, void **out) 
     return 1;
   }
   if (!*out) return 1;
-  if (n != ptr && _hm_pl_ctx.huge) hm__advise_huge(n, size); /* a heap block glibc copied */
+  /* glibc copied a block out of its heap: advise the copy (a block mremap
+   * moved keeps its advice; advising it again costs one madvise) */
+  if (n != ptr && _hm_pl_ctx.huge) hm__advise_huge(n, size);
   if (size > req)
     atomic_fetch_add_explicit(&_hm_pl_ctx.pstat[site].bytes[tier], size - req,
                               memory_order_relaxed);
