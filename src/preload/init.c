@@ -217,6 +217,25 @@ static uint64_t hm__place_unit(uint64_t cache) {
   return 64u << 10;
 }
 
+/* The pager's least cache in flat/hybrid mode, out of the fast budget:
+ * 16 units of at least 256 KiB plus 4 MiB for its tables (8 MiB). With
+ * split sites, whose blocks' rest streams through the pager, a quarter of
+ * the budget up to 32 MiB: a cache that small starves a sweep (each
+ * stream's readahead, the units being written back and those in use do
+ * not fit; prefetched units are evicted before use; 64 KiB units cost a
+ * fault each). bench/placement's mixed variant (3 x 128 MiB swept
+ * together, 96 MiB budget) ran split in 4.6-5.4 s at 8 MiB and 2.8-3.4 s
+ * at 24 MiB (cache mode 2.3-2.8 s). Whole sites keep the 8 MiB: a larger
+ * floor there pushed bench placement's second hot array out of DRAM. The
+ * advisor keeps the same room (placement/advise.py, stream_floor). */
+static uint64_t hm__place_floor(uint64_t budget, uint64_t unit) {
+  uint64_t least = 16 * (unit > (256u << 10) ? unit : (256u << 10)) + (4u << 20);
+  int split = 0;
+  for (size_t i = 0; i < _hm_pl_place_sites(); i++) split |= _hm_pl_place_split(i) != 0;
+  uint64_t want = budget / 4 < (32u << 20) ? budget / 4 : (32u << 20);
+  return split && want > least ? want : least;
+}
+
 /* The pager is present in this build (its references are weak). */
 static int hm__have_pager(void) {
   if (!hm_pager_open || !hm_pager_map || !hm_pager_unmap || !hm_pager_config_default)
@@ -270,10 +289,9 @@ static int hm__place_storage(void) {
   hm_pager_config_default(c->ctx, &cfg);
   c->fetch_unit = cfg.fetch_unit ? cfg.fetch_unit : 256 << 10;
   if (cfg.backing_dir && (rc = hm__check_dir(cfg.backing_dir))) return rc;
-  /* flat: a cache of 16 units of at least 256 KiB (plus room for the pager's own
-   * tables); hybrid: what the pinned fast-tier sites leave of the budget */
-  uint64_t minimal = 16 * (c->fetch_unit > (256u << 10) ? c->fetch_unit : (256u << 10)) +
-                     (4u << 20);
+  /* flat: the least cache (hm__place_floor); hybrid: what the pinned
+   * fast-tier sites leave of the budget, at least that */
+  uint64_t minimal = hm__place_floor(c->budget, c->fetch_unit);
   uint64_t pinned = _hm_pl_place_tier(0)->capacity;
   c->pager_budget = minimal;
   if (c->hybrid && c->budget > pinned && c->budget - pinned > minimal)

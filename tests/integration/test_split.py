@@ -15,7 +15,7 @@ import pytest
 
 from conftest import CBUILD, needs_pager, run_hetmem
 from hetmem.placement import fileformat as plc
-from hetmem.placement.advise import PAGER_FLOOR
+from hetmem.placement.advise import PAGER_FLOOR, stream_floor
 
 WORKLOAD = CBUILD / "bench" / "hm-placement"
 ARRAY = 16 << 20
@@ -61,6 +61,36 @@ def test_split_placement_fills_the_fast_tier(tmp_path: Path) -> None:
     assert fast + slow == ARRAY
     others = [x for i, x in sites.items() if i != s.id]
     assert all(x["bytes"] == [0, ARRAY] for x in others)
+
+
+@needs_pager
+def test_split_leaves_the_pager_a_streaming_cache(tmp_path: Path) -> None:
+    # 3 x 48 MiB at a 40 MiB budget: no array fits whole; the head gets
+    # the room less the pager's larger cache (a quarter of the budget)
+    array, budget = 48 << 20, 40 << 20
+    args = ["--variant", "mixed", "--footprint", str(3 * array), "--iters", "1",
+            "--hot-passes", "1"]  # fmt: skip
+    floor = stream_floor(budget)
+    assert floor > PAGER_FLOOR  # the case this test is for
+    run_hetmem("profile", "-o", str(tmp_path / "p.prof"), "--", str(WORKLOAD), *args,
+               check=True)  # fmt: skip
+    placement = tmp_path / "split.toml"
+    out = run_hetmem("advise", str(tmp_path / "p.prof"), "--fast-budget", str(budget), "-o",
+                     str(placement), check=True)  # fmt: skip
+    p = plc.load(placement)
+    (s,) = [x for x in p.sites if x.split_bytes]
+    assert s.split_bytes == budget - floor, out.stdout
+    assert p.meta["pager_reserve_node_bytes"] == floor
+    assert "more of it is left to the pager's cache" in out.stderr
+    stats = tmp_path / "s.json"
+    dram = run_hetmem("run", "--mode", "dram", "--", str(WORKLOAD), *args, check=True)
+    run = run_hetmem("run", "--mode", "flat", "--placement", str(placement), "--fast-budget",
+                     str(budget), "--storage", str(tmp_path), "--stats", str(stats), "--",
+                     str(WORKLOAD), *args, check=True)  # fmt: skip
+    assert _checksum(run.stdout) == _checksum(dram.stdout)
+    st = json.loads(stats.read_text())
+    assert st["processes"][0]["placement"]["pager_budget"] == floor
+    assert st["placement"]["tiers"][0]["peak_bytes"] <= budget - floor
 
 
 def test_compact_table_carries_splits() -> None:

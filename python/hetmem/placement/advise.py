@@ -36,10 +36,21 @@ from hetmem.sizes import format_size
 
 # The pager's least cache per process when a site is on the storage tier:
 # 16 fetch units of 256 KiB and 4 MiB for its tables (src/preload/init.c,
-# hm__place_storage). It comes out of the fast budget, so that the DRAM
+# hm__place_floor). It comes out of the fast budget, so that the DRAM
 # sites and the pager's cache together keep to it; the interposer enforces
-# the same limit on tier 0.
+# the same limit on tier 0. A placement with split sites streams the rest
+# of their blocks through the pager: it keeps a larger cache, a quarter of
+# the process's fast budget up to 32 MiB (STREAM_FLOOR_MAX; init.c says
+# why), taken from the room the heads would get, never from whole sites.
 PAGER_FLOOR = 8 << 20
+STREAM_FLOOR_MAX = 32 << 20
+
+
+def stream_floor(budget: int) -> int:
+    """The pager's least cache beside split sites, for a process with this
+    fast budget (at least PAGER_FLOOR)."""
+    return max(PAGER_FLOOR, min(STREAM_FLOOR_MAX, budget // 4))
+
 
 # --------------------------------------------------------------------------
 # Explanations
@@ -173,7 +184,18 @@ def advise(
             "in front of the storage tier's sites"
         )
     sol = solve(problem, solver, max_ilp_sites, time_limit)
-    splits = split_sites(problem, sol, merged) if split else {}
+    hold = 0  # more of the pager's cache when there are heads (stream_floor)
+    if reserve:
+        per_proc = (fast_budget + reserve) // max(max(ranks), 1)
+        hold = (stream_floor(per_proc) - PAGER_FLOOR) * max(ranks)
+    splits = split_sites(problem, sol, merged, hold) if split else {}
+    if not splits:
+        hold = 0
+    elif hold:
+        problem.notes.append(
+            f"{format_size(hold)} more of it is left to the pager's cache, which the rest of "
+            "the split sites streams through"
+        )
     last = len(tiers) - 1
     idx = np.arange(problem.nsites)
     benefit = problem.cost[:, last] - problem.cost[idx, sol.assign]
@@ -203,7 +225,7 @@ def advise(
     meta = _placement_meta(
         merged, sol, fast_budget + reserve, max(ranks), profile_names, t_slow, t_fast
     )
-    meta["pager_reserve_node_bytes"] = reserve
+    meta["pager_reserve_node_bytes"] = reserve + hold
     meta["predicted_time_saved_s"] = t_slow - placed_s
     meta["predicted_time_s"] = placed_s
     if splits:

@@ -76,11 +76,12 @@ def _candidates(problem: Problem, sol: Solution, merged: Merged) -> list[int]:
                   / merged.sites[i].peak_live_bytes)  # fmt: skip
 
 
-def split_sites(problem: Problem, sol: Solution, merged: Merged) -> dict[int, Split]:
-    """The heads to put on the fastest tier, by site index."""
+def split_sites(problem: Problem, sol: Solution, merged: Merged, hold: int = 0) -> dict[int, Split]:
+    """The heads to put on the fastest tier, by site index; `hold` bytes of
+    the room in every interval stay free (the pager's larger cache)."""
     if problem.ntiers < 2 or not problem.groups:
         return {}
-    room = _room(problem, sol.assign)
+    room = [r - hold for r in _room(problem, sol.assign)]
     members = _members(problem)
     out: dict[int, Split] = {}
     for i in _candidates(problem, sol, merged):
