@@ -31,6 +31,9 @@ typedef enum _hm_opt_kind_e {
   X(BUDGET_PROCESS, budget_process, BOOL, "0",                                              \
     "the fast budget bounds the process's anonymous memory, not only the pager's: its cache "  \
     "gets what the rest of the process leaves (measured every 100 ms; hetmem run sets it)")    \
+  X(PAGER_FILL, pager_fill, STR, "anon",                                                    \
+    "pager fill mode: anon (copied into anonymous memory: the faster sweep) or memfd "        \
+    "(mapped from a memfd: CLOCK sees resident data used, fewer re-reads at random access)")   \
   X(COPIER, copier, BOOL, "1",                                                               \
     "pager: install prefetched units on a thread beside each handler (2+ CPUs)")             \
   X(ALLOC_THRESHOLD, alloc_threshold, SIZE, "1MiB",                                          \

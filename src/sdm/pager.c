@@ -165,6 +165,7 @@ void hm_pager_config_default(const hm_ctx_t *ctx, hm_pager_config_t *cfg) {
   cfg->handler_threads = ctx ? (uint32_t)_hm_opt_u64(ctx, HM_OPT_HANDLER_THREADS) : 0;
   cfg->flags = ctx && !_hm_opt_u64(ctx, HM_OPT_COPIER) ? HM_PAGER_NO_COPIER : 0;
   if (ctx && _hm_opt_u64(ctx, HM_OPT_BUDGET_PROCESS)) cfg->flags |= HM_PAGER_PROCESS_BUDGET;
+  if (ctx && !strcmp(_hm_opt_str(ctx, HM_OPT_PAGER_FILL), "memfd")) cfg->flags |= HM_PAGER_MEMFD;
 
 }
 
@@ -208,6 +209,9 @@ static int hm__check_config(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in,
   memset(cfg, 0, sizeof *cfg);
   memcpy(cfg, cfg_in, cfg_in->size < sizeof *cfg ? cfg_in->size : sizeof *cfg);
   cfg->size = sizeof *cfg;
+  const char *fill = ctx ? _hm_opt_str(ctx, HM_OPT_PAGER_FILL) : "anon";
+  if (strcmp(fill, "anon") && strcmp(fill, "memfd"))
+    return _hm_error(ctx, -EINVAL, "pager_fill must be anon or memfd, not '%s'", fill);
   uint64_t unit = cfg->fetch_unit;
   if (unit < 64 * 1024 || unit > 2 * 1024 * 1024 || (unit & (unit - 1)))
     return _hm_error(ctx, -EINVAL,

@@ -707,6 +707,38 @@ def test_stats_give_the_commands_peak_resident_memory(tmp_path):
 
 
 @needs_pager
+@pytest.mark.parametrize("fill", ["anon", "memfd"])
+def test_pager_fill_option_picks_the_fill_mode(tmp_path: Path, fill: str) -> None:
+    """HETMEM_PAGER_FILL=memfd maps fills from a memfd (the stats say so,
+    where the kernel has shmem minor faults), and a 2x scan in it reads
+    back every word."""
+    stats = tmp_path / "s.json"
+    proc = run_hetmem(
+        "run", "--mode", "cache", "--fast-budget", "32M", "--stats", str(stats), "--",
+        str(kernels.kernel_path("scan")), "--bytes", "64M", "--reps", "2", "--threads", "2",
+        env={"HETMEM_PAGER_FILL": fill},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[0])["verified"] is True
+    pager = json.loads(stats.read_text())["pager"]
+    memfd = pager["config"]["flags"] & 8 != 0  # HM_PAGER_MEMFD
+    assert memfd is (fill == "memfd")
+    if fill == "anon":
+        assert pager["features"]["fill"] == "anon_copy"
+
+
+@needs_pager
+def test_bad_pager_fill_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    proc = run_hetmem(
+        "run", "--mode", "cache", "--fast-budget", "32M", "--", "true",
+        env={"HETMEM_PAGER_FILL": "zerocopy"},
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "pager_fill must be anon or memfd, not 'zerocopy'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@needs_pager
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the copier needs 2 CPUs")
 @pytest.mark.parametrize("copier", ["1", "0"])
 def test_copier_installs_prefetch_fills_and_the_option_turns_it_off(
