@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -706,21 +707,27 @@ def test_stats_give_the_commands_peak_resident_memory(tmp_path):
     assert 96 << 20 <= rss < 1 << 30
 
 
+def _scan_in_cache(tmp_path: Path, reps: int, env: dict[str, str]) -> dict[str, Any]:
+    """A 2x scan (64 MiB at 32 MiB) in cache mode with env: every word
+    read back; the pager's statistics."""
+    stats = tmp_path / "s.json"
+    proc = run_hetmem(
+        "run", "--mode", "cache", "--fast-budget", "32M", "--stats", str(stats), "--",
+        str(kernels.kernel_path("scan")), "--bytes", "64M", "--reps", str(reps), "--threads", "2",
+        env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[0])["verified"] is True
+    return json.loads(stats.read_text())["pager"]
+
+
 @needs_pager
 @pytest.mark.parametrize("fill", ["anon", "memfd"])
 def test_pager_fill_option_picks_the_fill_mode(tmp_path: Path, fill: str) -> None:
     """HETMEM_PAGER_FILL=memfd maps fills from a memfd (the stats say so,
     where the kernel has shmem minor faults), and a 2x scan in it reads
     back every word."""
-    stats = tmp_path / "s.json"
-    proc = run_hetmem(
-        "run", "--mode", "cache", "--fast-budget", "32M", "--stats", str(stats), "--",
-        str(kernels.kernel_path("scan")), "--bytes", "64M", "--reps", "2", "--threads", "2",
-        env={"HETMEM_PAGER_FILL": fill},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.splitlines()[0])["verified"] is True
-    pager = json.loads(stats.read_text())["pager"]
+    pager = _scan_in_cache(tmp_path, 2, {"HETMEM_PAGER_FILL": fill})
     memfd = pager["config"]["flags"] & 8 != 0  # HM_PAGER_MEMFD
     assert memfd is (fill == "memfd")
     if fill == "anon":
@@ -747,15 +754,7 @@ def test_copier_installs_prefetch_fills_and_the_option_turns_it_off(
     """A 2x scan in cache mode reads back every word with the copier thread
     installing its prefetch fills (the default on 2+ CPUs), and without it
     (HETMEM_COPIER=0); the stats say which ran."""
-    stats = tmp_path / "s.json"
-    proc = run_hetmem(
-        "run", "--mode", "cache", "--fast-budget", "32M", "--stats", str(stats), "--",
-        str(kernels.kernel_path("scan")), "--bytes", "64M", "--reps", "3", "--threads", "2",
-        env={"HETMEM_COPIER": copier},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.splitlines()[0])["verified"] is True
-    pager = json.loads(stats.read_text())["pager"]
+    pager = _scan_in_cache(tmp_path, 3, {"HETMEM_COPIER": copier})
     assert pager["features"]["copier"] is (copier == "1")
     assert pager["config"]["flags"] & 16 == (0 if copier == "1" else 16)  # HM_PAGER_NO_COPIER
     # the 2x scans were served by prefetch, which is what the copier installs
