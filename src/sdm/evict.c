@@ -173,6 +173,31 @@ static void hm__take_demoted(hm_pager_t *p, hm__victims_t *v) {
 static void hm__vec_bits(const char *ub, const _hm_prim_page_region_t *vec, ssize_t n,
                          uint64_t *D);
 
+/* Unmaps a mapped unit's pages (async write-protect, memfd mode: the memfd
+ * keeps them) and sets in W its filled pages that were written since they
+ * were mapped or last scanned: those whose write-protect marker is gone
+ * (every filled page where the scan fails). -errno, nothing changed, when
+ * the unmap failed. Cost: a madvise and a PAGEMAP_SCAN of one unit. */
+static int hm__unmap_written(_hm_sdm_handler_t *h, const _hm_sdm_slot_t *S, uint64_t *W) {
+  hm_pager_t *p = h->p;
+  char *ub = _hm_sdm_ubase(S->reg, p, S->unit);
+  int rc = _hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED);
+  if (rc) return rc;
+  uint64_t marked[HM_SDM_BITMAP_WORDS];
+  memset(marked, 0, sizeof marked);
+  ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, 0, HM__PAGE_IS_SWAPPED, 0,
+                                    HM__PAGE_IS_SWAPPED, h->vec, p->upages);
+  hm__vec_bits(ub, h->vec, n, marked); /* n < 0: none marked, all written */
+  for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) W[w] = S->filled[w] & ~marked[w];
+  return 0;
+}
+
+static int hm__any(const uint64_t *D) {
+  int any = 0;
+  for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) any |= D[w] != 0;
+  return any;
+}
+
 /* A fresh reference bit for a unit the hand passes (memfd mode with async
  * write-protect, regions read mostly at random): CLOCK learns of a
  * resident unit's use only from a fault, so data that never faults again
@@ -189,20 +214,10 @@ static void hm__vec_bits(const char *ub, const _hm_prim_page_region_t *vec, ssiz
 static void hm__unmap_to_see(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, _hm_sdm_slot_t *S) {
   hm_pager_t *p = h->p;
   if (p->dirty_mode != HM_SDM_DIRTY_ASYNC || !S->mapped || r->rnd_score < 8) return;
-  char *ub = _hm_sdm_ubase(r, p, S->unit);
-  if (_hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED)) return;
+  uint64_t W[HM_SDM_BITMAP_WORDS];
+  if (hm__unmap_written(h, S, W)) return;
   S->mapped = 0;
-  uint64_t marked[HM_SDM_BITMAP_WORDS];
-  memset(marked, 0, sizeof marked);
-  ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, 0, HM__PAGE_IS_SWAPPED, 0,
-                                    HM__PAGE_IS_SWAPPED, h->vec, p->upages);
-  if (n < 0) {
-    S->dirty = 1;
-    return;
-  }
-  hm__vec_bits(ub, h->vec, n, marked);
-  for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++)
-    if (S->filled[w] & ~marked[w]) S->dirty = 1;
+  if (hm__any(W)) S->dirty = 1;
 }
 
 /* Then CLOCK: a reference bit buys a unit one more turn, and so do each
@@ -261,13 +276,9 @@ static void hm__victim_dirty(_hm_sdm_handler_t *h, _hm_sdm_slot_t *S, uint64_t *
      * pages: their markers say nothing, write all */
     if (S->dirty) memcpy(D, S->filled, sizeof(uint64_t) * HM_SDM_BITMAP_WORDS);
     if (!S->mapped) return; /* not visible to the application since */
-    (void)_hm_prim_vm_madvise(ub, p->unit, MADV_DONTNEED);
-    uint64_t marked[HM_SDM_BITMAP_WORDS];
-    memset(marked, 0, sizeof marked);
-    ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, 0, HM__PAGE_IS_SWAPPED, 0,
-                                      HM__PAGE_IS_SWAPPED, h->vec, p->upages);
-    hm__vec_bits(ub, h->vec, n, marked);
-    for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) D[w] |= S->filled[w] & ~marked[w];
+    uint64_t W[HM_SDM_BITMAP_WORDS];
+    if (hm__unmap_written(h, S, W)) memcpy(W, S->filled, sizeof W);
+    for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) D[w] |= W[w];
   } else if (p->dirty_mode == HM_SDM_DIRTY_SYNC) {
     if (!S->dirty) return;
     (void)_hm_prim_uffd_wp(p->uffd, ub, p->unit, 1);
@@ -344,12 +355,6 @@ static void hm__wb_retry(hm_pager_t *p, const _hm_sdm_slot_t *S, const uint64_t 
   }
 }
 
-static int hm__wrote(const uint64_t *D) {
-  int wrote = 0;
-  for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) wrote |= D[w] != 0;
-  return wrote;
-}
-
 /* Releases the victims' memory once written back (a refused write-back
  * retried first, from the pages themselves). Anonymous mode frees the
  * whole batch in one call: one TLB shootdown for up to HM__MAXVICT units
@@ -360,7 +365,7 @@ static void hm__victims_release(hm_pager_t *p, const hm__victims_t *v, const hm_
   void *addr[HM__MAXVICT];
   for (unsigned k = 0; k < v->n; k++) {
     _hm_sdm_slot_t *S = &p->slots[v->slot[k]];
-    if (wb->failed[k] && hm__wrote(wb->D[k])) hm__wb_retry(p, S, wb->D[k]);
+    if (wb->failed[k] && hm__any(wb->D[k])) hm__wb_retry(p, S, wb->D[k]);
     if (p->memfd_mode)
       (void)_hm_prim_vm_punch(S->reg->memfd, (uint64_t)S->unit * p->unit, p->unit);
     addr[k] = _hm_sdm_ubase(S->reg, p, S->unit);
@@ -375,7 +380,7 @@ static void hm__victim_free(hm_pager_t *p, int32_t s, const uint64_t *D) {
   _hm_sdm_region_t *r = S->reg;
   uint32_t u = S->unit;
   char *ub = _hm_sdm_ubase(r, p, u);
-  int wrote = hm__wrote(D);
+  int wrote = hm__any(D);
   pthread_mutex_lock(&p->lk);
   uint64_t bytes = (uint64_t)S->nfilled * HM_SDM_PAGE;
   if (S->prefetched) {
