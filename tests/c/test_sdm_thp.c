@@ -64,7 +64,7 @@ static void run_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags, size_t unit
    * collapse into huge pages where the kernel has MADV_COLLAPSE (refused on
    * pager regions or not: the data must survive either way). */
   uint64_t x = 12345;
-  for (int k = 0; k < (unit > MiB ? 2000 : 20000); k++) {
+  for (int k = 0; k < (unit > MiB ? 1000 : 5000); k++) {
     x = hm_sdm_mix(x + (uint64_t)k);
     size_t i = (size_t)(x % n);
     bad += a[i] != (hm_sdm_mix(i) ^ flags);
