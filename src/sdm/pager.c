@@ -200,6 +200,17 @@ static int hm__check_dir(hm_ctx_t *ctx, const char *dir) {
   return 0;
 }
 
+/* A word option of the pager (a, b or c; c may be NULL): anything else is a
+ * one-line error, where hm_pager_config_default would have taken the
+ * default without a word (HETMEM_PREFETCH=of ran with prefetch on). */
+static int hm__check_word(hm_ctx_t *ctx, _hm_opt_id_t id, const char *name, const char *a,
+                          const char *b, const char *c) {
+  const char *v = ctx ? _hm_opt_str(ctx, id) : a;
+  if (!strcmp(v, a) || !strcmp(v, b) || (c && !strcmp(v, c))) return 0;
+  if (c) return _hm_error(ctx, -EINVAL, "%s must be %s, %s or %s, not '%s'", name, a, b, c, v);
+  return _hm_error(ctx, -EINVAL, "%s must be %s or %s, not '%s'", name, a, b, v);
+}
+
 /* Copies cfg_in into cfg and checks it; an error message set. */
 static int hm__check_config(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in,
                             hm_pager_config_t *cfg) {
@@ -209,9 +220,9 @@ static int hm__check_config(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in,
   memset(cfg, 0, sizeof *cfg);
   memcpy(cfg, cfg_in, cfg_in->size < sizeof *cfg ? cfg_in->size : sizeof *cfg);
   cfg->size = sizeof *cfg;
-  const char *fill = ctx ? _hm_opt_str(ctx, HM_OPT_PAGER_FILL) : "anon";
-  if (strcmp(fill, "anon") && strcmp(fill, "memfd"))
-    return _hm_error(ctx, -EINVAL, "pager_fill must be anon or memfd, not '%s'", fill);
+  int rc = hm__check_word(ctx, HM_OPT_PREFETCH, "prefetch", "auto", "off", "sequential");
+  if (!rc) rc = hm__check_word(ctx, HM_OPT_PAGER_FILL, "pager_fill", "anon", "memfd", NULL);
+  if (rc) return rc;
   uint64_t unit = cfg->fetch_unit;
   if (unit < 64 * 1024 || unit > 2 * 1024 * 1024 || (unit & (unit - 1)))
     return _hm_error(ctx, -EINVAL,
@@ -225,7 +236,7 @@ static int hm__check_config(hm_ctx_t *ctx, const hm_pager_config_t *cfg_in,
     return _hm_error(ctx, -EINVAL, "io_depth %u is above 4096", cfg->io_depth);
   if (cfg->prefetch > HM_PREFETCH_SEQUENTIAL)
     return _hm_error(ctx, -EINVAL, "unknown prefetch policy %d", (int)cfg->prefetch);
-  int rc = _hm_sdm_check_budget(ctx, cfg->dram_budget);
+  rc = _hm_sdm_check_budget(ctx, cfg->dram_budget);
   if (!rc) rc = hm__check_dir(ctx, cfg->backing_dir);
   return rc;
 }

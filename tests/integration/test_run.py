@@ -735,13 +735,21 @@ def test_pager_fill_option_picks_the_fill_mode(tmp_path: Path, fill: str) -> Non
 
 
 @needs_pager
-def test_bad_pager_fill_is_one_line_and_exit_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        ("HETMEM_PAGER_FILL", "zerocopy", "pager_fill must be anon or memfd, not 'zerocopy'"),
+        # was taken as auto without a word
+        ("HETMEM_PREFETCH", "of", "prefetch must be auto, off or sequential, not 'of'"),
+    ],
+)
+def test_bad_pager_word_is_one_line_and_exit_2(var: str, value: str, message: str) -> None:
     proc = run_hetmem(
-        "run", "--mode", "cache", "--fast-budget", "32M", "--", "true",
-        env={"HETMEM_PAGER_FILL": "zerocopy"},
+        "run", "--mode", "cache", "--fast-budget", "32M", "--", "true", env={var: value},
     )  # fmt: skip
     assert proc.returncode == 2
-    assert "pager_fill must be anon or memfd, not 'zerocopy'" in proc.stderr
+    assert message in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0
     assert "Traceback" not in proc.stderr
 
 
