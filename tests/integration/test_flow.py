@@ -5,13 +5,14 @@ the model's ranking, and the CLI's errors."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hetmem.flow import model, runner
+from hetmem.flow import locality, model, runner
 from hetmem.flow import spec as specmod
 
 TINY = """
@@ -87,6 +88,33 @@ def test_run_two_ranks_each_on_a_file_tier(tmp_path):
     assert res["ranks"] == {"writer": 2, "reader": 2}
     assert res["objects_read"] == 40 * 3
     assert not list(tmp_path.iterdir())  # the channel file is gone
+
+
+def test_run_on_a_node_tier_reports_where_the_channel_lies():
+    # each side reads its numa_maps: the kernel's account of the pages of
+    # the channel it mapped (40 x 4608 B a step: at least 45 pages), every
+    # one on the node asked for; and the CPUs each side ran on
+    s = specmod.parse(TINY).with_config(tier="node:0")
+    s.reader.cpus = [0]
+    res = runner.run(s, mode="parallel")
+    assert res["tier"] == "node:0" and "nodes" not in res
+    for role in ("writer", "reader"):
+        assert set(res["channel_pages"][role]) == {"0"}, res
+        assert res["channel_pages"][role]["0"] >= 45, res
+    assert res["cpus"]["reader"] == [0]
+    assert res["cpus"]["writer"] == sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(locality.available(), reason="this machine has two sockets")
+def test_locality_tiers_need_two_sockets(hetmem, tmp_path):
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY)
+    for tier in locality.TIERS:
+        proc = hetmem("flow", "run", str(spec), "--channel", tier)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().count("\n") == 0 and "two sockets" in proc.stderr
+    proc = hetmem("flow", "bench", "--tier", "local:writer")
+    assert proc.returncode == 2 and "give node:N" in proc.stderr
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")

@@ -8,7 +8,7 @@
 #   HM_VM_CBUILD   the CMake build tree (bench programs)
 #   HM_VM_REPO     this checkout
 #   HM_VM_CHECKS   which steps: kmem cxl3 numa memkind tiers advise placement numactl channel
-#                  tiering hbw autofast pager probe
+#                  tiering hbw autofast pager probe flow
 #   HM_VM_WL       the placement workload's command line
 #   HM_VM_PROF     its profile, made on the host (where the sites are is
 #                  the binary's, not the kernel's; under TCG the guest took
@@ -124,6 +124,12 @@ for c in $HM_VM_CHECKS; do
     step cache hm run --mode cache --fast-budget 16M --storage /hm-disk \
       --stats "$O/cache.stats.json" -- $mid
     step cache_dram $mid
+    ;;
+  flow) # the seed's LocW and LocR: writer and reader on the two nodes, the
+    # channel on the writer's (parallel) and on the reader's (serial)
+    spec="$HM_VM_REPO/tests/vm/flow_local.toml"
+    step flow_locw hm flow run "$spec" --channel local:writer --mode parallel --json
+    step flow_locr hm flow run "$spec" --channel local:reader --mode serial --json
     ;;
   probe) # each node measured (both are host DRAM here: figures, not ranks)
     step probe hm probe --quick --no-storage --threads 1 --array-size 16MiB --json

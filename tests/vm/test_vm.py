@@ -40,7 +40,7 @@ CHECKS = {
     "knl-flat": "tiers placement hbw autofast",
     "knl-snc": "numa hbw",
     "optane-kmem": "kmem tiers advise tiering memkind",
-    "two-socket": "tiers pager probe",
+    "two-socket": "tiers pager probe flow",
     "cxl-type3": "cxl3 tiers",
 }
 # more than one high-bandwidth node holds (KNL-like: 512 MiB; SNC-like: two
@@ -48,7 +48,7 @@ CHECKS = {
 HBW_BIG_MIB = {"knl-flat": 768, "knl-snc": 384}
 # where hbw_malloc must land, by shape: the high-bandwidth nodes
 HBW_NODES = {"knl-flat": {"1"}, "knl-snc": {"1", "2"}, "cxl": {"0"}}
-GUEST_SECONDS = {"cxl": 115, "two-socket": 80, "optane-kmem": 109, "knl-flat": 90,
+GUEST_SECONDS = {"cxl": 115, "two-socket": 100, "optane-kmem": 109, "knl-flat": 90,
                  "knl-snc": 21, "cxl-type3": 11}  # fmt: skip
 BOOT_TIMEOUT = 420  # a hang guard: a TCG guest runs its checks in 1-2 minutes here
 
@@ -440,6 +440,24 @@ def test_channel_on_a_numa_node(guest) -> None:
     r = _last_json(_step(out, "chan"))
     assert r["ok"] and r["policy"] == "bind:1", r
     assert set(r["pages"]) == {"1"} and r["pages"]["1"] >= 4096, r  # 16 MiB written
+
+
+@pytest.mark.parametrize("guest", _shapes("flow"), indirect=True)
+def test_flow_channel_local_to_writer_or_reader(guest) -> None:
+    """The seed's LocW and LocR on two sockets: the writer on node 0 and the
+    reader on node 1 (each bound to its node's CPU, as the kernel reports
+    it), the channel's pages on the writer's node or on the reader's (from
+    each component's numa_maps), every object read from its own step."""
+    _, out = guest
+    for step, mode, local in (("flow_locw", "parallel", 0), ("flow_locr", "serial", 1)):
+        r = json.loads(_step(out, step))
+        assert r["mode"] == mode and r["channel_tier"] == f"node:{local}", r
+        assert r["nodes"] == {"writer": 0, "reader": 1}, r
+        assert r["cpus"] == {"writer": [0], "reader": [1]}, r
+        assert r["objects_read"] == 4 * 8 and r["stamp_errors"] == 0, r
+        for role in ("writer", "reader"):  # 8 MiB a step: 2048 pages
+            pages = r["channel_pages"][role]
+            assert set(pages) == {str(local)} and pages[str(local)] >= 2048, (role, r)
 
 
 @pytest.mark.parametrize("guest", _shapes("pager"), indirect=True)

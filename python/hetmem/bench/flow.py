@@ -32,6 +32,18 @@ def tier_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def bench_tier_arg(text: str) -> str:
+    """argparse type of flow bench's --tier: one process runs both sides, so
+    a locality tier (which binds them to two nodes) is refused."""
+    tier = tier_arg(text)
+    if tier.startswith("local:"):
+        raise argparse.ArgumentTypeError(
+            f"'{tier}' binds a writer and a reader to two nodes; the bench runs both in"
+            " one process: give node:N"
+        )
+    return tier
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bench_arguments(parser)
 
@@ -49,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """Options of the channel-vs-ADIOS2 bench (also `hetmem bench flow`)."""
-    p.add_argument("--tier", type=tier_arg, default="dram", help="channel tier (dram)")
+    p.add_argument("--tier", type=bench_tier_arg, default="dram", help="channel tier (dram)")
     p.add_argument(
         "--small-objects", type=int, default=10000, help="4.5 KB objects per step (10000)"
     )

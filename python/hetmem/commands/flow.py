@@ -53,7 +53,10 @@ class Command:
         "  hetmem flow sweep [SPEC...] [--full]          predicted vs measured\n"
         "  hetmem flow bench                             channel vs ADIOS2\n\n"
         "TIER: dram (shared memory), node:N (bound to NUMA node N),\n"
-        "file:DIR (a file on a storage tier), dax:DIR (DAX/PMem filesystem)."
+        "file:DIR (a file on a storage tier), dax:DIR (DAX/PMem filesystem),\n"
+        "local:writer, local:reader (two sockets: writer and reader on two\n"
+        "nodes, the channel on the writer's or the reader's; the seed's LocW\n"
+        "and LocR)."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -221,6 +224,10 @@ def _calibration() -> dict[str, Any]:
     return data
 
 
+def _cpus(cpus: list[int]) -> str:
+    return ",".join(map(str, cpus)) or "any"
+
+
 def _print_run(res: dict[str, Any]) -> None:
     w, r = res["writer"], res["reader"]
     output.table(
@@ -232,6 +239,12 @@ def _print_run(res: dict[str, Any]) -> None:
             ["reader", round(r["compute"], 4), round(r["io"], 4), round(r["wait"], 4)],
         ],
     )
+    if "nodes" in res:
+        output.console().print(
+            f"channel on {res['channel_tier']}: writer on node {res['nodes']['writer']}"
+            f" (CPUs {_cpus(res['cpus']['writer'])}), reader on node {res['nodes']['reader']}"
+            f" (CPUs {_cpus(res['cpus']['reader'])})"
+        )
     output.console().print(
         f"{res['iterations']} iterations in {res['makespan_s']:.3f} s: "
         f"{res['iteration_s']:.4f} s per iteration; {res['objects_read']} objects read, "

@@ -19,6 +19,12 @@
 - the channel's large-object bandwidth against the number of concurrent
   streams and its per-object cost, measured in C (hm_chan_bench_json),
   reported beside the Python-level costs.
+
+On a machine with two sockets the locality tiers (local:writer,
+local:reader: the seed's LocW and LocR) are calibrated too: the put runs on
+the writer's node, the read on the reader's, the channel on the local
+side's node (hetmem.flow.locality). The C figures of a locality tier are
+those of its node tier, unbound: they do not tell the two sides apart.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from hetmem import _native
 from hetmem._numpy import np
 from hetmem.errors import SchemaError
 from hetmem.flow import channel as chan
-from hetmem.flow import component, cpuload, kernels
+from hetmem.flow import component, cpuload, kernels, locality
 from hetmem.probe import memory_nodes
 from hetmem.run import cache
 
@@ -50,33 +56,50 @@ def default_tiers() -> list[str]:
     nodes = memory_nodes()
     if len(nodes) > 1:  # with one node, node:0 is the dram tier again
         tiers += [f"node:{n}" for n in nodes]
+    if locality.available():
+        tiers += list(locality.TIERS)
     with _native.Context() as ctx:
         tiers.append(f"file:{ctx.default_storage_dir()}")
     return tiers
 
 
+def _sides(tier: str) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
+    """(channel tier, writer CPUs, reader CPUs): a locality tier on its
+    node, each side on its own; any other tier unbound."""
+    if not locality.is_local(tier):
+        return tier, (), ()
+    s = locality.sides([], [])
+    return s.node_tier(tier), s.writer_cpus, s.reader_cpus
+
+
 def measure_steps(tier: str, count: int, size: int, steps: int = 5) -> dict[str, Any]:
     """Seconds per step of the components' put and read of count objects of
-    size bytes (slots=2, as in parallel mode): first uses and steady state."""
+    size bytes (slots=2, as in parallel mode): first uses and steady state.
+    A locality tier: each side bound to its own node meanwhile."""
+    tier, wcpus, rcpus = _sides(tier)
     name = f"cal-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     chan.create(
         name, tier, slots=2, slot_bytes=count * ((size + 63) // 64 * 64) + 4096, max_objects=count
     )
     try:
         keys = [f"w0.o{j}" for j in range(count)]
-        wr = component.Writing(keys, size, 1)
-        rd = component.Reading(keys, size)
+        with locality.running_on(wcpus):  # each side's buffers on its node
+            wr = component.Writing(keys, size, 1)
+        with locality.running_on(rcpus):
+            rd = component.Reading(keys, size)
         puts, gets = [], []
         with chan.Channel(name, "writer", tier) as w, chan.Channel(name, "reader", tier) as r:
             for s in range(steps):
-                t0 = time.perf_counter()
-                wr.write(w, s)
-                t1 = time.perf_counter()
-                r.wait(s, timeout=60)
-                t2 = time.perf_counter()
-                _, bad = rd.read(r, s)
-                r.release(s)
-                t3 = time.perf_counter()
+                with locality.running_on(wcpus):
+                    t0 = time.perf_counter()
+                    wr.write(w, s)
+                    t1 = time.perf_counter()
+                with locality.running_on(rcpus):
+                    r.wait(s, timeout=60)
+                    t2 = time.perf_counter()
+                    _, bad = rd.read(r, s)
+                    r.release(s)
+                    t3 = time.perf_counter()
                 if bad:
                     raise RuntimeError("calibration read a torn step")
                 puts.append(t1 - t0)
@@ -148,12 +171,15 @@ def _unit(kind: str) -> Callable[[], object]:
     if kind == "poly":
         k = kernels.Kernel("poly", 400000, 16)
         return k.run
-    tier = kind.split(":", 1)[1]
+    tier, wcpus, rcpus = _sides(kind.split(":", 1)[1])
     name = f"calk-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     count, size = 256, 16 << 10
     chan.create(name, tier, slots=2, slot_bytes=count * size + 4096, max_objects=count)
     keys = [f"w0.o{j}" for j in range(count)]
-    wr, rd = component.Writing(keys, size, 1), component.Reading(keys, size)
+    with locality.running_on(wcpus):
+        wr = component.Writing(keys, size, 1)
+    with locality.running_on(rcpus):
+        rd = component.Reading(keys, size)
     w = chan.Channel(name, "writer", tier)
     r = chan.Channel(name, "reader", tier)
     chan.unlink(name, tier)  # the open handles keep it mapped
@@ -161,10 +187,12 @@ def _unit(kind: str) -> Callable[[], object]:
 
     def io() -> None:
         s = step[0]
-        wr.write(w, s)
-        r.wait(s, timeout=60)
-        rd.read(r, s)
-        r.release(s)
+        with locality.running_on(wcpus):
+            wr.write(w, s)
+        with locality.running_on(rcpus):
+            r.wait(s, timeout=60)
+            rd.read(r, s)
+            r.release(s)
         step[0] = s + 1
 
     return io
@@ -257,6 +285,7 @@ def concurrency_now(kinds: list[str], max_k: int, seconds: float = 0.25) -> dict
 
 def calibrate_tier(tier: str, max_streams: int = 2) -> dict[str, Any]:
     out = python_costs(tier)
+    tier = _sides(tier)[0]  # the C bench: a locality tier's node, unbound
     out["streams"] = {}
     for k in range(1, max_streams + 1):
         b = chan.bench(tier, objects=16, object_bytes=LARGE, steps=4, streams=k)

@@ -40,6 +40,26 @@ def _barrier(sync: Path, who: str) -> float:
     return time.monotonic()
 
 
+def channel_pages(path: str) -> dict[str, int]:
+    """Where the kernel put the pages of the channel file at path that this
+    process maps, per NUMA node, from /proc/self/numa_maps (the file may be
+    unlinked: the runner removes it once every rank has it open). Read
+    once, after the last step: a few ms of a Python process's maps."""
+    pages: dict[str, int] = {}
+    if not path:
+        return pages
+    want = (f"file={path} ", f"file={path}\\040", f"file={path}\n")
+    with open("/proc/self/numa_maps") as f:
+        for line in f:
+            if not any(w in line for w in want):
+                continue
+            for field in line.split():
+                node, eq, count = field[1:].partition("=")
+                if field.startswith("N") and eq and node.isdigit():
+                    pages[node] = pages.get(node, 0) + int(count)
+    return pages
+
+
 def _bind(cpus: list[int], rank: int) -> None:
     if cpus:
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
@@ -147,10 +167,19 @@ def writer(cfg: dict, rank: int, sync: Path) -> dict:
             }
         )
     t_end = time.monotonic()
+    pages = channel_pages(cfg.get("channel_path", ""))
     ch.close()
     if ack is not None:
         ack.close()
-    return {"role": "writer", "rank": rank, "t_go": t_go, "t_end": t_end, "iterations": iters}
+    return {
+        "role": "writer",
+        "rank": rank,
+        "t_go": t_go,
+        "t_end": t_end,
+        "iterations": iters,
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "channel_pages": pages,
+    }
 
 
 def reader(cfg: dict, rank: int, sync: Path) -> dict:
@@ -192,11 +221,14 @@ def reader(cfg: dict, rank: int, sync: Path) -> dict:
             }
         )
     t_end = time.monotonic()
+    pages = channel_pages(cfg.get("channel_path", ""))
     ch.close()
     if ack is not None:
         ack.close()
     return {
         "role": "reader",
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "channel_pages": pages,
         "rank": rank,
         "t_go": t_go,
         "t_end": t_end,

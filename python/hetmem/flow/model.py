@@ -52,8 +52,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hetmem.errors import HetmemError, UsageError
-from hetmem.flow import calibrate, kernels, runner
+from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
+from hetmem.flow import calibrate, kernels, locality, runner
 from hetmem.flow.cpuload import (
     busy_cpu_seconds,  # noqa: F401  (flow.sweep reads model.busy_cpu_seconds)
     cpu_factor,
@@ -760,6 +760,7 @@ def advise(
         raise UsageError(
             f"tier {missing[0]} is not calibrated; run `hetmem flow calibrate --tier {missing[0]}`"
         )
+    tiers = [t for t in tiers if _runs_here(spec, t)]
     ranks = list(range(1, max_ranks + 1))
     io = None
     if load is None:
@@ -781,6 +782,18 @@ def advise(
     for r in rows:
         r["predicted_slowdown"] = r["iteration_s"] / best if best > 0 else 1.0
     return rows
+
+
+def _runs_here(spec: Spec, tier: str) -> bool:
+    """Whether the spec can run on the tier here: a locality tier needs two
+    sockets and the spec's CPU bindings on two nodes, one side on each."""
+    if not locality.is_local(tier):
+        return True
+    try:
+        locality.sides(spec.writer.cpus, spec.reader.cpus)
+    except (UsageError, EnvironmentProblem):
+        return False
+    return True
 
 
 def _profile_here(

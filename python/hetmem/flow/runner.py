@@ -26,7 +26,7 @@ from typing import Any
 
 from hetmem.errors import EnvironmentProblem, HetmemError
 from hetmem.flow import channel as chan
-from hetmem.flow import kernels
+from hetmem.flow import kernels, locality
 from hetmem.flow.spec import Spec
 from hetmem.run import supervise
 
@@ -124,7 +124,9 @@ def run(
     mode = mode or spec.mode
     tier = tier or spec.tier
     launcher = launcher or spec.launcher
-    comp = resolved or resolve(spec)
+    # a locality tier (local:writer, local:reader) is a node tier with the
+    # components bound to two sockets
+    ctier, comp, sides = locality.resolve(tier, resolved or resolve(spec))
     pw, pr = spec.writer.ranks, spec.reader.ranks
     tag = f"flow-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     ack = f"{tag}-ack" if mode == "serial" else ""
@@ -134,10 +136,11 @@ def run(
         created: list[tuple[str, str]] = []
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            _create_channels(spec, mode, tier, tag, ack, sup, created)
+            _create_channels(spec, mode, ctier, tag, ack, sup, created)
             cfg = {
                 "channel": tag,
-                "tier": tier,
+                "tier": ctier,
+                "channel_path": chan.path(tag, ctier) if ctier.startswith("node:") else "",
                 "ack": ack,
                 "iterations": spec.iterations,
                 "sync_dir": str(sync),
@@ -150,7 +153,11 @@ def run(
             results = [json.loads(f.read_text()) for f in sorted(sync.glob("result.*.json"))]
             if len(results) != pw + pr:
                 raise FlowFailed(f"{pw + pr - len(results)} components left no result")
-            return _summarize(spec, mode, tier, launcher, comp, results, t_go)
+            out = _summarize(spec, mode, tier, launcher, comp, results, t_go)
+            if sides is not None:
+                out["channel_tier"] = ctier
+                out["nodes"] = {"writer": sides.writer_node, "reader": sides.reader_node}
+            return out
         finally:
             _clean_up(procs, created, sync)
 
@@ -321,4 +328,28 @@ def _summarize(
     out["stamp_errors"] = sum(r["stamp_errors"] for r in readers)
     if out["stamp_errors"]:
         raise FlowFailed(f"{out['stamp_errors']} objects were read from the wrong step")
+    # what the kernel says: each side's CPUs, and (node tiers) where the
+    # pages of the channel it mapped lie, per NUMA node
+    out["cpus"] = {
+        role: _union([r.get("cpus", []) for r in results if r["role"] == role])
+        for role in ("writer", "reader")
+    }
+    pages = {
+        role: _summed([r.get("channel_pages", {}) for r in results if r["role"] == role])
+        for role in ("writer", "reader")
+    }
+    if any(pages.values()):
+        out["channel_pages"] = pages
+    return out
+
+
+def _union(lists: list[list[int]]) -> list[int]:
+    return sorted({c for cs in lists for c in cs})
+
+
+def _summed(rows: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for row in rows:
+        for node, n in row.items():
+            out[node] = out.get(node, 0) + n
     return out

@@ -15,7 +15,7 @@ object_bytes = "4MiB"
 [reader]                  # the analytics: same keys except objects
 ...
 [channel]
-tier = "dram"             # dram | node:N | file:DIR | dax:DIR
+tier = "dram"             # dram | node:N | local:writer | local:reader | file:DIR | dax:DIR
 slots = 2                 # parallel mode queue limit (serial uses 1)
 mode = "parallel"         # default execution mode
 """
@@ -203,12 +203,14 @@ def parse(text: str, path: str = "<spec>") -> Spec:
 
 def check_tier(tier: Any, what: str = "tier") -> str:
     ok = isinstance(tier, str) and (
-        tier in ("dram", "shm")
+        tier in ("dram", "shm", "local:writer", "local:reader")
         or (tier.startswith("node:") and tier[5:].isdigit())
         or (tier.startswith(("file:", "dax:")) and len(tier.split(":", 1)[1]) > 0)
     )
     if not ok:
-        raise SpecError(f"{what}: '{tier}' is not dram, node:N, file:DIR or dax:DIR")
+        raise SpecError(
+            f"{what}: '{tier}' is not dram, node:N, local:writer, local:reader, file:DIR or dax:DIR"
+        )
     return str(tier)
 
 
