@@ -416,6 +416,9 @@ typedef enum hm_advice_e {
   HM_ADVICE_SEQUENTIAL = 2, /* expect forward streams: prefetch aggressively */
   HM_ADVICE_RANDOM = 3,     /* expect no pattern: do not prefetch */
   HM_ADVICE_DONTNEED = 4,   /* contents may be discarded (reads return zeros) */
+  HM_ADVICE_COLD = 5,       /* not needed soon: the range's resident whole units are the
+                               next to be evicted (written back first when dirty); a
+                               fault on one before then makes it CLOCK's again */
 } hm_advice_t;
 
 /** Advises the pager about a range inside one region. */

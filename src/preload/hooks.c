@@ -375,6 +375,15 @@ static int hm__pager_hint(int advice, hm_advice_t *hint) {
 #endif
     *hint = HM_ADVICE_DONTNEED;
     return HM__PAGER;
+  case MADV_COLD:
+  case MADV_PAGEOUT:
+    /* Both become the pager's "evict first when room is needed" (dirty
+     * units written back then). PAGEOUT's "reclaim now" frees memory for
+     * other processes; a pager block's memory is the budget's, which only
+     * the pager's own fills take, so evicting now would only move the
+     * write-backs earlier. */
+    *hint = HM_ADVICE_COLD;
+    return HM__PAGER;
   case MADV_HUGEPAGE:
   case MADV_NOHUGEPAGE: return HM__KERNEL;
   default: return HM__NOTHING;

@@ -149,11 +149,13 @@ static void hm__victim_add(hm__victims_t *v, _hm_sdm_region_t *r, const _hm_sdm_
  * CLOCK and LRU do) evicted each unit just before the sweep came back to it
  * and read the whole region on every sweep (a conjugate gradient at 1/3 of
  * its footprint re-read its matrix each iteration). An entry the ring
- * dropped goes back to CLOCK. */
-static void hm__take_demoted(hm_pager_t *p, hm__victims_t *v) {
-  while (p->demq_n && hm__want_more(v)) {
-    p->demq_n--;
-    int32_t e = p->demq[(p->demq_head + p->demq_n) % HM_SDM_DEMQ];
+ * dropped goes back to CLOCK. The units advised cold (coldq) are taken the
+ * same way, before these, and are not marked as left behind (a refill of
+ * one says nothing about the stream's reach: hm__judge_refill). */
+static void hm__take_demoted(hm_pager_t *p, _hm_sdm_vq_t *q, hm__victims_t *v) {
+  while (q->n && hm__want_more(v)) {
+    q->n--;
+    int32_t e = q->e[(q->head + q->n) % HM_SDM_DEMQ];
     _hm_sdm_slot_t *S = &p->slots[e];
     /* Still demoted: the flag is reset when the slot is taken again (an
      * entry must not outlive the fill it was made for, or a unit evicted
@@ -165,7 +167,7 @@ static void hm__take_demoted(hm_pager_t *p, hm__victims_t *v) {
     _hm_sdm_region_t *r = S->reg;
     _hm_sdm_unit_t *U = &r->units[S->unit];
     if (r->dead || U->state != HM_U_RES || U->slot != e) continue;
-    S->mru_victim = 1;
+    S->mru_victim = q == &p->demq;
     hm__victim_add(v, r, S, e);
   }
 }
@@ -414,7 +416,8 @@ int _hm_sdm_evict(_hm_sdm_handler_t *h, uint64_t need) {
   uint64_t batch = p->cap / 16 < (2u << 20) ? p->cap / 16 : (2u << 20);
   v.need = need < batch ? batch : need;
   pthread_mutex_lock(&p->lk);
-  hm__take_demoted(p, &v);
+  hm__take_demoted(p, &p->coldq, &v); /* advised cold, then left behind */
+  hm__take_demoted(p, &p->demq, &v);
   hm__take_clock(h, &v);
   pthread_mutex_unlock(&p->lk);
   if (v.n == 0) return -EAGAIN;

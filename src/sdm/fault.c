@@ -33,18 +33,19 @@ static void hm__touched(hm_pager_t *p, _hm_sdm_slot_t *S) {
   HM_SDM_ADD(p, c_pf_used, 1);
 }
 
-/* Queues slot V->slot for eviction first (hm__demote_behind). */
-static void hm__demote(hm_pager_t *p, const _hm_sdm_unit_t *V, _hm_sdm_slot_t *S) {
+/* Queues slot V->slot on q for eviction first (hm__demote_behind on
+ * demq; HM_ADVICE_COLD, region.c, on coldq); pager lock held. */
+void _hm_sdm_demote(hm_pager_t *p, _hm_sdm_vq_t *q, const _hm_sdm_unit_t *V, _hm_sdm_slot_t *S) {
   /* Its reference bit is cleared: a fault on it from now on says it is
    * used again, and eviction then leaves it to CLOCK. */
   S->demoted = 1;
   S->ref = 0;
-  if (p->demq_n == HM_SDM_DEMQ) {
-    p->slots[p->demq[p->demq_head]].demoted = 0; /* the oldest goes back to CLOCK */
-    p->demq_head = (p->demq_head + 1) % HM_SDM_DEMQ;
-    p->demq_n--;
+  if (q->n == HM_SDM_DEMQ) {
+    p->slots[q->e[q->head]].demoted = 0; /* the oldest goes back to CLOCK */
+    q->head = (q->head + 1) % HM_SDM_DEMQ;
+    q->n--;
   }
-  p->demq[(p->demq_head + p->demq_n++) % HM_SDM_DEMQ] = V->slot;
+  q->e[(q->head + q->n++) % HM_SDM_DEMQ] = V->slot;
 }
 
 static uint64_t hm__reg_len(const void *reg) { return ((const _hm_sdm_region_t *)reg)->len; }
@@ -77,7 +78,7 @@ static void hm__demote_tail(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, int6
     _hm_sdm_slot_t *S = &p->slots[V->slot];
     if (S->pin) continue;
     V->behind = 0; /* not a span its stream came back to: nothing to learn */
-    hm__demote(p, V, S);
+    _hm_sdm_demote(p, &p->demq, V, S);
   }
 }
 
@@ -96,7 +97,7 @@ static void hm__demote_tail(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u, int6
  * pager lock it holds anyway; a full ring drops its oldest entries. */
 static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
                               const _hm_sdm_pf_plan_t *pl) {
-  if (!p->demq || !hm__sweep_spills(p, r, pl)) return;
+  if (!p->demq.e || !hm__sweep_spills(p, r, pl)) return;
   int64_t w = pl->window < 2 ? 2 : (int64_t)pl->window;
   int64_t k0 = r->keep_behind >= 2 ? (int64_t)r->keep_behind + 1 : 2, k1 = k0 + 2 * w - 2;
   if (pl->trend == 1 && (int64_t)u == pl->first) hm__demote_tail(p, r, u, k1 - k0 + 1);
@@ -113,7 +114,7 @@ static void hm__demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
     if (S->demoted) break;
     if (S->pin) continue;
     V->behind = (uint16_t)(k < UINT16_MAX ? k : UINT16_MAX);
-    hm__demote(p, V, S);
+    _hm_sdm_demote(p, &p->demq, V, S);
   }
 }
 

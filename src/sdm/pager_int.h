@@ -100,6 +100,12 @@ typedef struct _hm_sdm_wq_s {
   uint32_t u0, u1;
 } _hm_sdm_wq_t;
 
+/* A ring of HM_SDM_DEMQ slots queued for eviction first (demq, coldq). */
+typedef struct _hm_sdm_vq_s {
+  int32_t *e; /* NULL: a cache too small for the rings does without */
+  uint32_t head, n;
+} _hm_sdm_vq_t;
+
 struct hm_pager_s {
   hm_ctx_t *ctx;
   hm_pager_config_t cfg;
@@ -159,8 +165,12 @@ struct hm_pager_s {
    * prefetch, and resident data that is reused never faults, so a pass over
    * more data than the cache pushed out what the program comes back to (the
    * hot arrays of a cache-mode run). */
-  int32_t *demq;
-  uint32_t demq_head, demq_n;
+  _hm_sdm_vq_t demq;
+  /* Slots of units the application advised cold (HM_ADVICE_COLD, which
+   * the interposer gives for MADV_COLD and MADV_PAGEOUT): a second such
+   * ring, in demq's mapping, taken before it: the program's own word on
+   * what it will not use soon comes before a guess from its streams. */
+  _hm_sdm_vq_t coldq;
   /* Units filled so far (wraps): the clock by which a unit read again soon
    * after it was evicted as left behind is told from one read again a
    * sweep later (_hm_sdm_slot_take). */
@@ -322,6 +332,9 @@ void _hm_sdm_fill_start(_hm_sdm_handler_t *h, _hm_sdm_op_t *op);
  * it, wakes its waiters and frees the op (fill_finish keeps the op). */
 void _hm_sdm_fill_done(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
 void _hm_sdm_fill_finish(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
+/* Queues a resident unit's slot for eviction before CLOCK runs (pager lock
+ * held): a stream left it behind, or the application advised it cold. */
+void _hm_sdm_demote(hm_pager_t *p, _hm_sdm_vq_t *q, const _hm_sdm_unit_t *V, _hm_sdm_slot_t *S);
 
 /* copier.c: the thread that installs prefetch fills beside a handler.
  * take: 1 when op went to the copier (a prefetch fill of anonymous mode),

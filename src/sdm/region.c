@@ -336,6 +336,27 @@ static int hm__advise_willneed(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u0, 
   return w < 0 ? (int)w : 0;
 }
 
+/* COLD (madvise's MADV_COLD and MADV_PAGEOUT through the interposer):
+ * each resident unit wholly inside [off, off + length) is queued for
+ * eviction first, last unit first, so that eviction takes the range from
+ * its start (a stream's data goes in the order it came); units that are
+ * pinned, in transition or queued already are left as they are, and so are
+ * the partial units at the edges (the program may still use the rest of
+ * them). Eviction writes dirty ones back as always; nothing is evicted
+ * before room is needed, and a fault on a queued unit first makes it
+ * CLOCK's again. Pager lock held, released here; cost O(units). */
+static void hm__advise_cold(hm_pager_t *p, _hm_sdm_region_t *r, uint64_t off, size_t length) {
+  uint64_t fa = (off + p->unit - 1) / p->unit, fb = (off + length) / p->unit;
+  for (uint64_t u = fb; u > fa && p->coldq.e; u--) {
+    _hm_sdm_unit_t *V = &r->units[u - 1];
+    if (V->state != HM_U_RES) continue;
+    _hm_sdm_slot_t *S = &p->slots[V->slot];
+    if (S->pin || S->demoted) continue;
+    _hm_sdm_demote(p, &p->coldq, V, S);
+  }
+  pthread_mutex_unlock(&p->lk);
+}
+
 /* DONTNEED of [off, off + length) of r: whole units are dropped; partial
  * ones at the edges are zeroed (pager lock held, released here). */
 static void hm__advise_dontneed(hm_pager_t *p, _hm_sdm_region_t *r, uint64_t off,
@@ -377,6 +398,9 @@ int hm_pager_advise(hm_pager_t *p, void *addr, size_t length, hm_advice_t advice
     return hm__advise_willneed(p, r, ufirst, ulast);
   case HM_ADVICE_DONTNEED:
     hm__advise_dontneed(p, r, off, length);
+    return 0;
+  case HM_ADVICE_COLD:
+    hm__advise_cold(p, r, off, length);
     return 0;
   default:
     pthread_mutex_unlock(&p->lk);
