@@ -25,7 +25,7 @@ object_bytes = 4608
 
 
 def _nodes(machine: str) -> dict[int, list[int]]:
-    return locality.socket_nodes(GOLDEN / machine / "sys/devices/system/node")
+    return locality.socket_nodes(str(GOLDEN / machine))
 
 
 def test_sockets_are_nodes_with_cpus_and_memory() -> None:
@@ -38,9 +38,10 @@ def test_sockets_are_nodes_with_cpus_and_memory() -> None:
     assert list(_nodes("xeon-max-flat-snc4")) == list(range(8))
     # one socket (Grace with its GPU memory node), and a one-node VM
     assert list(_nodes("grace-hopper")) == [0]
-    assert not locality.available(GOLDEN / "grace-hopper/sys/devices/system/node")
-    assert not locality.available(GOLDEN / "vm/sys/devices/system/node")
-    assert locality.socket_nodes(GOLDEN / "no-such-machine") == {}
+    assert not locality.available(str(GOLDEN / "grace-hopper"))
+    assert not locality.available(str(GOLDEN / "vm"))
+    assert locality.available(str(GOLDEN / "optane-kmem"))
+    assert locality.socket_nodes(str(GOLDEN / "no-such-machine")) == {}
 
 
 def test_unbound_sides_take_a_socket_each() -> None:
@@ -86,7 +87,7 @@ def test_one_socket_is_an_environment_problem() -> None:
 
 def test_resolve_binds_the_components(monkeypatch: pytest.MonkeyPatch) -> None:
     nodes = _nodes("cxl-expander")
-    monkeypatch.setattr(locality, "socket_nodes", lambda root=None: nodes)
+    monkeypatch.setattr(locality, "socket_nodes", lambda fsroot=None: nodes)
     comp = {r: {"ranks": 1, "cpus": [], "kernel": "none"} for r in ("writer", "reader")}
     tier, out, s = locality.resolve("local:reader", comp)
     assert tier == "node:1" and s is not None and s.reader_node == 1
@@ -95,7 +96,7 @@ def test_resolve_binds_the_components(monkeypatch: pytest.MonkeyPatch) -> None:
     # any other tier passes through untouched
     assert locality.resolve("node:1", comp) == ("node:1", comp, None)
     # and the calibration measures both locality tiers where there are sockets
-    monkeypatch.setattr(locality, "available", lambda root=None: True)
+    monkeypatch.setattr(locality, "available", lambda fsroot=None: True)
     tiers = calibrate.default_tiers()
     assert tiers[1:3] == ["local:writer", "local:reader"] and tiers[0] == "dram"
 
@@ -110,7 +111,7 @@ def test_spec_tier_words() -> None:
 
 def test_advisor_leaves_out_locality_the_spec_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
     nodes = _nodes("cxl-expander")
-    monkeypatch.setattr(locality, "socket_nodes", lambda root=None: nodes)
+    monkeypatch.setattr(locality, "socket_nodes", lambda fsroot=None: nodes)
     spec = parse(TINY)
     assert model._runs_here(spec, "local:writer") and model._runs_here(spec, "dram")
     spec.writer.cpus, spec.reader.cpus = [0], [1]  # both on socket 0
@@ -118,5 +119,5 @@ def test_advisor_leaves_out_locality_the_spec_cannot_run(monkeypatch: pytest.Mon
     assert not model._runs_here(spec, "local:reader") and model._runs_here(spec, "node:1")
     spec.reader.cpus = [33]
     assert model._runs_here(spec, "local:reader")
-    monkeypatch.setattr(locality, "socket_nodes", lambda root=None: {0: [0, 1]})
+    monkeypatch.setattr(locality, "socket_nodes", lambda fsroot=None: {0: [0, 1]})
     assert not model._runs_here(parse(TINY), "local:writer")

@@ -26,11 +26,10 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from hetmem.errors import EnvironmentProblem, UsageError
-from hetmem.probe import NODE_SYSFS, parse_cpulist
+from hetmem import tiers
+from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 
 TIERS = ("local:writer", "local:reader")
 
@@ -56,21 +55,22 @@ def is_local(tier: str) -> bool:
     return tier in TIERS
 
 
-def socket_nodes(root: Path = NODE_SYSFS) -> dict[int, list[int]]:
-    """NUMA nodes with both CPUs and memory -> their CPUs (empty on a machine
-    without NUMA, or where sysfs cannot be read)."""
+def socket_nodes(fsroot: str | None = None) -> dict[int, list[int]]:
+    """NUMA nodes with both CPUs and memory -> their CPUs, from the tier
+    inventory (libhetmem's discovery; fsroot as in hetmem.tiers.inventory);
+    empty where it finds none."""
     try:
-        mem = set(parse_cpulist((root / "has_memory").read_text()))
-        cpu = parse_cpulist((root / "has_cpu").read_text())
-        out = {n: parse_cpulist((root / f"node{n}" / "cpulist").read_text()) for n in cpu}
-    except (OSError, ValueError):
+        data = tiers.inventory(fsroot, no_storage=True, use_probe=False)
+    except HetmemError:
         return {}
-    return {n: c for n, c in sorted(out.items()) if n in mem and c}
+    nodes = {t["numa_node"]: sorted(t["cpus"]) for t in data.get("tiers", [])
+             if t.get("numa_node") is not None and t.get("cpus")}  # fmt: skip
+    return dict(sorted(nodes.items()))
 
 
-def available(root: Path = NODE_SYSFS) -> bool:
+def available(fsroot: str | None = None) -> bool:
     """Whether this machine has the two sockets the locality tiers need."""
-    return len(socket_nodes(root)) >= 2
+    return len(socket_nodes(fsroot)) >= 2
 
 
 def _node_of(role: str, cpus: list[int], nodes: dict[int, list[int]]) -> int:
