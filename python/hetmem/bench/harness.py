@@ -537,7 +537,8 @@ def efficiency_table(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Efficiency = t_dram / t_mode per (case, size, mode), see EFFICIENCY_STAT.
 
     Rows hold the efficiency of the best times, the median, min and max of
-    the ratios paired by repetition, and how many repetitions were paired."""
+    the ratios paired by repetition, how many repetitions were paired, and
+    dram's own spread over its repetitions (the noise floor of the ratios)."""
     runs = latest_runs(runs)
     times: dict[tuple[str, float, str], dict[int, float]] = {}
     meta: dict[tuple[str, float], dict[str, Any]] = {}
@@ -562,10 +563,17 @@ def efficiency_table(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "size_bytes": m["size_bytes"],
                 "mode": mode,
                 **_efficiency_figures(ref, times.get((case, mult, mode), {})),
+                "dram_spread": _spread(ref),
                 "failures": failures.get((case, mult, mode), []),
             }
             rows.append(row)
     return rows
+
+
+def _spread(t: dict[int, float]) -> float | None:
+    """Slowest over fastest of one mode's repetitions: how much the machine
+    alone moves a time (null below two repetitions)."""
+    return max(t.values()) / min(t.values()) if len(t) >= 2 and min(t.values()) > 0 else None
 
 
 def _efficiency_figures(ref: dict[int, float], t: dict[int, float]) -> dict[str, Any]:
