@@ -63,7 +63,7 @@ static unsigned hm__judge_refill(hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_uni
 /* A slot for unit u of r (a reservation made room for it). Slots given
  * back are reused first; otherwise the next never-used one is taken from
  * the bump index slot_fresh, so the slot table (sized for the budget, up
- * to ~108 bytes per 8 KiB of it, reserved MAP_NORESERVE) is touched only
+ * to ~116 bytes per 8 KiB of it, reserved MAP_NORESERVE) is touched only
  * as far as the most slots in use at once: RSS follows use, not the budget,
  * and opening a pager touches none of it. Cost on the fault path: one
  * compare beside the list pop, under the pager lock as before (and one
@@ -155,13 +155,15 @@ static void hm__victim_add(hm__victims_t *v, _hm_sdm_region_t *r, const _hm_sdm_
 static void hm__take_demoted(hm_pager_t *p, _hm_sdm_vq_t *q, hm__victims_t *v) {
   while (q->n && hm__want_more(v)) {
     q->n--;
-    int32_t e = q->e[(q->head + q->n) % HM_SDM_DEMQ];
+    _hm_sdm_vqe_t qe = q->e[(q->head + q->n) % HM_SDM_DEMQ];
+    int32_t e = qe.slot;
     _hm_sdm_slot_t *S = &p->slots[e];
-    /* Still demoted: the flag is reset when the slot is taken again (an
-     * entry must not outlive the fill it was made for, or a unit evicted
-     * and refilled into the same slot would be taken again at once, before
-     * its faulting thread ran) and when an entry for it is consumed. */
-    if (!S->used || !S->demoted) continue;
+    /* Still demoted by this entry: the flag is reset when the slot is
+     * taken again (an entry must not outlive the fill it was made for, or
+     * a unit evicted and refilled into the same slot would be taken again
+     * at once, before its faulting thread ran) and when an entry for it is
+     * consumed; a slot queued again since has a newer tag. */
+    if (!S->used || !S->demoted || S->dtag != qe.tag) continue;
     S->demoted = 0; /* from here on CLOCK's, whether taken now or not */
     if (S->pin || S->ref) continue; /* in use, or faulted on since it was left behind */
     _hm_sdm_region_t *r = S->reg;

@@ -40,12 +40,15 @@ void _hm_sdm_demote(hm_pager_t *p, _hm_sdm_vq_t *q, const _hm_sdm_unit_t *V, _hm
    * used again, and eviction then leaves it to CLOCK. */
   S->demoted = 1;
   S->ref = 0;
+  S->dtag = ++p->dtag;
   if (q->n == HM_SDM_DEMQ) {
-    p->slots[q->e[q->head]].demoted = 0; /* the oldest goes back to CLOCK */
+    _hm_sdm_vqe_t old = q->e[q->head];
+    _hm_sdm_slot_t *O = &p->slots[old.slot];
+    if (O->dtag == old.tag) O->demoted = 0; /* the oldest goes back to CLOCK */
     q->head = (q->head + 1) % HM_SDM_DEMQ;
     q->n--;
   }
-  q->e[(q->head + q->n++) % HM_SDM_DEMQ] = V->slot;
+  q->e[(q->head + q->n++) % HM_SDM_DEMQ] = (_hm_sdm_vqe_t){V->slot, S->dtag};
 }
 
 static uint64_t hm__reg_len(const void *reg) { return ((const _hm_sdm_region_t *)reg)->len; }

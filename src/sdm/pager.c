@@ -273,7 +273,7 @@ static void hm__destroy(hm_pager_t *p) {
   if (p->slots) (void)_hm_prim_vm_unmap(p->slots, p->slots_bytes);
   if (p->zeros) (void)_hm_prim_vm_unmap(p->zeros, p->unit);
   if (p->held) (void)_hm_prim_vm_unmap(p->held, (size_t)HM_SDM_HELD * HM_SDM_PAGE);
-  if (p->demq.e) (void)_hm_prim_vm_unmap(p->demq.e, 2 * HM_SDM_DEMQ * sizeof(int32_t));
+  if (p->demq.e) (void)_hm_prim_vm_unmap(p->demq.e, 2 * HM_SDM_DEMQ * sizeof(_hm_sdm_vqe_t));
   if (p->uffd >= 0) (void)_hm_prim_close(p->uffd);
   if (p->pagemap >= 0) (void)_hm_prim_close(p->pagemap);
   if (p->evfd >= 0) (void)_hm_prim_close(p->evfd);
@@ -481,10 +481,10 @@ static int hm__alloc_tables(hm_pager_t *p) {
   p->act = (uint32_t *)(void *)(p->slots + p->nslots);
   p->free_slot = -1; /* every slot is fresh: _hm_sdm_slot_take */
   p->slot_fresh = 0;
-  if (p->cap >= (uint64_t)HM_SDM_DEMQ * sizeof(int32_t) * 16) {
+  if (p->cap >= (uint64_t)HM_SDM_DEMQ * sizeof(_hm_sdm_vqe_t) * 8) {
     /* both rings, charged to the budget; a cache too small for them (under
      * 64 KiB) does without */
-    rc = hm__own_map(p, 2 * HM_SDM_DEMQ * sizeof(int32_t), &mem);
+    rc = hm__own_map(p, 2 * HM_SDM_DEMQ * sizeof(_hm_sdm_vqe_t), &mem);
     if (rc) return rc;
     p->demq.e = mem;
     p->coldq.e = p->demq.e + HM_SDM_DEMQ;

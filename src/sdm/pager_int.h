@@ -100,9 +100,19 @@ typedef struct _hm_sdm_wq_s {
   uint32_t u0, u1;
 } _hm_sdm_wq_t;
 
+/* An entry of such a ring: the slot and the tag it was queued with. A
+ * slot taken again while an entry for it is still queued starts without
+ * `demoted` and may be queued again; only the entry whose tag matches the
+ * slot's `dtag` is its live one, so a stale entry neither takes the slot
+ * out of turn nor, dropped at the ring's end, clears the live one. */
+typedef struct {
+  int32_t slot;
+  uint32_t tag;
+} _hm_sdm_vqe_t;
+
 /* A ring of HM_SDM_DEMQ slots queued for eviction first (demq, coldq). */
 typedef struct _hm_sdm_vq_s {
-  int32_t *e; /* NULL: a cache too small for the rings does without */
+  _hm_sdm_vqe_t *e; /* NULL: a cache too small for the rings does without */
   uint32_t head, n;
 } _hm_sdm_vq_t;
 
@@ -171,6 +181,7 @@ struct hm_pager_s {
    * ring, in demq's mapping, taken before it: the program's own word on
    * what it will not use soon comes before a guess from its streams. */
   _hm_sdm_vq_t coldq;
+  uint32_t dtag; /* the tag of the last entry queued on either ring */
   /* Units filled so far (wraps): the clock by which a unit read again soon
    * after it was evicted as left behind is told from one read again a
    * sweep later (_hm_sdm_slot_take). */
