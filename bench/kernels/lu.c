@@ -9,7 +9,9 @@
  *           tiles spread over the OpenMP threads. --tile-budget sizes the
  *           tiles for that much fast memory (hmk_tile_for): the trailing
  *           updates then move about 16 n^2 (n / nb) / 3 bytes for the
- *           2/3 n^3 flops, nb / 8 flops per byte.
+ *           2/3 n^3 flops, nb / 8 flops per byte. Each task advises the
+ *           tiles of the task one per thread ahead MADV_WILLNEED
+ *           (--no-hints: not).
  * The matrix is random in [-1, 1] plus n on the diagonal (diagonally
  * dominant, so LU without pivoting is stable) and a pure function of (i, j),
  * so the check regenerates it: solve A x = b with the factors and require
@@ -22,6 +24,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "hmk.h"
 
@@ -33,6 +36,7 @@ typedef struct {
   double *a;
   size_t n, nb, nt;
   int tiled, threads;
+  int hints; /* tiled: MADV_WILLNEED on the tiles of the next tasks */
 } mat_t;
 
 /* address of element (i, j) in either layout */
@@ -98,6 +102,35 @@ static void getrf_nopiv(double *t, size_t nb) {
   }
 }
 
+/* MADV_WILLNEED of the pages that hold tile (i, j). */
+static void ask(const mat_t *m, size_t i, size_t j) {
+  size_t tb = m->nb * m->nb * sizeof(double);
+  uintptr_t a = (uintptr_t)tile(m, i, j) & ~(uintptr_t)4095;
+  uintptr_t e = ((uintptr_t)tile(m, i, j) + tb + 4095) & ~(uintptr_t)4095;
+  (void)madvise((void *)a, e - a, MADV_WILLNEED);
+}
+
+/* The tiles of task x of step k asked for ahead (--no-hints: not): tasks
+ * x < 2 rest are the panel solves (tile (k+1+x, k), then (k, k+1+x-rest)),
+ * the rest the trailing updates (i, j), which also read (i, k) and (k, j).
+ * A tile's first BLAS block pass touches all its pages at a stride, which
+ * a tiered memory that learns of a tile from its faults serves in small
+ * pieces, each waited for. */
+static void ask_task(const mat_t *m, size_t k, size_t x) {
+  size_t rest = m->nt - k - 1;
+  if (!m->hints || x >= 2 * rest + rest * rest) return;
+  if (x < rest) {
+    ask(m, k + 1 + x, k);
+  } else if (x < 2 * rest) {
+    ask(m, k, k + 1 + x - rest);
+  } else {
+    x -= 2 * rest;
+    ask(m, k + 1 + x % rest, k + 1 + x / rest);
+    ask(m, k + 1 + x % rest, k);
+    ask(m, k, k + 1 + x / rest);
+  }
+}
+
 static void tiled_lu(const mat_t *m) {
   size_t nt = m->nt, nb = m->nb;
   int b = (int)nb;
@@ -107,9 +140,11 @@ static void tiled_lu(const mat_t *m) {
     openblas_set_num_threads(m->threads);
     getrf_nopiv(akk, nb);
     openblas_set_num_threads(1);
-    size_t rest = nt - k - 1;
+    size_t rest = nt - k - 1, ahead = (size_t)m->threads;
+    for (size_t x = 0; x < ahead; x++) ask_task(m, k, x);
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t x = 0; x < 2 * rest; x++) {
+      ask_task(m, k, x + ahead); /* the task taken when each thread has one more */
       if (x < rest) /* A_ik <- A_ik U_kk^-1 */
         cblas_dtrsm(CblasColMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, b, b, 1.0, akk, b,
                     tile(m, k + 1 + x, k), b);
@@ -120,6 +155,7 @@ static void tiled_lu(const mat_t *m) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t x = 0; x < rest * rest; x++) {
       size_t i = k + 1 + x % rest, j = k + 1 + x / rest;
+      ask_task(m, k, 2 * rest + x + ahead);
       cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, b, b, b, -1.0, tile(m, i, k), b, tile(m, k, j), b, 1.0,
                   tile(m, i, j), b);
     }
@@ -139,6 +175,7 @@ static void tiled_solve(const mat_t *m, double *x) {
 
 int main(int argc, char **argv) {
   uint64_t tile_opt = 0, budget = 0;
+  int no_hints = 0;
   hmk_args_t a = {.kernel = "lu",
                   .summary = "LU factorization: LAPACK dgetrf, or a tiled right-looking LU (tile layout).",
                   .variants = "lapack|tiled",
@@ -150,14 +187,16 @@ int main(int argc, char **argv) {
       {"--tile", HMK_OPT_COUNT, &tile_opt, NULL, 8, 4096,
        "tile size nb of the tiled variant (default 256, smaller for small matrices)"},
       {"--tile-budget", HMK_OPT_SIZE, &budget, NULL, 0, 0, "tiled: size the tiles for this much fast memory"},
+      {"--no-hints", HMK_OPT_FLAG, &no_hints, NULL, 0, 0, "tiled: no MADV_WILLNEED on the next tasks' tiles"},
   };
-  hmk_parse(&a, argc, argv, opts, 2);
+  hmk_parse(&a, argc, argv, opts, 3);
   mat_t m = {0};
   m.tiled = strcmp(a.variant, "tiled") == 0;
   size_t n = (size_t)sqrt((double)a.bytes / 8.0);
   while ((n + 1) * (n + 1) * 8 <= a.bytes) n++;
   while (n * n * 8 > a.bytes) n--;
   m.threads = a.threads;
+  m.hints = !no_hints;
   if (m.tiled && budget && !tile_opt) {
     m.nb = hmk_tile_for(budget, n, &m.nt);
     n = m.nt * m.nb;
