@@ -79,12 +79,6 @@ static void step(const tiled_t *t, size_t x, size_t *ti, size_t *tj, size_t *tk)
   *tk = x % nt;
 }
 
-/* MADV_WILLNEED of the pages that hold [p, p + bytes). */
-static void ask(void *p, size_t bytes) {
-  uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, e = ((uintptr_t)p + bytes + 4095) & ~(uintptr_t)4095;
-  (void)madvise((void *)a, e - a, MADV_WILLNEED);
-}
-
 /* Asks for the tiles of step x ahead of their use (MADV_WILLNEED): a
  * pager learns of a tile only from its first faults, and dgemm touches
  * every page of both tiles in its first block pass, so without this each
@@ -94,8 +88,8 @@ static void will_need(const tiled_t *t, size_t x) {
   size_t ti, tj, tk, tile = t->nb * t->nb * sizeof(double);
   if (!t->hints || x >= t->nt * t->nt * t->nt) return;
   step(t, x, &ti, &tj, &tk);
-  ask(tile_a(t, ti, tk), tile);
-  ask(tile_b(t, tk, tj), tile);
+  hmk_will_need(tile_a(t, ti, tk), tile);
+  hmk_will_need(tile_b(t, tk, tj), tile);
 }
 
 static void tiled_gemm(const tiled_t *t) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "size.h"
@@ -294,4 +295,10 @@ size_t hmk_tile_for(uint64_t budget, size_t n, size_t *nt) {
   *nt = n / nb < 1 ? 1 : n / nb;
   if (*nt > k) *nt = k;
   return nb;
+}
+
+void hmk_will_need(const void *p, size_t bytes) {
+  /* page-rounded outward: allocators return blocks inside pages */
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, e = ((uintptr_t)p + bytes + 4095) & ~(uintptr_t)4095;
+  (void)madvise((void *)a, e - a, MADV_WILLNEED);
 }

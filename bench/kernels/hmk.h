@@ -132,6 +132,11 @@ void hmk_extra_raw(hmk_result_t *r, const char *key, const char *json);
  * 16 x *nt smaller than n). */
 size_t hmk_tile_for(uint64_t budget, size_t n, size_t *nt);
 
+/* MADV_WILLNEED of the pages that hold [p, p + bytes): a tiered memory
+ * reads them in the background; on anonymous DRAM it does nothing. The
+ * out-of-core kernels give it a task ahead, as their users would. */
+void hmk_will_need(const void *p, size_t bytes);
+
 /* Prints the JSON line (verified: true) and frees the result. Call only
  * after verification passed; a failed check calls hmk_fail(HMK_EXIT_VERIFY). */
 void hmk_emit(const hmk_args_t *a, hmk_result_t *r);

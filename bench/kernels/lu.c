@@ -24,7 +24,6 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "hmk.h"
 
@@ -102,12 +101,8 @@ static void getrf_nopiv(double *t, size_t nb) {
   }
 }
 
-/* MADV_WILLNEED of the pages that hold tile (i, j). */
 static void ask(const mat_t *m, size_t i, size_t j) {
-  size_t tb = m->nb * m->nb * sizeof(double);
-  uintptr_t a = (uintptr_t)tile(m, i, j) & ~(uintptr_t)4095;
-  uintptr_t e = ((uintptr_t)tile(m, i, j) + tb + 4095) & ~(uintptr_t)4095;
-  (void)madvise((void *)a, e - a, MADV_WILLNEED);
+  hmk_will_need(tile(m, i, j), m->nb * m->nb * sizeof(double));
 }
 
 /* The tiles of task x of step k asked for ahead (--no-hints: not): tasks
