@@ -412,7 +412,8 @@ HM_API int hm_pager_unmap(hm_pager_t *pager, void *addr, size_t length);
 
 typedef enum hm_advice_e {
   HM_ADVICE_NORMAL = 0,
-  HM_ADVICE_WILLNEED = 1,   /* fetch the range now, asynchronously */
+  HM_ADVICE_WILLNEED = 1,   /* fetch the range now, asynchronously; its resident units
+                               are marked used, as a fault on them would */
   HM_ADVICE_SEQUENTIAL = 2, /* expect forward streams: prefetch aggressively */
   HM_ADVICE_RANDOM = 3,     /* expect no pattern: do not prefetch */
   HM_ADVICE_DONTNEED = 4,   /* contents may be discarded (reads return zeros) */

@@ -327,8 +327,16 @@ static void hm__advise_flags(_hm_sdm_region_t *r, uint32_t u0, uint32_t u1, hm_a
   }
 }
 
-/* WILLNEED: queued for the handlers (pager lock held, released here). */
+/* WILLNEED: queued for the handlers (pager lock held, released here).
+ * Resident units of the range are marked referenced: the program says it
+ * will use them soon, which CLOCK would otherwise learn only from a fault,
+ * and units already mapped never fault. A tiled LU asks for its panel
+ * tile before each update that reads it; without the mark, CLOCK took the
+ * panel as it took the tiles streaming past and it was read again for
+ * every column of tiles. Cost: O(units of the range), once per advice. */
 static int hm__advise_willneed(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u0, uint32_t u1) {
+  for (uint32_t u = u0; u <= u1; u++)
+    if (r->units[u].state == HM_U_RES) p->slots[r->units[u].slot].ref = 1;
   if (p->nwq < HM_SDM_WQ) p->wq[p->nwq++] = (_hm_sdm_wq_t){r, u0, u1 + 1};
   pthread_mutex_unlock(&p->lk);
   uint64_t one = 1;
