@@ -11,7 +11,8 @@
  *           updates then move about 16 n^2 (n / nb) / 3 bytes for the
  *           2/3 n^3 flops, nb / 8 flops per byte. Each task advises the
  *           tiles of the task one per thread ahead MADV_WILLNEED
- *           (--no-hints: not).
+ *           (--no-hints: not); each step updates the next step's panel
+ *           last (trail_tile).
  * The matrix is random in [-1, 1] plus n on the diagonal (diagonally
  * dominant, so LU without pivoting is stable) and a pure function of (i, j),
  * so the check regenerates it: solve A x = b with the factors and require
@@ -105,6 +106,18 @@ static void ask(const mat_t *m, size_t i, size_t j) {
   hmk_will_need(tile(m, i, j), m->nb * m->nb * sizeof(double));
 }
 
+/* Trailing update x of step k: tile (i, j), last columns first and, in a
+ * column, last rows first. The step's last updates are then column k+1,
+ * ending with tile (k+1, k+1): the next step's panel and diagonal tile,
+ * still in fast memory when its serial factorization and panel solves
+ * begin (in the natural order they were updated first and, in a tiered
+ * memory, evicted by the rest of the step before being read again). */
+static void trail_tile(const mat_t *m, size_t k, size_t x, size_t *i, size_t *j) {
+  size_t rest = m->nt - k - 1, y = rest * rest - 1 - x;
+  *i = k + 1 + y % rest;
+  *j = k + 1 + y / rest;
+}
+
 /* The tiles of task x of step k asked for ahead (--no-hints: not): tasks
  * x < 2 rest are the panel solves (tile (k+1+x, k), then (k, k+1+x-rest)),
  * the rest the trailing updates (i, j), which also read (i, k) and (k, j).
@@ -119,10 +132,11 @@ static void ask_task(const mat_t *m, size_t k, size_t x) {
   } else if (x < 2 * rest) {
     ask(m, k, k + 1 + x - rest);
   } else {
-    x -= 2 * rest;
-    ask(m, k + 1 + x % rest, k + 1 + x / rest);
-    ask(m, k + 1 + x % rest, k);
-    ask(m, k, k + 1 + x / rest);
+    size_t i, j;
+    trail_tile(m, k, x - 2 * rest, &i, &j);
+    ask(m, i, j);
+    ask(m, i, k);
+    ask(m, k, j);
   }
 }
 
@@ -149,7 +163,8 @@ static void tiled_lu(const mat_t *m) {
     }
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t x = 0; x < rest * rest; x++) {
-      size_t i = k + 1 + x % rest, j = k + 1 + x / rest;
+      size_t i, j;
+      trail_tile(m, k, x, &i, &j);
       ask_task(m, k, 2 * rest + x + ahead);
       cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, b, b, b, -1.0, tile(m, i, k), b, tile(m, k, j), b, 1.0,
                   tile(m, i, j), b);
