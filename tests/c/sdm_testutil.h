@@ -121,6 +121,18 @@ static inline uint64_t hm_sdm_mix(uint64_t x) {
   x ^= x >> 33;
   return x;
 }
+
+/* Word i of an array filled with a salt: hm_sdm_mix(i * 3 + salt). */
+static inline void hm_sdm_fill_salted(uint64_t *a, size_t n, uint64_t salt) {
+  for (size_t i = 0; i < n; i++) a[i] = hm_sdm_mix(i * 3 + salt);
+}
+
+/* How many words of a differ from hm_sdm_fill_salted's. */
+static inline uint64_t hm_sdm_check_salted(const uint64_t *a, size_t n, uint64_t salt) {
+  uint64_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += a[i] != hm_sdm_mix(i * 3 + salt);
+  return bad;
+}
 /* A worker of the shared-words stress tests: nt threads own interleaved
  * words of a (word i belongs to thread i % nt), so they share every page
  * and unit while the expected value of each word stays defined: writes go

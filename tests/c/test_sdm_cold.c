@@ -22,16 +22,6 @@
 #define DONE (12 * MiB)
 #define NEW (20 * MiB)
 
-static uint64_t check(const uint64_t *a, size_t n, uint64_t salt) {
-  uint64_t bad = 0;
-  for (size_t i = 0; i < n; i++) bad += a[i] != hm_sdm_mix(i * 3 + salt);
-  return bad;
-}
-
-static void fill(uint64_t *a, size_t n, uint64_t salt) {
-  for (size_t i = 0; i < n; i++) a[i] = hm_sdm_mix(i * 3 + salt);
-}
-
 int main(void) {
   hm_ctx_t *ctx = NULL;
   hm_pager_t *p = hm_sdm_begin(&ctx, BUDGET, 0);
@@ -42,9 +32,9 @@ int main(void) {
   CHECK_EQ_INT(hm_pager_map(p, NEW, (void **)&fresh), 0);
   if (!keep || !done || !fresh) return hm_test_done("test_sdm_cold");
   const size_t nk = KEEP / 8, nd = DONE / 8, nn = NEW / 8;
-  fill(keep, nk, 1);
-  fill(done, nd, 2);
-  CHECK_EQ_INT(check(keep, nk, 1), 0);
+  hm_sdm_fill_salted(keep, nk, 1);
+  hm_sdm_fill_salted(done, nd, 2);
+  CHECK_EQ_INT(hm_sdm_check_salted(keep, nk, 1), 0);
   /* whole units only: from one page into the first unit to one page short
    * of the end, every unit but the two at the edges */
   CHECK_EQ_INT(hm_pager_advise(p, (char *)done + 4096, DONE - 8192, HM_ADVICE_COLD), 0);
@@ -52,9 +42,9 @@ int main(void) {
   CHECK(hm_pager_advise(p, (char *)done + DONE - 4096, 8192, HM_ADVICE_COLD) == -EINVAL);
   /* new data: 44 MiB where the cache holds about 39 (the pager's own memory is
    * part of the budget): about 5 MiB must go */
-  fill(fresh, nn, 3);
+  hm_sdm_fill_salted(fresh, nn, 3);
   hm_pager_stats_t s0 = hm_sdm_stats(p);
-  uint64_t bad = check(keep, nk, 1);
+  uint64_t bad = hm_sdm_check_salted(keep, nk, 1);
   hm_pager_stats_t s1 = hm_sdm_stats(p);
   uint64_t read_keep = s1.bytes_read - s0.bytes_read;
   printf("kept array read again: %llu KiB from the storage tier; evictions %llu, own %llu KiB, "
@@ -66,7 +56,7 @@ int main(void) {
    * finished one's (all 12 MiB read back again in a run without the advice;
    * with it, none of them). */
   CHECK(read_keep < KEEP / 16);
-  bad += check(done, nd, 2) + check(fresh, nn, 3);
+  bad += hm_sdm_check_salted(done, nd, 2) + hm_sdm_check_salted(fresh, nn, 3);
   CHECK_EQ_INT(bad, 0);
   CHECK_EQ_INT(hm_pager_unmap(p, keep, KEEP), 0);
   CHECK_EQ_INT(hm_pager_unmap(p, done, DONE), 0);

@@ -21,16 +21,6 @@
 #define NEW (40 * MiB)
 #define CHUNK (4 * MiB)
 
-static uint64_t check(const uint64_t *a, size_t n, uint64_t salt) {
-  uint64_t bad = 0;
-  for (size_t i = 0; i < n; i++) bad += a[i] != hm_sdm_mix(i * 5 + salt);
-  return bad;
-}
-
-static void fill(uint64_t *a, size_t n, uint64_t salt) {
-  for (size_t i = 0; i < n; i++) a[i] = hm_sdm_mix(i * 5 + salt);
-}
-
 /* Fills a chunk page by page in a scattered order (a step prime to its
  * page count), as a BLAS call touches a tile at a stride: no sequential
  * stream whose left-behind units eviction would take first, so what goes
@@ -39,7 +29,7 @@ static void fill_scattered(uint64_t *a, size_t n, uint64_t salt) {
   const size_t per = 4096 / 8, pages = n / per;
   for (size_t k = 0; k < pages; k++) {
     size_t pg = k * 389 % pages;
-    for (size_t i = pg * per; i < (pg + 1) * per; i++) a[i] = hm_sdm_mix(i * 5 + salt);
+    for (size_t i = pg * per; i < (pg + 1) * per; i++) a[i] = hm_sdm_mix(i * 3 + salt);
   }
 }
 
@@ -53,8 +43,8 @@ static uint64_t run(int advise) {
   CHECK_EQ_INT(hm_pager_map(p, IDLE, (void **)&idle), 0);
   CHECK_EQ_INT(hm_pager_map(p, NEW, (void **)&fresh), 0);
   if (!keep || !idle || !fresh) return UINT64_MAX;
-  fill(keep, KEEP / 8, 1);
-  fill(idle, IDLE / 8, 2);
+  hm_sdm_fill_salted(keep, KEEP / 8, 1);
+  hm_sdm_fill_salted(idle, IDLE / 8, 2);
   /* 64 MiB where the cache holds about 39: about 25 MiB must go. Only the
    * kept array is ever read back: the rest is written, never read again
    * before the checks, so the reads from here on are the kept array's
@@ -62,18 +52,18 @@ static uint64_t run(int advise) {
   hm_pager_stats_t s0 = hm_sdm_stats(p);
   for (size_t c = 0; c < NEW / CHUNK; c++) {
     if (advise) CHECK_EQ_INT(hm_pager_advise(p, keep, KEEP, HM_ADVICE_WILLNEED), 0);
-    fill_scattered(fresh + c * (CHUNK / 8), CHUNK / 8, 3 + c * (CHUNK / 8) * 5);
+    fill_scattered(fresh + c * (CHUNK / 8), CHUNK / 8, 3 + c * (CHUNK / 8) * 3);
   }
-  uint64_t bad = check(keep, KEEP / 8, 1);
+  uint64_t bad = hm_sdm_check_salted(keep, KEEP / 8, 1);
   hm_pager_stats_t s1 = hm_sdm_stats(p);
   uint64_t read_keep = s1.bytes_read - s0.bytes_read;
   printf("%s: kept array read again: %llu KiB; evictions %llu\n",
          advise ? "asked for before each chunk" : "control, no advice",
          (unsigned long long)(read_keep / 1024), (unsigned long long)s1.evictions);
   CHECK(s1.evictions > 0);
-  bad += check(idle, IDLE / 8, 2);
+  bad += hm_sdm_check_salted(idle, IDLE / 8, 2);
   for (size_t c = 0; c < NEW / CHUNK; c++)
-    bad += check(fresh + c * (CHUNK / 8), CHUNK / 8, 3 + c * (CHUNK / 8) * 5);
+    bad += hm_sdm_check_salted(fresh + c * (CHUNK / 8), CHUNK / 8, 3 + c * (CHUNK / 8) * 3);
   CHECK_EQ_INT(bad, 0);
   CHECK_EQ_INT(hm_pager_unmap(p, keep, KEEP), 0);
   CHECK_EQ_INT(hm_pager_unmap(p, idle, IDLE), 0);
