@@ -45,10 +45,11 @@ static uint64_t run(int advise) {
   if (!keep || !idle || !fresh) return UINT64_MAX;
   hm_sdm_fill_salted(keep, KEEP / 8, 1);
   hm_sdm_fill_salted(idle, IDLE / 8, 2);
-  /* 64 MiB where the cache holds about 39: about 25 MiB must go. Only the
-   * kept array is ever read back: the rest is written, never read again
-   * before the checks, so the reads from here on are the kept array's
-   * (read again at the end, or prefetched again by the advice). */
+  /* 64 MiB where the cache holds less than the 48 MiB budget: about 20 MiB
+   * must go. Only the kept array is ever read back: the rest is written,
+   * never read again before the checks, so the reads from here on are the
+   * kept array's (read again at the end, or prefetched again by the
+   * advice). */
   hm_pager_stats_t s0 = hm_sdm_stats(p);
   for (size_t c = 0; c < NEW / CHUNK; c++) {
     if (advise) CHECK_EQ_INT(hm_pager_advise(p, keep, KEEP, HM_ADVICE_WILLNEED), 0);
@@ -80,8 +81,9 @@ int main(void) {
   if (control == UINT64_MAX || asked == UINT64_MAX) return hm_test_done("test_sdm_willneed");
   /* the control shows the test can fail: CLOCK took much of the kept array */
   CHECK(control >= KEEP / 4);
-  /* with the mark, 2 MiB of it here; without, the advice prefetched back
-   * the whole 12 MiB that CLOCK had taken */
-  CHECK(asked < KEEP / 3);
+  /* with the mark, 2-4 MiB of it here (what CLOCK's first turn takes,
+   * before the next advice marks the rest again); without, the advice
+   * prefetched back the whole 12 MiB that CLOCK had taken */
+  CHECK(asked <= KEEP / 2);
   return hm_test_done("test_sdm_willneed");
 }
