@@ -205,4 +205,12 @@ static inline hm_pager_t *hm_sdm_begin(hm_ctx_t **ctx, uint64_t budget, uint64_t
   CHECK(p != NULL);
   return p;
 }
+
+/* hm_sdm_begin's end: closes p, checks that no backing file is left in
+ * the scratch directory, frees ctx. */
+static inline void hm_sdm_end(hm_ctx_t *ctx, hm_pager_t *p) {
+  CHECK_EQ_INT(hm_pager_close(p), 0);
+  CHECK_EQ_INT(hm_sdm_count_files(hm_sdm_scratch()), 0);
+  hm_ctx_free(ctx);
+}
 #endif

@@ -63,8 +63,6 @@ int main(void) {
   CHECK_EQ_INT(hm_pager_unmap(p, keep, KEEP), 0);
   CHECK_EQ_INT(hm_pager_unmap(p, done, DONE), 0);
   CHECK_EQ_INT(hm_pager_unmap(p, fresh, NEW), 0);
-  CHECK_EQ_INT(hm_pager_close(p), 0);
-  CHECK_EQ_INT(hm_sdm_count_files(hm_sdm_scratch()), 0);
-  hm_ctx_free(ctx);
+  hm_sdm_end(ctx, p);
   return hm_test_done("test_sdm_cold");
 }

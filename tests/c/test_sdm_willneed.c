@@ -5,9 +5,10 @@
  * streamed past in chunks, as a tiled LU's panel shares it with the tiles
  * it updates; before each chunk the program asks for the kept array again.
  * The kept array must stay: neither the advice (a prefetch of what was
- * evicted) nor reading it at the end reads much from the storage tier. The same run without the advice is the control:
- * there CLOCK takes the kept array as readily as the idle one, so the test
- * fails if the advice stops reaching CLOCK. Every word is checked. */
+ * evicted) nor reading it at the end reads much from the storage tier.
+ * The same run without the advice is the control: there CLOCK takes the
+ * kept array as readily as the idle one, so the test fails if the advice
+ * stops reaching CLOCK. Every word is checked. */
 #include <stdint.h>
 #include <string.h>
 
@@ -21,15 +22,16 @@
 #define NEW (40 * MiB)
 #define CHUNK (4 * MiB)
 
-/* Fills a chunk page by page in a scattered order (a step prime to its
- * page count), as a BLAS call touches a tile at a stride: no sequential
- * stream whose left-behind units eviction would take first, so what goes
- * is CLOCK's choice. */
-static void fill_scattered(uint64_t *a, size_t n, uint64_t salt) {
-  const size_t per = 4096 / 8, pages = n / per;
+/* Fills chunk c of a as hm_sdm_fill_salted(a, NEW / 8, 3) would, page by
+ * page in a scattered order (a step prime to the chunk's page count), as a
+ * BLAS call touches a tile at a stride: no sequential stream whose
+ * left-behind units eviction would take first, so what goes is CLOCK's
+ * choice. */
+static void fill_chunk_scattered(uint64_t *a, size_t c) {
+  const size_t per = 4096 / 8, pages = CHUNK / 4096, first = c * (CHUNK / 8);
   for (size_t k = 0; k < pages; k++) {
-    size_t pg = k * 389 % pages;
-    for (size_t i = pg * per; i < (pg + 1) * per; i++) a[i] = hm_sdm_mix(i * 3 + salt);
+    size_t w = first + k * 389 % pages * per;
+    for (size_t i = w; i < w + per; i++) a[i] = hm_sdm_mix(i * 3 + 3);
   }
 }
 
@@ -53,7 +55,7 @@ static uint64_t run(int advise) {
   hm_pager_stats_t s0 = hm_sdm_stats(p);
   for (size_t c = 0; c < NEW / CHUNK; c++) {
     if (advise) CHECK_EQ_INT(hm_pager_advise(p, keep, KEEP, HM_ADVICE_WILLNEED), 0);
-    fill_scattered(fresh + c * (CHUNK / 8), CHUNK / 8, 3 + c * (CHUNK / 8) * 3);
+    fill_chunk_scattered(fresh, c);
   }
   uint64_t bad = hm_sdm_check_salted(keep, KEEP / 8, 1);
   hm_pager_stats_t s1 = hm_sdm_stats(p);
@@ -63,15 +65,12 @@ static uint64_t run(int advise) {
          (unsigned long long)(read_keep / 1024), (unsigned long long)s1.evictions);
   CHECK(s1.evictions > 0);
   bad += hm_sdm_check_salted(idle, IDLE / 8, 2);
-  for (size_t c = 0; c < NEW / CHUNK; c++)
-    bad += hm_sdm_check_salted(fresh + c * (CHUNK / 8), CHUNK / 8, 3 + c * (CHUNK / 8) * 3);
+  bad += hm_sdm_check_salted(fresh, NEW / 8, 3);
   CHECK_EQ_INT(bad, 0);
   CHECK_EQ_INT(hm_pager_unmap(p, keep, KEEP), 0);
   CHECK_EQ_INT(hm_pager_unmap(p, idle, IDLE), 0);
   CHECK_EQ_INT(hm_pager_unmap(p, fresh, NEW), 0);
-  CHECK_EQ_INT(hm_pager_close(p), 0);
-  CHECK_EQ_INT(hm_sdm_count_files(hm_sdm_scratch()), 0);
-  hm_ctx_free(ctx);
+  hm_sdm_end(ctx, p);
   return read_keep;
 }
 
