@@ -113,6 +113,14 @@ def test_headline_speaks_of_swap_and_its_oom():
     one = [r for r in runs if r["rep"] == 0 and r["multiple"] == 2.0]
     (h1,) = report_stats.headlines(_rows(one), one)
     assert "one repetition: no CI" in h1["text"]
+    # swap killed in 2 of its 3 runs: the one ratio left says so
+    part = [r for r in runs if r["multiple"] == 2.0 and not (r["mode"] == "swap" and r["rep"])]
+    part += [{**oom, "multiple": 2.0, "rep": rep, "error_kind": "baseline-oom"} for rep in (1, 2)]
+    (h2,) = report_stats.headlines(_rows(part), part)
+    assert h2["vs_swap"]["pairs"] == 1
+    assert h2["text"].endswith(
+        "(one repetition: no CI); Linux swap was killed by the OOM killer in 2 of 3 runs."
+    ), h2["text"]
 
 
 def test_storage_device_and_commit(tmp_path):

@@ -130,19 +130,25 @@ def _headline(
 
 
 def _swap_failures(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, float], str]:
-    """(case, multiple) -> why swap failed, where no swap run of it succeeded."""
-    ok, failed = set(), {}
+    """(case, multiple) -> why swap failed, where any swap run of it did:
+    with how many of its runs, where others succeeded (a ratio to swap from
+    the survivors alone would not say that swap itself fell over)."""
+    ok: dict[tuple[str, float], int] = {}
+    failed: dict[tuple[str, float], list[str]] = {}
     for r in latest_runs(list(runs)):
         if r.get("mode") != "swap":
             continue
         k = (r["case"], float(r["multiple"]))
         if not r.get("error"):
-            ok.add(k)
+            ok[k] = ok.get(k, 0) + 1
         elif r.get("error_kind") == "baseline-oom":
-            failed[k] = "Linux swap was killed by the OOM killer"
+            failed.setdefault(k, []).append("Linux swap was killed by the OOM killer")
         else:
-            failed.setdefault(k, f"swap failed ({r.get('error')})")
-    return {k: v for k, v in failed.items() if k not in ok}
+            failed.setdefault(k, []).append(f"swap failed ({r.get('error')})")
+    out = {}
+    for k, why in failed.items():
+        out[k] = why[0] if k not in ok else f"{why[0]} in {len(why)} of {len(why) + ok[k]} runs"
+    return out
 
 
 def ci_text(lo: float | None, hi: float | None, fmt: str, pairs: int) -> str:
@@ -166,7 +172,7 @@ def headline_text(h: dict[str, Any]) -> str:
     s = h["vs_swap"]
     if s:
         text += ", " + _swap_text(s)
-    elif h["swap_error"]:
+    if h["swap_error"]:
         text += f"; {h['swap_error']}"
     elif h["best_mode"] != "swap":
         text += "; swap did not run"
