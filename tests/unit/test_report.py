@@ -109,7 +109,7 @@ def test_headline_speaks_of_swap_and_its_oom():
     assert (h["best_mode"], h["multiple"]) == ("cache", 2.0)
     assert h["vs_swap"]["value"] == pytest.approx(3.0, rel=0.01)
     assert "cache is best: 50% of dram speed (95% CI" in h["text"]
-    assert "3x faster than swap (95% CI" in h["text"]
+    assert "3x faster than swap (95% CI" in h["text"] and h["text"].endswith(")."), h["text"]
     one = [r for r in runs if r["rep"] == 0 and r["multiple"] == 2.0]
     (h1,) = report_stats.headlines(_rows(one), one)
     assert "one repetition: no CI" in h1["text"]

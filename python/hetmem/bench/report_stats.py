@@ -174,7 +174,7 @@ def headline_text(h: dict[str, Any]) -> str:
         text += ", " + _swap_text(s)
     if h["swap_error"]:
         text += f"; {h['swap_error']}"
-    elif h["best_mode"] != "swap":
+    elif not s and h["best_mode"] != "swap":
         text += "; swap did not run"
     return text + "."
 
