@@ -60,6 +60,46 @@ static unsigned hm__judge_refill(hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_uni
   return heat;
 }
 
+/* wp_sync: a unit seen written in each of its last two residencies is
+ * taken as dirty when filled again, and mapped unprotected. Otherwise its
+ * first store waits for a write-protect fault, which the handler serves
+ * between its reads and evictions: the tiled LU at 4x a 1 GiB budget took
+ * 65k of them per run, and with every fill unprotected instead it ran in
+ * 68-71 s, not 75-77 s, though it wrote 38% more. The price is the
+ * write-back of a unit that was only read: of three fills of a unit, two
+ * go unprotected and the third is watched. Only in regions where a unit
+ * written in one residency mostly takes a WP fault in its next watched
+ * one (read, then updated: LU's tiles) and not where it is mostly clean
+ * then (written in one loop, read in the next: STREAM's arrays, whose
+ * write-backs grew 35% at 2x when every region guessed). Cost: a few
+ * compares per fill and per eviction, under the pager lock the caller
+ * holds. */
+static void hm__guess_dirty(const hm_pager_t *p, const _hm_sdm_region_t *r,
+                            const _hm_sdm_unit_t *U, _hm_sdm_slot_t *S) {
+  if (p->dirty_mode != HM_SDM_DIRTY_SYNC || U->wrote < 2 || r->guess_score < 0) return;
+  S->dirty = 1;
+  S->pdirty = 1;
+}
+
+/* What a victim's residency says of its unit's writes (pager lock held):
+ * written as seen (a WP fault, or a store to an absent page) raises the
+ * history, a guessed residency spends it, a clean one ends it. A watched
+ * residency after a written one scores its region: +1 for a WP fault, -2
+ * when clean (a store first, with no fault to save, counts neither). */
+static void hm__learn_dirty(const hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_unit_t *U,
+                            const _hm_sdm_slot_t *S) {
+  if (p->dirty_mode != HM_SDM_DIRTY_SYNC) return;
+  if (S->pdirty) {
+    U->wrote--;
+    return;
+  }
+  if (U->wrote && (S->wpf || !S->dirty)) {
+    int sc = r->guess_score + (S->wpf ? 1 : -2);
+    r->guess_score = (int8_t)(sc > 16 ? 16 : sc < -16 ? -16 : sc);
+  }
+  U->wrote = S->dirty ? (U->wrote ? 3u : 1u) : 0u;
+}
+
 /* A slot for unit u of r (a reservation made room for it). Slots given
  * back are reused first; otherwise the next never-used one is taken from
  * the bump index slot_fresh, so the slot table (sized for the budget, up
@@ -85,6 +125,7 @@ int32_t _hm_sdm_slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
   r->units[u].slot = s;
   p->fill_tick++;
   S->heat = (uint8_t)hm__judge_refill(p, r, &r->units[u]);
+  hm__guess_dirty(p, r, &r->units[u], S);
   if (!(r->units[u].flags & HM_UF_SEEN)) {
     r->units[u].flags |= HM_UF_SEEN;
     r->seen_units++;
@@ -395,6 +436,7 @@ static void hm__victim_free(hm_pager_t *p, int32_t s, const uint64_t *D) {
   p->used -= bytes;
   p->resident -= bytes;
   if (wrote) r->units[u].flags |= HM_UF_ONDISK;
+  hm__learn_dirty(p, r, &r->units[u], S);
   r->units[u].flags |= (uint8_t)(HM_UF_OUT | (S->mru_victim ? HM_UF_MRU_OUT : 0));
   r->units[u].out_at = p->fill_tick;
   r->units[u].state = HM_U_NONE;
@@ -468,6 +510,7 @@ static int hm__flush_begin(hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_unit_t *U
   fl->mapped = S->mapped;
   fl->dirty = S->dirty;
   S->dirty = 0;
+  S->pdirty = 0; /* protected again below: its next write is seen */
   pthread_mutex_unlock(&p->lk);
   return 1;
 }

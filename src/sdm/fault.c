@@ -499,6 +499,7 @@ static int hm__fault_transit(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, con
 static int hm__fault_wp(hm_pager_t *p, const _hm_sdm_fault_t *f, const hm__at_t *at,
                         _hm_sdm_slot_t *S) {
   S->dirty = 1;
+  S->wpf = 1;
   S->ref = 1;
   S->pin++;
   at->r->busy++; /* pin keeps the unit, busy keeps the region */
@@ -733,8 +734,10 @@ static _hm_sdm_op_t *hm__miss_op(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f,
    * right after the fill; the unit is dirty now and filled unprotected
    * (one round trip per unit less for stores first, like initialisation
    * loops and STREAM's target array). */
-  if ((f->flags & UFFD_PAGEFAULT_FLAG_WRITE) && p->dirty_mode == HM_SDM_DIRTY_SYNC)
+  if ((f->flags & UFFD_PAGEFAULT_FLAG_WRITE) && p->dirty_mode == HM_SDM_DIRTY_SYNC) {
     p->slots[s].dirty = 1;
+    p->slots[s].pdirty = 0; /* seen written, not only guessed */
+  }
   U->state = HM_U_FILLING;
   at->r->busy++;
   op->reg = at->r;

@@ -24,7 +24,9 @@
  *    "written": conservative, never lossy.
  *  - wp_sync: the first write to a unit raises a WP fault; the unit is marked
  *    dirty and unprotected as a whole (one round trip per unit per
- *    residency). Eviction re-protects it before writing back.
+ *    residency). Eviction re-protects it before writing back. A unit seen
+ *    written in its last two residencies is filled unprotected and taken
+ *    as dirty for the next two (evict.c, hm__guess_dirty).
  *  - all: no write-protect: every resident unit is written back.
  * Units never written back are "zero" units: their fill is a fallocate of
  * the memfd (or a COPY of zeros), no I/O.

@@ -295,6 +295,7 @@ static void hm__discard_unit(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u) {
   _hm_sdm_unit_t *U = &r->units[u];
   _hm_sdm_wait_unit(p, U);
   U->flags &= (uint8_t)~HM_UF_ONDISK;
+  U->wrote = 0; /* the memory's next use has a history of its own */
   if (U->state != HM_U_RES) {
     pthread_mutex_unlock(&p->lk);
     return;

@@ -32,6 +32,9 @@ typedef struct _hm_sdm_unit_s {
   uint8_t state;
   uint8_t flags;
   uint16_t behind; /* how far behind its stream it was when queued to be evicted first */
+  /* wp_sync: its write history (evict.c, hm__learn_dirty): 0-3, from 2
+   * on the next fill is taken as dirty and mapped unprotected. */
+  uint8_t wrote;
   int32_t slot; /* index into the pager's slots while FILLING/RES/BUSY, else -1 */
   uint32_t out_at; /* the pager's fill count when it was last evicted (HM_UF_OUT) */
 } _hm_sdm_unit_t;
@@ -48,6 +51,8 @@ typedef struct _hm_sdm_slot_s {
   uint8_t prefetched; /* prefetched and not touched yet */
   uint8_t mapped;     /* memfd mode: every filled page is mapped in the region */
   uint8_t dirty;      /* sync-WP mode: written since the last write-back */
+  uint8_t pdirty;     /* ...or taken as written from its unit's history, unseen */
+  uint8_t wpf;        /* sync-WP mode: took a WP fault since it was filled */
   uint8_t held;       /* anonymous mode: readahead trigger page held back: pool index + 1,
                          0x80 when it is the unit's last page (a backward stream), 0: none */
   uint8_t demoted;    /* queued for eviction first, behind a stream (reset when reused) */
@@ -88,6 +93,10 @@ typedef struct _hm_sdm_region_s {
    * per miss along a trend, within 0..16; at 8 or more a thread's first
    * miss in the region, which has no history yet, fills as random. */
   uint8_t rnd_score;
+  /* wp_sync (evict.c, hm__learn_dirty): whether a unit written in one
+   * residency takes a WP fault in its next watched one (+1) or is clean
+   * (-2), within -16..16; below 0 no unit of the region is guessed dirty. */
+  int8_t guess_score;
   /* Units just behind a stream that are left to CLOCK, not evicted first:
    * spans this region's streams swept again soon (hm__judge_refill). */
   uint32_t keep_behind;
