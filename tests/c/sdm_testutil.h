@@ -206,6 +206,30 @@ static inline hm_pager_t *hm_sdm_begin(hm_ctx_t **ctx, uint64_t budget, uint64_t
   return p;
 }
 
+/* A test's end over two regions a and big of p: unmaps both, closes p,
+ * and checks that no backing file is left in dir. */
+static inline void hm_sdm_close_two(hm_pager_t *p, const char *dir, void *a, size_t abytes,
+                                    void *big, size_t bbytes) {
+  CHECK_EQ_INT(hm_pager_unmap(p, a, abytes), 0);
+  CHECK_EQ_INT(hm_pager_unmap(p, big, bbytes), 0);
+  CHECK_EQ_INT(hm_pager_close(p), 0);
+  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+}
+
+/* The main of a test run in both modes with synchronous write-protect:
+ * anonymous fills (the default), and memfd fills as on kernels without
+ * WP_ASYNC, which follow the same rules. */
+static inline int hm_sdm_sync_wp_modes(const char *name,
+                                       void (*one_mode)(hm_ctx_t *, const char *, uint32_t)) {
+  const char *dir = hm_sdm_scratch();
+  hm_ctx_t *ctx = NULL;
+  CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
+  one_mode(ctx, dir, 0);
+  one_mode(ctx, dir, HM_PAGER_MEMFD | HM_PAGER_NO_WP_ASYNC);
+  hm_ctx_free(ctx);
+  return hm_test_done(name);
+}
+
 /* hm_sdm_begin's end: closes p, checks that no backing file is left in
  * the scratch directory, frees ctx. */
 static inline void hm_sdm_end(hm_ctx_t *ctx, hm_pager_t *p) {

@@ -95,20 +95,7 @@ static void one_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
   hm_sdm_push_out(big, bbytes, UNIT);
   CHECK_EQ_INT(check_all(a, n, 2), 0);
 
-  CHECK_EQ_INT(hm_pager_unmap(p, a, abytes), 0);
-  CHECK_EQ_INT(hm_pager_unmap(p, big, bbytes), 0);
-  CHECK_EQ_INT(hm_pager_close(p), 0);
-  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+  hm_sdm_close_two(p, dir, a, abytes, big, bbytes);
 }
 
-int main(void) {
-  const char *dir = hm_sdm_scratch();
-  hm_ctx_t *ctx = NULL;
-  CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
-  /* anonymous fills (the default), and memfd fills with synchronous
-   * write-protect (kernels without WP_ASYNC), which follow the same rule */
-  one_mode(ctx, dir, 0);
-  one_mode(ctx, dir, HM_PAGER_MEMFD | HM_PAGER_NO_WP_ASYNC);
-  hm_ctx_free(ctx);
-  return hm_test_done("test_sdm_dirtyfill");
-}
+int main(void) { return hm_sdm_sync_wp_modes("test_sdm_dirtyfill", one_mode); }

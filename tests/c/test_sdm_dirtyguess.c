@@ -152,18 +152,7 @@ static void one_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
   CHECK(written[0] + written[1] + written[2] <= 2 * ABYTES);
   CHECK_EQ_INT(written[2] + written[3], 0);
   score_phase(p, big);
-  CHECK_EQ_INT(hm_pager_unmap(p, a, ABYTES), 0);
-  CHECK_EQ_INT(hm_pager_unmap(p, big, BBYTES), 0);
-  CHECK_EQ_INT(hm_pager_close(p), 0);
-  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+  hm_sdm_close_two(p, dir, a, ABYTES, big, BBYTES);
 }
 
-int main(void) {
-  const char *dir = hm_sdm_scratch();
-  hm_ctx_t *ctx = NULL;
-  CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
-  one_mode(ctx, dir, 0);
-  one_mode(ctx, dir, HM_PAGER_MEMFD | HM_PAGER_NO_WP_ASYNC);
-  hm_ctx_free(ctx);
-  return hm_test_done("test_sdm_dirtyguess");
-}
+int main(void) { return hm_sdm_sync_wp_modes("test_sdm_dirtyguess", one_mode); }
