@@ -133,6 +133,8 @@ static void hm__queue_plan(_hm_sdm_handler_t *h, _hm_sdm_region_t *r,
   q->count = pl->count;
   q->trigger = pl->trigger;
   q->pg = pl->pg;
+  q->first = pl->first;
+  q->tid = pl->tid;
   q->k = 0;
   h->nplans++;
 }
@@ -146,10 +148,36 @@ void _hm_sdm_plan_queue(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, const _hm_sdm
   }
 }
 
+/* Steps pl over the units its stream's reader has gone past since the
+ * plan was queued. Plans wait in line behind the reads of older ones; when
+ * prefetch fell behind a fast sequential reader, the reader missed, its
+ * stream planned the window again from the miss, and the plans still in
+ * line then read units the reader had passed and demote-behind had just
+ * evicted (test_sdm_behind: a sweep of 128 MiB read 20-45% of itself
+ * twice in about one run of eight). Cost: a lock and a scan of the stream
+ * table per read (a read is >= 4 KiB of I/O). */
+static void hm__plan_skip_passed(_hm_sdm_handler_t *h, _hm_sdm_qplan_t *pl) {
+  hm_pager_t *p = h->p;
+  if (pl->tid < 0 || (pl->stride != 1 && pl->stride != -1)) return;
+  pthread_mutex_lock(&p->lk);
+  while (pl->k < pl->count &&
+         _hm_sdm_pf_passed(&p->pf, pl->tid, pl->reg, pl->first, pl->stride,
+                           pl->from + (int64_t)pl->k * pl->stride))
+    pl->k++;
+  pthread_mutex_unlock(&p->lk);
+}
+
 /* Runs one read of the oldest plan; 1 if plans remain. */
 static int hm__plan_step(_hm_sdm_handler_t *h) {
   if (h->nplans == 0) return 0;
   _hm_sdm_qplan_t *pl = &h->plans[0];
+  hm__plan_skip_passed(h, pl);
+  if (pl->k >= pl->count) {
+    _hm_sdm_release(h->p, pl->reg);
+    memmove(&h->plans[0], &h->plans[1], (h->nplans - 1) * sizeof h->plans[0]);
+    h->nplans--;
+    return h->nplans > 0;
+  }
   int64_t u = pl->from + (int64_t)pl->k * pl->stride;
   uint32_t pg0, npg;
   _hm_sdm_sub(h->p, pl->stride, pl->pg, &pg0, &npg);
@@ -222,7 +250,8 @@ static void hm__willneed(_hm_sdm_handler_t *h, const _hm_sdm_wq_t *w) {
     int n = hm__prefetch_group(h, w->reg, u, w->u1 - u, 1, 0, 0, p->upages);
     if (n == -EBUSY) {
       /* Out of read slots: the rest becomes a plan, run as slots free. */
-      _hm_sdm_pf_plan_t pl = {.stride = 1, .from = u, .count = w->u1 - u, .trigger = -1};
+      _hm_sdm_pf_plan_t pl = {
+          .stride = 1, .from = u, .count = w->u1 - u, .trigger = -1, .tid = -1};
       pthread_mutex_lock(&p->lk);
       _hm_sdm_plan_hold(w->reg, &pl);
       pthread_mutex_unlock(&p->lk);

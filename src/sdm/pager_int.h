@@ -59,6 +59,8 @@ typedef struct _hm_sdm_qplan_s {
   int64_t from, stride, trigger;
   uint32_t count, k; /* units in the plan, units done */
   uint32_t pg;       /* strided plans: the page (within a unit) the stream touches */
+  int64_t first;     /* the pass of the stream that made it (_hm_sdm_pf_passed) */
+  int tid;           /* that stream's thread, -1: none */
 } _hm_sdm_qplan_t;
 
 typedef struct _hm_sdm_handler_s {

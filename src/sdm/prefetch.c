@@ -311,6 +311,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   int seq_hint = hints & HM_SDM_PF_SEQ;
   memset(plan, 0, sizeof *plan);
   plan->trigger = -1;
+  plan->tid = tid;
   if (max_window == 0) max_window = 1;
   hm__scan_t sc;
   hm__scan(pf, tid, reg, unit, hints, &sc);
@@ -352,6 +353,8 @@ int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, ui
                     _hm_sdm_pf_plan_t *plan) {
   memset(plan, 0, sizeof *plan);
   plan->trigger = -1;
+  plan->tid = tid;
+  plan->first = from; /* a stream seeded here begins its pass at from */
   if (window == 0) return -EINVAL;
   _hm_sdm_stream_t *s = hm__latest_in(pf, tid, reg), *old = &pf->s[0];
   for (unsigned i = 0; i < HM_SDM_STREAMS; i++)
@@ -404,6 +407,21 @@ uint64_t _hm_sdm_pf_swept(const _hm_sdm_pf_t *pf, uint64_t (*len)(const void *re
     sum += len(c->reg);
   }
   return sum;
+}
+
+/* Cost: one scan of the stream table (HM_SDM_STREAMS entries). An ended
+ * stream is not judged: a seeded successor plan (_hm_sdm_pf_seed, kept
+ * stream) covers the head of a region whose stream is still at its end. */
+int _hm_sdm_pf_passed(const _hm_sdm_pf_t *pf, int tid, const void *reg, int64_t first,
+                      int64_t stride, int64_t unit) {
+  const _hm_sdm_stream_t *s = NULL;
+  for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
+    const _hm_sdm_stream_t *c = &pf->s[i];
+    if (c->reg == reg && c->tid == tid && (!s || c->stamp > s->stamp)) s = c;
+  }
+  if (tid < 0 || !s || s->ended || s->first != first || s->trend == 0) return 0;
+  if ((s->trend > 0) != (stride > 0)) return 0;
+  return s->trend > 0 ? unit < s->last : unit > s->last;
 }
 
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg) {

@@ -175,6 +175,8 @@ typedef struct _hm_sdm_pf_plan_s {
   /* Where the stream's current pass began: what lies between it and the
    * fault is what this pass went through. */
   int64_t first;
+  /* The thread whose stream made the plan; -1: none (WILLNEED). */
+  int tid;
 } _hm_sdm_pf_plan_t;
 
 /* Hints of a fault (bits): advised sequential; in a region whose misses
@@ -199,6 +201,12 @@ int _hm_sdm_pf_end(_hm_sdm_pf_t *pf, int tid, const void *reg);
  * middle of reg (no plan). */
 int _hm_sdm_pf_seed(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t from, uint32_t window,
                     _hm_sdm_pf_plan_t *plan);
+/* Whether the (tid, reg) stream's reader has gone past unit since a plan
+ * of its pass `first` along stride was made: the stream is on that pass,
+ * still going the plan's way and not at its region's end, and its last
+ * fault lies beyond unit. */
+int _hm_sdm_pf_passed(const _hm_sdm_pf_t *pf, int tid, const void *reg, int64_t first,
+                      int64_t stride, int64_t unit);
 /* Forgets the streams of a region being unmapped. */
 void _hm_sdm_pf_forget(_hm_sdm_pf_t *pf, const void *reg);
 /* The bytes of the distinct regions that sequential streams faulted in

@@ -47,7 +47,13 @@ int main(void) {
     bad += read_all(cold, nc, 1);
     CHECK_EQ_INT(hm_pager_stats(p, &s1), 0);
     per_round[r] = s1.bytes_read - s0.bytes_read;
-    printf("round %d: %llu MiB read\n", r, (unsigned long long)(per_round[r] / MiB));
+    /* the counters that tell a re-read hot array (fetches after the
+     * sweep) from a sweep reading itself twice (resweep refills) */
+    printf("round %d: %llu MiB read, %llu fetches, %llu prefetched, %llu resweep refills\n", r,
+           (unsigned long long)(per_round[r] / MiB),
+           (unsigned long long)(s1.fetches - s0.fetches),
+           (unsigned long long)(s1.prefetch_issued - s0.prefetch_issued),
+           (unsigned long long)(s1.resweep_refills - s0.resweep_refills));
   }
   CHECK_EQ_INT(bad, 0);
   /* The first round brings the hot array in; after it, a round reads the
