@@ -167,17 +167,20 @@ static void hm__plan_skip_passed(_hm_sdm_handler_t *h, _hm_sdm_qplan_t *pl) {
   pthread_mutex_unlock(&p->lk);
 }
 
+/* Drops the oldest plan, done or given up; 1 if plans remain. */
+static int hm__plan_pop(_hm_sdm_handler_t *h) {
+  _hm_sdm_release(h->p, h->plans[0].reg);
+  memmove(&h->plans[0], &h->plans[1], (h->nplans - 1) * sizeof h->plans[0]);
+  h->nplans--;
+  return h->nplans > 0;
+}
+
 /* Runs one read of the oldest plan; 1 if plans remain. */
 static int hm__plan_step(_hm_sdm_handler_t *h) {
   if (h->nplans == 0) return 0;
   _hm_sdm_qplan_t *pl = &h->plans[0];
   hm__plan_skip_passed(h, pl);
-  if (pl->k >= pl->count) {
-    _hm_sdm_release(h->p, pl->reg);
-    memmove(&h->plans[0], &h->plans[1], (h->nplans - 1) * sizeof h->plans[0]);
-    h->nplans--;
-    return h->nplans > 0;
-  }
+  if (pl->k >= pl->count) return hm__plan_pop(h);
   int64_t u = pl->from + (int64_t)pl->k * pl->stride;
   uint32_t pg0, npg;
   _hm_sdm_sub(h->p, pl->stride, pl->pg, &pg0, &npg);
@@ -188,12 +191,8 @@ static int hm__plan_step(_hm_sdm_handler_t *h) {
     return 1;
   }
   if (n >= 0) pl->k += n > 0 ? (uint32_t)n : 1;
-  if (n < 0 || pl->k >= pl->count) {
-    _hm_sdm_release(h->p, pl->reg);
-    memmove(&h->plans[0], &h->plans[1], (h->nplans - 1) * sizeof h->plans[0]);
-    h->nplans--;
-  }
-  return h->nplans > 0;
+  if (n < 0 || pl->k >= pl->count) return hm__plan_pop(h);
+  return 1;
 }
 
 /* ------------------------------------------------------------------------

@@ -169,13 +169,18 @@ static void hm__scan(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, i
 
 /* The thread's stream in reg that faulted last (the one the pager's
  * calls about "this stream" mean), or NULL. */
-static _hm_sdm_stream_t *hm__latest_in(_hm_sdm_pf_t *pf, int tid, const void *reg) {
-  _hm_sdm_stream_t *s = NULL;
+static const _hm_sdm_stream_t *hm__latest(const _hm_sdm_pf_t *pf, int tid, const void *reg) {
+  const _hm_sdm_stream_t *s = NULL;
   for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
-    _hm_sdm_stream_t *c = &pf->s[i];
+    const _hm_sdm_stream_t *c = &pf->s[i];
     if (c->reg == reg && c->tid == tid && (!s || c->stamp > s->stamp)) s = c;
   }
   return s;
+}
+
+static _hm_sdm_stream_t *hm__latest_in(_hm_sdm_pf_t *pf, int tid, const void *reg) {
+  const _hm_sdm_stream_t *s = hm__latest(pf, tid, reg);
+  return s ? &pf->s[s - pf->s] : NULL; /* pf is ours to change */
 }
 
 /* Windows together cover at most pf->share units. Each stream sizing its
@@ -414,12 +419,8 @@ uint64_t _hm_sdm_pf_swept(const _hm_sdm_pf_t *pf, uint64_t (*len)(const void *re
  * stream) covers the head of a region whose stream is still at its end. */
 int _hm_sdm_pf_passed(const _hm_sdm_pf_t *pf, int tid, const void *reg, int64_t first,
                       int64_t stride, int64_t unit) {
-  const _hm_sdm_stream_t *s = NULL;
-  for (unsigned i = 0; i < HM_SDM_STREAMS; i++) {
-    const _hm_sdm_stream_t *c = &pf->s[i];
-    if (c->reg == reg && c->tid == tid && (!s || c->stamp > s->stamp)) s = c;
-  }
-  if (tid < 0 || !s || s->ended || s->first != first || s->trend == 0) return 0;
+  const _hm_sdm_stream_t *s = tid < 0 ? NULL : hm__latest(pf, tid, reg);
+  if (!s || s->ended || s->first != first || s->trend == 0) return 0;
   if ((s->trend > 0) != (stride > 0)) return 0;
   return s->trend > 0 ? unit < s->last : unit > s->last;
 }
