@@ -84,13 +84,13 @@ static _hm_sdm_op_t *hm__group_op(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int
 }
 
 /* Issues a prefetch of unit u and, going forward (dir 1), of up to max - 1
- * more absent units after it in the same read (no lock held). Returns the
- * number of units it covered (0: u needed nothing), < 0 to stop. */
-static int hm__prefetch_group(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u, uint32_t max,
-                              int dir, int trigger, uint32_t pg0, uint32_t npg) {
+ * more absent units after it in the same read (pager lock held, released
+ * on return). Returns the number of units it covered (0: u needed
+ * nothing), < 0 to stop. */
+static int hm__prefetch_locked(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u,
+                               uint32_t max, int dir, int trigger, uint32_t pg0, uint32_t npg) {
   hm_pager_t *p = h->p;
-  for (int attempt = 0; attempt < 2; attempt++) {
-    pthread_mutex_lock(&p->lk);
+  for (int attempt = 0;; attempt++) {
     int ok = hm__group_ok(h, r, u);
     if (ok <= 0) {
       pthread_mutex_unlock(&p->lk);
@@ -98,17 +98,23 @@ static int hm__prefetch_group(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t
     }
     uint32_t n = hm__group_extent(p, r, u, max, dir);
     uint64_t bytes = npg < p->upages ? (uint64_t)npg * HM_SDM_PAGE : (uint64_t)n * p->unit;
-    if (!_hm_sdm_reserve(p, bytes, n)) {
+    if (_hm_sdm_reserve(p, bytes, n)) {
+      _hm_sdm_op_t *op = hm__group_op(h, r, u, n, trigger, pg0, npg);
       pthread_mutex_unlock(&p->lk);
-      if (attempt || _hm_sdm_evict(h, bytes)) return -EAGAIN;
-      continue;
+      _hm_sdm_fill_start(h, op);
+      return (int)n;
     }
-    _hm_sdm_op_t *op = hm__group_op(h, r, u, n, trigger, pg0, npg);
     pthread_mutex_unlock(&p->lk);
-    _hm_sdm_fill_start(h, op);
-    return (int)n;
+    if (attempt || _hm_sdm_evict(h, bytes)) return -EAGAIN;
+    pthread_mutex_lock(&p->lk);
   }
-  return -EAGAIN;
+}
+
+/* hm__prefetch_locked, taking the lock. */
+static int hm__prefetch_group(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u, uint32_t max,
+                              int dir, int trigger, uint32_t pg0, uint32_t npg) {
+  pthread_mutex_lock(&h->p->lk);
+  return hm__prefetch_locked(h, r, u, max, dir, trigger, pg0, npg);
 }
 
 /* ------------------------------------------------------------------------
@@ -149,22 +155,20 @@ void _hm_sdm_plan_queue(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, const _hm_sdm
 }
 
 /* Steps pl over the units its stream's reader has gone past since the
- * plan was queued. Plans wait in line behind the reads of older ones; when
- * prefetch fell behind a fast sequential reader, the reader missed, its
- * stream planned the window again from the miss, and the plans still in
- * line then read units the reader had passed and demote-behind had just
- * evicted (test_sdm_behind: a sweep of 128 MiB read 20-45% of itself
- * twice in about one run of eight). Cost: a lock and a scan of the stream
- * table per read (a read is >= 4 KiB of I/O). */
-static void hm__plan_skip_passed(_hm_sdm_handler_t *h, _hm_sdm_qplan_t *pl) {
-  hm_pager_t *p = h->p;
+ * plan was queued (pager lock held). Plans wait in line behind the reads
+ * of older ones; when prefetch fell behind a fast sequential reader, the
+ * reader missed, its stream planned the window again from the miss, and
+ * the plans still in line then read units the reader had passed and
+ * demote-behind had just evicted (test_sdm_behind: a sweep of 128 MiB read
+ * 20-45% of itself twice in about one run of eight). Cost: a scan of the
+ * 64-entry stream table per read, under the lock the read takes anyway
+ * (a read is >= 4 KiB of I/O). */
+static void hm__plan_skip_passed(hm_pager_t *p, _hm_sdm_qplan_t *pl) {
   if (pl->tid < 0 || (pl->stride != 1 && pl->stride != -1)) return;
-  pthread_mutex_lock(&p->lk);
   while (pl->k < pl->count &&
          _hm_sdm_pf_passed(&p->pf, pl->tid, pl->reg, pl->first, pl->stride,
                            pl->from + (int64_t)pl->k * pl->stride))
     pl->k++;
-  pthread_mutex_unlock(&p->lk);
 }
 
 /* Drops the oldest plan, done or given up; 1 if plans remain. */
@@ -178,14 +182,19 @@ static int hm__plan_pop(_hm_sdm_handler_t *h) {
 /* Runs one read of the oldest plan; 1 if plans remain. */
 static int hm__plan_step(_hm_sdm_handler_t *h) {
   if (h->nplans == 0) return 0;
+  hm_pager_t *p = h->p;
   _hm_sdm_qplan_t *pl = &h->plans[0];
-  hm__plan_skip_passed(h, pl);
-  if (pl->k >= pl->count) return hm__plan_pop(h);
+  pthread_mutex_lock(&p->lk);
+  hm__plan_skip_passed(p, pl);
+  if (pl->k >= pl->count) {
+    pthread_mutex_unlock(&p->lk);
+    return hm__plan_pop(h);
+  }
   int64_t u = pl->from + (int64_t)pl->k * pl->stride;
   uint32_t pg0, npg;
-  _hm_sdm_sub(h->p, pl->stride, pl->pg, &pg0, &npg);
-  int n = hm__prefetch_group(h, pl->reg, u, pl->count - pl->k, pl->stride == 1,
-                             u == pl->trigger ? (pl->stride > 0 ? 1 : -1) : 0, pg0, npg);
+  _hm_sdm_sub(p, pl->stride, pl->pg, &pg0, &npg);
+  int n = hm__prefetch_locked(h, pl->reg, u, pl->count - pl->k, pl->stride == 1,
+                              u == pl->trigger ? (pl->stride > 0 ? 1 : -1) : 0, pg0, npg);
   if (n == -EBUSY) {
     h->plan_blocked = 1;
     return 1;
