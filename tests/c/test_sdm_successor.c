@@ -103,7 +103,12 @@ static void run(uint32_t flags, const char *mode) {
          (unsigned long long)again[1], (unsigned long long)again[2],
          (unsigned long long)again[3]);
   CHECK_EQ_INT(bad, 0);
-  CHECK(again[0] >= 1);
+  /* The control: the changed order must miss, in its first pass or, where
+   * the head it missed there was still resident (x's sweep evicts its own
+   * passed units first, so z's head can outlive it), in the next, which
+   * the uncorrected guess x->y makes miss again. Requiring the miss in the
+   * first pass failed about one run in twenty (new order read 0 1 1 2). */
+  CHECK(again[0] + again[1] >= 1);
   /* A wrong guess is corrected by the miss it causes, unless the head it
    * missed was still resident from another guess; a predictor that kept
    * its old guesses would miss every head of every pass (3 per pass, 9 in
