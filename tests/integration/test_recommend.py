@@ -71,7 +71,7 @@ def test_a_command_that_always_fails_gets_no_answer(tmp_path: Path) -> None:
         (["--fast-budget", "16M", "--modes", "turbo", "--", "true"], 2, "turbo"),
         (["--fast-budget", "16M", "--rounds", "0", "--", "true"], 2, "--rounds"),
         (["--fast-budget", "16M", "--", "no-such-program-xyz"], 127, "not found"),
-        (["--fast-budget", "16M"], 2, "no command"),
+        (["--fast-budget", "16M"], 2, "no command given: hetmem recommend [OPTIONS] --"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], code: int, words: str) -> None:

@@ -143,7 +143,7 @@ def _bad(*args: str, marker: Path | None = None) -> str:
 
 
 def test_bad_input_missing_command() -> None:
-    assert "no command" in _bad("--mode", "dram")
+    assert "no command given: hetmem run [OPTIONS] --" in _bad("--mode", "dram")
     assert "no command" in _bad("--mode", "dram", "--")
 
 

@@ -99,7 +99,7 @@ def _workloads(args: argparse.Namespace, footprint: int) -> list[tuple[str, list
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if cmd:
-        resolve_command(cmd)
+        resolve_command(cmd, "bench budgets")
         return [(Path(cmd[0]).name, cmd)]
     prog = str(find_program("hm-placement"))
     names = [v.strip() for v in args.variants.split(",") if v.strip()]

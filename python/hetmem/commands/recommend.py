@@ -106,7 +106,7 @@ def _options(args: argparse.Namespace) -> Options:
     budget = budget_or_env(args.fast_budget)
     if budget <= 0:
         raise UsageError("--fast-budget is needed: the DRAM the command may use, e.g. 4G")
-    resolve_command(argv)
+    resolve_command(argv, "recommend")
     storage = (args.storage or default_storage()).absolute()
     check_storage(storage, 1 << 20)
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())

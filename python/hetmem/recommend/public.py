@@ -63,7 +63,7 @@ def recommend_mode(
     """
     budget = fast_budget if isinstance(fast_budget, int) else parse_budget(fast_budget)
     argv = [os.fspath(c) for c in command]
-    resolve_command(argv)
+    resolve_command(argv, "recommend")
     store = Path(storage) if storage is not None else default_storage()
     check_storage(store, 1 << 20)
     if rounds is not None and not 1 <= rounds <= _rec_session.MAX_ROUNDS:

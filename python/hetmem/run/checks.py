@@ -61,12 +61,13 @@ def _search_path(name: str) -> list[str]:
     return [os.path.join(d or ".", name) for d in dirs]
 
 
-def resolve_command(argv: list[str]) -> str:
+def resolve_command(argv: list[str], verb: str = "run") -> str:
     """The path of the command's executable, as the shell would find it: a
     missing one is CommandNotFound (exit 127), one that exists but cannot be
-    run CommandNotExecutable (126), as a shell gives."""
+    run CommandNotExecutable (126), as a shell gives. verb: the hetmem verb
+    whose usage the error for no command shows."""
     if not argv:
-        raise UsageError("no command given: hetmem run [OPTIONS] -- CMD [ARGS...]")
+        raise UsageError(f"no command given: hetmem {verb} [OPTIONS] -- CMD [ARGS...]")
     exe = argv[0]
     if "/" not in exe:
         found = shutil.which(exe)
