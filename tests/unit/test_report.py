@@ -123,6 +123,32 @@ def test_headline_speaks_of_swap_and_its_oom():
     ), h2["text"]
 
 
+def test_headline_says_as_fast_as_swap_when_the_interval_holds_one():
+    """cache best by its median efficiency, but its paired ratio to swap
+    straddles 1: the sentence says so, not "1x slower than swap"."""
+    runs = []
+    swap = (2.0, 1.9, 2.2, 2.05, 1.95)
+    cache = (2.1, 1.85, 2.0, 2.1, 2.0)
+    for rep in range(5):
+        runs.append(_record("gups-read4k", 2.0, "dram", rep, 0.02))
+        runs.append(_record("gups-read4k", 2.0, "cache", rep, cache[rep]))
+        runs.append(_record("gups-read4k", 2.0, "swap", rep, swap[rep]))
+    (h,) = report_stats.headlines(_rows(runs), runs)
+    s = h["vs_swap"]
+    assert s["ci_low"] <= 1.0 <= s["ci_high"], s
+    assert "as fast as swap within the noise (" in h["text"], h["text"]
+    assert "slower than swap" not in h["text"] and "faster than swap" not in h["text"]
+    # outside the noise, a ratio near 1 keeps two digits
+    assert (
+        report_stats._swap_text({"value": 1.04, "ci_low": 1.01, "ci_high": 1.07, "pairs": 5})
+        == "1.04x faster than swap (95% CI 1-1.1)"
+    )
+    assert (
+        report_stats._swap_text({"value": 0.5, "ci_low": 0.4, "ci_high": 0.6, "pairs": 5})
+        == "2x slower than swap (95% CI 1.7-2.5)"
+    )
+
+
 def test_storage_device_and_commit(tmp_path):
     assert machine.storage_device("/proc")["name"] == "none"
     assert machine.git_commit(tmp_path) == "unknown"

@@ -180,12 +180,23 @@ def headline_text(h: dict[str, Any]) -> str:
 
 
 def _swap_text(s: dict[str, Any]) -> str:
-    """'3.1x faster than swap (95% CI 2.8-3.4)', or slower, inverted."""
+    """'3.1x faster than swap (95% CI 2.8-3.4)', or slower, inverted; 'as
+    fast as swap within the noise' when the interval holds 1 (a ratio of
+    0.96 once read "1x slower than swap" beside "cache is best")."""
     value, lo, hi, word = s["value"], s["ci_low"], s["ci_high"], "faster"
+    if lo is not None and hi is not None and lo <= 1.0 <= hi:
+        ci = ci_text(lo, hi, "{:.2g}", s["pairs"])
+        return f"as fast as swap within the noise ({_times(value)}x its speed, {ci})"
     if value < 1:
         value, word = 1 / value, "slower"
         lo, hi = (1 / hi if hi else None), (1 / lo if lo else None)
-    return f"{value:.2g}x {word} than swap ({ci_text(lo, hi, '{:.2g}', s['pairs'])})"
+    return f"{_times(value)}x {word} than swap ({ci_text(lo, hi, '{:.2g}', s['pairs'])})"
+
+
+def _times(x: float) -> str:
+    """A ratio in two significant digits, never a bare 1 for 1.04."""
+    text = f"{x:.2g}"
+    return f"{x:.2f}" if text == "1" else text
 
 
 def row_notes(r: dict[str, Any]) -> str:
