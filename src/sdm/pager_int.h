@@ -188,6 +188,10 @@ struct hm_pager_s {
    * after it was evicted as left behind is told from one read again a
    * sweep later (_hm_sdm_slot_take). */
   uint32_t fill_tick;
+  /* Pages demand fills brought in (wraps): the cache's turnover, by which
+   * a unit filled fast at random is told from one filled over a long stay
+   * (hm__dense_back in fault.c). */
+  uint32_t page_tick;
   _hm_sdm_handler_t *h;
   unsigned nh;
   atomic_int stop;

@@ -35,6 +35,10 @@ typedef struct _hm_sdm_unit_s {
   /* wp_sync: its write history (evict.c, hm__learn_dirty): 0-3, from 2
    * on the next fill is taken as dirty and mapped unprotected. */
   uint8_t wrote;
+  /* Whole-unit refills it may still take, 0-3 (fault.c, hm__dense_back):
+   * 3 when a residency filled half its pages at random within an eighth
+   * of the cache's turnover; spent one per such refill. */
+  uint8_t dense;
   int32_t slot; /* index into the pager's slots while FILLING/RES/BUSY, else -1 */
   uint32_t out_at; /* the pager's fill count when it was last evicted (HM_UF_OUT) */
 } _hm_sdm_unit_t;
@@ -63,6 +67,10 @@ typedef struct _hm_sdm_slot_s {
   uint16_t walk_next; /* 1 + the page after the last random fill's run, 0: none */
   uint16_t pin;       /* being mapped or unprotected: not a victim yet */
   uint16_t nfilled;
+  uint16_t rpages;    /* pages random demand fills brought in this residency */
+  uint8_t whole;      /* filled whole as a dense unit come back (hm__dense_back) */
+  uint8_t fast;       /* half its pages came by random fills soon after it was filled */
+  uint32_t born;      /* the pager's page_tick when it was filled */
   int32_t next_free;
   uint32_t act_pos; /* index in the pager's dense list of slots in use */
   uint32_t dtag;    /* while demoted: the tag of its live ring entry (pager_int.h) */
