@@ -13,6 +13,7 @@
 #define HM__PAGE_IS_SWAPPED (1ULL << 4)
 #define HM__PM_SCAN_WP_MATCHING (1ULL << 0)
 #define HM__MAXVICT 16
+#define HM__DENSE_EARNED 3u /* whole-unit refills a fast stay earns */
 
 /* Unit U of r is filled again (pager lock held); returns its heat.
  *
@@ -105,12 +106,13 @@ static void hm__learn_dirty(const hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_un
  * earns it three whole-unit refills (hm__dense_back). A unit filled whole
  * cannot show whether its pages were used (anonymous mode sees no hits),
  * so it keeps what credit is left, and one refill in four is page-sized
- * again and learns anew (test_sdm_heat: 0.975 reads per lookup with two
+ * again and learns anew, from fewer pages (hm__rnd_dense in fault.c;
+ * test_sdm_heat, before that: 0.975 reads per lookup with two
  * credits, 0.971 with three; 0.924 when every dense unit came back whole,
  * which GUPS then did too: 12.4 KiB read per demand fault, not 6.8). */
 static void hm__learn_dense(_hm_sdm_unit_t *U, const _hm_sdm_slot_t *S) {
   if (S->fast)
-    U->dense = 3;
+    U->dense = HM_DENSE_SEEN | HM__DENSE_EARNED;
   else if (!S->whole)
     U->dense = 0;
 }

@@ -682,10 +682,13 @@ static void hm__rnd_count(_hm_sdm_region_t *r, const _hm_sdm_slot_t *S, uint32_t
  * turnover since it was filled (page_tick - born). A row of a table read
  * at random gathers half its pages far slower: GUPS at 2x its budget in
  * about 70 k page fills, against 8 k allowed; a hot grid of XSBench, in
- * about 4 k of 24 k. */
+ * about 4 k of 24 k. A unit seen fast before needs an eighth of its pages
+ * (its page-sized stay after its whole refills is what relearning costs:
+ * test_sdm_heat 0.944 reads per lookup, 0.971 at half). */
 static void hm__rnd_dense(hm_pager_t *p, _hm_sdm_slot_t *S, uint32_t npg) {
   S->rpages = (uint16_t)(S->rpages + npg);
-  if (S->fast || S->rpages * 2u < p->upages) return;
+  uint32_t part = (S->reg->units[S->unit].dense & HM_DENSE_SEEN) ? 8u : 2u;
+  if (S->fast || S->rpages * part < p->upages) return;
   S->fast = p->page_tick - S->born <= (uint32_t)(p->cap / HM_SDM_PAGE / 8);
 }
 
@@ -799,7 +802,8 @@ static int hm__miss_random(const hm_pager_t *p, const hm__at_t *at,
  * miss holds. */
 static int hm__dense_back(const hm_pager_t *p, const hm__at_t *at) {
   const _hm_sdm_unit_t *U = at->U;
-  if (U->state != HM_U_NONE || !U->dense || (U->flags & HM_UF_RANDOM)) return 0;
+  if (U->state != HM_U_NONE || !(U->dense & HM_DENSE_CREDITS) || (U->flags & HM_UF_RANDOM))
+    return 0;
   if ((U->flags & (HM_UF_OUT | HM_UF_MRU_OUT)) != HM_UF_OUT) return 0;
   if (!(U->flags & HM_UF_HEAT) || at->r->rnd_score < 8) return 0;
   return p->fill_tick - U->out_at < p->nact / 8;

@@ -90,6 +90,8 @@ static _hm_sdm_op_t *hm__group_op(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int
 static int hm__prefetch_locked(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u,
                                uint32_t max, int dir, int trigger, uint32_t pg0, uint32_t npg) {
   hm_pager_t *p = h->p;
+  /* At most two tries, the second after eviction made room: every path
+   * of the second returns (reserved, or -EAGAIN). */
   for (int attempt = 0;; attempt++) {
     int ok = hm__group_ok(h, r, u);
     if (ok <= 0) {

@@ -27,6 +27,9 @@ enum { HM_U_NONE = 0, HM_U_FILLING = 1, HM_U_RES = 2, HM_U_BUSY = 3 };
  * (evict.c, hm__judge_refill); its slot gets as many extra turns. */
 #define HM_UF_HEAT_SHIFT 6
 #define HM_UF_HEAT (3u << HM_UF_HEAT_SHIFT)
+/* Unit density (_hm_sdm_unit_t.dense). */
+#define HM_DENSE_SEEN 0x80u
+#define HM_DENSE_CREDITS 0x7fu
 
 typedef struct _hm_sdm_unit_s {
   uint8_t state;
@@ -35,9 +38,9 @@ typedef struct _hm_sdm_unit_s {
   /* wp_sync: its write history (evict.c, hm__learn_dirty): 0-3, from 2
    * on the next fill is taken as dirty and mapped unprotected. */
   uint8_t wrote;
-  /* Whole-unit refills it may still take, 0-3 (fault.c, hm__dense_back):
-   * 3 when a residency filled half its pages at random within an eighth
-   * of the cache's turnover; spent one per such refill. */
+  /* Whole-unit refills it may still take (HM_DENSE_CREDITS, fault.c,
+   * hm__dense_back), and HM_DENSE_SEEN once a stay of it filled fast at
+   * random (evict.c, hm__learn_dense). */
   uint8_t dense;
   int32_t slot; /* index into the pager's slots while FILLING/RES/BUSY, else -1 */
   uint32_t out_at; /* the pager's fill count when it was last evicted (HM_UF_OUT) */
