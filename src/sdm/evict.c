@@ -102,8 +102,8 @@ static void hm__learn_dirty(const hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_un
 }
 
 /* What a victim's residency says of its unit's density (pager lock held):
- * half its pages brought in fast by random demand fills (S->fast, fault.c)
- * earns it three whole-unit refills (hm__dense_back). A unit filled whole
+ * pages brought in fast by random demand fills (S->fast, hm__rnd_dense in
+ * fault.c) earn it three whole-unit refills (hm__dense_back). A unit filled whole
  * cannot show whether its pages were used (anonymous mode sees no hits),
  * so it keeps what credit is left, and one refill in four is page-sized
  * again and learns anew, from fewer pages (hm__rnd_dense in fault.c;

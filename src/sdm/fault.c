@@ -703,7 +703,7 @@ static uint32_t hm__rnd_run(const hm_pager_t *p, const _hm_sdm_slot_t *S, uint32
 
 /* The pages a miss fills: of a partly filled unit, the missing run around
  * pg (or a random reader's pages, or a walk, unless random fills have
- * filled half of it fast: hm__rnd_dense); of an absent one, the whole
+ * filled it fast: hm__rnd_dense); of an absent one, the whole
  * unit, a random reader's pages, or a strided stream's part. */
 static void hm__miss_pages(const hm_pager_t *p, const hm__at_t *at, int random, int zero,
                            int64_t trend, uint32_t *pg0, uint32_t *npg) {

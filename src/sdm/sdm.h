@@ -72,7 +72,7 @@ typedef struct _hm_sdm_slot_s {
   uint16_t nfilled;
   uint16_t rpages;    /* pages random demand fills brought in this residency */
   uint8_t whole;      /* filled whole as a dense unit come back (hm__dense_back) */
-  uint8_t fast;       /* half its pages came by random fills soon after it was filled */
+  uint8_t fast;       /* random fills filled it fast (fault.c, hm__rnd_dense) */
   uint32_t born;      /* the pager's page_tick when it was filled */
   int32_t next_free;
   uint32_t act_pos; /* index in the pager's dense list of slots in use */
