@@ -141,7 +141,7 @@ def test_headline_says_as_fast_as_swap_when_the_interval_holds_one():
     # outside the noise, a ratio near 1 keeps two digits
     assert (
         report_stats._swap_text({"value": 1.04, "ci_low": 1.01, "ci_high": 1.07, "pairs": 5})
-        == "1.04x faster than swap (95% CI 1-1.1)"
+        == "1.04x faster than swap (95% CI 1.01-1.1)"
     )
     assert (
         report_stats._swap_text({"value": 0.5, "ci_low": 0.4, "ci_high": 0.6, "pairs": 5})

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hetmem.bench.harness import latest_runs, run_best_time
@@ -151,11 +151,15 @@ def _swap_failures(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, float], st
     return out
 
 
-def ci_text(lo: float | None, hi: float | None, fmt: str, pairs: int) -> str:
-    """'95% CI 38-44%' or 'one repetition: no CI'."""
+def ci_text(
+    lo: float | None, hi: float | None, fmt: str | Callable[[float], str], pairs: int
+) -> str:
+    """'95% CI 38-44%' or 'one repetition: no CI'; fmt: a format string or
+    a function that formats one bound."""
     if lo is None or hi is None:
         return "one repetition: no CI" if pairs <= 1 else "no CI"
-    return f"{CONFIDENCE:.0%} CI {fmt.format(lo)}-{fmt.format(hi)}"
+    show = fmt.format if isinstance(fmt, str) else fmt
+    return f"{CONFIDENCE:.0%} CI {show(lo)}-{show(hi)}"
 
 
 def headline_text(h: dict[str, Any]) -> str:
@@ -185,12 +189,12 @@ def _swap_text(s: dict[str, Any]) -> str:
     0.96 once read "1x slower than swap" beside "cache is best")."""
     value, lo, hi, word = s["value"], s["ci_low"], s["ci_high"], "faster"
     if lo is not None and hi is not None and lo <= 1.0 <= hi:
-        ci = ci_text(lo, hi, "{:.2g}", s["pairs"])
+        ci = ci_text(lo, hi, _times, s["pairs"])
         return f"as fast as swap within the noise ({_times(value)}x its speed, {ci})"
     if value < 1:
         value, word = 1 / value, "slower"
         lo, hi = (1 / hi if hi else None), (1 / lo if lo else None)
-    return f"{_times(value)}x {word} than swap ({ci_text(lo, hi, '{:.2g}', s['pairs'])})"
+    return f"{_times(value)}x {word} than swap ({ci_text(lo, hi, _times, s['pairs'])})"
 
 
 def _times(x: float) -> str:
