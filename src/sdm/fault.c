@@ -684,11 +684,13 @@ static void hm__rnd_count(_hm_sdm_region_t *r, const _hm_sdm_slot_t *S, uint32_t
  * about 70 k page fills, against 8 k allowed; a hot grid of XSBench, in
  * about 4 k of 24 k. A unit seen fast before needs an eighth of its pages
  * (its page-sized stay after its whole refills is what relearning costs:
- * test_sdm_heat 0.944 reads per lookup, 0.971 at half). */
+ * test_sdm_heat 0.944 reads per lookup, 0.971 at half). Never for an
+ * advised random range: the caller said what it reads. */
 static void hm__rnd_dense(hm_pager_t *p, _hm_sdm_slot_t *S, uint32_t npg) {
+  const _hm_sdm_unit_t *U = &S->reg->units[S->unit];
   S->rpages = (uint16_t)(S->rpages + npg);
-  uint32_t part = (S->reg->units[S->unit].dense & HM_DENSE_SEEN) ? 8u : 2u;
-  if (S->fast || S->rpages * part < p->upages) return;
+  uint32_t part = (U->dense & HM_DENSE_SEEN) ? 8u : 2u;
+  if (S->fast || (U->flags & HM_UF_RANDOM) || S->rpages * part < p->upages) return;
   S->fast = p->page_tick - S->born <= (uint32_t)(p->cap / HM_SDM_PAGE / 8);
 }
 
@@ -714,7 +716,7 @@ static void hm__miss_pages(const hm_pager_t *p, const hm__at_t *at, int random, 
   if (at->U->state == HM_U_RES) {
     _hm_sdm_slot_t *S = &p->slots[at->U->slot];
     uint32_t lo = pg, end = pg + 1;
-    if (!random || (S->fast && !(at->U->flags & HM_UF_RANDOM))) {
+    if (!random || S->fast) {
       while (lo > 0 && !_hm_sdm_bit(S->filled, lo - 1)) lo--;
       while (end < p->upages && !_hm_sdm_bit(S->filled, end)) end++;
     } else {
