@@ -206,14 +206,19 @@ static inline hm_pager_t *hm_sdm_begin(hm_ctx_t **ctx, uint64_t budget, uint64_t
   return p;
 }
 
-/* A test's end over two regions a and big of p: unmaps both, closes p,
- * and checks that no backing file is left in dir. */
+/* Closes p and checks that no backing file is left in dir. */
+static inline void hm_sdm_close(hm_pager_t *p, const char *dir) {
+  CHECK_EQ_INT(hm_pager_close(p), 0);
+  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+}
+
+/* A test's end over two regions a and big of p: unmaps both, then
+ * hm_sdm_close. */
 static inline void hm_sdm_close_two(hm_pager_t *p, const char *dir, void *a, size_t abytes,
                                     void *big, size_t bbytes) {
   CHECK_EQ_INT(hm_pager_unmap(p, a, abytes), 0);
   CHECK_EQ_INT(hm_pager_unmap(p, big, bbytes), 0);
-  CHECK_EQ_INT(hm_pager_close(p), 0);
-  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+  hm_sdm_close(p, dir);
 }
 
 /* The main of a test run in both modes with synchronous write-protect:
@@ -233,8 +238,7 @@ static inline int hm_sdm_sync_wp_modes(const char *name,
 /* hm_sdm_begin's end: closes p, checks that no backing file is left in
  * the scratch directory, frees ctx. */
 static inline void hm_sdm_end(hm_ctx_t *ctx, hm_pager_t *p) {
-  CHECK_EQ_INT(hm_pager_close(p), 0);
-  CHECK_EQ_INT(hm_sdm_count_files(hm_sdm_scratch()), 0);
+  hm_sdm_close(p, hm_sdm_scratch());
   hm_ctx_free(ctx);
 }
 #endif

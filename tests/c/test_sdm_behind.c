@@ -62,8 +62,7 @@ int main(void) {
   for (int r = 1; r < ROUNDS; r++) CHECK(per_round[r] < COLD_BYTES + HOT_BYTES / 4);
   CHECK_EQ_INT(hm_pager_unmap(p, hot, HOT_BYTES), 0);
   CHECK_EQ_INT(hm_pager_unmap(p, cold, COLD_BYTES), 0);
-  CHECK_EQ_INT(hm_pager_close(p), 0);
-  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+  hm_sdm_close(p, dir);
   hm_ctx_free(ctx);
   return hm_test_done("test_sdm_behind");
 }

@@ -134,8 +134,7 @@ int main(void) {
 
   moving_budget(p, a);
   CHECK_EQ_INT(hm_pager_unmap(p, a, REGION), 0);
-  CHECK_EQ_INT(hm_pager_close(p), 0);
-  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+  hm_sdm_close(p, dir);
   hm_ctx_free(ctx);
   return hm_test_done("test_sdm_setbudget");
 }

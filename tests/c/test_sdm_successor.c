@@ -117,8 +117,7 @@ static void run(uint32_t flags, const char *mode) {
   CHECK(again[1] + again[2] + again[3] <= NREG + 2);
   CHECK(s1.peak_resident_bytes + s1.own_bytes <= BUDGET);
   for (int k = 0; k < NREG; k++) CHECK_EQ_INT(hm_pager_unmap(p, reg[k], REG_BYTES), 0);
-  CHECK_EQ_INT(hm_pager_close(p), 0);
-  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+  hm_sdm_close(p, dir);
   hm_ctx_free(ctx);
 }
 

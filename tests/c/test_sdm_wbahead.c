@@ -71,8 +71,7 @@ static void one_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
     CHECK_EQ_INT(hm_pager_unmap(p, a, bytes), 0);
   }
   free(shadow);
-  CHECK_EQ_INT(hm_pager_close(p), 0);
-  CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
+  hm_sdm_close(p, dir);
 }
 
 int main(void) {
