@@ -533,13 +533,14 @@ static int hm__handler_new(hm_pager_t *p, _hm_sdm_handler_t *h, const hm__sizing
   h->ops = calloc(z->nops, sizeof *h->ops);
   h->vec = calloc(HM_SDM_MAX_UNIT_PAGES, sizeof *h->vec);
   if (!h->ops || !h->vec) return -ENOMEM;
-  int rc = _hm_prim_ring_new(z->nops + 4, &h->ring);
+  int rc = _hm_sdm_evict_init(h);
+  if (rc) return rc;
+  rc = _hm_prim_eventfd();
+  if (rc < 0) return rc;
+  h->wbfd = rc;
+  rc = _hm_prim_ring_new(z->nops + 4, &h->ring);
   if (!rc) rc = _hm_prim_ring_new(p->cfg.io_depth, &h->wring);
-  if (!rc) rc = _hm_sdm_evict_init(h);
-  if (!rc && (rc = _hm_prim_eventfd()) >= 0) {
-    h->wbfd = rc;
-    rc = _hm_prim_ring_notify(h->wring, h->wbfd);
-  }
+  if (!rc) rc = _hm_prim_ring_notify(h->wring, h->wbfd);
   if (rc) {
     *ring_rc = rc;
     return rc;
