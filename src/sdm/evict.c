@@ -474,11 +474,12 @@ int _hm_sdm_evict(_hm_sdm_handler_t *h, uint64_t need) {
   hm__victims_t v;
   v.n = 0;
   v.freed = 0;
+  pthread_mutex_lock(&p->lk);
   /* Evict in batches of up to 2 MiB (1/16 of the cache at most): the
-   * write-backs of a batch run in parallel, and the bookkeeping is shared. */
+   * write-backs of a batch run in parallel, and the bookkeeping is shared.
+   * Under the lock: the cache's size moves as regions are mapped. */
   uint64_t batch = p->cap / 16 < (2u << 20) ? p->cap / 16 : (2u << 20);
   v.need = need < batch ? batch : need;
-  pthread_mutex_lock(&p->lk);
   hm__take_demoted(p, &p->coldq, &v); /* advised cold, then left behind */
   hm__take_demoted(p, &p->demq, &v);
   hm__take_clock(h, &v);
