@@ -154,12 +154,27 @@ static void hm__pf_successor(_hm_sdm_handler_t *h, int tid, _hm_sdm_region_t *r,
   HM_SDM_ADD(p, c_pf_succ, 1);
 }
 
+/* Whether unit v of r holds a prefetch its reader never touched, where
+ * touches are seen: in memfd mode every touch of an unmapped page is a
+ * MINOR fault (hm__touched). In anonymous mode a prefetch is installed at
+ * once and its touches are unseen, so nothing is ever "skipped". Cost: two
+ * loads (pager lock held). */
+static int hm__skipped(const hm_pager_t *p, const _hm_sdm_region_t *r, int64_t v) {
+  if (!p->memfd_mode || v < 0 || v >= (int64_t)r->nunits) return 0;
+  const _hm_sdm_unit_t *V = &r->units[v];
+  if (V->state != HM_U_RES && V->state != HM_U_FILLING) return 0;
+  const _hm_sdm_slot_t *S = &p->slots[V->slot];
+  return S->prefetched && !S->mapped;
+}
+
 /* Feeds a fault at page pg of unit u to the stream detector, and learns or
  * uses region successors (pager lock held). */
 static void hm__pf_feed(_hm_sdm_handler_t *h, int tid, _hm_sdm_region_t *r, uint32_t u,
                         uint32_t pg, int hit, int seq, uint32_t maxw, _hm_sdm_pf_plan_t *plan) {
   hm_pager_t *p = h->p;
-  int hints = (seq ? HM_SDM_PF_SEQ : 0) | (r->rnd_score >= 8 ? HM_SDM_PF_RANDOM_REGION : 0);
+  int hints = (seq ? HM_SDM_PF_SEQ : 0) | (r->rnd_score >= 8 ? HM_SDM_PF_RANDOM_REGION : 0) |
+              (hm__skipped(p, r, (int64_t)u - 1) ? HM_SDM_PF_SKIP_BELOW : 0) |
+              (hm__skipped(p, r, (int64_t)u + 1) ? HM_SDM_PF_SKIP_ABOVE : 0);
   _hm_sdm_pf_fault(&p->pf, tid, r, u, hit, hints, maxw, plan);
   plan->pg = pg;
   if (plan->pred) {

@@ -74,9 +74,15 @@ static void hm__set_trigger(_hm_sdm_pf_plan_t *plan, uint32_t window) {
  * continues the stream: units that arrived in between were mapped without
  * faulting (mapped ahead, or installed at once in anonymous mode), so the
  * gap is the stream's progress, not a jump. */
-static int hm__continues(const _hm_sdm_stream_t *s, int64_t unit) {
+static int hm__continues(const _hm_sdm_stream_t *s, int64_t unit, int hints) {
   int64_t delta = unit - s->last;
   if (s->trend == 0 || delta == 0) return 0;
+  /* The unit before the fault along the trend was prefetched and never
+   * touched: the reader stepped over the window (a stride of the window
+   * plus one), and taking that for progress kept a strided reader
+   * sequential, reading a whole window of units per touch. */
+  if (delta != s->trend && (hints & (s->trend > 0 ? HM_SDM_PF_SKIP_BELOW : HM_SDM_PF_SKIP_ABOVE)))
+    return 0;
   return delta % s->trend == 0 && delta / s->trend > 0 &&
          delta / s->trend <= (s->next_pf - s->last) / s->trend;
 }
@@ -200,10 +206,10 @@ static uint32_t hm__share_cap(const _hm_sdm_pf_t *pf, uint32_t max_window, uint3
  * unseen reads as a jump, and would teach a point past the head; a wrong
  * guess is corrected at the next miss that it causes. */
 static void hm__learn_pred(const hm__scan_t *sc, const void *reg, int64_t unit, int hit,
-                           _hm_sdm_pf_plan_t *plan) {
+                           int hints, _hm_sdm_pf_plan_t *plan) {
   const _hm_sdm_stream_t *s = sc->s;
   int starts =
-      !s || (unit != s->last && unit - s->last != s->trend && !hm__continues(s, unit));
+      !s || (unit != s->last && unit - s->last != s->trend && !hm__continues(s, unit, hints));
   /* Only the thread's latest stream: if it went on elsewhere after an end
    * (an array whose end went unseen), this miss follows that. The ended
    * stream itself jumping (forward past its requests; back to start a new
@@ -244,8 +250,9 @@ static void hm__stream_new(_hm_sdm_pf_t *pf, _hm_sdm_stream_t *s, int tid, const
 
 /* Records the fault's delta and finds the trend over the history. */
 static int64_t hm__record(_hm_sdm_stream_t *s, int64_t unit, int64_t delta, int hit,
-                          int seq_hint) {
-  if (hm__continues(s, unit)) delta = s->trend;
+                          int hints) {
+  int seq_hint = hints & HM_SDM_PF_SEQ;
+  if (hm__continues(s, unit, hints)) delta = s->trend;
   /* Back behind itself by more than a window: a new pass (faults handled a
    * little out of order by two handler threads are not). */
   else if (delta < -(int64_t)(s->window > 2 ? s->window : 2)) s->ended = 0, s->first = unit;
@@ -322,7 +329,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
   hm__scan(pf, tid, reg, unit, hints, &sc);
   max_window = hm__share_cap(pf, max_window, sc.active);
   pf->clock++;
-  hm__learn_pred(&sc, reg, unit, hit, plan);
+  hm__learn_pred(&sc, reg, unit, hit, hints, plan);
   _hm_sdm_stream_t *s = sc.s;
   if (!s) {
     hm__stream_new(pf, sc.old, tid, reg, unit, hit, seq_hint, max_window, plan);
@@ -337,7 +344,7 @@ void _hm_sdm_pf_fault(_hm_sdm_pf_t *pf, int tid, const void *reg, int64_t unit, 
     plan->first = s->first;
     return;
   }
-  delta = hm__record(s, unit, delta, hit, seq_hint);
+  delta = hm__record(s, unit, delta, hit, hints);
   if (s->trend == 0)
     hm__no_trend(s, plan);
   else

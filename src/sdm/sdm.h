@@ -191,9 +191,14 @@ typedef struct _hm_sdm_pf_plan_s {
 } _hm_sdm_pf_plan_t;
 
 /* Hints of a fault (bits): advised sequential; in a region whose misses
- * were mostly random (no new stream is started there). */
+ * were mostly random (no new stream is started there); the unit just
+ * below (SKIP_BELOW) or above (SKIP_ABOVE) the fault holds a prefetch the
+ * reader has not touched, where touches are seen (memfd mode): a fault
+ * past it skipped it, and is not the stream's progress. */
 #define HM_SDM_PF_SEQ 1
 #define HM_SDM_PF_RANDOM_REGION 2
+#define HM_SDM_PF_SKIP_BELOW 4
+#define HM_SDM_PF_SKIP_ABOVE 8
 /* Feeds a fault at unit (hit: it landed on a prefetched unit) and returns
  * what to prefetch, capped at max_window units and at the stream's share of
  * pf->share. */

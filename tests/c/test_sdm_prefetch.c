@@ -103,11 +103,36 @@ static void a_miss_inside_the_window_asks_again(void) {
   CHECK_EQ_INT(plan.count, 32);
 }
 
+/* A reader one unit past the window each step (stride 4, window 3) lands
+ * where the stream asked up to: without seeing that it skipped the window,
+ * that reads as progress and the reader stays "sequential". With the skip
+ * hint (the unit before it is an untouched prefetch) the stride is learnt. */
+static void a_reader_that_skips_the_window_is_strided(void) {
+  _hm_sdm_pf_t pf;
+  fresh(&pf, 0);
+  walk(&pf, 1, 0, 0, 6, 3); /* sequential, window 3: asked up to unit 8 */
+  _hm_sdm_pf_plan_t plan;
+  int64_t u = 9;
+  for (int i = 0; i < 4; i++, u += 4)
+    _hm_sdm_pf_fault(&pf, 1, &g_regs[0], u, 0, HM_SDM_PF_SKIP_BELOW, 3, &plan);
+  CHECK_EQ_INT(plan.stride, 4);
+  /* without the hint (anonymous mode: prefetches are installed at once
+   * and their touches unseen) the same faults are the stream's progress */
+  fresh(&pf, 0);
+  walk(&pf, 1, 0, 0, 6, 3);
+  u = 9;
+  for (int i = 0; i < 4; i++, u += 4)
+    _hm_sdm_pf_fault(&pf, 1, &g_regs[0], u, 0, 0, 3, &plan);
+  CHECK_EQ_INT(plan.stride, 1);
+  CHECK_EQ_INT(plan.window, 3);
+}
+
 int main(void) {
   one_stream_grows_then_restarts();
   active_streams_share_the_budget();
   no_share_means_no_limit();
   a_small_share_still_prefetches();
   a_miss_inside_the_window_asks_again();
+  a_reader_that_skips_the_window_is_strided();
   return hm_test_done("test_sdm_prefetch");
 }
