@@ -436,7 +436,7 @@ HM_API int hm_pager_set_budget(hm_pager_t *pager, uint64_t dram_budget);
 /** Writes dirty resident pages of the range back (addr NULL: every region). */
 HM_API int hm_pager_flush(hm_pager_t *pager, void *addr, size_t length);
 
-#define HM_PAGER_STATS_VERSION 5
+#define HM_PAGER_STATS_VERSION 6
 typedef struct hm_pager_stats_s {
   uint32_t size;    /* set by the caller to sizeof(hm_pager_stats_t) */
   uint32_t version; /* set by the pager */
@@ -477,6 +477,11 @@ typedef struct hm_pager_stats_s {
   uint64_t other_peak_bytes; /* HM_PAGER_PROCESS_BUDGET: the most memory the rest of the
                                 process held (its anonymous and shared memory less the
                                 pager's); 0 without that flag */
+  /* Version 6: */
+  uint64_t evict_ahead;      /* eviction batches started before a fault needed the room
+                                (less than a batch was free) */
+  uint64_t writeback_stalls; /* eviction batches whose write-backs a fault or a prefetch
+                                waited for: the budget was spent before they ended */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

@@ -123,6 +123,9 @@ int _hm_prim_ring_rw(_hm_prim_ring_t *r, int op, int fd, void *buf, unsigned len
                         uint64_t off, uint64_t tag);
 int _hm_prim_ring_poll(_hm_prim_ring_t *r, int fd, uint64_t tag);
 int _hm_prim_ring_submit(_hm_prim_ring_t *r);
+/* Makes each completion of r signal the eventfd fd (another ring's poll
+ * then wakes on r's completions). */
+int _hm_prim_ring_notify(_hm_prim_ring_t *r, int fd);
 /* One completion: 1 and its tag/result, 0 if none, or -errno. wait_us 0
  * only peeks; otherwise submits what is queued and waits up to wait_us
  * microseconds (< 0: without limit) for one. */

@@ -67,6 +67,10 @@ int _hm_prim_ring_submit(_hm_prim_ring_t *r) {
   return rc;
 }
 
+int _hm_prim_ring_notify(_hm_prim_ring_t *r, int fd) {
+  return io_uring_register_eventfd(&r->ring, fd);
+}
+
 int _hm_prim_ring_next(_hm_prim_ring_t *r, int wait_us, uint64_t *tag, int *res) {
   struct io_uring_cqe *cqe = NULL;
   int rc;

@@ -5,6 +5,7 @@
  * through io_uring, and the write-back of one unit that stays resident
  * (hm_pager_flush). */
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 #include "sdm/pager_int.h"
@@ -13,6 +14,7 @@
 #define HM__PAGE_IS_SWAPPED (1ULL << 4)
 #define HM__PM_SCAN_WP_MATCHING (1ULL << 0)
 #define HM__MAXVICT 16
+#define HM__WB_DEPTH 4 /* a batch's writes in flight while faults are served */
 #define HM__DENSE_EARNED 3u /* whole-unit refills a fast stay earns */
 
 /* Unit U of r is filled again (pager lock held); returns its heat.
@@ -359,44 +361,13 @@ static char *hm__wb_src(const hm_pager_t *p, const _hm_sdm_region_t *r, uint32_t
   return p->memfd_mode ? r->alias + (uint64_t)u * p->unit : _hm_sdm_ubase(r, p, u);
 }
 
-/* Write-backs in flight on the handler's write ring, victim v's failure
- * in failed[v]. */
+/* A batch's write-backs: victim v's dirty pages in D[v], its failure in
+ * failed[v]; the next run to submit at page ci of victim ck. */
 typedef struct hm__wb_s {
   uint64_t D[HM__MAXVICT][HM_SDM_BITMAP_WORDS];
   int failed[HM__MAXVICT];
-  unsigned inflight;
+  unsigned inflight, ck, ci;
 } hm__wb_t;
-
-/* One completion of the write ring (waiting for it); 0 when there was
- * one, else the ring's result. */
-static int hm__wb_reap(_hm_sdm_handler_t *h, hm__wb_t *wb) {
-  uint64_t t;
-  int res;
-  int rc = _hm_prim_ring_next(h->wring, -1, &t, &res);
-  if (rc != 1) return rc < 0 ? rc : 1;
-  wb->inflight--;
-  if (res < 0) wb->failed[(unsigned)(t >> 32)] = res;
-  return 0;
-}
-
-/* Queues the write-back of victim v's dirty runs (a full ring is drained
- * one completion at a time). */
-static void hm__wb_submit(_hm_sdm_handler_t *h, hm__wb_t *wb, unsigned v, _hm_sdm_slot_t *S) {
-  hm_pager_t *p = h->p;
-  _hm_sdm_region_t *r = S->reg;
-  char *src0 = hm__wb_src(p, r, S->unit);
-  unsigned i = 0, n;
-  while ((n = _hm_sdm_run(wb->D[v], p->upages, &i)) > 0) {
-    uint64_t off = (uint64_t)S->unit * p->unit + (uint64_t)i * HM_SDM_PAGE;
-    uint64_t tag = ((uint64_t)v << 32) | i;
-    while (_hm_prim_ring_rw(h->wring, HM_PRIM_RING_WRITE, r->file, src0 + (size_t)i * HM_SDM_PAGE,
-                            n * HM_SDM_PAGE, off, tag) == -EBUSY)
-      (void)hm__wb_reap(h, wb);
-    wb->inflight++;
-    HM_SDM_ADD(p, c_bytes_written, (uint64_t)n * HM_SDM_PAGE);
-    i += n;
-  }
-}
 
 /* A write-back the device refused: retried synchronously, page run by page
  * run. If the device still refuses, the process ends (guard.c): kept
@@ -469,37 +440,166 @@ static void hm__victim_free(hm_pager_t *p, int32_t s, const uint64_t *D) {
   _hm_sdm_wake(p, ub, p->unit);
 }
 
-int _hm_sdm_evict(_hm_sdm_handler_t *h, uint64_t need) {
-  hm_pager_t *p = h->p;
-  hm__victims_t v;
-  v.n = 0;
-  v.freed = 0;
-  pthread_mutex_lock(&p->lk);
-  /* Evict in batches of up to 2 MiB (1/16 of the cache at most): the
-   * write-backs of a batch run in parallel, and the bookkeeping is shared.
-   * Under the lock: the cache's size moves as regions are mapped. */
-  uint64_t batch = p->cap / 16 < (2u << 20) ? p->cap / 16 : (2u << 20);
-  v.need = need < batch ? batch : need;
-  hm__take_demoted(p, &p->coldq, &v); /* advised cold, then left behind */
-  hm__take_demoted(p, &p->demq, &v);
-  hm__take_clock(h, &v);
-  pthread_mutex_unlock(&p->lk);
-  if (v.n == 0) return -EAGAIN;
+/* Bytes one eviction batch frees: up to 2 MiB, 1/16 of the cache at most
+ * (the write-backs of a batch run in parallel, and the bookkeeping is
+ * shared). Pager lock held: the cache's size moves with the regions. */
+static uint64_t hm__batch_bytes(const hm_pager_t *p) {
+  return p->cap / 16 < (2u << 20) ? p->cap / 16 : (2u << 20);
+}
 
+/* An eviction batch whose write-backs are in flight. Its victims stay BUSY
+ * (a fault on one waits, hm__fault_transit) while the handler serves the
+ * other faults; the batch ends when its last write completes (the write
+ * ring's eventfd wakes the handler, _hm_sdm_evict_ahead). One per handler:
+ * a second would only queue behind the first on the device. */
+struct _hm_sdm_evb_s {
+  hm__victims_t v;
   hm__wb_t wb;
-  wb.inflight = 0;
-  for (unsigned k = 0; k < v.n; k++) {
-    _hm_sdm_slot_t *S = &p->slots[v.slot[k]];
-    wb.failed[k] = 0;
-    hm__victim_dirty(h, S, wb.D[k]);
-    hm__wb_submit(h, &wb, k, S);
+  int active;
+  int stalled; /* a fault or a prefetch waited for it */
+};
+
+/* Chooses victims for `need` bytes, finds their dirty pages and queues
+ * their writes; -EAGAIN when every resident unit is busy. */
+static int hm__batch_start(_hm_sdm_handler_t *h, uint64_t need) {
+  hm_pager_t *p = h->p;
+  struct _hm_sdm_evb_s *b = h->evb;
+  b->v.n = 0;
+  b->v.freed = 0;
+  pthread_mutex_lock(&p->lk);
+  uint64_t batch = hm__batch_bytes(p);
+  b->v.need = need < batch ? batch : need;
+  hm__take_demoted(p, &p->coldq, &b->v); /* advised cold, then left behind */
+  hm__take_demoted(p, &p->demq, &b->v);
+  hm__take_clock(h, &b->v);
+  pthread_mutex_unlock(&p->lk);
+  if (b->v.n == 0) return -EAGAIN;
+  b->wb.inflight = b->wb.ck = b->wb.ci = 0;
+  for (unsigned k = 0; k < b->v.n; k++) {
+    b->wb.failed[k] = 0;
+    hm__victim_dirty(h, &p->slots[b->v.slot[k]], b->wb.D[k]);
   }
-  while (wb.inflight > 0) {
-    if (hm__wb_reap(h, &wb) < 0) break;
-  }
-  hm__victims_release(p, &v, &wb);
-  for (unsigned k = 0; k < v.n; k++) hm__victim_free(p, v.slot[k], wb.D[k]);
+  b->active = 1;
+  b->stalled = 0;
   return 0;
+}
+
+/* Queues the batch's next runs until depth writes are in flight (or the
+ * ring is full). Why a depth: the device serves reads behind the writes
+ * queued before them, and a fault's read waited behind a whole batch (2
+ * MiB) of writes; the kernel's I/O schedulers favour reads likewise. */
+static void hm__wb_pump(_hm_sdm_handler_t *h, unsigned depth) {
+  hm_pager_t *p = h->p;
+  hm__wb_t *wb = &h->evb->wb;
+  const hm__victims_t *v = &h->evb->v;
+  unsigned n0 = wb->inflight;
+  while (wb->ck < v->n && wb->inflight < depth) {
+    _hm_sdm_slot_t *S = &p->slots[v->slot[wb->ck]];
+    unsigned n = _hm_sdm_run(wb->D[wb->ck], p->upages, &wb->ci);
+    if (n == 0) {
+      wb->ck++;
+      wb->ci = 0;
+      continue;
+    }
+    char *src = hm__wb_src(p, S->reg, S->unit) + (size_t)wb->ci * HM_SDM_PAGE;
+    uint64_t off = (uint64_t)S->unit * p->unit + (uint64_t)wb->ci * HM_SDM_PAGE;
+    uint64_t tag = ((uint64_t)wb->ck << 32) | wb->ci;
+    if (_hm_prim_ring_rw(h->wring, HM_PRIM_RING_WRITE, S->reg->file, src, n * HM_SDM_PAGE, off,
+                         tag))
+      break; /* full: the next completion makes room */
+    wb->inflight++;
+    HM_SDM_ADD(p, c_bytes_written, (uint64_t)n * HM_SDM_PAGE);
+    wb->ci += n;
+  }
+  if (wb->inflight > n0) (void)_hm_prim_ring_submit(h->wring);
+}
+
+/* Reaps the batch's completed writes (waiting for all of them when wait);
+ * once none is left, frees its victims. 1 when the batch has ended. */
+static int hm__batch_reap(_hm_sdm_handler_t *h, int wait) {
+  hm_pager_t *p = h->p;
+  struct _hm_sdm_evb_s *b = h->evb;
+  for (;;) {
+    hm__wb_pump(h, wait ? UINT32_MAX : HM__WB_DEPTH);
+    if (b->wb.inflight == 0) {
+      /* none could be queued (no write was in flight to free a ring
+       * entry): what is left is written from the pages themselves */
+      for (unsigned k = b->wb.ck; k < b->v.n; k++) b->wb.failed[k] = -EBUSY;
+      break;
+    }
+    uint64_t t;
+    int res;
+    int rc = _hm_prim_ring_next(h->wring, wait ? -1 : 0, &t, &res);
+    if (rc == 0 && !wait) {
+      h->wb_wake = 1; /* the handler's poll then wakes on its completions */
+      return 0;
+    }
+    if (rc != 1) { /* the ring failed: each unit is written again from its pages */
+      for (unsigned k = 0; k < b->v.n; k++) b->wb.failed[k] = rc < 0 ? rc : -EIO;
+      break;
+    }
+    b->wb.inflight--;
+    if (res < 0) b->wb.failed[(unsigned)(t >> 32)] = res;
+  }
+  hm__victims_release(p, &b->v, &b->wb);
+  for (unsigned k = 0; k < b->v.n; k++) hm__victim_free(p, b->v.slot[k], b->wb.D[k]);
+  b->active = 0;
+  h->wb_wake = 0;
+  if (b->stalled) HM_SDM_ADD(p, c_wb_stalls, 1);
+  return 1;
+}
+
+int _hm_sdm_evict(_hm_sdm_handler_t *h, uint64_t need) {
+  if (h->evb->active) (void)hm__batch_reap(h, 1);
+  if (hm__batch_start(h, need)) return -EAGAIN;
+  (void)hm__batch_reap(h, 1);
+  return 0;
+}
+
+int _hm_sdm_evict_async(_hm_sdm_handler_t *h, uint64_t need) {
+  struct _hm_sdm_evb_s *b = h->evb;
+  if (!b->active && hm__batch_start(h, need)) return -EAGAIN;
+  if (hm__batch_reap(h, 0)) return 0; /* clean victims end at once */
+  b->stalled = 1;
+  return -EINPROGRESS;
+}
+
+/* Low water: less than a batch free. Cost per handler pass: two loads
+ * under the pager lock, taken only when no batch is in flight. */
+void _hm_sdm_evict_ahead(_hm_sdm_handler_t *h) {
+  hm_pager_t *p = h->p;
+  if (h->evb->active) {
+    (void)hm__batch_reap(h, 0);
+    return;
+  }
+  pthread_mutex_lock(&p->lk);
+  uint64_t batch = hm__batch_bytes(p);
+  int low = p->used + batch > p->cap && p->nact > 0;
+  pthread_mutex_unlock(&p->lk);
+  if (!low || hm__batch_start(h, batch)) return;
+  HM_SDM_ADD(p, c_ev_ahead, 1);
+  (void)hm__batch_reap(h, 0);
+}
+
+int _hm_sdm_evict_wait(_hm_sdm_handler_t *h) {
+  if (!h->evb->active) return -EAGAIN;
+  h->evb->stalled = 1;
+  (void)hm__batch_reap(h, 1);
+  return 0;
+}
+
+void _hm_sdm_evict_drain(_hm_sdm_handler_t *h) {
+  if (h->evb->active) (void)hm__batch_reap(h, 1);
+}
+
+int _hm_sdm_evict_init(_hm_sdm_handler_t *h) {
+  h->evb = calloc(1, sizeof *h->evb);
+  return h->evb ? 0 : -ENOMEM;
+}
+
+void _hm_sdm_evict_fini(_hm_sdm_handler_t *h) {
+  free(h->evb);
+  h->evb = NULL;
 }
 
 /* ------------------------------------------------------------------------

@@ -851,7 +851,8 @@ static int hm__fault_miss(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const 
   }
   if (!_hm_sdm_reserve(p, bytes, at->U->state == HM_U_NONE)) {
     pthread_mutex_unlock(&p->lk);
-    if (_hm_sdm_evict(h, bytes)) return -EAGAIN;
+    /* Writes in flight: deferred, retried when the handler wakes */
+    if (_hm_sdm_evict_async(h, bytes)) return -EAGAIN;
     return 1; /* state may have changed meanwhile: look again */
   }
   _hm_sdm_op_t *op = hm__miss_op(h, f, at, pg0, npg, zero, random && plan->same ? 2 : random);

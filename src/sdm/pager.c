@@ -253,6 +253,8 @@ static void hm__free_handlers(hm_pager_t *p) {
     _hm_sdm_copier_free(h); /* installs what it holds: uses ops and bounce */
     _hm_prim_ring_free(h->ring);
     _hm_prim_ring_free(h->wring);
+    if (h->wbfd >= 0) (void)_hm_prim_close(h->wbfd);
+    _hm_sdm_evict_fini(h);
     free(h->ops);
     free(h->def);
     free(h->vec);
@@ -531,8 +533,14 @@ static int hm__handler_new(hm_pager_t *p, _hm_sdm_handler_t *h, const hm__sizing
   h->ops = calloc(z->nops, sizeof *h->ops);
   h->vec = calloc(HM_SDM_MAX_UNIT_PAGES, sizeof *h->vec);
   if (!h->ops || !h->vec) return -ENOMEM;
-  int rc = _hm_prim_ring_new(z->nops + 4, &h->ring);
+  int rc = _hm_sdm_evict_init(h);
+  if (rc) return rc;
+  rc = _hm_prim_eventfd();
+  if (rc < 0) return rc;
+  h->wbfd = rc;
+  rc = _hm_prim_ring_new(z->nops + 4, &h->ring);
   if (!rc) rc = _hm_prim_ring_new(p->cfg.io_depth, &h->wring);
+  if (!rc) rc = _hm_prim_ring_notify(h->wring, h->wbfd);
   if (rc) {
     *ring_rc = rc;
     return rc;
@@ -568,6 +576,7 @@ static int hm__handlers_new(hm_pager_t *p, const hm__sizing_t *z) {
     p->h = calloc(p->nh, sizeof *p->h);
     rc = p->h ? 0 : -ENOMEM;
   }
+  for (unsigned i = 0; p->h && i < p->nh; i++) p->h[i].wbfd = -1;
   for (unsigned i = 0; i < p->nh && rc == 0; i++) {
     int ring_rc = 0;
     rc = hm__handler_new(p, &p->h[i], z, &ring_rc);

@@ -69,6 +69,10 @@ typedef struct _hm_sdm_handler_s {
   int started;
   _hm_prim_ring_t *ring;  /* fills and polls */
   _hm_prim_ring_t *wring; /* write-backs of evictions */
+  int wbfd;               /* eventfd of wring's completions, polled on ring */
+  int wb_wake;            /* the eviction batch has writes to queue or in flight */
+  int wb_armed;           /* wbfd's poll is queued on ring */
+  struct _hm_sdm_evb_s *evb; /* the eviction batch in flight (evict.c) */
   _hm_sdm_op_t *ops, *free_ops;
   unsigned nops;
   char *bounce;
@@ -198,7 +202,8 @@ struct hm_pager_s {
   /* counters (relaxed atomics) */
   atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
       c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
-      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes, c_resweep_refills;
+      c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes, c_resweep_refills,
+      c_ev_ahead, c_wb_stalls;
 };
 
 #define HM_SDM_ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)
@@ -376,9 +381,26 @@ void _hm_sdm_slot_put(hm_pager_t *p, int32_t s);
 /* Gives back the slot of a unit being dropped, with its bytes (pager lock
  * held). */
 void _hm_sdm_drop_slot(hm_pager_t *p, int32_t s);
-/* Evicts at least `need` bytes (or one unit). 0 when something was freed,
- * -EAGAIN when every resident unit is busy (fills in flight). */
+/* Evicts at least `need` bytes (or one unit), waiting for the write-backs
+ * (the batch in flight first). 0 when something was freed, -EAGAIN when
+ * every resident unit is busy (fills in flight). */
 int _hm_sdm_evict(_hm_sdm_handler_t *h, uint64_t need);
+/* The fault path's eviction: starts a batch and returns without waiting
+ * for its writes. 0 when memory was freed (clean victims, or the batch in
+ * flight ended), -EINPROGRESS while a batch's writes run (the caller
+ * defers; the write ring's eventfd wakes the handler), -EAGAIN as above. */
+int _hm_sdm_evict_async(_hm_sdm_handler_t *h, uint64_t need);
+/* Once per handler pass: ends the batch in flight when its writes are
+ * done, and starts one ahead of need when less than a batch is free,
+ * so that a fault waits for write-back only when the budget is spent. */
+void _hm_sdm_evict_ahead(_hm_sdm_handler_t *h);
+/* A prefetch that found no room waits for the batch in flight (counted as
+ * a stall): 0 when one ended, -EAGAIN when none was in flight. */
+int _hm_sdm_evict_wait(_hm_sdm_handler_t *h);
+/* Waits for the batch in flight (a handler that stops). */
+void _hm_sdm_evict_drain(_hm_sdm_handler_t *h);
+int _hm_sdm_evict_init(_hm_sdm_handler_t *h);
+void _hm_sdm_evict_fini(_hm_sdm_handler_t *h);
 
 /* budget.c */
 void _hm_sdm_cap_update(hm_pager_t *p);

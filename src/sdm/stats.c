@@ -32,6 +32,8 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   s.successor_prefetches = HM_SDM_GET(p, c_pf_succ);
   s.demand_bytes_read = HM_SDM_GET(p, c_demand_bytes);
   s.resweep_refills = HM_SDM_GET(p, c_resweep_refills);
+  s.evict_ahead = HM_SDM_GET(p, c_ev_ahead);
+  s.writeback_stalls = HM_SDM_GET(p, c_wb_stalls);
   pthread_mutex_lock(&p->lk);
   s.resident_bytes = p->resident;
   s.peak_resident_bytes = p->peak;
@@ -79,7 +81,8 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       "\"zero_fills\": %llu, \"minor_hits\": %llu, \"wp_faults\": %llu, \"io_errors\": %llu, "
       "\"own_bytes\": %llu, \"readahead_triggers\": %llu, \"successor_prefetches\": %llu, "
       "\"demand_bytes_read\": %llu, \"footprint_bytes\": %llu, \"resweep_refills\": %llu, "
-      "\"budget_mean_bytes\": %llu, \"budget_low_bytes\": %llu, \"other_peak_bytes\": %llu}}",
+      "\"budget_mean_bytes\": %llu, \"budget_low_bytes\": %llu, \"other_peak_bytes\": %llu, "
+      "\"evict_ahead\": %llu, \"writeback_stalls\": %llu}}",
       (unsigned long long)s.faults, (unsigned long long)s.fetches,
       (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
       (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
@@ -92,6 +95,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       (unsigned long long)s.successor_prefetches, (unsigned long long)s.demand_bytes_read,
       (unsigned long long)s.footprint_bytes, (unsigned long long)s.resweep_refills,
       (unsigned long long)s.budget_mean_bytes, (unsigned long long)s.budget_low_bytes,
-      (unsigned long long)s.other_peak_bytes);
+      (unsigned long long)s.other_peak_bytes, (unsigned long long)s.evict_ahead,
+      (unsigned long long)s.writeback_stalls);
   return _hm_sb_take(&sb, out);
 }

@@ -48,6 +48,26 @@ def test_loop_larger_than_the_cache_gets_a_hint() -> None:
     assert line is not None and "8 KiB per demand read" in line
 
 
+def test_line_says_what_was_written_back_and_what_waited() -> None:
+    kw: dict[str, int] = {
+        "faults": 100,
+        "fetches": 100,
+        "bytes_read": 3 * 100 * MiB,
+        "footprint_bytes": 100 * MiB,
+    }
+    clean = diagnose.line(diagnose.summarize(_pager(**kw)))
+    assert clean is not None and "wrote back" not in clean
+    s = diagnose.summarize(_pager(bytes_written=200 * MiB, writeback_stalls=7, **kw))
+    assert s is not None and s["writeback_stalls"] == 7
+    line = diagnose.line(s)
+    assert line is not None
+    assert "wrote back 200 MiB (7 eviction batches made a fault wait for it)" in line
+    old = diagnose.summarize(_pager(bytes_written=200 * MiB, **kw))  # stats before version 6
+    assert old is not None and old["writeback_stalls"] is None
+    assert "wrote back 200 MiB" in (diagnose.line(old) or "")
+    assert "eviction batches" not in (diagnose.line(old) or "")
+
+
 def test_no_hint_when_the_data_fits_or_is_read_once() -> None:
     fits = diagnose.summarize(
         _pager(faults=10, fetches=10, bytes_read=3 * 100 * MiB, footprint_bytes=100 * MiB)

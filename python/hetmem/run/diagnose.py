@@ -64,6 +64,10 @@ def summarize(pager: dict[str, Any] | None) -> dict[str, Any] | None:
             int(c.get("prefetch_used", 0)),
             int(c.get("prefetch_used", 0)) + int(c.get("prefetch_wasted", 0)),
         ),
+        "bytes_written": int(c.get("bytes_written", 0)),
+        # eviction batches whose write-backs a fault waited for (None from
+        # a pager before stats version 6)
+        "writeback_stalls": int(c["writeback_stalls"]) if "writeback_stalls" in c else None,
     }
 
 
@@ -148,4 +152,9 @@ def line(summary: dict[str, Any] | None) -> str | None:
         parts.append(f"{summary['faults_without_read']:.0%} of faults waited for no read")
     if summary["bytes_per_demand_fetch"] is not None:
         parts.append(f"{format_size(summary['bytes_per_demand_fetch'])} per demand read")
+    if summary.get("bytes_written"):
+        wrote = f"wrote back {format_size(summary['bytes_written'])}"
+        if summary.get("writeback_stalls"):
+            wrote += f" ({summary['writeback_stalls']} eviction batches made a fault wait for it)"
+        parts.append(wrote)
     return "; ".join(parts)
