@@ -10,11 +10,18 @@ TAB=$(printf '\t')
 njobs=0
 # Each case runs in the background (mpirun spends about 2 s idle after a
 # rank exits nonzero, so the cases overlap well even on 2 CPUs), six at a
-# time; the verdicts are read once all have ended.
+# time; the verdicts are read once all have ended. Each mpirun gets a
+# session directory of its own: under the shared /tmp/ompi.HOST.UID, one
+# job ending removed that directory while another was making its pid.N
+# below it, and that job failed in orte_init (1 CI run in about 20). A
+# short path: the directory holds PMIx's socket (108 bytes at most).
 expect() { # name, pattern, args...
     name=$1; pat=$2; shift 2
-    ( timeout 120 "$MPIEXEC" --oversubscribe -n 2 "$LAT" "$@" >"$T/$name.out" 2>"$T/$name.err"
-      echo $? >"$T/$name.rc" ) &
+    ( s=$(mktemp -d /tmp/hmlat.XXXXXX)
+      OMPI_MCA_orte_tmpdir_base=$s PRTE_MCA_prte_tmpdir_base=$s \
+          timeout 120 "$MPIEXEC" --oversubscribe -n 2 "$LAT" "$@" >"$T/$name.out" 2>"$T/$name.err"
+      echo $? >"$T/$name.rc"
+      rm -rf "$s" ) &
     printf '%s\t%s\n' "$name" "$pat" >>"$T/list"
     njobs=$((njobs + 1))
     if [ $njobs -ge 6 ]; then wait; njobs=0; fi
