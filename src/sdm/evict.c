@@ -520,7 +520,9 @@ static int hm__batch_reap(_hm_sdm_handler_t *h, int wait) {
   hm_pager_t *p = h->p;
   struct _hm_sdm_evb_s *b = h->evb;
   for (;;) {
-    hm__wb_pump(h, wait ? UINT32_MAX : HM__WB_DEPTH);
+    /* Once a fault or a prefetch waits for the room (stalled), what
+     * matters is the batch's end: its writes go all at once. */
+    hm__wb_pump(h, wait || b->stalled ? UINT32_MAX : HM__WB_DEPTH);
     if (b->wb.inflight == 0) {
       /* none could be queued (no write was in flight to free a ring
        * entry): what is left is written from the pages themselves */
