@@ -532,10 +532,7 @@ static int hm__batch_reap(_hm_sdm_handler_t *h, int wait) {
     uint64_t t;
     int res;
     int rc = _hm_prim_ring_next(h->wring, wait ? -1 : 0, &t, &res);
-    if (rc == 0 && !wait) {
-      h->wb_wake = 1; /* the handler's poll then wakes on its completions */
-      return 0;
-    }
+    if (rc == 0 && !wait) return 0; /* the handler's poll wakes on its completions */
     if (rc != 1) { /* the ring failed: each unit is written again from its pages */
       for (unsigned k = 0; k < b->v.n; k++) b->wb.failed[k] = rc < 0 ? rc : -EIO;
       break;
@@ -546,7 +543,6 @@ static int hm__batch_reap(_hm_sdm_handler_t *h, int wait) {
   hm__victims_release(p, &b->v, &b->wb);
   for (unsigned k = 0; k < b->v.n; k++) hm__victim_free(p, b->v.slot[k], b->wb.D[k]);
   b->active = 0;
-  h->wb_wake = 0;
   if (b->stalled) HM_SDM_ADD(p, c_wb_stalls, 1);
   return 1;
 }
@@ -589,6 +585,8 @@ int _hm_sdm_evict_wait(_hm_sdm_handler_t *h) {
   (void)hm__batch_reap(h, 1);
   return 0;
 }
+
+int _hm_sdm_evict_busy(const _hm_sdm_handler_t *h) { return h->evb->active; }
 
 void _hm_sdm_evict_drain(_hm_sdm_handler_t *h) {
   if (h->evb->active) (void)hm__batch_reap(h, 1);

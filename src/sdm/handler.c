@@ -355,7 +355,7 @@ void *_hm_sdm_handler_main(void *arg) {
      * queues the batch's next run (hm__wb_pump). Waking only on the faults
      * and fills instead left a batch's writes waiting for them (GUPS
      * update4k at 2x ran 2x slower). */
-    if (h->wb_wake && !h->wb_armed) {
+    if (!h->wb_armed && _hm_sdm_evict_busy(h)) {
       (void)_hm_prim_ring_poll(h->ring, h->wbfd, HM__TAG_WB);
       h->wb_armed = 1;
     }

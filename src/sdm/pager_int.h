@@ -70,7 +70,6 @@ typedef struct _hm_sdm_handler_s {
   _hm_prim_ring_t *ring;  /* fills and polls */
   _hm_prim_ring_t *wring; /* write-backs of evictions */
   int wbfd;               /* eventfd of wring's completions, polled on ring */
-  int wb_wake;            /* the eviction batch has writes to queue or in flight */
   int wb_armed;           /* wbfd's poll is queued on ring */
   struct _hm_sdm_evb_s *evb; /* the eviction batch in flight (evict.c) */
   _hm_sdm_op_t *ops, *free_ops;
@@ -397,6 +396,11 @@ void _hm_sdm_evict_ahead(_hm_sdm_handler_t *h);
 /* A prefetch that found no room waits for the batch in flight (counted as
  * a stall): 0 when one ended, -EAGAIN when none was in flight. */
 int _hm_sdm_evict_wait(_hm_sdm_handler_t *h);
+/* Whether a batch is in flight: it has writes to queue or in flight once
+ * any evict call has returned (each one that starts a batch reaps it
+ * until it ends or must wait), so the handler polls the write ring's
+ * eventfd while it is. */
+int _hm_sdm_evict_busy(const _hm_sdm_handler_t *h);
 /* Waits for the batch in flight (a handler that stops). */
 void _hm_sdm_evict_drain(_hm_sdm_handler_t *h);
 int _hm_sdm_evict_init(_hm_sdm_handler_t *h);
