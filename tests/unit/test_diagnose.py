@@ -61,7 +61,10 @@ def test_line_says_what_was_written_back_and_what_waited() -> None:
     assert s is not None and s["writeback_stalls"] == 7
     line = diagnose.line(s)
     assert line is not None
-    assert "wrote back 200 MiB (7 eviction batches made a fault wait for it)" in line
+    assert "wrote back 200 MiB (a fault or a prefetch waited for 7 eviction batches" in line
+    one_stall = _pager(bytes_written=200 * MiB, writeback_stalls=1, **kw)
+    one = diagnose.line(diagnose.summarize(one_stall))
+    assert one is not None and "waited for 1 eviction batch to write it)" in one
     old = diagnose.summarize(_pager(bytes_written=200 * MiB, **kw))  # stats before version 6
     assert old is not None and old["writeback_stalls"] is None
     assert "wrote back 200 MiB" in (diagnose.line(old) or "")

@@ -155,6 +155,8 @@ def line(summary: dict[str, Any] | None) -> str | None:
     if summary.get("bytes_written"):
         wrote = f"wrote back {format_size(summary['bytes_written'])}"
         if summary.get("writeback_stalls"):
-            wrote += f" ({summary['writeback_stalls']} eviction batches made a fault wait for it)"
+            n = summary["writeback_stalls"]
+            batches = "batch" if n == 1 else "batches"
+            wrote += f" (a fault or a prefetch waited for {n} eviction {batches} to write it)"
         parts.append(wrote)
     return "; ".join(parts)
