@@ -33,8 +33,13 @@
  * each iteration's hot passes and freed before the cold arrays are touched
  * (its site's peak is then more than what is live during the sweeps, as
  * with a program's temporaries).
+ * With --small BYTES, that much memory in 64 KiB blocks (below any
+ * allocation threshold, so no site's) is made and written first and kept
+ * to the end: the rest of a program's memory, which shares a fast budget
+ * that bounds the whole process with its sites and the pager's cache.
  * Exit status 0, or 3 with --exit3 (tests check that it passes through). */
 #define _GNU_SOURCE
+#define SMALL_BLOCK ((size_t)64 << 10)
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -330,11 +335,26 @@ static int run_even(size_t footprint, int iters, int passes, int mixed) {
   return 0;
 }
 
+/* --small: bytes in 64 KiB blocks, written; NULL for none (or no memory). */
+static void **small_make(size_t bytes) {
+  size_t nb = bytes / SMALL_BLOCK;
+  void **b = nb ? calloc(nb, sizeof *b) : NULL;
+  for (size_t i = 0; b && i < nb; i++)
+    if ((b[i] = malloc(SMALL_BLOCK))) memset(b[i], (int)(i & 0xff), SMALL_BLOCK);
+  return b;
+}
+
+static void small_free(void **b, size_t bytes) {
+  for (size_t i = 0; b && i < bytes / SMALL_BLOCK; i++) free(b[i]);
+  free(b);
+}
+
 int main(int argc, char **argv) {
   const char *variant = "sparse";
   size_t footprint = (size_t)256 << 20;
   int iters = 4, hot_passes = 8, threads = 2, exit3 = 0, policies = 0, huge = 0, ab_slices = 0;
   int scratch = 0;
+  size_t small = 0;
   const char *maps_to = NULL;
   size_t stride_pages = 2048;
   uint64_t pairs = 10000000;
@@ -363,12 +383,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--numa-maps") && v) maps_to = argv[++i];
     else if (!strcmp(a, "--huge-pages")) huge = 1;
     else if (!strcmp(a, "--scratch-b")) scratch = 1;
+    else if (!strcmp(a, "--small") && v) small = (size_t)strtoull(argv[++i], NULL, 0);
     else {
       fprintf(stderr,
               "usage: hm-placement [--variant sweep|sparse|even|mixed|alloc] [--footprint BYTES] "
               "[--iters N] [--hot-passes N] [--stride PAGES] [--pairs N] [--threads N] "
               "[--ab SLICES] [--exit3] [--numa-policies] [--numa-maps FILE] [--huge-pages] "
-              "[--scratch-b]\n");
+              "[--scratch-b] [--small BYTES]\n");
       return 2;
     }
   }
@@ -382,6 +403,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hm-placement: unknown variant '%s'\n", variant);
     return 2;
   }
+  void **blocks = small_make(small);
   size_t n = footprint / sizeof(double);
   size_t nh = n / 10, nc = (n - 2 * nh) / 3; /* hot 2 x 10%, cold 3 x ~26.7% */
   double *ha = alloc_hot_a(nh), *hb = scratch ? NULL : alloc_hot_b(nh);
@@ -442,5 +464,6 @@ int main(int argc, char **argv) {
   free(cx);
   free(cy);
   free(cz);
+  small_free(blocks, small);
   return exit3 ? 3 : 0;
 }
