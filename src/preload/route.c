@@ -178,9 +178,12 @@ static uint64_t hm__outside(_hm_pl_ctx_t *c) {
   uint64_t next = atomic_load_explicit(&c->outside_next, memory_order_relaxed);
   if (now >= next && atomic_compare_exchange_strong_explicit(&c->outside_next, &next,
                                                              now + 10000000u, memory_order_relaxed,
-                                                             memory_order_relaxed) &&
-      _hm_prim_self_anon_bytes(hm_ctx_fsroot(c->ctx), &out) == 0)
-    atomic_store_explicit(&c->outside, out, memory_order_relaxed);
+                                                             memory_order_relaxed)) {
+    int saved = errno; /* a malloc that succeeds leaves errno as it was */
+    if (_hm_prim_self_anon_bytes(hm_ctx_fsroot(c->ctx), &out) == 0)
+      atomic_store_explicit(&c->outside, out, memory_order_relaxed);
+    errno = saved;
+  }
   return atomic_load_explicit(&c->outside, memory_order_relaxed);
 }
 
