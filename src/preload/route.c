@@ -156,10 +156,12 @@ void _hm_pl_tier_account(int t, size_t req, int sign) {
  * budget less the pager's least cache and less the memory of the process
  * outside tier 0 and the pager (glibc's small blocks, libraries' data,
  * stacks) as last measured. fast_limit keeps that least cache beside the
- * DRAM sites, but the rest of the process shares the budget too: LAMMPS at 25% of a 128 MiB footprint has ~7 MiB of it, and
- * its DRAM sites left the pager 336 KiB of an 8 MiB floor (its neighbour
- * list, 62 MB swept every step, was read back 1230 times: past 300 s
- * against cache mode's 28 s). Tier 0's blocks are in the measure once
+ * DRAM sites, but the rest of the process shares the budget too: LAMMPS
+ * at 25% of a 128 MiB footprint has ~7 MiB of it, and its DRAM sites left
+ * the pager 336 KiB of an 8 MiB floor (its neighbour list, 62 MB swept
+ * every step, was read back 1230 times: past 300 s against cache mode's
+ * 28 s). Only with a storage tier (budget_whole is set with it, init.c).
+ * Tier 0's blocks are in the measure once
  * touched, so they are taken out of it; a block placed and not yet touched
  * would then hide that much of the rest, so the most ever seen outside is
  * what counts. Cost: a few atomic loads per large request to tier 0. */
