@@ -40,6 +40,7 @@
  * Exit status 0, or 3 with --exit3 (tests check that it passes through). */
 #define _GNU_SOURCE
 #define SMALL_BLOCK ((size_t)64 << 10)
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -383,7 +384,18 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--numa-maps") && v) maps_to = argv[++i];
     else if (!strcmp(a, "--huge-pages")) huge = 1;
     else if (!strcmp(a, "--scratch-b")) scratch = 1;
-    else if (!strcmp(a, "--small") && v) small = (size_t)strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(a, "--small") && v) {
+      char *end;
+      errno = 0;
+      unsigned long long b = strtoull(argv[++i], &end, 0);
+      /* a size in bytes; garbage read as 0 would quietly test nothing */
+      if (errno || *end || argv[i][0] == '-' || end == argv[i] || b > ((size_t)1 << 40)) {
+        fprintf(stderr, "hm-placement: --small takes a byte count (0..1099511627776), not '%s'\n",
+                argv[i]);
+        return 2;
+      }
+      small = (size_t)b;
+    }
     else {
       fprintf(stderr,
               "usage: hm-placement [--variant sweep|sparse|even|mixed|alloc] [--footprint BYTES] "

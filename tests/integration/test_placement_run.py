@@ -664,6 +664,16 @@ def test_alloc_slices_alternate_the_interposer_and_glibc(tmp_path: Path) -> None
     assert 40000 <= small < 40000 + 1000
 
 
+@pytest.mark.parametrize("bad", ["x", "-4", "8k", "", "2000000000000"])
+def test_small_memory_refuses_a_bad_size(bad: str) -> None:
+    proc = subprocess.run([str(WORKLOAD), "--small", bad], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.strip() == (
+        f"hm-placement: --small takes a byte count (0..1099511627776), not '{bad}'"
+    )
+
+
 @pytest.mark.parametrize("bad", ["x", "0", "-4", "8k"])
 def test_alloc_slices_refuse_a_bad_count(bad: str) -> None:
     proc = subprocess.run(
