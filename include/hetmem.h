@@ -433,14 +433,6 @@ HM_API int hm_pager_advise(hm_pager_t *pager, void *addr, size_t length, hm_advi
  *  units written back first). -EINVAL for 0. */
 HM_API int hm_pager_set_budget(hm_pager_t *pager, uint64_t dram_budget);
 
-/** The process's memory outside the pager at the last measure (every
- *  100 ms under HM_PAGER_PROCESS_BUDGET: RssAnon plus RssShmem less the
- *  cache and the pager's own memory; 0 before the first). A caller that
- *  places memory of its own within the same budget (hybrid mode's DRAM
- *  sites) keeps the pager's least cache with it. -ENODATA without the
- *  flag. Lock-free: one atomic load. */
-HM_API int hm_pager_outside_bytes(hm_pager_t *pager, uint64_t *bytes);
-
 /** Writes dirty resident pages of the range back (addr NULL: every region). */
 HM_API int hm_pager_flush(hm_pager_t *pager, void *addr, size_t length);
 

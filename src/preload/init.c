@@ -292,7 +292,6 @@ static int hm__place_storage(void) {
   /* flat: the least cache (hm__place_floor); hybrid: what the pinned
    * fast-tier sites leave of the budget, at least that */
   uint64_t minimal = hm__place_floor(c->budget, c->fetch_unit);
-  c->pager_floor = minimal;
   uint64_t pinned = _hm_pl_place_tier(0)->capacity;
   c->pager_budget = minimal;
   if (c->hybrid && c->budget > pinned && c->budget - pinned > minimal)
@@ -307,7 +306,6 @@ static int hm__place_storage(void) {
   uint64_t whole = 0;
   if (!hm_option_get_u64(c->ctx, "budget_process", &whole) && whole && c->budget > c->pager_max)
     c->pager_max = c->budget;
-  c->budget_whole = whole != 0;
   /* the pager's least cache comes out of the fast budget: DRAM sites and
    * cache together keep to it (1 byte: a budget below that cache leaves
    * tier 0 nothing; 0 would read as unlimited) */

@@ -377,10 +377,6 @@ typedef struct _hm_pl_ctx_s {
   uint64_t fast_limit;       /* placement: the most tier 0 may hold (the budget, less the
                               * pager's least cache when a tier is the storage tier) */
   _Atomic uint64_t share_sent; /* hybrid: the pager budget last set (route.c) */
-  int budget_whole;          /* budget_process: the budget bounds the whole process */
-  uint64_t pager_floor;      /* placement: the pager's least cache (init.c, hm__place_floor) */
-  _Atomic uint64_t outside, outside_next; /* route.c's own measure of the process, and when next */
-  _Atomic uint64_t outside_peak; /* the most memory seen outside tier 0 and the pager */
   _hm_pl_pstat_t *pstat;     /* placement: 1 + sites */
   _Atomic uint64_t tier_live[HM_PL_MAX_TIERS], tier_peak[HM_PL_MAX_TIERS];
   _Atomic uint64_t tier_allocs[HM_PL_MAX_TIERS];
@@ -456,7 +452,6 @@ extern void *__libc_pvalloc(size_t size);
 /* The pager may be absent from a build (a partial checkout): the weak
  * references then read as NULL and cache mode says so at start-up. */
 #pragma weak hm_pager_open
-#pragma weak hm_pager_outside_bytes
 #pragma weak hm_pager_map
 #pragma weak hm_pager_map_at
 #pragma weak hm_pager_unmap

@@ -152,77 +152,15 @@ void _hm_pl_tier_account(int t, size_t req, int sign) {
   if (t == 0) hm__pager_share();
 }
 
-/* What tier 0 may hold now, when the budget bounds the whole process: the
- * budget less the pager's least cache and less the memory of the process
- * outside tier 0 and the pager (glibc's small blocks, libraries' data,
- * stacks) as last measured. fast_limit keeps that least cache beside the
- * DRAM sites, but the rest of the process shares the budget too: LAMMPS
- * at 25% of a 128 MiB footprint has ~7 MiB of it, and its DRAM sites left
- * the pager 336 KiB of an 8 MiB floor (its neighbour list, 62 MB swept
- * every step, was read back 1230 times: past 300 s against cache mode's
- * 28 s). Only with a storage tier (budget_whole is set with it, init.c).
- * Tier 0's blocks are in the measure once
- * touched, so they are taken out of it; a block placed and not yet touched
- * would then hide that much of the rest, so the most ever seen outside is
- * what counts. Cost: a few atomic loads per large request to tier 0. */
-static uint64_t hm__outside(_hm_pl_ctx_t *c) {
-  uint64_t out = 0;
-  if (atomic_load_explicit(&c->state, memory_order_acquire) == HM_PL_READY) {
-    /* the pager's measure leaves its cache out; until its first, the last
-     * figure taken before it opened (a new one would count the cache) */
-    if (hm_pager_outside_bytes && hm_pager_outside_bytes(c->pager, &out) == 0 && out) return out;
-    return atomic_load_explicit(&c->outside, memory_order_relaxed);
-  }
-  /* Before the pager opens (on the first request it serves, often after
-   * the DRAM sites are placed): the process's own figure, at most every
-   * 10 ms (a /proc/self/status read, ~10 us). */
-  uint64_t now = _hm_prim_now_ns();
-  uint64_t next = atomic_load_explicit(&c->outside_next, memory_order_relaxed);
-  if (now >= next && atomic_compare_exchange_strong_explicit(&c->outside_next, &next,
-                                                             now + 10000000u, memory_order_relaxed,
-                                                             memory_order_relaxed)) {
-    int saved = errno; /* a malloc that succeeds leaves errno as it was */
-    if (_hm_prim_self_anon_bytes(hm_ctx_fsroot(c->ctx), &out) == 0)
-      atomic_store_explicit(&c->outside, out, memory_order_relaxed);
-    errno = saved;
-  }
-  return atomic_load_explicit(&c->outside, memory_order_relaxed);
-}
-
-static uint64_t hm__fast_room(_hm_pl_ctx_t *c) {
-  if (!c->budget_whole || c->budget <= c->pager_floor) return UINT64_MAX;
-  uint64_t lim = c->budget - c->pager_floor, out = hm__outside(c);
-  uint64_t t0 = atomic_load_explicit(&c->tier_live[0], memory_order_relaxed);
-  out = out > t0 ? out - t0 : 0;
-  uint64_t peak = atomic_load_explicit(&c->outside_peak, memory_order_relaxed);
-  while (out > peak && !atomic_compare_exchange_weak_explicit(&c->outside_peak, &peak, out,
-                                                              memory_order_relaxed,
-                                                              memory_order_relaxed)) {
-  }
-  if (peak > out) out = peak;
-  return lim > out ? lim - out : 1; /* 1: full (0 reads as unlimited) */
-}
-
 uint64_t _hm_pl_tier_cap(int t) {
   uint64_t cap = _hm_pl_place_tier((size_t)t)->capacity, lim = _hm_pl_ctx.fast_limit;
   if (t == 0 && lim && (cap == 0 || cap > lim)) cap = lim;
   return cap;
 }
 
-/* What tier t may hold now (0 = unlimited): its capacity, and for tier 0
- * the room the rest of the process leaves (hm__fast_room). */
-static uint64_t hm__tier_limit(int t) {
-  uint64_t cap = _hm_pl_tier_cap(t);
-  if (t == 0 && _hm_pl_ctx.fast_limit) {
-    uint64_t room = hm__fast_room(&_hm_pl_ctx);
-    if (room != UINT64_MAX && (cap == 0 || room < cap)) cap = room;
-  }
-  return cap;
-}
-
 /* Claims req bytes of tier t's capacity (0 = unlimited); 0 when full. */
 int _hm_pl_tier_reserve(int t, size_t req) {
-  uint64_t cap = hm__tier_limit(t);
+  uint64_t cap = _hm_pl_tier_cap(t);
   if (cap == 0 || (size_t)t + 1 == _hm_pl_place_tiers()) {
     _hm_pl_tier_account(t, req, +1);
     return 1;
@@ -425,20 +363,13 @@ static void hm__split_unmap(void *base, size_t head, size_t maplen, int t) {
   (void)_hm_prim_sys_munmap(base, _hm_pl_place_tier((size_t)t)->numa < 0 ? head : maplen);
 }
 
-/* Serves req split between tier 0 and tier want (site's split bytes, or
- * what tier 0 has free when that is less: the heads fill the room the
- * sites and the rest of the process leave), or NULL when the site has
- * none, the split leaves a side empty or tier 0 has no room for the head:
- * the caller then serves it whole. */
+/* Serves req split between tier 0 and tier want (site's split bytes), or
+ * NULL when the site has none, the split leaves a side empty or tier 0 has
+ * no room for the head: the caller then serves it whole. */
 static void *hm__split_serve(const _hm_pl_req_t *req, int site, int want) {
   hm__split_t L;
-  uint64_t split = _hm_pl_place_split((size_t)site), lim = want > 0 && split ? hm__tier_limit(0) : 0;
-  if (lim) {
-    uint64_t live = atomic_load_explicit(&_hm_pl_ctx.tier_live[0], memory_order_relaxed);
-    uint64_t room = lim > live ? lim - live : 0;
-    if (split > room) split = room;
-  }
-  if (want <= 0 || !hm__split_layout(req, split, want, &L)) return NULL;
+  if (want <= 0 || !hm__split_layout(req, _hm_pl_place_split((size_t)site), want, &L))
+    return NULL;
   size_t fast = L.head - L.lead, slow = req->size - fast;
   if (!_hm_pl_tier_reserve(0, fast)) return NULL;
   if (!_hm_pl_tier_reserve(want, slow)) {

@@ -77,17 +77,9 @@ int _hm_sdm_budget_measure(_hm_sdm_handler_t *h, uint64_t now) {
   uint64_t mine = p->resident + p->own;
   p->other = all > mine ? all - mine : 0;
   if (p->other > p->other_peak) p->other_peak = p->other;
-  atomic_store_explicit(&p->other_pub, p->other, memory_order_relaxed);
   int move = hm__budget_target(p) != p->budget;
   pthread_mutex_unlock(&p->lk);
   return move;
-}
-
-int hm_pager_outside_bytes(hm_pager_t *p, uint64_t *bytes) {
-  if (!p || !bytes) return -EINVAL;
-  if (!(p->cfg.flags & HM_PAGER_PROCESS_BUDGET)) return -ENODATA;
-  *bytes = atomic_load_explicit(&p->other_pub, memory_order_relaxed);
-  return 0;
 }
 
 /* Applies the budget last set (a handler, woken by hm_pager_set_budget or

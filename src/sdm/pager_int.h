@@ -147,7 +147,6 @@ struct hm_pager_s {
   /* HM_PAGER_PROCESS_BUDGET (budget.c): the rest of the process's memory
    * at the last measure and its peak, and when handler 0 measures next. */
   uint64_t other, other_peak, other_next;
-  _Atomic uint64_t other_pub; /* other, for hm_pager_outside_bytes (no lock) */
   /* Data touched: fetch units of live regions filled at least once, and
    * the most of it at once (footprint_bytes). A program that frees and
    * allocates again counts what it holds, not what it ever held. */

@@ -449,27 +449,6 @@ def test_full_fast_tier_overflows_to_the_next_tier(
 
 
 @needs_pager
-def test_rest_of_the_process_keeps_the_pagers_least_cache(
-    profiled: dict[str, Any], tmp_path: Path
-) -> None:
-    # The budget bounds the whole process: 6 MiB of small blocks (no site's)
-    # share it with the two hot arrays and the pager. Both arrays fit
-    # beside the pager's least cache only without that memory, so one goes
-    # to the pager, which keeps at least that cache. Before, both went to
-    # DRAM and the pager was left 2.5 MiB (LAMMPS at 25%: 336 KiB, and its
-    # neighbour list was read back 1230 times).
-    stats = tmp_path / "s.json"
-    proc = _run_place(profiled, "hybrid", stats, None, "--small", str(6 * MIB))
-    assert proc.returncode == 0, proc.stderr
-    d = json.loads(stats.read_text())
-    pl = d["placement"]
-    assert sum(s["overflows"] for s in pl["sites"]) == 1, pl["sites"]
-    assert pl["tiers"][0]["peak_bytes"] == HOT
-    assert d["pager"]["counters"]["budget_low_bytes"] >= PAGER_FLOOR
-    assert "1 allocation(s) of placed sites found their tier full" in proc.stderr
-
-
-@needs_pager
 def test_other_depth_and_aslr_still_match(profiled: dict[str, Any], tmp_path: Path) -> None:
     # A profile of 3 frames against a run that captures 8 (the option's
     # default), run twice: the PIE binary loads at another address each time.

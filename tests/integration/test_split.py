@@ -57,9 +57,7 @@ def test_split_placement_fills_the_fast_tier(tmp_path: Path) -> None:
     assert _checksum(run.stdout) == _checksum(dram.stdout)
     sites = {x["id"]: x for x in json.loads(stats.read_text())["placement"]["sites"]}
     fast, slow = sites[s.id]["bytes"]
-    # the head, from the block's start 16 bytes in, less what the rest of
-    # the process holds: the budget bounds all of it (here ~340 KiB)
-    assert s.split_bytes - 16 - (2 << 20) <= fast <= s.split_bytes - 16
+    assert fast == s.split_bytes - 16  # the head, from the block's start 16 bytes in
     assert fast + slow == ARRAY
     others = [x for i, x in sites.items() if i != s.id]
     assert all(x["bytes"] == [0, ARRAY] for x in others)
