@@ -256,6 +256,14 @@ void _hm_pl_prof_release(_hm_pl_block_t *b, uint32_t site, uint64_t t_alloc, uin
 /* A live-bytes event of delta bytes at site (a moving realloc's old block,
  * given back before the new one is made: route.c). */
 void _hm_pl_prof_live(uint32_t site, int64_t delta);
+/* A large allocation, free or moving realloc begins (busy) and ends
+ * (idle): the profile's measure of the rest of the process reads between
+ * them only (prof_rest.c). A realloc's old block is busy from its retiring
+ * until it is freed. */
+void _hm_pl_prof_busy(void);
+void _hm_pl_prof_idle(void);
+/* The samplers' threads, once a period: the same measure between blocks. */
+void _hm_pl_prof_tick(void);
 /* A small allocation of size bytes called from return address ra. Cost: a
  * probe of this thread's table (no atomics, no lock). */
 void _hm_pl_prof_small(uintptr_t ra, size_t size);

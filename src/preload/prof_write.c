@@ -215,7 +215,7 @@ static void hm__header(_hm_sb_t *sb, const hm__w_t *w, const char *host, const c
                 "\"fault_cost_ns\":%llu,\"sampler_cpu_ns\":%llu,\"handler_lost\":%s,"
                 "\"probed\":%s%s},\"small\":{\"count\":%llu,\"bytes\":%llu,"
                 "\"near_threshold\":{\"from\":%zu,\"count\":%llu,\"bytes\":%llu}},"
-                "\"stopped_by_signal\":%d",
+                "\"stopped_by_signal\":%d,\"outside_peak_bytes\":%llu",
                 _hm_pf.start_unix, (unsigned long long)w->wall, _hm_pf.cfg.depth,
                 _hm_pf.cfg.threshold, threads > 0 ? threads : 1, _hm_pf.sampler_name, period,
                 overhead, (unsigned long long)_hm_pf.cfg.period_us, HM_SMP_PAGES_PER_BLOCK,
@@ -224,7 +224,8 @@ static void hm__header(_hm_sb_t *sb, const hm__w_t *w, const char *host, const c
                 (unsigned long long)cpu, ps.handler_lost ? "true" : "false", _hm_pf.probed,
                 extra, (unsigned long long)w->other_count, (unsigned long long)w->other_bytes,
                 _hm_pf.cfg.threshold / 4, (unsigned long long)w->near_count,
-                (unsigned long long)w->near_bytes, _hm_pl_term_signal());
+                (unsigned long long)w->near_bytes, _hm_pl_term_signal(),
+                (unsigned long long)_hm_pf_rest_peak());
   _hm_pl_statics_json(sb); /* not sites: the reader says so */
   _hm_sb_puts(sb, "}\n");
 }

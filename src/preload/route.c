@@ -532,9 +532,11 @@ void *_hm_pl_large_alloc_z(const _hm_pl_req_t *req, int zero) {
   void *user = NULL;
   if (req->size < atomic_load_explicit(&_hm_pl_threshold, memory_order_relaxed))
     user = NULL; /* the threshold was unset too */
-  else if (_hm_pl_ctx.mode == HM_PL_M_PROFILE)
+  else if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) {
+    _hm_pl_prof_busy();
     user = hm__alloc_profile(req, zero);
-  else if (_hm_pl_ctx.mode == HM_PL_M_PLACE)
+    _hm_pl_prof_idle();
+  } else if (_hm_pl_ctx.mode == HM_PL_M_PLACE)
     user = hm__alloc_place(req, zero);
   else
     user = hm__alloc_cache(req);
@@ -557,8 +559,11 @@ void *_hm_pl_large_alloc(const _hm_pl_req_t *req) { return _hm_pl_large_alloc_z(
 int _hm_pl_realloc_retire(_hm_pl_block_t *b, int sign) {
   size_t req = atomic_load_explicit(&b->req, memory_order_relaxed);
   if (b->backend == HM_PL_SPLIT) return 0;
-  if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) _hm_pl_prof_live(b->site, sign * (int64_t)req);
-  else if (_hm_pl_ctx.mode == HM_PL_M_PLACE) _hm_pl_tier_account(b->tier, req, sign);
+  if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) {
+    if (sign < 0) _hm_pl_prof_busy(); /* idle once freed (_hm_pl_large_free_moved) */
+    _hm_pl_prof_live(b->site, sign * (int64_t)req);
+    if (sign > 0) _hm_pl_prof_idle();
+  } else if (_hm_pl_ctx.mode == HM_PL_M_PLACE) _hm_pl_tier_account(b->tier, req, sign);
   else return 0;
   return 1;
 }
@@ -626,7 +631,9 @@ void _hm_pl_large_free_moved(_hm_pl_block_t *b, int retired) {
   atomic_fetch_add_explicit(&_hm_pl_ctx.large_frees, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&_hm_pl_ctx.live_bytes, req, memory_order_relaxed);
   _hm_pl_tls.guard++;
-  if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) _hm_pl_prof_release(b, site, t_alloc, key, req, !retired);
+  int prof = _hm_pl_ctx.mode == HM_PL_M_PROFILE;
+  if (prof && !retired) _hm_pl_prof_busy(); /* a retired one is already */
+  if (prof) _hm_pl_prof_release(b, site, t_alloc, key, req, !retired);
   if (backend == HM_PL_SPLIT) {
     size_t fast = head - (size_t)(key - (uintptr_t)base);
     _hm_pl_tier_account(0, fast, -1);
@@ -638,5 +645,6 @@ void _hm_pl_large_free_moved(_hm_pl_block_t *b, int retired) {
     if (_hm_pl_ctx.mode == HM_PL_M_PLACE && !retired) _hm_pl_tier_account(tier, req, -1);
     hm__release_memory(backend, base, key, maplen);
   }
+  if (prof) _hm_pl_prof_idle();
   _hm_pl_tls.guard--;
 }

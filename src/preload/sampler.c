@@ -164,6 +164,7 @@ static struct {
   _hm_pl_table_t *table;
   _hm_smp_credit_fn fn;
   void *arg;
+  void (*tick)(void);
   uint64_t period_us;
   _hm_smp_spans_t spans;
   pthread_t thread;
@@ -197,6 +198,7 @@ typedef struct hm__dead_s {
 static struct {
   atomic_flag lock;
   size_t n, bytes;
+  size_t taken; /* bytes the drain took and has not unmapped yet */
   uint64_t buried, overflow;
   hm__dead_t v[HM_SMP_GRAVE];
 } hm__grave = {.lock = ATOMIC_FLAG_INIT};
@@ -226,6 +228,13 @@ int _hm_smp_bury(void *base, size_t len, uintptr_t lo, uintptr_t hi, uint32_t si
   return taken;
 }
 
+size_t _hm_smp_grave_bytes(void) {
+  hm__grave_lock();
+  size_t b = hm__grave.bytes + hm__grave.taken;
+  atomic_flag_clear_explicit(&hm__grave.lock, memory_order_release);
+  return b;
+}
+
 /* The part of the interval since `since` (its last clear) until now that
  * a block lived, x 2^-16; 0 for all of it. */
 static uint32_t hm__lived(const hm__dead_t *d, uint64_t since, uint64_t now) {
@@ -242,6 +251,7 @@ static size_t hm__grave_take(_hm_smp_spans_t *s) {
   size_t n = hm__grave.n;
   memcpy(hm__taken, hm__grave.v, n * sizeof *hm__taken);
   hm__grave.n = 0;
+  hm__grave.taken = hm__grave.bytes;
   hm__grave.bytes = 0;
   atomic_flag_clear_explicit(&hm__grave.lock, memory_order_release);
   uint64_t since = _hm_smp_refs_since(hm__run.refs), now = _hm_prim_now_ns();
@@ -265,6 +275,11 @@ static void hm__drain(void) {
   else if (hm__run.refs)
     hm__run.credited += _hm_smp_refs_drain(hm__run.refs, &hm__run.spans, hm__run.fn, hm__run.arg);
   for (size_t i = 0; i < dead; i++) (void)_hm_prim_unmap(hm__taken[i].base, hm__taken[i].len);
+  if (dead) {
+    hm__grave_lock();
+    hm__grave.taken = 0;
+    atomic_flag_clear_explicit(&hm__grave.lock, memory_order_release);
+  }
 }
 
 static void *hm__loop(void *unused) {
@@ -275,6 +290,7 @@ static void *hm__loop(void *unused) {
     _hm_prim_sleep_ns(ns);
     if (atomic_load(&hm__run.stop)) break;
     hm__drain();
+    if (hm__run.tick) hm__run.tick();
     atomic_store(&hm__run.cpu_ns, _hm_prim_thread_cpu_ns());
   }
   return NULL;
@@ -289,6 +305,7 @@ int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *t
   hm__run.fn = fn;
   hm__run.arg = arg;
   hm__run.period_us = cfg->period_us ? cfg->period_us : 10000;
+  hm__run.tick = cfg->tick;
   if (kind == HM_SMP_DAMON || kind == HM_SMP_REFS) {
     rc = kind == HM_SMP_DAMON ? _hm_smp_damon_start(cfg, &hm__run.damon, why, wlen)
                               : _hm_smp_refs_start(cfg, &hm__run.refs, why, wlen);

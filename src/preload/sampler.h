@@ -73,6 +73,7 @@ typedef struct _hm_smp_cfg_s {
   uint64_t pmu_period;     /* memory operations per PMU sample (0: default) */
   int pid;                 /* the process profiled (getpid()) */
   _hm_smp_open_fn open;    /* NULL: _hm_prim_perf_open (tests pass a fake) */
+  void (*tick)(void);      /* once a period on the sampler's thread; NULL: none */
 } _hm_smp_cfg_t;
 
 /* ---- PMU samplers (sampler_perf.c) ---- */
@@ -191,6 +192,8 @@ void _hm_smp_halt(void);
 #define HM_SMP_GRAVE_BYTES ((size_t)512 << 20)
 int _hm_smp_bury(void *base, size_t len, uintptr_t lo, uintptr_t hi, uint32_t site,
                  uint64_t born_ns);
+/* Bytes of the mappings _hm_smp_bury keeps until the next drain. */
+size_t _hm_smp_grave_bytes(void);
 /* Accesses one sample stands for, and header JSON members (leading comma). */
 double _hm_smp_period(void);
 uint64_t _hm_smp_cpu_ns(void); /* the sampler thread's CPU time */

@@ -68,6 +68,7 @@ static struct {
   _hm_pl_table_t *table;
   _hm_smp_credit_fn fn;
   void *arg;
+  void (*tick)(void);
   hm__armed_t *armed[2];
   hm__runs_t *runs; /* [2], one per table; the sampler thread's */
   _Atomic int stop, stopped;
@@ -384,6 +385,7 @@ static void *hm__sampler(void *unused) {
     }
     atomic_fetch_add(&hm__ps.armings, hm__arm_all(t));
     atomic_fetch_add(&hm__ps.periods, 1);
+    if (hm__ps.tick) hm__ps.tick();
     atomic_store(&hm__ps.cpu_ns, hm__thread_cpu_ns());
     k++;
   }
@@ -415,6 +417,7 @@ int _hm_smp_portable_start(const _hm_smp_cfg_t *cfg, _hm_pl_table_t *table,
   int rc;
   hm__ps.page = _hm_prim_page_size();
   hm__ps.period_us = cfg->period_us;
+  hm__ps.tick = cfg->tick;
   hm__ps.table = table;
   hm__ps.fn = fn;
   hm__ps.arg = arg;

@@ -259,7 +259,7 @@ static int fake_open(void *attr, int pid, int cpu, int group) {
 static void test_select(void) {
   char probed[4096], why[512];
   _hm_smp_kind_t k = HM_SMP_NONE;
-  _hm_smp_cfg_t cfg = {TREE("intel"), 10000, 0, 1, fake_open};
+  _hm_smp_cfg_t cfg = {TREE("intel"), 10000, 0, 1, fake_open, NULL};
   /* Intel with a PMU that takes the event: pebs, precise_ip lowered to
    * what the (fake) kernel accepts */
   g_accept_type = 4, g_max_precise = 1, g_nseen = 0;
@@ -439,7 +439,7 @@ static void test_refs_text(void) {
  * credited to their block, untouched ones are not, and the next drain
  * sees only what was touched since. */
 static void test_refs_live(void) {
-  _hm_smp_cfg_t cfg = {"/", 10000, 0, 0, NULL};
+  _hm_smp_cfg_t cfg = {"/", 10000, 0, 0, NULL, NULL};
   char probed[256], why[256];
   if (_hm_smp_refs_probe(&cfg, probed, sizeof probed, why, sizeof why)) {
     printf("# refs live test skipped: %s\n", why);
@@ -507,7 +507,7 @@ static void test_live_software_event(void) {
   a->sample_type = PEBS_TYPE;
   a->exclude_kernel = 1;
   snprintf(p->event[0], sizeof p->event[0], "software/page-faults/");
-  _hm_smp_cfg_t cfg = {"/", 10000, 0, getpid(), NULL};
+  _hm_smp_cfg_t cfg = {"/", 10000, 0, getpid(), NULL, NULL};
   char why[256] = "";
   int rc = hm__open_all(&cfg, p, why, sizeof why);
   if (rc == -EACCES || rc == -EPERM || rc == -ENOSYS || rc == -ENOENT) {
