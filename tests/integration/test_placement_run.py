@@ -225,6 +225,37 @@ def test_hybrid_pager_gets_what_a_scratch_site_leaves(
     assert data["pager_summary"]["cache_bytes"] == c["budget_mean_bytes"] - c["own_bytes"]
 
 
+@needs_pager
+def test_rest_of_the_process_keeps_the_pagers_least_cache(
+    profiled: dict[str, Any], tmp_path: Path
+) -> None:
+    """The budget bounds the whole process: 6 MiB of small blocks (no
+    site's) share it with the two hot arrays and the pager. The profile
+    measures that memory, and the advisor leaves it out of tier 0: both
+    arrays fit beside the pager's least cache only without it, so one goes
+    to the pager, which keeps at least that cache. Planned as if it were
+    not there, both went to DRAM and the pager was left 2.5 MiB (LAMMPS at
+    25%: 336 KiB, and its neighbour list was read back 1230 times)."""
+    plain = prof.load(profiled["profile"]).outside_peak_bytes
+    assert 0 < plain < 3 * MIB, plain  # the runtime's tables, libc's, stacks
+    path, proc = _profile(tmp_path / "r.prof", extra=("--small", str(6 * MIB)))
+    assert proc.returncode == 0, proc.stderr
+    rest = prof.load(path).outside_peak_bytes
+    assert 6 * MIB <= rest - plain + MIB // 2 and rest - plain <= 7 * MIB, (rest, plain)
+    placement = tmp_path / "r.toml"
+    adv = run_hetmem("advise", str(path), "--fast-budget", str(3 * HOT), "--no-split", "-o",
+                     str(placement), check=True)  # fmt: skip
+    assert f"{format_size(rest)} of it is left to the rest of the process" in adv.stderr
+    assert placement_mod.load(placement).meta["outside_node_bytes"] == rest
+    placed = _placed(placement)
+    assert sorted((placed["alloc_hot_a"], placed["alloc_hot_b"])) == [0, 1], placed
+    stats = tmp_path / "r.json"
+    proc = _run_place(profiled, "hybrid", stats, placement, "--small", str(6 * MIB))
+    assert proc.returncode == 0, proc.stderr
+    c = json.loads(stats.read_text())["pager"]["counters"]
+    assert c["budget_low_bytes"] >= PAGER_FLOOR, c
+
+
 GROW_SRC = r"""#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

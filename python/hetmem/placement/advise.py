@@ -176,17 +176,24 @@ def advise(
     tiers = list(tiers)
     ranks = ranks_on_nodes(merged, ranks_per_node)
     reserve = pager_reserve(tiers, fast_budget, max(ranks))
-    fast_budget -= reserve
+    outside = outside_reserve(merged, fast_budget - reserve, max(ranks)) if reserve else 0
+    fast_budget -= reserve + outside
     problem = build_problem(merged, tiers, fast_budget, ranks_per_node)
     if reserve:
         problem.notes.append(
             f"{format_size(reserve)} of the fast budget per node is left to the pager's cache "
             "in front of the storage tier's sites"
         )
+    if outside:
+        problem.notes.append(
+            f"{format_size(outside)} of it is left to the rest of the process "
+            f"({format_size(merged.outside_peak_bytes)} at most outside its sites in the "
+            "profile: small blocks, libraries' data, stacks), which the budget bounds too"
+        )
     sol = solve(problem, solver, max_ilp_sites, time_limit)
     hold = 0  # more of the pager's cache when there are heads (stream_floor)
     if reserve:
-        per_proc = (fast_budget + reserve) // max(max(ranks), 1)
+        per_proc = (fast_budget + reserve + outside) // max(max(ranks), 1)
         hold = (stream_floor(per_proc) - PAGER_FLOOR) * max(ranks)
     splits = split_sites(problem, sol, merged, hold) if split else {}
     if not splits:
@@ -223,9 +230,10 @@ def advise(
     t_slow = float(problem.cost[:, last].sum())
     t_fast = float(problem.cost.min(axis=1).sum())
     meta = _placement_meta(
-        merged, sol, fast_budget + reserve, max(ranks), profile_names, t_slow, t_fast
+        merged, sol, fast_budget + reserve + outside, max(ranks), profile_names, t_slow, t_fast
     )
     meta["pager_reserve_node_bytes"] = reserve + hold
+    meta["outside_node_bytes"] = outside
     meta["predicted_time_saved_s"] = t_slow - placed_s
     meta["predicted_time_s"] = placed_s
     if splits:
@@ -363,6 +371,16 @@ def pager_reserve(tiers: Sequence[Tier], fast_budget: int, ranks: int) -> int:
     if not tiers or tiers[-1].kind != "storage" or len(tiers) < 2:
         return 0
     return min(fast_budget, PAGER_FLOOR * ranks)
+
+
+def outside_reserve(merged: Merged, room: int, ranks: int) -> int:
+    """Bytes of a node's fast budget kept for the memory of its processes
+    outside their sites, as the profile measured it (`hetmem run` bounds
+    the whole process by its budget, and in flat and hybrid mode that
+    memory is charged to the pager's share: planned into tier 0 instead,
+    LAMMPS's 7 MiB of it left its pager a few hundred KiB). Only beside
+    the pager: a NUMA tier's placement bounds tier 0 alone."""
+    return max(0, min(room, merged.outside_peak_bytes * ranks))
 
 
 def _placement_tiers(tiers: Sequence[Tier], fast_budget: int, ranks: int) -> list[PTier]:

@@ -116,6 +116,12 @@ class Profile:
     def binary(self) -> Module:
         return self.modules[int(self.header["binary"])]
 
+    @property
+    def outside_peak_bytes(self) -> int:
+        """The most memory the process held outside its sites (0: not
+        recorded, a profile of an older hetmem)."""
+        return int(self.header.get("outside_peak_bytes", 0))
+
 
 class _Ctx:
     """Where in which file a check failed, for one-line messages."""
@@ -205,6 +211,7 @@ def _parse_header(c: _Ctx, rec: dict[str, Any]) -> dict[str, Any]:
         c.int_(rec, "threads", 1, 1 << 20)
     if "stopped_by_signal" in rec:
         c.int_(rec, "stopped_by_signal", 0, 127)
+    c.opt_int(rec, "outside_peak_bytes")
     return rec
 
 
@@ -521,6 +528,12 @@ class Merged:
             for m, _ in s.frames:
                 seen.setdefault(m.key, m)
         return list(seen.values())
+
+    @property
+    def outside_peak_bytes(self) -> int:
+        """The most any one process held outside its sites: per process,
+        like a site's peak live bytes."""
+        return max((p.outside_peak_bytes for p in self.profiles), default=0)
 
 
 def merge(profiles: Sequence[Profile]) -> Merged:
