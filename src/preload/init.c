@@ -294,6 +294,7 @@ static int hm__place_storage(void) {
   uint64_t minimal = hm__place_floor(c->budget, c->fetch_unit);
   uint64_t pinned = _hm_pl_place_tier(0)->capacity;
   c->pager_budget = minimal;
+  c->pager_floor = minimal;
   if (c->hybrid && c->budget > pinned && c->budget - pinned > minimal)
     c->pager_budget = c->budget - pinned;
   /* hybrid: the pinned capacity is the sites' peaks added up, more than
@@ -304,8 +305,10 @@ static int hm__place_storage(void) {
    * budget (tier 0's blocks and glibc's small blocks included) and keeps to
    * its share (route.c) as well; flat's share is its least cache */
   uint64_t whole = 0;
-  if (!hm_option_get_u64(c->ctx, "budget_process", &whole) && whole && c->budget > c->pager_max)
-    c->pager_max = c->budget;
+  if (!hm_option_get_u64(c->ctx, "budget_process", &whole) && whole) {
+    if (c->budget > c->pager_max) c->pager_max = c->budget;
+    c->rest_room = 1; /* and tier 0 leaves that memory's room (route.c) */
+  }
   /* the pager's least cache comes out of the fast budget: DRAM sites and
    * cache together keep to it (1 byte: a budget below that cache leaves
    * tier 0 nothing; 0 would read as unlimited) */

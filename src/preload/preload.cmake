@@ -15,7 +15,7 @@ add_library(hetmem_preload SHARED
   ${HM_PRELOAD_DIR}/place.c
   ${HM_PRELOAD_DIR}/prof.c
   ${HM_PRELOAD_DIR}/prof_write.c
-  ${HM_PRELOAD_DIR}/prof_rest.c
+  ${HM_PRELOAD_DIR}/rest.c
   ${HM_PRELOAD_DIR}/sampler_portable.c
   ${HM_PRELOAD_DIR}/term.c
   ${HM_PRELOAD_DIR}/outfile.c

@@ -256,14 +256,17 @@ void _hm_pl_prof_release(_hm_pl_block_t *b, uint32_t site, uint64_t t_alloc, uin
 /* A live-bytes event of delta bytes at site (a moving realloc's old block,
  * given back before the new one is made: route.c). */
 void _hm_pl_prof_live(uint32_t site, int64_t delta);
-/* A large allocation, free or moving realloc begins (busy) and ends
- * (idle): the profile's measure of the rest of the process reads between
- * them only (prof_rest.c). A realloc's old block is busy from its retiring
- * until it is freed. */
-void _hm_pl_prof_busy(void);
-void _hm_pl_prof_idle(void);
-/* The samplers' threads, once a period: the same measure between blocks. */
-void _hm_pl_prof_tick(void);
+/* The rest of the process: memory outside the large blocks (rest.c). A
+ * large allocation, free or moving realloc begins (busy) and ends (idle):
+ * the measure reads between them only. A realloc's old block is busy from
+ * its retiring until it is freed. Profile: a site's live bytes changed by
+ * delta (live); the sampler's thread, once a period (tick). Placement: the
+ * most seen outside the tiers in plain memory and the pager (bytes). */
+void _hm_pl_rest_busy(void);
+void _hm_pl_rest_idle(void);
+void _hm_pl_rest_tick(void);
+void _hm_pl_rest_live(int64_t delta);
+uint64_t _hm_pl_rest_bytes(void);
 /* A small allocation of size bytes called from return address ra. Cost: a
  * probe of this thread's table (no atomics, no lock). */
 void _hm_pl_prof_small(uintptr_t ra, size_t size);
@@ -384,6 +387,9 @@ typedef struct _hm_pl_ctx_s {
                               * budget, of which it gets what tier 0 leaves (route.c) */
   uint64_t fast_limit;       /* placement: the most tier 0 may hold (the budget, less the
                               * pager's least cache when a tier is the storage tier) */
+  int rest_room;             /* placement: tier 0 also leaves room for the rest of the
+                              * process (the budget bounds it, beside the pager) */
+  uint64_t pager_floor;      /* placement: the pager's least cache (hm__place_floor) */
   _Atomic uint64_t share_sent; /* hybrid: the pager budget last set (route.c) */
   _hm_pl_pstat_t *pstat;     /* placement: 1 + sites */
   _Atomic uint64_t tier_live[HM_PL_MAX_TIERS], tier_peak[HM_PL_MAX_TIERS];

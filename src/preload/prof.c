@@ -53,7 +53,7 @@ static _hm_pf_tbuf_t *hm__tbuf(void) {
 }
 
 static void hm__event(uint32_t site, int64_t delta) {
-  _hm_pf_rest_live(delta);
+  _hm_pl_rest_live(delta);
   _hm_pf_tbuf_t *tb = hm__tbuf();
   if (!tb) return;
   _hm_pf_chunk_t *c = tb->cur;
@@ -246,7 +246,7 @@ static int hm__start_sampler(const char *s, char *why, size_t len) {
     return 0;
   }
   _hm_smp_cfg_t sc = {_hm_pf.fsroot, _hm_pf.cfg.period_us, 0, _hm_prim_pid(), NULL,
-                      _hm_pl_prof_tick};
+                      _hm_pl_rest_tick};
   _hm_smp_kind_t kind = HM_SMP_PORTABLE;
   int src = _hm_smp_select(&sc, s, &kind, _hm_pf.probed, sizeof _hm_pf.probed, why, len);
   if (src) return src;

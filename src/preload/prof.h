@@ -80,9 +80,8 @@ typedef struct _hm_pf_state_s {
 
 extern HM_PL_HIDDEN _hm_pf_state_t _hm_pf;
 
-/* The rest of the process (prof_rest.c): a site's live bytes changed by
- * delta; the most memory seen outside the sites, read once more now. */
-void _hm_pf_rest_live(int64_t delta);
+/* The most memory seen outside the sites while they held at least half
+ * their most, read once more now (rest.c). */
 uint64_t _hm_pf_rest_peak(void);
 
 /* Writes the profile (prof_write.c); the sampler has stopped. */

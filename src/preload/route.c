@@ -152,8 +152,22 @@ void _hm_pl_tier_account(int t, size_t req, int sign) {
   if (t == 0) hm__pager_share();
 }
 
+/* Tier t's capacity (0 = unlimited). Tier 0 keeps within fast_limit (the
+ * budget less the pager's least cache; hybrid: the sites' planned peaks)
+ * and, where the budget bounds the whole process (rest_room), within the
+ * budget less that cache less the most memory seen outside the tiers and
+ * the pager (rest.c): that memory comes out of the pager's share, and a
+ * plan that did not leave room for it (LAMMPS: 7 MiB; its profile saw 3)
+ * left the pager a few MiB. Cost: one relaxed load. */
 uint64_t _hm_pl_tier_cap(int t) {
   uint64_t cap = _hm_pl_place_tier((size_t)t)->capacity, lim = _hm_pl_ctx.fast_limit;
+  if (t == 0 && lim && _hm_pl_ctx.rest_room) {
+    /* hybrid's limit is the sites' planned peaks: the room is checked
+     * apart, against the budget, as the plan's slack was the pager's */
+    uint64_t used = _hm_pl_ctx.pager_floor + _hm_pl_rest_bytes(), b = _hm_pl_ctx.budget;
+    uint64_t room = b > used + 1 ? b - used : 1; /* 1: room for nothing; 0 reads unlimited */
+    if (room < lim) lim = room;
+  }
   if (t == 0 && lim && (cap == 0 || cap > lim)) cap = lim;
   return cap;
 }
@@ -368,8 +382,13 @@ static void hm__split_unmap(void *base, size_t head, size_t maplen, int t) {
  * no room for the head: the caller then serves it whole. */
 static void *hm__split_serve(const _hm_pl_req_t *req, int site, int want) {
   hm__split_t L;
-  if (want <= 0 || !hm__split_layout(req, _hm_pl_place_split((size_t)site), want, &L))
-    return NULL;
+  if (want <= 0) return NULL;
+  /* a head is cut to tier 0's room left rather than refused: the rest of
+   * the process may hold more than the plan left for it (rest.c) */
+  uint64_t split = _hm_pl_place_split((size_t)site), cap = _hm_pl_tier_cap(0);
+  uint64_t live = atomic_load_explicit(&_hm_pl_ctx.tier_live[0], memory_order_relaxed);
+  if (cap && split > (cap > live ? cap - live : 0)) split = cap > live ? cap - live : 0;
+  if (!hm__split_layout(req, split, want, &L)) return NULL;
   size_t fast = L.head - L.lead, slow = req->size - fast;
   if (!_hm_pl_tier_reserve(0, fast)) return NULL;
   if (!_hm_pl_tier_reserve(want, slow)) {
@@ -533,12 +552,14 @@ void *_hm_pl_large_alloc_z(const _hm_pl_req_t *req, int zero) {
   if (req->size < atomic_load_explicit(&_hm_pl_threshold, memory_order_relaxed))
     user = NULL; /* the threshold was unset too */
   else if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) {
-    _hm_pl_prof_busy();
+    _hm_pl_rest_busy();
     user = hm__alloc_profile(req, zero);
-    _hm_pl_prof_idle();
-  } else if (_hm_pl_ctx.mode == HM_PL_M_PLACE)
+    _hm_pl_rest_idle();
+  } else if (_hm_pl_ctx.mode == HM_PL_M_PLACE) {
+    _hm_pl_rest_busy();
     user = hm__alloc_place(req, zero);
-  else
+    _hm_pl_rest_idle();
+  } else
     user = hm__alloc_cache(req);
   _hm_pl_tls.guard--;
   return user;
@@ -559,12 +580,11 @@ void *_hm_pl_large_alloc(const _hm_pl_req_t *req) { return _hm_pl_large_alloc_z(
 int _hm_pl_realloc_retire(_hm_pl_block_t *b, int sign) {
   size_t req = atomic_load_explicit(&b->req, memory_order_relaxed);
   if (b->backend == HM_PL_SPLIT) return 0;
-  if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) {
-    if (sign < 0) _hm_pl_prof_busy(); /* idle once freed (_hm_pl_large_free_moved) */
-    _hm_pl_prof_live(b->site, sign * (int64_t)req);
-    if (sign > 0) _hm_pl_prof_idle();
-  } else if (_hm_pl_ctx.mode == HM_PL_M_PLACE) _hm_pl_tier_account(b->tier, req, sign);
-  else return 0;
+  if (_hm_pl_ctx.mode != HM_PL_M_PROFILE && _hm_pl_ctx.mode != HM_PL_M_PLACE) return 0;
+  if (sign < 0) _hm_pl_rest_busy(); /* idle once freed (_hm_pl_large_free_moved) */
+  if (_hm_pl_ctx.mode == HM_PL_M_PROFILE) _hm_pl_prof_live(b->site, sign * (int64_t)req);
+  else _hm_pl_tier_account(b->tier, req, sign);
+  if (sign > 0) _hm_pl_rest_idle();
   return 1;
 }
 
@@ -579,7 +599,7 @@ int _hm_pl_realloc_retire(_hm_pl_block_t *b, int sign) {
  * to another thread at once. 0: not done, tier 0 has no room for the growth
  * (b is as it was: the caller moves the block); 1: done, *out the block,
  * or NULL with errno ENOMEM when glibc refused (ptr as it was). */
-int _hm_pl_realloc_glibc(_hm_pl_block_t *b, void *ptr, size_t size, void **out) {
+static int hm__realloc_glibc(_hm_pl_block_t *b, void *ptr, size_t size, void **out) {
   size_t req = atomic_load_explicit(&b->req, memory_order_relaxed);
   uint16_t tier = b->tier, flags = b->flags;
   uint32_t site = b->site;
@@ -616,6 +636,13 @@ int _hm_pl_realloc_glibc(_hm_pl_block_t *b, void *ptr, size_t size, void **out) 
   return 1;
 }
 
+int _hm_pl_realloc_glibc(_hm_pl_block_t *b, void *ptr, size_t size, void **out) {
+  _hm_pl_rest_busy(); /* its tier's bytes and glibc's move apart meanwhile */
+  int rc = hm__realloc_glibc(b, ptr, size, out);
+  _hm_pl_rest_idle();
+  return rc;
+}
+
 void _hm_pl_large_free(_hm_pl_block_t *b) { _hm_pl_large_free_moved(b, 0); }
 
 void _hm_pl_large_free_moved(_hm_pl_block_t *b, int retired) {
@@ -632,7 +659,8 @@ void _hm_pl_large_free_moved(_hm_pl_block_t *b, int retired) {
   atomic_fetch_sub_explicit(&_hm_pl_ctx.live_bytes, req, memory_order_relaxed);
   _hm_pl_tls.guard++;
   int prof = _hm_pl_ctx.mode == HM_PL_M_PROFILE;
-  if (prof && !retired) _hm_pl_prof_busy(); /* a retired one is already */
+  int measured = prof || _hm_pl_ctx.mode == HM_PL_M_PLACE;
+  if (measured && !retired) _hm_pl_rest_busy(); /* a retired one is already */
   if (prof) _hm_pl_prof_release(b, site, t_alloc, key, req, !retired);
   if (backend == HM_PL_SPLIT) {
     size_t fast = head - (size_t)(key - (uintptr_t)base);
@@ -645,6 +673,6 @@ void _hm_pl_large_free_moved(_hm_pl_block_t *b, int retired) {
     if (_hm_pl_ctx.mode == HM_PL_M_PLACE && !retired) _hm_pl_tier_account(tier, req, -1);
     hm__release_memory(backend, base, key, maplen);
   }
-  if (prof) _hm_pl_prof_idle();
+  if (measured) _hm_pl_rest_idle();
   _hm_pl_tls.guard--;
 }

@@ -95,10 +95,13 @@ def test_mpi_program_is_profiled_advised_and_placed(tmp_path: Path) -> None:
     # for the head that the fast tier's room left takes (split placement:
     # 20 MiB per process for the sites, 16 of them hot)
     assert by_bytes[2 * (16 << 20)]["bytes"] == [2 * (16 << 20), 0]
-    # (no head when the profile's samples gave the cold site no benefit)
+    # (no head when the profile's samples gave the cold site no benefit; a
+    # rank's head is shorter when the rest of the process, Open MPI's
+    # shared memory and buffers, holds more than the profile saw: the run
+    # keeps the pager's least cache beside it)
     cold = by_bytes[2 * (64 << 20)]
     head = cold["split_bytes"] - 16 if cold["split_bytes"] else 0
-    assert cold["bytes"][0] == 2 * head <= 2 * (4 << 20)
+    assert head <= 4 << 20 and cold["bytes"][0] <= 2 * head, (cold, head)
     # every block of the ranks matched a site (the launcher's own, which
     # no rank's profile has, may not)
     ranks = [q for q in json.loads(stats.read_text())["processes"] if q["exe"] == str(exe)]
