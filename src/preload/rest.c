@@ -151,8 +151,10 @@ static void hm__read(void) {
   hm__keep(profile, (int64_t)rss - (int64_t)acc - (int64_t)mi.fordblks);
 }
 
-/* A read unless one was made in the last HM__REST_GAP_NS (or is being). */
+/* A read unless one was made in the last HM__REST_GAP_NS (or is being),
+ * or no one uses it (placement where tier 0 need not leave the room). */
 static void hm__maybe_read(void) {
+  if (_hm_pl_ctx.mode == HM_PL_M_PLACE && !_hm_pl_ctx.rest_room) return;
   uint64_t now = _hm_prim_now_ns(), last = atomic_load(&hm__rest.last_ns);
   if (now - last < HM__REST_GAP_NS) return;
   if (!atomic_compare_exchange_strong(&hm__rest.last_ns, &last, now)) return; /* another reads */

@@ -387,7 +387,8 @@ static void *hm__split_serve(const _hm_pl_req_t *req, int site, int want) {
    * the process may hold more than the plan left for it (rest.c) */
   uint64_t split = _hm_pl_place_split((size_t)site), cap = _hm_pl_tier_cap(0);
   uint64_t live = atomic_load_explicit(&_hm_pl_ctx.tier_live[0], memory_order_relaxed);
-  if (cap && split > (cap > live ? cap - live : 0)) split = cap > live ? cap - live : 0;
+  uint64_t room = cap > live ? cap - live : 0;
+  if (cap && split > room) split = room;
   if (!hm__split_layout(req, split, want, &L)) return NULL;
   size_t fast = L.head - L.lead, slow = req->size - fast;
   if (!_hm_pl_tier_reserve(0, fast)) return NULL;
