@@ -469,3 +469,45 @@ def test_tier_figures_from_probe_hmat_and_nominal():
     assert hmat.source == "hmat" and hmat.bandwidth_gbs == pytest.approx(31.45728)
     nominal = PB._tier_from_inventory({"name": "node3", "kind": "pmem"})
     assert nominal.source == "nominal" and nominal.bandwidth_gbs == PB.NOMINAL["pmem"][0]
+
+
+def _storage_tiers():
+    return [
+        PB.Tier(name="dram", kind="dram", bandwidth_gbs=80.0, latency_ns=90.0,
+                capacity_bytes=None),
+        PB.Tier(name="storage:/x", kind="storage", bandwidth_gbs=2.0, latency_ns=1e5,
+                capacity_bytes=None),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_rest_of_the_process_is_kept_out_of_tier_0_beside_the_pager(ranks):
+    # per process: the pager's least cache and the memory the profile saw
+    # outside the sites (the most of any rank) come off the budget first
+    mib = 1 << 20
+    sites = [seg_site(0x10 + i, [(0, 500, 4 * mib)], 100 * (i + 1)) for i in range(4)]
+    rest = [3 * mib, 5 * mib]
+    profs = [parse(prof_text(sites, rank=r, outside_peak_bytes=rest[r])) for r in range(ranks)]
+    budget = ranks * (A.PAGER_FLOOR + 13 * mib)
+    res = A.advise(P.merge(profs), _storage_tiers(), budget, split=False)
+    outside = max(rest[:ranks]) * ranks
+    assert res.placement.meta["outside_node_bytes"] == outside
+    assert res.placement.meta["pager_reserve_node_bytes"] == A.PAGER_FLOOR * ranks
+    room = (budget - A.PAGER_FLOOR * ranks - outside) // ranks
+    assert res.placement.tiers[0].capacity_bytes == room
+    # 13 MiB a process less the rest (3 or 5 MiB): two 4 MiB sites, not three
+    assert sum(s.tier == 0 for s in res.placement.sites) == 2
+    assert any("left to the rest of the process" in n for n in res.notes)
+    # a profile of an older hetmem has no figure: nothing is kept
+    old = [parse(prof_text(sites, rank=r)) for r in range(ranks)]
+    res = A.advise(P.merge(old), _storage_tiers(), budget, split=False)
+    assert res.placement.meta["outside_node_bytes"] == 0
+    assert sum(s.tier == 0 for s in res.placement.sites) == 3
+
+
+def test_a_bad_outside_figure_is_a_one_line_error(tmp_path, hetmem):
+    prof = tmp_path / "a.prof"
+    prof.write_text(prof_text([seg_site(0x10, [(0, 5, 10)], 1)], outside_peak_bytes=-5))
+    proc = hetmem("advise", str(prof), "--fast-budget", "1G")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "'outside_peak_bytes' = -5 is out of range" in proc.stderr
