@@ -448,6 +448,15 @@ typedef struct _hm_pl_tls_s {
 } _hm_pl_tls_t;
 extern HM_PL_HIDDEN __thread _hm_pl_tls_t _hm_pl_tls __attribute__((tls_model("initial-exec")));
 
+/* *a = max(*a, v), relaxed: peaks kept by several threads (live bytes,
+ * a tier's, the profile's counters). */
+static inline void _hm_pl_atomic_max(_Atomic uint64_t *a, uint64_t v) {
+  uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+  while (v > cur && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
+                                                           memory_order_relaxed)) {
+  }
+}
+
 /* Cost: one relaxed load (every allocation compares with it). */
 static inline size_t _hm_pl_thr(void) {
   return atomic_load_explicit(&_hm_pl_threshold, memory_order_relaxed);

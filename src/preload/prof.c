@@ -69,13 +69,6 @@ static void hm__event(uint32_t site, int64_t delta) {
   atomic_store_explicit(&c->n, i + 1, memory_order_release);
 }
 
-static void hm__max(_Atomic uint64_t *a, uint64_t v) {
-  uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
-  while (v > cur && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
-                                                           memory_order_relaxed)) {
-  }
-}
-
 static void hm__min(_Atomic uint64_t *a, uint64_t v) {
   uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
   while (v < cur && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
@@ -122,7 +115,7 @@ void _hm_pl_prof_alloc(uint32_t site, size_t size) {
   _hm_pf_site_t *s = &_hm_pf.sites[site];
   atomic_fetch_add_explicit(&s->allocs, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&s->bytes, size, memory_order_relaxed);
-  hm__max(&s->max_bytes, size);
+  _hm_pl_atomic_max(&s->max_bytes, size);
   hm__event(site, (int64_t)size);
 }
 
@@ -154,7 +147,7 @@ void _hm_pl_prof_release(_hm_pl_block_t *b, uint32_t site, uint64_t t, uintptr_t
   atomic_fetch_add_explicit(&s->frees, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&s->lt_sum, lt, memory_order_relaxed);
   hm__min(&s->lt_min, lt);
-  hm__max(&s->lt_max, lt);
+  _hm_pl_atomic_max(&s->lt_max, lt);
   if (event) hm__event(site, -(int64_t)req);
 }
 

@@ -23,16 +23,17 @@
  * glibc served from its heap stays there and is made again there). Read
  * at the start and end of each large allocation, free and realloc, and
  * once a period of the profile sampler's thread, at most every
- * HM__REST_GAP_NS. A block
- * being made or given back is resident before it is counted or after it
- * is not: a figure read while any is under way on any thread (`busy`, and
- * `gen` for those that began and ended during the read) is thrown away,
- * so that no block is taken for other memory. A block counted but not yet
- * touched makes the figure low, never high, and so does the pager's own
- * memory, charged before it is touched: a program that makes all its
- * arrays before it writes any is seen only by the profile's figure. The pager's resident bytes
- * are read before and after /proc and the larger taken, for the same
- * reason.
+ * HM__REST_GAP_NS.
+ *
+ * A block being made or given back is resident before it is counted or
+ * after it is not: a figure read while any is under way on any thread
+ * (`busy`, and `gen` for those that began and ended during the read) is
+ * thrown away, so that no block is taken for other memory; the pager's
+ * resident bytes are read before and after /proc and the larger taken.
+ * A block counted but not yet touched makes the figure low, never high,
+ * and so does the pager's own memory, charged before it is touched: a
+ * program that makes all its arrays before it writes any is seen only by
+ * the profile's figure.
  *
  * The profile keeps the most seen while its sites held at least half of
  * the most they held at any read: the budget binds then. At start-up and
@@ -65,13 +66,6 @@ static struct {
   _Atomic uint64_t out[HM__REST_BUCKETS];
   _Atomic uint64_t peak; /* placement: the most seen outside */
 } hm__rest;
-
-static void hm__max(_Atomic uint64_t *a, uint64_t v) {
-  uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
-  while (v > cur && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
-                                                           memory_order_relaxed)) {
-  }
-}
 
 /* Bucket of n site bytes: 4 x its octave plus its next two bits. */
 static unsigned hm__bucket(uint64_t n) {
@@ -122,13 +116,13 @@ static uint64_t hm__accounted(int profile) {
 
 static void hm__keep(int profile, int64_t out) {
   if (!profile) {
-    if (out > 0) hm__max(&hm__rest.peak, (uint64_t)out);
+    if (out > 0) _hm_pl_atomic_max(&hm__rest.peak, (uint64_t)out);
     return;
   }
   int64_t live = atomic_load_explicit(&hm__rest.site_live, memory_order_relaxed);
   uint64_t l = live > 0 ? (uint64_t)live : 0;
-  hm__max(&hm__rest.live_max, l);
-  if (out > 0) hm__max(&hm__rest.out[hm__bucket(l)], (uint64_t)out);
+  _hm_pl_atomic_max(&hm__rest.live_max, l);
+  if (out > 0) _hm_pl_atomic_max(&hm__rest.out[hm__bucket(l)], (uint64_t)out);
 }
 
 /* One read: RSS less what is accounted for, kept when no block was under

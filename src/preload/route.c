@@ -114,11 +114,7 @@ static void hm__account_alloc(size_t req, uint16_t flags) {
   atomic_fetch_add_explicit(&_hm_pl_ctx.large_bytes, req, memory_order_relaxed);
   if (flags & HM_PL_FROM_MMAP) atomic_fetch_add_explicit(&_hm_pl_ctx.mmap_allocs, 1, memory_order_relaxed);
   uint64_t live = atomic_fetch_add_explicit(&_hm_pl_ctx.live_bytes, req, memory_order_relaxed) + req;
-  uint64_t peak = atomic_load_explicit(&_hm_pl_ctx.peak_live_bytes, memory_order_relaxed);
-  while (live > peak && !atomic_compare_exchange_weak_explicit(&_hm_pl_ctx.peak_live_bytes, &peak, live,
-                                                               memory_order_relaxed,
-                                                               memory_order_relaxed)) {
-  }
+  _hm_pl_atomic_max(&_hm_pl_ctx.peak_live_bytes, live);
 }
 
 /* A large request glibc serves instead (the storage tier's failures are
@@ -141,11 +137,7 @@ void _hm_pl_tier_account(int t, size_t req, int sign) {
   if (sign > 0) {
     uint64_t live =
         atomic_fetch_add_explicit(&_hm_pl_ctx.tier_live[t], req, memory_order_relaxed) + req;
-    uint64_t peak = atomic_load_explicit(&_hm_pl_ctx.tier_peak[t], memory_order_relaxed);
-    while (live > peak && !atomic_compare_exchange_weak_explicit(
-                              &_hm_pl_ctx.tier_peak[t], &peak, live, memory_order_relaxed,
-                              memory_order_relaxed)) {
-    }
+    _hm_pl_atomic_max(&_hm_pl_ctx.tier_peak[t], live);
   } else {
     atomic_fetch_sub_explicit(&_hm_pl_ctx.tier_live[t], req, memory_order_relaxed);
   }
