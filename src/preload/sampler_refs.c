@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "prim/prim.h"
 #include "sampler.h"
@@ -52,6 +53,10 @@
 /* Calibration pages: more than the TLB covers, or the cost hides (2 MiB
  * showed 5 ns a page here, 8 MiB and more 300-470 ns) */
 #define HM__REFS_CAL_PAGES 4096u
+/* Pages of the mapping whose protection change flushes the TLB: more than
+ * a ranged flush does page by page (x86: 33; arm64 similar), so the
+ * kernel flushes the whole address space on every CPU the process runs on */
+#define HM__REFS_FLUSH_PAGES 64u
 
 struct _hm_smp_refs_s {
   const char *root;
@@ -64,6 +69,7 @@ struct _hm_smp_refs_s {
   double touch_ns;        /* measured cost of re-touching a cleared page */
   uint64_t ref_pages;     /* referenced anonymous pages, all drains */
   uint64_t next_ns;       /* the next interval */
+  char *flush;            /* HM__REFS_FLUSH_PAGES pages, see hm__clear */
 };
 
 /* Touches one byte per page of [p, p + n pages); its time in ns. */
@@ -71,6 +77,26 @@ static uint64_t hm__touch(volatile char *p, size_t n, size_t page) {
   uint64_t t0 = _hm_prim_now_ns();
   for (size_t i = 0; i < n; i++) p[i * page]++;
   return _hm_prim_now_ns() - t0;
+}
+
+/* Clears the referenced bits, then flushes the process's TLB: clearing
+ * them does not (x86 clears the accessed bit without a flush, by design),
+ * so a page whose translation stayed cached in a CPU's TLB set no bit
+ * again when touched, however often. A 1 MiB array touched without pause
+ * by another thread showed 0.2-0.7 of its 256 pages referenced after a
+ * clear, 256 with the flush: small hot arrays ranked cold. The flush is a
+ * protection change of the sampler's own pages, present and never
+ * touched, too many for a ranged flush. Costs two mprotect calls and
+ * their TLB shootdown, then a page walk at each page's next touch, as
+ * for a large array. 0, or a negative errno from the clear. */
+static int hm__clear(_hm_smp_refs_t *r) {
+  int rc = _hm_prim_write_text(r->root, HM__REFS_CLEAR, "2");
+  if (r->flush) {
+    size_t len = HM__REFS_FLUSH_PAGES * r->page;
+    if (_hm_prim_sys_mprotect(r->flush, len, PROT_READ) == 0)
+      (void)_hm_prim_sys_mprotect(r->flush, len, PROT_READ | PROT_WRITE);
+  }
+  return rc;
 }
 
 /* The extra cost of the first touch of a page after a clear: a mapping
@@ -84,7 +110,7 @@ static double hm__touch_cost(_hm_smp_refs_t *r) {
   (void)hm__touch(p, HM__REFS_CAL_PAGES, r->page); /* fault them in */
   for (int k = 0; k < 2; k++) {
     uint64_t warm = hm__touch(p, HM__REFS_CAL_PAGES, r->page);
-    (void)_hm_prim_write_text(r->root, HM__REFS_CLEAR, "2");
+    (void)hm__clear(r);
     uint64_t cold = hm__touch(p, HM__REFS_CAL_PAGES, r->page);
     double c = cold > warm ? (double)(cold - warm) / HM__REFS_CAL_PAGES : 0.0;
     if (best < 0 || c < best) best = c;
@@ -121,11 +147,16 @@ int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why
   memset(r, 0, sizeof *r);
   r->root = cfg->root;
   r->page = _hm_prim_page_size();
+  void *fl = NULL;
+  if (_hm_prim_map_anon(HM__REFS_FLUSH_PAGES * r->page, &fl) == 0) {
+    r->flush = fl;
+    memset(r->flush, 1, HM__REFS_FLUSH_PAGES * r->page); /* present: mprotect changes them */
+  }
   r->base_ns = (cfg->period_us ? cfg->period_us : 10000) * 1000ull;
   r->next_ns = r->base_ns;
   r->touch_ns = hm__touch_cost(r);
   r->first_clear = r->last_clear = _hm_prim_now_ns();
-  (void)_hm_prim_write_text(r->root, HM__REFS_CLEAR, "2"); /* start from clean bits */
+  (void)hm__clear(r); /* start from clean bits */
   *out = r;
   return 0;
 }
@@ -256,7 +287,7 @@ uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans,
   if (!r) return 0;
   uint64_t t0 = _hm_prim_now_ns();
   ssize_t n = hm__read_smaps(r);
-  if (_hm_prim_write_text(r->root, HM__REFS_CLEAR, "2")) r->errors++;
+  if (hm__clear(r)) r->errors++;
   r->last_clear = _hm_prim_now_ns();
   if (n < 0) {
     r->errors++;
@@ -303,4 +334,6 @@ void _hm_smp_refs_stop(_hm_smp_refs_t *r) {
   if (r->buf) _hm_prim_unmap(r->buf, r->cap);
   r->buf = NULL;
   r->cap = 0;
+  if (r->flush) _hm_prim_unmap(r->flush, HM__REFS_FLUSH_PAGES * r->page);
+  r->flush = NULL;
 }
