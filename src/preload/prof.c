@@ -196,11 +196,15 @@ void _hm_pl_prof_thread(int delta) {
 }
 
 /* Credits from a precise sampler (sampler.c's thread). */
-static void hm__credit(void *arg, uint32_t site, uint64_t wfix, int store) {
+static void hm__credit(void *arg, uint32_t site, uint64_t wfix, int what) {
   (void)arg;
   if (!site || site >= HM_PF_SITES) return;
   _hm_pf_site_t *s = &_hm_pf.sites[site];
-  atomic_fetch_add_explicit(store ? &s->stores : &s->loads, wfix, memory_order_relaxed);
+  _Atomic uint64_t *to = what == HM_SMP_STORE   ? &s->stores
+                         : what == HM_SMP_SHORT ? &s->shorts
+                         : what == HM_SMP_SHORT2 ? &s->shorts2
+                                                : &s->loads;
+  atomic_fetch_add_explicit(to, wfix, memory_order_relaxed);
 }
 
 /* The profile is written at exit: a directory it cannot go into is

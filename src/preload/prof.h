@@ -26,6 +26,9 @@ typedef struct _hm_pf_site_s {
   int16_t mod[HM_PL_MAX_DEPTH];
   _Atomic uint64_t allocs, bytes, max_bytes, frees, lt_sum, lt_min, lt_max;
   _Atomic uint64_t loads, stores; /* x HM_SMP_FIX */
+  /* pages touched in the refs sampler's first and second short windows
+   * (sampler_refs.c), x HM_SMP_FIX */
+  _Atomic uint64_t shorts, shorts2;
   int is_static; /* a static array's site (statics_place.c): its frame is its address */
 } _hm_pf_site_t;
 

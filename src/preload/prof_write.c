@@ -292,12 +292,16 @@ static void hm__site_tail(_hm_sb_t *sb, _hm_pf_site_t *s, const hm__wsite_t *o,
     _hm_sb_printf(sb, ",\"lifetime_ns\":{\"min\":%llu,\"mean\":%.1f,\"max\":%llu}",
                   (unsigned long long)mn, mean, (unsigned long long)mx);
   }
-  _hm_sb_printf(sb,
-                ",\"never_freed\":%llu,\"samples\":{\"loads\":%llu,\"stores\":%llu},"
-                "\"small\":{\"count\":%llu,\"bytes\":%llu}}\n",
+  uint64_t shorts = (atomic_load(&s->shorts) + HM_SMP_FIX / 2) / HM_SMP_FIX;
+  _hm_sb_printf(sb, ",\"never_freed\":%llu,\"samples\":{\"loads\":%llu,\"stores\":%llu",
                 (unsigned long long)(allocs - frees),
                 (unsigned long long)((atomic_load(&s->loads) + HM_SMP_FIX / 2) / HM_SMP_FIX),
-                (unsigned long long)((atomic_load(&s->stores) + HM_SMP_FIX / 2) / HM_SMP_FIX),
+                (unsigned long long)((atomic_load(&s->stores) + HM_SMP_FIX / 2) / HM_SMP_FIX));
+  uint64_t shorts2 = (atomic_load(&s->shorts2) + HM_SMP_FIX / 2) / HM_SMP_FIX;
+  if (shorts || shorts2)
+    _hm_sb_printf(sb, ",\"short\":[%llu,%llu]", (unsigned long long)shorts,
+                  (unsigned long long)shorts2);
+  _hm_sb_printf(sb, "},\"small\":{\"count\":%llu,\"bytes\":%llu}}\n",
                 (unsigned long long)o->small_count, (unsigned long long)o->small_bytes);
 }
 

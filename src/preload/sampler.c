@@ -263,6 +263,18 @@ static size_t hm__grave_take(_hm_smp_spans_t *s) {
   return n;
 }
 
+/* The blocks a short window credits (sampler_refs.c): those live now and
+ * those freed since the drain began, whose mappings wait in the grave,
+ * each whole. A temporary made and freed within the window touched its
+ * pages in it; the spans taken at the drain's start had neither. */
+static void hm__respan(_hm_smp_spans_t *s) {
+  if (_hm_smp_spans_snapshot(s, hm__run.table)) return;
+  hm__grave_lock();
+  for (size_t i = 0; i < hm__grave.n && s->n < s->cap; i++) s->v[s->n++] = hm__grave.v[i].span;
+  atomic_flag_clear_explicit(&hm__grave.lock, memory_order_release);
+  _hm_smp_spans_sort(s);
+}
+
 static void hm__drain(void) {
   if (_hm_smp_spans_snapshot(&hm__run.spans, hm__run.table)) return;
   size_t dead = hm__run.refs ? hm__grave_take(&hm__run.spans) : 0;
@@ -273,7 +285,8 @@ static void hm__drain(void) {
     hm__run.credited +=
         _hm_smp_damon_drain(hm__run.damon, &hm__run.spans, hm__run.fn, hm__run.arg);
   else if (hm__run.refs)
-    hm__run.credited += _hm_smp_refs_drain(hm__run.refs, &hm__run.spans, hm__run.fn, hm__run.arg);
+    hm__run.credited += _hm_smp_refs_drain(hm__run.refs, &hm__run.spans, hm__run.fn, hm__run.arg,
+                                           hm__respan);
   for (size_t i = 0; i < dead; i++) (void)_hm_prim_unmap(hm__taken[i].base, hm__taken[i].len);
   if (dead) {
     hm__grave_lock();

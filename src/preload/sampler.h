@@ -41,8 +41,15 @@ const char *_hm_smp_kind_name(_hm_smp_kind_t k);
 /* HM_SMP_NONE for an unknown name ("auto" included). */
 _hm_smp_kind_t _hm_smp_kind_parse(const char *name);
 
-/* Where credits go: site, weight x HM_SMP_FIX, store (1) or load (0). */
-typedef void (*_hm_smp_credit_fn)(void *arg, uint32_t site, uint64_t weight_fix, int store);
+/* What a credit counts (the credit function's last argument): a load, a
+ * store, or a page touched in the refs sampler's first or second short
+ * window (how touched pages grow after a clear, not an access count). */
+#define HM_SMP_LOAD 0
+#define HM_SMP_STORE 1
+#define HM_SMP_SHORT 2
+#define HM_SMP_SHORT2 3
+/* Where credits go: site, weight x HM_SMP_FIX, what (HM_SMP_LOAD...). */
+typedef void (*_hm_smp_credit_fn)(void *arg, uint32_t site, uint64_t weight_fix, int what);
 
 /* Live blocks, sorted by address, for attribution (a snapshot of the block
  * table taken by the sampler's thread before it attributes a batch). */
@@ -143,14 +150,19 @@ int _hm_smp_refs_probe(const _hm_smp_cfg_t *cfg, char *probed, size_t plen, char
 int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why,
                        size_t wlen);
 /* Reads the referenced bytes of every mapping, credits them and clears
- * the bits; returns samples (touched pages x intervals) credited. */
-uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans,
-                            _hm_smp_credit_fn fn, void *arg);
+ * the bits, then reads them twice more: at once (credited as
+ * HM_SMP_SHORT) and when three times as long has passed (HM_SMP_SHORT2).
+ * Returns samples (touched pages x intervals) credited. */
+/* respan, when not NULL, refills spans before each short window: the
+ * blocks live then and those freed since, each whole. */
+uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
+                            void *arg, void (*respan)(_hm_smp_spans_t *));
 /* A walk over smaps text: what it credits to, and what it found. */
 typedef struct _hm_smp_refs_walk_s {
   const _hm_smp_spans_t *spans;
   _hm_smp_credit_fn fn;
   void *arg;
+  int what;            /* the credits' kind: HM_SMP_LOAD or HM_SMP_SHORT */
   size_t page;
   uint64_t total;      /* weight credited x HM_SMP_FIX */
   uint64_t mappings;   /* mappings read */
@@ -165,6 +177,8 @@ uint64_t _hm_smp_refs_interval_ns(const _hm_smp_refs_t *r);
 /* What the program's threads paid to set accessed bits again (estimated:
  * referenced pages x the touch cost measured at start). */
 uint64_t _hm_smp_refs_touch_cost_ns(const _hm_smp_refs_t *r);
+/* Pairs of short windows read so far (0: none, or another sampler). */
+uint64_t _hm_smp_refs_shorts(const _hm_smp_refs_t *r);
 /* When the referenced bits were last cleared (_hm_prim_now_ns). */
 uint64_t _hm_smp_refs_since(const _hm_smp_refs_t *r);
 void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len);

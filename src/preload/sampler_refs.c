@@ -36,7 +36,8 @@
  * 1/HM__REFS_DUTY; a short run then gets few intervals (the profile says
  * how many, and `hetmem profile` warns). Samples are not scaled by the
  * interval: a page touched once and one touched all interval long both
- * count once, so a site's samples count the intervals it was used in. */
+ * count once, so a site's samples count the intervals it was used in.
+ * The two short windows after each clear (hm__short) tell those apart. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,8 +69,10 @@ struct _hm_smp_refs_s {
   uint64_t drains, mappings, attributed, errors;
   double touch_ns;        /* measured cost of re-touching a cleared page */
   uint64_t ref_pages;     /* referenced anonymous pages, all drains */
+  uint64_t shorts, short_ns, short2_ns; /* short window pairs read, their summed lengths */
+  uint64_t rng;                          /* xorshift state of the intervals' jitter */
+  char *flush;                           /* HM__REFS_FLUSH_PAGES pages, see hm__clear */
   uint64_t next_ns;       /* the next interval */
-  char *flush;            /* HM__REFS_FLUSH_PAGES pages, see hm__clear */
 };
 
 /* Touches one byte per page of [p, p + n pages); its time in ns. */
@@ -155,6 +158,7 @@ int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why
   r->base_ns = (cfg->period_us ? cfg->period_us : 10000) * 1000ull;
   r->next_ns = r->base_ns;
   r->touch_ns = hm__touch_cost(r);
+  r->rng = _hm_prim_now_ns() | 1;
   r->first_clear = r->last_clear = _hm_prim_now_ns();
   (void)hm__clear(r); /* start from clean bits */
   *out = r;
@@ -189,8 +193,9 @@ typedef struct hm__vma_s {
 /* Credits one mapping's referenced bytes to the spans overlapping it, by
  * overlap. Returns the weight credited (x HM_SMP_FIX); *freed: a freed
  * block's mapping (_hm_smp_bury) was among them. */
-static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_spans_t *s,
-                               _hm_smp_credit_fn fn, void *arg, size_t page, int *freed) {
+static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_refs_walk_t *w, int *freed) {
+  const _hm_smp_spans_t *s = w->spans;
+  size_t page = w->page;
   if (!v->ref || v->hi <= v->lo) return 0;
   size_t a = 0, b = s->n; /* first span ending above lo */
   while (a < b) {
@@ -213,10 +218,10 @@ static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_spans_t *s,
      * temporary made anew ten times an interval is ten blocks of pages
      * touched once, as hot as one block touched all interval long */
     if (s->v[i].lived) share *= (double)s->v[i].lived / 65536.0;
-    uint64_t w = (uint64_t)(pages * share * HM_SMP_FIX + 0.5);
-    if (!w) continue;
-    fn(arg, s->v[i].site, w, 0);
-    total += w;
+    uint64_t wt = (uint64_t)(pages * share * HM_SMP_FIX + 0.5);
+    if (!wt) continue;
+    w->fn(w->arg, s->v[i].site, wt, w->what);
+    total += wt;
   }
   return total;
 }
@@ -252,7 +257,7 @@ static int hm__vma_header(const char *line, hm__vma_t *v) {
  * touches again). */
 static void hm__account(hm__vma_t *v, _hm_smp_refs_walk_t *w) {
   int freed = 0;
-  w->total += hm__credit_vma(v, w->spans, w->fn, w->arg, w->page, &freed);
+  w->total += hm__credit_vma(v, w, &freed);
   if (v->anon && !freed) w->anon_pages += v->ref / w->page;
 }
 
@@ -278,24 +283,80 @@ void _hm_smp_refs_credit_text(char *text, size_t len, _hm_smp_refs_walk_t *w) {
 /* The next interval: HM__REFS_DUTY x what this one cost (see the top). */
 static void hm__next_interval(_hm_smp_refs_t *r, uint64_t drain_ns, uint64_t anon_pages) {
   double cost = (double)drain_ns + (double)anon_pages * r->touch_ns;
-  double next = cost * HM__REFS_DUTY;
+  /* jittered by up to +-25%: intervals that are a multiple of a program's
+   * time step would put every short window in the same phase of it */
+  r->rng ^= r->rng << 13, r->rng ^= r->rng >> 7, r->rng ^= r->rng << 17;
+  double next = cost * HM__REFS_DUTY * (0.75 + 0.5 * (double)(r->rng >> 11) / 9007199254740992.0);
   r->next_ns = next > (double)r->base_ns ? (uint64_t)next : r->base_ns;
 }
 
-uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans,
-                            _hm_smp_credit_fn fn, void *arg) {
+/* Reads smaps and credits it as `what`; the read's middle moment, or 0
+ * when it failed. */
+static uint64_t hm__window(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
+                           void *arg, int what) {
+  uint64_t t0 = _hm_prim_now_ns();
+  ssize_t n = hm__read_smaps(r);
+  uint64_t t1 = _hm_prim_now_ns();
+  if (n < 0) {
+    r->errors++;
+    return 0;
+  }
+  _hm_smp_refs_walk_t w = {spans, fn, arg, what, r->page, 0, 0, 0};
+  _hm_smp_refs_credit_text(r->buf, (size_t)n, &w);
+  return t0 + (t1 - t0) / 2;
+}
+
+/* The short windows, read right after the clear: smaps at once (window
+ * w1, about the time one read takes), then again when three times as
+ * long has passed since the clear. The interval's samples count a page
+ * once whether it was touched once or all interval long; how a site's
+ * touched pages grow from the first window to the second tells a sweep
+ * (growing in proportion: each page is read once a pass, in order) from
+ * reuse (pages touched again and again within the first window: a random
+ * gather, a lookup table), which a pager serves so differently. Windows
+ * count from the end of the clear and its TLB flush (hm__clear), after
+ * which each page's first touch sets its bit. Each window credits the
+ * blocks live then and those freed since the drain began (respan).
+ * Nothing is cleared after them: the interval goes on and counts these
+ * pages too. Costs two more smaps reads a drain, counted in its cost (the
+ * duty cycle holds); the wait between them is not. Returns the time
+ * waited. */
+static uint64_t hm__short(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
+                          void *arg, void (*respan)(_hm_smp_spans_t *), uint64_t c1) {
+  if (respan) respan(spans);
+  uint64_t m1 = hm__window(r, spans, fn, arg, HM_SMP_SHORT);
+  if (!m1) return 0;
+  uint64_t w1 = m1 > c1 ? m1 - c1 : 1, half = _hm_prim_now_ns() - m1;
+  uint64_t now = _hm_prim_now_ns(), want = c1 + 3 * w1, slept = 0;
+  if (want > now + half) {
+    slept = want - now - half;
+    _hm_prim_sleep_ns(slept);
+  }
+  if (respan) respan(spans);
+  uint64_t m2 = hm__window(r, spans, fn, arg, HM_SMP_SHORT2);
+  if (!m2) return slept;
+  r->shorts++;
+  r->short_ns += w1;
+  r->short2_ns += m2 - c1;
+  return slept;
+}
+
+uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
+                            void *arg, void (*respan)(_hm_smp_spans_t *)) {
   if (!r) return 0;
   uint64_t t0 = _hm_prim_now_ns();
   ssize_t n = hm__read_smaps(r);
-  if (hm__clear(r)) r->errors++;
+  int cleared = hm__clear(r) == 0;
+  if (!cleared) r->errors++;
   r->last_clear = _hm_prim_now_ns();
   if (n < 0) {
     r->errors++;
     return 0;
   }
-  _hm_smp_refs_walk_t w = {spans, fn, arg, r->page, 0, 0, 0};
+  _hm_smp_refs_walk_t w = {spans, fn, arg, HM_SMP_LOAD, r->page, 0, 0, 0};
   _hm_smp_refs_credit_text(r->buf, (size_t)n, &w);
-  uint64_t cost = _hm_prim_now_ns() - t0;
+  uint64_t slept = cleared ? hm__short(r, spans, fn, arg, respan, r->last_clear) : 0;
+  uint64_t cost = _hm_prim_now_ns() - t0 - slept;
   r->drains++;
   r->mappings = w.mappings;
   r->attributed += w.total;
@@ -315,18 +376,24 @@ uint64_t _hm_smp_refs_touch_cost_ns(const _hm_smp_refs_t *r) {
 
 uint64_t _hm_smp_refs_since(const _hm_smp_refs_t *r) { return r->last_clear; }
 
+uint64_t _hm_smp_refs_shorts(const _hm_smp_refs_t *r) { return r ? r->shorts : 0; }
+
 void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len) {
   uint64_t d = r->drains ? r->drains : 1;
   snprintf(out, len,
            ",\"method\":\"referenced bits: /proc/self/smaps, cleared by /proc/self/clear_refs\","
            "\"mappings\":%llu,\"interval_mean_us\":%.0f,\"drain_mean_us\":%.1f,"
            "\"drain_max_us\":%.1f,\"touch_ns_per_page\":%.1f,\"referenced_pages\":%llu,"
-           "\"touch_cost_ns\":%llu,\"loads_and_stores\":\"not told apart\",\"errors\":%llu",
+           "\"touch_cost_ns\":%llu,\"loads_and_stores\":\"not told apart\",\"errors\":%llu,"
+           "\"short_windows\":%llu,\"short_window_us\":[%.1f,%.1f],\"sampled_us\":%.0f",
            (unsigned long long)r->mappings,
            (double)(r->last_clear - r->first_clear) / (double)d / 1e3,
            (double)r->cost_sum_ns / (double)d / 1e3, (double)r->max_cost_ns / 1e3, r->touch_ns,
            (unsigned long long)r->ref_pages, (unsigned long long)_hm_smp_refs_touch_cost_ns(r),
-           (unsigned long long)r->errors);
+           (unsigned long long)r->errors, (unsigned long long)r->shorts,
+           r->shorts ? (double)r->short_ns / (double)r->shorts / 1e3 : 0.0,
+           r->shorts ? (double)r->short2_ns / (double)r->shorts / 1e3 : 0.0,
+           (double)(r->last_clear - r->first_clear) / 1e3);
 }
 
 void _hm_smp_refs_stop(_hm_smp_refs_t *r) {

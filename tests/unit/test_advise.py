@@ -188,6 +188,69 @@ def test_cost_model_by_hand():
         assert problem.cost[0, t] == pytest.approx(want)
 
 
+SHORT_SAMPLER = {"name": "refs", "period": 64.0, "short_windows": 10,
+                 "short_window_us": [1000.0, 3000.0], "sampled_us": 100000.0}  # fmt: skip
+
+
+def test_short_windows_price_reused_pages_at_each_tiers_latency():
+    """Per window 50 pages in the first 1 ms, 70 by 3 ms: a stream of 10
+    pages a ms, and 50 - 1.5 x 10 = 35 pages reused in the first window
+    (3500 over the 100 ms sampled), each at a tier's latency spread over
+    the threads; the accesses stay the samples'."""
+    s = seg_site(0x10, [(0, 10, 64)], 300)
+    s["samples"]["short"] = [500, 700]
+    merged = P.merge([parse(prof_text([s], sampler=SHORT_SAMPLER, threads=2))])
+    site = merged.sites[0]
+    assert site.reuse_pages == pytest.approx(3500.0)
+    assert site.est_accesses == pytest.approx(300 * 64.0)
+    ts = tiers(2, [None, None])
+    problem = PB.build_problem(merged, ts, 1 << 30)
+    acc = 300 * 64.0
+    for t in range(2):
+        want = acc * 64 / (ts[t].bandwidth_gbs * 1e9) + 3500 * ts[t].latency_ns * 1e-9 / 2
+        assert problem.cost[0, t] == pytest.approx(want)
+
+
+def test_a_sweep_has_no_reuse():
+    """Windows whose pages grow in proportion to their length (a sweep)
+    reuse nothing, within the slack for the windows' lengths; nor do
+    profiles without short windows."""
+    s = seg_site(0x10, [(0, 10, 64)], 300)
+    for pair in ([20, 60], [25, 60], [15, 60]):
+        s["samples"]["short"] = pair
+        swept = P.merge([parse(prof_text([s], sampler=SHORT_SAMPLER))])
+        assert swept.sites[0].reuse_pages == 0.0, pair
+    s["samples"]["short"] = [500, 700]
+    old = P.merge([parse(prof_text([s], sampler={"name": "refs", "period": 64.0}))])
+    assert old.sites[0].reuse_pages == 0.0
+
+
+@pytest.mark.parametrize("bad", [[1], [1, -1], [1, 2.5], "x"])
+def test_bad_short_windows_are_one_line_errors(bad):
+    s = seg_site(0x10, [(0, 10, 64)], 300)
+    s["samples"]["short"] = bad
+    with pytest.raises(SchemaError, match=r"samples\.short"):
+        parse(prof_text([s], sampler=SHORT_SAMPLER))
+
+
+def test_the_gathered_site_takes_the_fast_tier_from_a_larger_swept_one():
+    """Of two sites the budget cannot hold together, the one with more
+    interval samples (swept) loses the fast tier to the smaller one that
+    its short windows show touched again and again (gathered at random)."""
+    swept = seg_site(0x10, [(0, WALL, 48 << 20)], 2000)
+    swept["samples"]["short"] = [100, 300]
+    gathered = seg_site(0x20, [(0, WALL, 24 << 20)], 1000)
+    gathered["samples"]["short"] = [900, 1000]
+    merged = P.merge([parse(prof_text([swept, gathered], sampler=SHORT_SAMPLER))])
+    ts = tiers(2, [56 << 20, None])
+    sol = SV.solve(PB.build_problem(merged, ts, 56 << 20))
+    assert list(sol.assign) == [1, 0]
+    for site in (swept, gathered):  # without short windows: the swept one
+        del site["samples"]["short"]
+    merged = P.merge([parse(prof_text([swept, gathered], sampler=SHORT_SAMPLER))])
+    assert list(SV.solve(PB.build_problem(merged, ts, 56 << 20)).assign) == [0, 1]
+
+
 def test_budget_is_divided_among_ranks_on_a_node():
     def run(host_b, rpn=None):
         a = parse(prof_text([seg_site(0x10, [(0, 10, 100)], 50)], rank=0, host="n1"))

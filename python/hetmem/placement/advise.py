@@ -277,7 +277,7 @@ def _placement_meta(
         "predicted_time_s": sol.objective,
         "predicted_time_all_slowest_s": t_slow,
         "predicted_time_unlimited_fastest_s": t_fast,
-        "cost_model": "T(site,tier) = A*B/BW + r*A*L/threads (docs/formats.md)",
+        "cost_model": "T(site,tier) = A*B/BW + (r*A + R)*L/threads (docs/formats.md)",
     }
     if sol.note:
         meta["solver_note"] = sol.note

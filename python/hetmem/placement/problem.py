@@ -11,10 +11,18 @@ Model (docs/formats.md, "Placement", states it for users):
   times the sampler period, averaged over the merged profiles), B bytes per
   access (the profile's, a cache line by default), a fraction r_i of random
   accesses and a live-bytes step function per profile.
-* Time of site i on tier t:  T(i,t) = A_i * B / BW_t + r_i * A_i * L_t / threads.
+* Time of site i on tier t:
+      T(i,t) = A_i * B / BW_t + (r_i * A_i + R_i) * L_t / threads.
   The first term is streaming traffic at the tier's measured bandwidth, the
   second the exposed latency of dependent random accesses, overlapped across
-  the profiled process's threads.
+  the profiled process's threads. R_i, the site's reused pages per process
+  (the refs sampler's short windows, profile.Site.reuse_pages), is a lower
+  bound of the accesses that find their page wherever the last one left
+  it: on the storage tier each is a page fault served from the device (the
+  pager's cache is not credited: it is shared, and smaller than the site
+  whenever this matters), in memory a cache miss. Without it, a site
+  gathered at random all interval long and one swept once an interval
+  looked alike to the refs sampler.
 * Capacity: for every profile p, every interval k of its time axis (the
   live set changes only at allocation and free events) and every tier t with
   a limit:  sum_i live_p(i,k) * x(i,t) <= cap_t(p). Peak concurrent use
@@ -346,9 +354,11 @@ def _cost_matrix(
     threads = max(int(p.header.get("threads", 1)) for p in merged.profiles)
     acc = np.array([s.est_accesses / nprof for s in merged.sites], dtype=float)
     rnd = np.array([s.random_fraction for s in merged.sites], dtype=float)
+    ret = np.array([s.reuse_pages / nprof for s in merged.sites], dtype=float)
     bw = np.array([t.bandwidth_gbs * 1e9 for t in tiers])
     lat = np.array([t.latency_ns * 1e-9 for t in tiers])
-    cost = acc[:, None] * b / bw[None, :] + (rnd * acc)[:, None] * lat[None, :] / threads
+    dep = rnd * acc + ret
+    cost = acc[:, None] * b / bw[None, :] + dep[:, None] * lat[None, :] / threads
     return cost, acc
 
 

@@ -127,6 +127,7 @@ def site_rows(p: prof.Profile, sym: Symbolizer) -> list[dict[str, Any]]:
                 "est_accesses": s.est_accesses,
                 "accesses_per_byte": s.accesses_per_byte,
                 "random_fraction": s.random_fraction,
+                "reuse_pages": s.reuse_pages,
                 "small": {"count": s.small_count, "bytes": s.small_bytes},
             }
         )

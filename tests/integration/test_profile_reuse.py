@@ -1,0 +1,101 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The refs sampler's short windows tell a site gathered at random from
+one swept: a real program, profiled with the refs sampler, then advised.
+
+The program gathers at random from a 24 MiB array and sweeps a 48 MiB one
+a cache line per gather. Every interval touches every page of both, and
+the swept one has more pages, so interval samples alone rank it hotter;
+but right after a clear the gathered array's pages are nearly all touched
+again within the first short window, while the swept one's grow with the
+window's length, a few at a time where the sweep is.
+Under a pager with a small cache each gathered access is a fault served
+from the device, so the gathered array is what the fast tier should hold
+(LAMMPS's per-atom arrays against its neighbour list)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import run_hetmem
+from hetmem.placement import fileformat as placement_mod
+
+MIB = 1 << 20
+
+GATHER_SRC = r"""#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) static double *gathered(size_t n) {
+  double *p = malloc(n * sizeof *p);
+  for (size_t i = 0; p && i < n; i++) p[i] = (double)(i % 7);
+  return p;
+}
+__attribute__((noinline)) static double *swept(size_t n) {
+  double *p = malloc(n * sizeof *p);
+  for (size_t i = 0; p && i < n; i++) p[i] = 1.0;
+  return p;
+}
+int main(int argc, char **argv) {
+  long iters = argc > 1 ? atol(argv[1]) : 80000000;
+  size_t na = ((size_t)24 << 20) / 8, nb = ((size_t)48 << 20) / 8, j = 0;
+  double *a = gathered(na), *b = swept(nb), s = 0;
+  if (!a || !b) return 1;
+  uint64_t x = 88172645463325252ull;
+  for (long k = 0; k < iters; k++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    s += a[x % na] + b[j];
+    j = j + 8 < nb ? j + 8 : 0;
+  }
+  printf("%.0f\n", s);
+  free(a);
+  free(b);
+  return 0;
+}
+"""
+
+
+def _program(tmp_path: Path) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    exe = tmp_path / "gather"
+    subprocess.run([cc, "-O2", "-g", "-x", "c", "-", "-o", str(exe)], input=GATHER_SRC,
+                   text=True, check=True)  # fmt: skip
+    return exe
+
+
+def _site(show: dict, function: str) -> dict:
+    rows = [r for r in show["sites"] if r["function"].split(".")[0] == function]
+    assert len(rows) == 1, [r["function"] for r in show["sites"]]
+    return rows[0]
+
+
+def test_short_windows_send_the_gathered_array_to_the_fast_tier(tmp_path: Path) -> None:
+    exe = _program(tmp_path)
+    proc = run_hetmem("profile", "-o", str(tmp_path / "g.prof"), "--sampler", "refs", "--",
+                      str(exe), timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (path,) = tmp_path.glob("g.prof.norank.*")
+    show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
+    sampler = show["header"]["sampler"]
+    assert sampler["name"] == "refs" and sampler["short_windows"] >= 3, sampler
+    g, w = _site(show, "gathered"), _site(show, "swept")
+    # both are touched whole every interval: the larger swept one has more samples
+    assert w["samples"]["loads"] > g["samples"]["loads"], (g, w)
+    # but only the gathered one is touched again and again within a window
+    assert g["reuse_pages"] > 10 * g["samples"]["loads"], (g, w)
+    assert w["reuse_pages"] < 0.1 * g["reuse_pages"], (g, w)
+    # 64M holds either array beside the pager's least cache, not both
+    out = tmp_path / "g.toml"
+    storage = tmp_path / "tier"
+    storage.mkdir()
+    adv = run_hetmem("advise", str(path), "--fast-budget", "64M", "--no-split", "--storage",
+                     str(storage), "--json", "-o", str(out), check=True)  # fmt: skip
+    assert json.loads(adv.stdout)["schema_version"] >= 1
+    sites = placement_mod.load(out).sites
+    tiers = {s.symbols[0].split(" ")[0].split(".")[0]: s.tier for s in sites}
+    assert tiers.get("gathered") == 0 and tiers.get("swept", 0) > 0, tiers
