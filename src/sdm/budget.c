@@ -22,15 +22,38 @@
 
 #include "sdm/pager_int.h"
 
+/* The prefetch window limit and the streams' shared window, from the
+ * cache: a window may cover io_depth reads of up to HM_SDM_GROUP_BYTES
+ * each (a prefetch read spans several units), and a quarter of the cache.
+ * All streams' windows together cover at most half the cache and twice
+ * that limit: the device cannot have more than one window's reads in
+ * flight, so more ahead only takes cache from what a loop keeps resident
+ * (STREAM's triad, six streams, kept 0.4-0.7 of the cache when they shared
+ * half of it). Sized again whenever the cache moves: sized once for the
+ * budget a hybrid run's pager opens with (the whole fast budget), the
+ * windows stayed that large when the DRAM sites left it 5 MiB, and LAMMPS
+ * at a 50% budget read 31 GB for a 69 MB footprint in 50 steps (12 GB
+ * with prefetch off). */
+static void hm__size_windows(hm_pager_t *p) {
+  uint64_t cu = p->cap / p->unit;
+  uint64_t mw = (uint64_t)p->cfg.io_depth * _hm_sdm_read_units(p);
+  p->maxwin = (uint32_t)(cu / 4 < mw ? cu / 4 : mw);
+  if (p->maxwin < 1) p->maxwin = 1;
+  uint64_t share = cu / 2 < 2 * mw ? cu / 2 : 2 * mw;
+  p->pf.share = (uint32_t)(share > UINT32_MAX ? UINT32_MAX : share);
+}
+
 /* The cache the budget allows (pager lock held): the budget less the
  * pager's own memory, at least 4 units so that a stream and its prefetch
  * still make progress, never more than the budget the pager was opened
- * with. Called again whenever the own memory changes (region.c). */
+ * with; and the prefetch windows that fit it. Called again whenever the
+ * budget or the own memory changes (region.c). */
 void _hm_sdm_cap_update(hm_pager_t *p) {
   uint64_t floor = p->own + 4 * p->unit, b = p->budget;
   if (b < floor) b = floor;
   if (b > p->cfg.dram_budget) b = p->cfg.dram_budget;
   p->cap = b > p->own ? (b - p->own) & ~(uint64_t)(HM_SDM_PAGE - 1) : 0;
+  hm__size_windows(p);
 }
 
 /* Adds the time at the budget held until now to its integral (pager lock

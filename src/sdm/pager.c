@@ -428,22 +428,6 @@ static hm__sizing_t hm__size_ops(const hm_pager_t *p, const hm_pager_config_t *c
   return z;
 }
 
-/* The prefetch window limit and the streams' shared window: the window
- * may cover io_depth reads of up to HM_SDM_GROUP_BYTES each (a prefetch
- * read spans several units), and a quarter of the cache. All streams'
- * windows together cover at most half the cache and twice that limit:
- * the device cannot have more than one window's reads in flight, so more
- * ahead only takes cache from what a loop keeps resident (STREAM's triad,
- * six streams, kept 0.4-0.7 of the cache when they shared half of it). */
-static void hm__size_windows(hm_pager_t *p, uint32_t io_depth) {
-  uint64_t cu = p->cap / p->unit;
-  uint64_t mw = (uint64_t)io_depth * _hm_sdm_read_units(p);
-  p->maxwin = (uint32_t)(cu / 4 < mw ? cu / 4 : mw);
-  if (p->maxwin < 1) p->maxwin = 1;
-  uint64_t share = cu / 2 < 2 * mw ? cu / 2 : 2 * mw;
-  p->pf.share = (uint32_t)(share > UINT32_MAX ? UINT32_MAX : share);
-}
-
 /* The pager's own memory is charged to the budget first; what is left is
  * the cache. An error message set, p destroyed on failure. */
 static int hm__size_cache(hm_pager_t *p, hm_pager_config_t *cfg, hm__sizing_t *z) {
@@ -467,7 +451,6 @@ static int hm__size_cache(hm_pager_t *p, hm_pager_config_t *cfg, hm__sizing_t *z
   atomic_init(&p->budget_want, cfg->dram_budget);
   p->budget_t0 = p->budget_t = _hm_prim_now_ns();
   _hm_sdm_cap_update(p);
-  hm__size_windows(p, cfg->io_depth);
   return 0;
 }
 
