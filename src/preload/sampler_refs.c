@@ -32,8 +32,10 @@
  * the interval is: the start measures the touch cost per page (a 16 MiB
  * mapping timed before and after a clear), and after each drain the next
  * interval is HM__REFS_DUTY x (drain time + pages referenced x touch
- * cost), at least the configured one. The overhead stays near
- * 1/HM__REFS_DUTY; a short run then gets few intervals (the profile says
+ * cost), at least the configured one (HM__REFS_EARLY_DUTY x for the
+ * first few). The overhead stays near 1/HM__REFS_DUTY, and half that
+ * again for the short windows (hm__short); a short run still gets few
+ * intervals (the profile says
  * how many, and `hetmem profile` warns). Samples are not scaled by the
  * interval: a page touched once and one touched all interval long both
  * count once, so a site's samples count the intervals it was used in.
@@ -51,6 +53,13 @@
 #define HM__REFS_SMAPS "/proc/self/smaps"
 #define HM__REFS_CLEAR "/proc/self/clear_refs"
 #define HM__REFS_DUTY 33u /* interval >= this x the cost of one: ~3% */
+/* The first intervals are a third as long: a run of a second still gets
+ * about 8 of them (hm-placement's sparse workload at 256 MiB, 0.6 s, got
+ * 3-4, too few to tell its hot arrays from its cold ones: the advisor's
+ * choice was a coin flip), for ~10% overhead over them, nothing over a
+ * long run. */
+#define HM__REFS_EARLY 8u
+#define HM__REFS_EARLY_DUTY 11u
 /* Calibration pages: more than the TLB covers, or the cost hides (2 MiB
  * showed 5 ns a page here, 8 MiB and more 300-470 ns) */
 #define HM__REFS_CAL_PAGES 4096u
@@ -287,7 +296,8 @@ static void hm__next_interval(_hm_smp_refs_t *r, uint64_t drain_ns, uint64_t ano
   /* jittered by up to +-25%: intervals that are a multiple of a program's
    * time step would put every short window in the same phase of it */
   r->rng ^= r->rng << 13, r->rng ^= r->rng >> 7, r->rng ^= r->rng << 17;
-  double next = cost * HM__REFS_DUTY * (0.75 + 0.5 * (double)(r->rng >> 11) / 9007199254740992.0);
+  double duty = r->drains < HM__REFS_EARLY ? HM__REFS_EARLY_DUTY : HM__REFS_DUTY;
+  double next = cost * duty * (0.75 + 0.5 * (double)(r->rng >> 11) / 9007199254740992.0);
   r->next_ns = next > (double)r->base_ns ? (uint64_t)next : r->base_ns;
 }
 
