@@ -245,6 +245,10 @@ def test_the_gathered_site_takes_the_fast_tier_from_a_larger_swept_one():
     ts = tiers(2, [56 << 20, None])
     sol = SV.solve(PB.build_problem(merged, ts, 56 << 20))
     assert list(sol.assign) == [1, 0]
+    problem = PB.build_problem(merged, ts, 56 << 20)
+    why = A.explain(problem, sol, ts, 1, 1)
+    assert "touched again within milliseconds" in why, why
+    assert "within milliseconds" not in A.explain(problem, sol, ts, 0, 2)
     for site in (swept, gathered):  # without short windows: the swept one
         del site["samples"]["short"]
     merged = P.merge([parse(prof_text([swept, gathered], sampler=SHORT_SAMPLER))])

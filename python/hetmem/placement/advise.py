@@ -70,6 +70,11 @@ def explain(
         f"on {tiers[t].name}: saves {saved:.3g} s against {tiers[last].name}"
         f" (accesses-per-byte rank {density_rank})"
     )
+    if problem.reuse is not None and problem.reuse[site] > 0:
+        head += (
+            f"; {problem.reuse[site]:.3g} pages touched again within milliseconds, each "
+            "priced at a tier's latency (a random gather, not a sweep)"
+        )
     if t == best:
         usage = _tightest(problem, sol, site, t)
         return head + ("; fits" + usage if usage else "; its tier has no capacity limit")

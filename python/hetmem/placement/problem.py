@@ -234,6 +234,8 @@ class Problem:
     groups: list[Group]
     fixed: dict[int, int] = field(default_factory=dict)  # site -> tier, outside the solver
     notes: list[str] = field(default_factory=list)
+    # reused pages per process (profile.Site.reuse_pages), for --explain
+    reuse: np.ndarray | None = None
 
     @property
     def nsites(self) -> int:
@@ -324,6 +326,7 @@ def build_problem(
         raise UsageError("no tiers to place on")
     notes: list[str] = []
     cost, acc = _cost_matrix(merged, tiers, notes)
+    reuse = np.array([s.reuse_pages / len(merged.profiles) for s in merged.sites], dtype=float)
     ranks = ranks_on_nodes(merged, ranks_per_node)
     groups, coalesced_any = _capacity_groups(merged, tiers, fast_budget, ranks)
     if coalesced_any:
@@ -339,7 +342,7 @@ def build_problem(
             f"for its sampler): every site is left on the slowest tier ({tiers[last].name}); "
             "profile again with a sampler and a run of a few seconds or more"
         )
-    return Problem(cost=cost, groups=groups, fixed=fixed, notes=notes)
+    return Problem(cost=cost, groups=groups, fixed=fixed, notes=notes, reuse=reuse)
 
 
 def _cost_matrix(
