@@ -74,6 +74,17 @@ def fortran_program(tmp_path: Path, name: str, source: str) -> Path:
     return exe
 
 
+def c_program(exe: Path, source: str, *flags: str) -> Path:
+    """Builds C source at exe with cc -g and flags (-O2 unless given); the
+    test is skipped where there is no C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    subprocess.run([cc, "-g", *(flags or ("-O2",)), "-x", "c", "-", "-o", str(exe)],
+                   input=source, text=True, check=True)  # fmt: skip
+    return exe
+
+
 def profile_and_show(
     tmp_path: Path, name: str, *cmd: str
 ) -> tuple[subprocess.CompletedProcess[str], Path, dict]:

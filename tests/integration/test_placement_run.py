@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CBUILD, needs_pager, run_hetmem
+from conftest import CBUILD, c_program, needs_pager, run_hetmem
 from hetmem import _native
 from hetmem.placement import fileformat as placement_mod
 from hetmem.placement import profile as prof
@@ -256,16 +256,6 @@ def test_rest_of_the_process_keeps_the_pagers_least_cache(
     assert c["budget_low_bytes"] >= PAGER_FLOOR, c
 
 
-def _compile(exe: Path, src: str) -> Path:
-    """A test program built from C source at exe (skips without a compiler)."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler")
-    subprocess.run([cc, "-O2", "-g", "-x", "c", "-", "-o", str(exe)], input=src, text=True,
-                   check=True)  # fmt: skip
-    return exe
-
-
 REST_SRC = r"""#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,7 +291,7 @@ def test_run_keeps_the_pagers_least_cache_beside_memory_the_plan_missed(tmp_path
     tier 0 only the budget less the pager's least cache less that, so the
     second array goes to the pager, which keeps its least cache. Before,
     both went to DRAM and the small blocks came out of the pager's share."""
-    exe = _compile(tmp_path / "rest", REST_SRC)
+    exe = c_program(tmp_path / "rest", REST_SRC)
     want = subprocess.run([str(exe), str(6 * MIB)], capture_output=True, text=True, check=True)
     run_hetmem("profile", "-o", str(tmp_path / "r.prof"), "--sampler", "portable", "--",
                str(exe), "0", check=True)  # fmt: skip
@@ -369,7 +359,7 @@ def test_realloc_growth_counts_the_block_once(tmp_path: Path) -> None:
     advice kept it off a fast tier that holds it, and a run sent the grown
     block to the slow tier when the old one filled the fast tier. A block
     that stays on the fast tier is resized by glibc, without a copy."""
-    exe = _compile(tmp_path / "grow", GROW_SRC)
+    exe = c_program(tmp_path / "grow", GROW_SRC)
     want = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     final = int(want.split()[1]) * 8
     run_hetmem("profile", "-o", str(tmp_path / "g.prof"), "--sampler", "portable", "--",

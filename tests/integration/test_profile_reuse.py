@@ -15,13 +15,9 @@ from the device, so the gathered array is what the fast tier should hold
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
-
-from conftest import run_hetmem
+from conftest import c_program, run_hetmem
 from hetmem.placement import fileformat as placement_mod
 
 MIB = 1 << 20
@@ -58,16 +54,6 @@ int main(int argc, char **argv) {
 """
 
 
-def _program(tmp_path: Path) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler")
-    exe = tmp_path / "gather"
-    subprocess.run([cc, "-O2", "-g", "-x", "c", "-", "-o", str(exe)], input=GATHER_SRC,
-                   text=True, check=True)  # fmt: skip
-    return exe
-
-
 def _site(show: dict, function: str) -> dict:
     rows = [r for r in show["sites"] if r["function"].split(".")[0] == function]
     assert len(rows) == 1, [r["function"] for r in show["sites"]]
@@ -75,7 +61,7 @@ def _site(show: dict, function: str) -> dict:
 
 
 def test_short_windows_send_the_gathered_array_to_the_fast_tier(tmp_path: Path) -> None:
-    exe = _program(tmp_path)
+    exe = c_program(tmp_path / "gather", GATHER_SRC)
     proc = run_hetmem("profile", "-o", str(tmp_path / "g.prof"), "--sampler", "refs", "--",
                       str(exe), timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr

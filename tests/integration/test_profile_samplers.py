@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CBUILD, REPO, run_hetmem
+from conftest import CBUILD, REPO, c_program, run_hetmem
 from hetmem.placement import profile as P
 
 TREES = REPO / "tests" / "golden" / "samplers"
@@ -441,12 +441,7 @@ int main(void) {
 
 
 def test_arrays_just_under_the_threshold_get_a_hint(tmp_path: Path) -> None:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler")
-    exe = tmp_path / "near"
-    subprocess.run([cc, "-O1", "-x", "c", "-", "-o", str(exe)], input=NEAR_SRC, text=True,
-                   check=True)  # fmt: skip
+    exe = c_program(tmp_path / "near", NEAR_SRC, "-O1")
     proc = run_hetmem(
         "profile", "--threshold", "1MiB", "-o", str(tmp_path / "p.prof"), "--", str(exe)
     )
