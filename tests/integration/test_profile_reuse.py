@@ -75,6 +75,12 @@ def test_short_windows_send_the_gathered_array_to_the_fast_tier(tmp_path: Path) 
     # but only the gathered one is touched again and again within a window
     assert g["reuse_pages"] > 10 * g["samples"]["loads"], (g, w)
     assert w["reuse_pages"] < 0.1 * g["reuse_pages"], (g, w)
+    # the table shows the reused pages: a number for the gathered array only
+    table = run_hetmem("profile", "show", str(path), env={"COLUMNS": "200"}, check=True).stdout
+    assert "reused pages" in table, table
+    rows = {ln.split("│")[2].strip().split(".")[0]: ln.split("│")[-2].strip()
+            for ln in table.splitlines() if ln.startswith("│")}  # fmt: skip
+    assert rows["swept"] == "-" and float(rows["gathered"]) > 0, rows
     # 64M holds either array beside the pager's least cache, not both
     out = tmp_path / "g.toml"
     storage = tmp_path / "tier"

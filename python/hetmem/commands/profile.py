@@ -191,9 +191,11 @@ def _lifetime(row: dict[str, Any]) -> str:
 
 
 def _print_sites(rows: list[dict[str, Any]]) -> None:
+    # reused pages (the refs sampler's short windows) only where some site has them
+    reuse = any(r.get("reuse_pages", 0) > 0 for r in rows)
     output.table(
         "allocation sites, hottest first",
-        _SITE_COLUMNS,
+        _SITE_COLUMNS + (["reused pages"] if reuse else []),
         [
             [
                 r["index"],
@@ -205,6 +207,7 @@ def _print_sites(rows: list[dict[str, Any]]) -> None:
                 f"{r['est_accesses']:.3g}",
                 f"{r['accesses_per_byte']:.3g}",
             ]
+            + ([f"{r['reuse_pages']:.3g}" if r["reuse_pages"] else "-"] if reuse else [])
             for r in rows
         ],
     )
