@@ -42,8 +42,7 @@ static int hm__region_new(hm_pager_t *p, size_t length, _hm_sdm_region_t **out) 
   r->memfd = r->file = -1;
   r->len = len;
   r->nunits = (uint32_t)(len / p->unit);
-  r->pf_limit = p->maxwin;
-  r->rnd_npg = 1;
+  r->rnd_npg = 1; /* pf_limit: set under the lock (hm__regs_insert) */
   *out = r;
   return 0;
 }
@@ -160,6 +159,8 @@ static void hm__regs_insert(hm_pager_t *p, _hm_sdm_region_t *r) {
    * 32 MiB at 64 KiB units) for that long. */
   p->own += r->units_bytes;
   _hm_sdm_cap_update(p);
+  /* the windows move with the budget (budget.c): read under the lock */
+  r->pf_limit = p->maxwin;
 }
 
 /* Publishes r: the budget must hold its unit table; an error message set. */
