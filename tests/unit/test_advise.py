@@ -233,6 +233,23 @@ def test_bad_short_windows_are_one_line_errors(bad):
         parse(prof_text([s], sampler=SHORT_SAMPLER))
 
 
+@pytest.mark.parametrize(
+    "key, bad, message",
+    [
+        ("short_window_us", [1.0], "short_window_us"),
+        ("short_window_us", "x", "short_window_us"),
+        ("short_window_us", [1.0, -2.0], "short_window_us"),
+        ("short_windows", -1, "short_windows"),
+        ("sampled_us", "x", "sampled_us"),
+    ],
+)
+def test_bad_short_window_headers_are_one_line_errors(key, bad, message):
+    s = seg_site(0x10, [(0, 10, 64)], 300)
+    with pytest.raises(SchemaError, match=message) as e:
+        parse(prof_text([s], sampler={**SHORT_SAMPLER, key: bad}))
+    assert "\n" not in str(e.value)
+
+
 def test_the_gathered_site_takes_the_fast_tier_from_a_larger_swept_one():
     """Of two sites the budget cannot hold together, the one with more
     interval samples (swept) loses the fast tier to the smaller one that
