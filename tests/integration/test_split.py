@@ -62,11 +62,13 @@ def test_split_placement_fills_the_fast_tier(tmp_path: Path) -> None:
     assert _checksum(run.stdout) == _checksum(dram.stdout)
     sites = {x["id"]: x for x in json.loads(stats.read_text())["placement"]["sites"]}
     fast, slow = sites[s.id]["bytes"]
-    # the head, from the block's start 16 bytes in; shorter, by whole pages,
-    # when the run held more outside its blocks than the profile saw (the
+    # the head, from the block's start: 16 bytes in for malloc's and
+    # calloc's blocks, none for posix_memalign's (alloc_cold_z, split when
+    # its short windows priced it highest); shorter, by whole pages, when
+    # the run held more outside its blocks than the profile saw (the
     # interposer cuts a head to tier 0's room left: route.c)
-    assert s.split_bytes - 16 - (1 << 20) <= fast <= s.split_bytes - 16
-    assert (s.split_bytes - 16 - fast) % 4096 == 0
+    short = s.split_bytes - fast
+    assert 0 <= short <= (1 << 20) + 16 and short % 4096 in (0, 16), (s.split_bytes, fast)
     assert fast + slow == ARRAY
     others = [x for i, x in sites.items() if i != s.id]
     assert all(x["bytes"] == [0, ARRAY] for x in others)
