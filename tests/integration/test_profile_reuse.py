@@ -91,3 +91,30 @@ def test_short_windows_send_the_gathered_array_to_the_fast_tier(tmp_path: Path) 
     sites = placement_mod.load(out).sites
     tiers = {s.symbols[0].split(" ")[0].split(".")[0]: s.tier for s in sites}
     assert tiers.get("gathered") == 0 and tiers.get("swept", 0) > 0, tiers
+
+
+def test_a_bad_short_window_count_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """A profile whose samples.short is not two counts: advise and profile
+    show refuse it in one line with exit status 2, naming the field."""
+    lines = [
+        '{"magic": "hetmem-profile", "schema_version": 1, "type": "header", "binary": 0, '
+        '"pid": 1, "hostname": "h", "start_unix": 1.0, "wall_ns": 1000, "depth": 1, '
+        '"threshold": 4096, "bytes_per_access": 64, "sampler": {"name": "refs", '
+        '"period": 64.0, "short_windows": 2, "short_window_us": [1.0, 3.0], '
+        '"sampled_us": 100.0}}',
+        '{"type": "module", "index": 0, "path": "/bin/true", "build_id": ""}',
+        '{"type": "site", "frames": [[0, 16]], "allocs": 1, "bytes": 8192, '
+        '"peak_live_bytes": 8192, "samples": {"loads": 4, "stores": 0, "short": [3]}}',
+        '{"type": "end", "sites": 1, "modules": 1}',
+    ]
+    prof = tmp_path / "bad.prof"
+    prof.write_text("\n".join(lines) + "\n")
+    for cmd in (["advise", str(prof), "--fast-budget", "1M"], ["profile", "show", str(prof)]):
+        proc = run_hetmem(*cmd)
+        assert proc.returncode == 2, proc.stderr
+        err = proc.stderr.strip()
+        assert "samples.short" in err and len(err.splitlines()) == 1, err
+    # the same profile with two counts is read
+    prof.write_text(prof.read_text().replace('"short": [3]', '"short": [3, 5]'))
+    proc = run_hetmem("profile", "show", "--json", str(prof))
+    assert proc.returncode == 0, proc.stderr
