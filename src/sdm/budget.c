@@ -33,7 +33,10 @@
  * budget a hybrid run's pager opens with (the whole fast budget), the
  * windows stayed that large when the DRAM sites left it 5 MiB, and LAMMPS
  * at a 50% budget read 31 GB for a 69 MB footprint in 50 steps (12 GB
- * with prefetch off). */
+ * with prefetch off). Every region's own limit follows (O(regions)): it
+ * never exceeds the pager's, and without the accuracy feedback that moves
+ * it (memfd mode only, _hm_sdm_pf_resolved) it is the pager's; a new
+ * region (limit 0) starts at it. */
 static void hm__size_windows(hm_pager_t *p) {
   uint64_t cu = p->cap / p->unit;
   uint64_t mw = (uint64_t)p->cfg.io_depth * _hm_sdm_read_units(p);
@@ -41,6 +44,10 @@ static void hm__size_windows(hm_pager_t *p) {
   if (p->maxwin < 1) p->maxwin = 1;
   uint64_t share = cu / 2 < 2 * mw ? cu / 2 : 2 * mw;
   p->pf.share = (uint32_t)(share > UINT32_MAX ? UINT32_MAX : share);
+  for (size_t i = 0; i < p->nregs; i++) {
+    _hm_sdm_region_t *r = p->regs[i];
+    if (!p->memfd_mode || !r->pf_limit || r->pf_limit > p->maxwin) r->pf_limit = p->maxwin;
+  }
 }
 
 /* The cache the budget allows (pager lock held): the budget less the

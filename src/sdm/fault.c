@@ -485,8 +485,7 @@ static int hm__locate(hm_pager_t *p, const _hm_sdm_fault_t *f, hm__at_t *at) {
   at->ub = _hm_sdm_ubase(r, p, at->u);
   at->seq = p->cfg.prefetch == HM_PREFETCH_SEQUENTIAL || (at->U->flags & HM_UF_SEQ);
   at->pf_on = p->cfg.prefetch != HM_PREFETCH_OFF && !(at->U->flags & HM_UF_RANDOM);
-  /* the region's limit was set for the cache of its day (region.c) */
-  at->maxw = r->pf_limit < p->maxwin ? r->pf_limit : p->maxwin;
+  at->maxw = r->pf_limit; /* at most p->maxwin (budget.c) */
   return 1;
 }
 

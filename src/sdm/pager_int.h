@@ -277,7 +277,6 @@ static inline int _hm_sdm_reserve(hm_pager_t *p, uint64_t bytes, uint32_t want_s
 static inline void _hm_sdm_pf_resolved(hm_pager_t *p, _hm_sdm_region_t *r, int used) {
   if (used) r->pf_used++;
   if (++r->pf_issued < 64 || !p->memfd_mode) return;
-  if (r->pf_limit > p->maxwin) r->pf_limit = p->maxwin; /* the budget shrank since */
   if (r->pf_used * 2 < r->pf_issued)
     r->pf_limit = r->pf_limit > 1 ? r->pf_limit / 2 : 1;
   else if (r->pf_used * 4 >= r->pf_issued * 3)

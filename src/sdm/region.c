@@ -158,9 +158,7 @@ static void hm__regs_insert(hm_pager_t *p, _hm_sdm_region_t *r) {
    * is full overshoots the budget by its table (a page per 512 units: per
    * 32 MiB at 64 KiB units) for that long. */
   p->own += r->units_bytes;
-  _hm_sdm_cap_update(p);
-  /* the windows move with the budget (budget.c): read under the lock */
-  r->pf_limit = p->maxwin;
+  _hm_sdm_cap_update(p); /* sets r->pf_limit, under the lock (budget.c) */
 }
 
 /* Publishes r: the budget must hold its unit table; an error message set. */
