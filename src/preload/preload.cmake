@@ -24,6 +24,7 @@ add_library(hetmem_preload SHARED
   ${HM_PRELOAD_DIR}/sampler_perf.c
   ${HM_PRELOAD_DIR}/sampler_damon.c
   ${HM_PRELOAD_DIR}/sampler_refs.c
+  ${HM_PRELOAD_DIR}/sampler_writes.c
   ${HM_PRELOAD_DIR}/statics.c
   ${HM_PRELOAD_DIR}/statics_syms.c
   ${HM_PRELOAD_DIR}/statics_place.c)

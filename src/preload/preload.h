@@ -243,6 +243,9 @@ void _hm_pl_prof_alloc(uint32_t site, size_t size);
 /* A freed block's own mapping (HM_PL_OWN, base and maplen as route.c has
  * them) handed to the refs sampler, which unmaps it after its next drain:
  * 1 when taken, else the caller unmaps it (sampler.h, _hm_smp_bury). */
+/* A block's own mapping [base, base + len) was made (HM_PL_OWN, or a
+ * static array's): the refs sampler counts the pages written in it. */
+void _hm_pl_prof_own_mapped(void *base, size_t len);
 int _hm_pl_prof_bury(void *base, size_t maplen, uintptr_t key, size_t req, uint32_t site,
                      uint64_t t_alloc);
 /* Marks site (a slot of _hm_pl_prof_site) as a static array's. */

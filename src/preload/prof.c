@@ -126,6 +126,8 @@ int _hm_pl_prof_bury(void *base, size_t maplen, uintptr_t key, size_t req, uint3
                       _hm_pf.t0 + t_alloc);
 }
 
+void _hm_pl_prof_own_mapped(void *base, size_t len) { _hm_smp_track_writes(base, len); }
+
 void _hm_pl_prof_mark_static(uint32_t site) {
   if (site && _hm_pf.sites) _hm_pf.sites[site].is_static = 1;
 }

@@ -255,7 +255,8 @@ static void *hm__numa_block(const _hm_pl_req_t *req, int node, size_t *maplen_ou
  * in smaps is then the block's. glibc serves large blocks from mappings of
  * their own too (past its mmap threshold); the guards cost address space
  * and two mappings. Fresh anonymous memory reads as zeros: calloc needs
- * no memset. maplen is the block's part; base is one page in. */
+ * no memset. maplen is the block's part; base is one page in. The refs
+ * sampler counts its writes from here (one ioctl). */
 static void *hm__own_block(const _hm_pl_req_t *req, size_t *maplen_out, uint32_t *off_out) {
   size_t pg = _hm_pl_ctx.page, maplen = hm__maplen(req, pg, 2 * pg);
   void *all = NULL;
@@ -268,6 +269,7 @@ static void *hm__own_block(const _hm_pl_req_t *req, size_t *maplen_out, uint32_t
     (void)_hm_prim_sys_munmap(all, maplen + 2 * pg);
     return NULL;
   }
+  _hm_pl_prof_own_mapped(base, maplen);
   return hm__key_in(req, base, maplen, maplen_out, off_out);
 }
 

@@ -364,6 +364,12 @@ void _hm_smp_halt(void) {
   if (hm__run.refs) _hm_smp_refs_stop(hm__run.refs);
 }
 
+void _hm_smp_track_writes(void *base, size_t len) {
+  if (!atomic_load(&hm__run.running) || !hm__run.refs) return;
+  if (_hm_prim_pid() != hm__run.owner) return; /* a forked child: no drain */
+  _hm_smp_refs_track(hm__run.refs, base, len);
+}
+
 uint64_t _hm_smp_cpu_ns(void) { return atomic_load(&hm__run.cpu_ns); }
 
 uint64_t _hm_smp_program_cost_ns(void) { return _hm_smp_refs_touch_cost_ns(hm__run.refs); }

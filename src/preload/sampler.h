@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Access samplers of the profiler (sampler.c, sampler_perf.c, sampler_damon.c;
+/* Access samplers of the profiler (sampler.c, sampler_perf.c, sampler_damon.c,
+ * sampler_refs.c with sampler_writes.c;
  * the portable one in sampler_portable.c, at the end):
  * chosen at run time, each attributing what it observes
  * to the sites of the live blocks of the interposer's table.
@@ -183,6 +184,27 @@ uint64_t _hm_smp_refs_shorts(const _hm_smp_refs_t *r);
 uint64_t _hm_smp_refs_since(const _hm_smp_refs_t *r);
 void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len);
 void _hm_smp_refs_stop(_hm_smp_refs_t *r);
+/* Counts the writes to [base, base + len), a block's own mapping (any
+ * thread). */
+void _hm_smp_refs_track(_hm_smp_refs_t *r, void *base, size_t len);
+
+/* ---- Written pages (sampler_writes.c), for the refs sampler ---- */
+typedef struct _hm_smp_wr_s _hm_smp_wr_t;
+/* 0, or a negative errno and why in one line (stores not told apart). */
+int _hm_smp_wr_open(_hm_smp_wr_t **out, char *why, size_t wlen);
+/* Registers a block's own mapping: its pages written count from now on.
+ * Any thread; cost: one ioctl. w may be NULL. */
+void _hm_smp_wr_track(_hm_smp_wr_t *w, void *base, size_t len);
+/* Credits each span's pages written since the last drain as HM_SMP_STORE
+ * and protects them again; returns the pages. */
+uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
+                          void *arg);
+/* The measured cost of one write-protect fault (ns), pages counted. */
+double _hm_smp_wr_fault_ns(const _hm_smp_wr_t *w);
+uint64_t _hm_smp_wr_pages(const _hm_smp_wr_t *w);
+/* Header JSON members (leading comma); w NULL: why stores are not told
+ * apart. */
+void _hm_smp_wr_describe(const _hm_smp_wr_t *w, const char *why, char *out, size_t len);
 
 /* ---- Selection and the sampler thread (sampler.c) ---- */
 /* Chooses the sampler for want (auto, pebs, ibs, spe, damon, refs,
@@ -215,6 +237,10 @@ uint64_t _hm_smp_cpu_ns(void); /* the sampler thread's CPU time */
  * again after each clear); 0 for the others. */
 uint64_t _hm_smp_program_cost_ns(void);
 void _hm_smp_describe(char *out, size_t len);
+/* A block's own mapping was made (profile mode, route.c): the refs
+ * sampler counts its written pages. Any thread; nothing when another
+ * sampler or none runs, or in a forked child. */
+void _hm_smp_track_writes(void *base, size_t len);
 
 
 /* ---- The portable sampler (sampler_portable.c): page protection ---- */

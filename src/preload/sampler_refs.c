@@ -18,8 +18,9 @@
  * size / 64. Profile mode gives each large block a mapping of its own
  * between guard pages while this sampler runs (route.c), so a mapping's
  * count is its block's; where a mapping holds several blocks the count is
- * shared by overlap. Loads and stores are not told apart (all are
- * credited as loads).
+ * shared by overlap. Every page touched is credited as a load; the pages
+ * of each block's own mapping written in the interval are credited as
+ * stores as well (sampler_writes.c), where the kernel can tell.
  *
  * Costs, both growing with the memory the program touches:
  *  - the drain: reading smaps and clear_refs walk the page tables of the
@@ -27,12 +28,14 @@
  *  - the program's next touch of each page after a clear sets its accessed
  *    bit again: a page walk and a locked update of the entry, paid by the
  *    program's threads (0.3-0.5 us a page in this VM, where a 1 GiB memset
- *    ran 2.5x slower right after a clear; expected far less on bare metal).
- * Neither is bounded by sampling a subset (clear_refs has no range), so
+ *    ran 2.5x slower right after a clear; expected far less on bare metal);
+ *  - the first write to each page after a drain's written-page scan: a
+ *    write-protect fault resolved in the kernel (sampler_writes.c).
+ * None is bounded by sampling a subset (clear_refs has no range), so
  * the interval is: the start measures the touch cost per page (a 16 MiB
  * mapping timed before and after a clear), and after each drain the next
  * interval is HM__REFS_DUTY x (drain time + pages referenced x touch
- * cost), at least the configured one (HM__REFS_EARLY_DUTY x for the
+ * cost + pages written x write fault cost), at least the configured one (HM__REFS_EARLY_DUTY x for the
  * first few). The overhead stays near 1/HM__REFS_DUTY, and half that
  * again for the short windows (hm__short); a short run still gets few
  * intervals (the profile says
@@ -82,6 +85,8 @@ struct _hm_smp_refs_s {
   uint64_t short_cost_ns;                /* what reading them took, waits left out */
   uint64_t rng;                          /* xorshift state of the intervals' jitter */
   char *flush;                           /* HM__REFS_FLUSH_PAGES pages, see hm__clear */
+  _hm_smp_wr_t *wr;                      /* written pages; NULL: not told apart */
+  char wr_why[96];                       /* why not */
   uint64_t next_ns;       /* the next interval */
 };
 
@@ -168,6 +173,7 @@ int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why
   r->base_ns = (cfg->period_us ? cfg->period_us : 10000) * 1000ull;
   r->next_ns = r->base_ns;
   r->touch_ns = hm__touch_cost(r);
+  if (_hm_smp_wr_open(&r->wr, r->wr_why, sizeof r->wr_why)) r->wr = NULL;
   r->rng = _hm_prim_now_ns() | 1;
   r->first_clear = r->last_clear = _hm_prim_now_ns();
   (void)hm__clear(r); /* start from clean bits */
@@ -291,8 +297,10 @@ void _hm_smp_refs_credit_text(char *text, size_t len, _hm_smp_refs_walk_t *w) {
 }
 
 /* The next interval: HM__REFS_DUTY x what this one cost (see the top). */
-static void hm__next_interval(_hm_smp_refs_t *r, uint64_t drain_ns, uint64_t anon_pages) {
-  double cost = (double)drain_ns + (double)anon_pages * r->touch_ns;
+static void hm__next_interval(_hm_smp_refs_t *r, uint64_t drain_ns, uint64_t anon_pages,
+                              uint64_t written) {
+  double cost = (double)drain_ns + (double)anon_pages * r->touch_ns +
+                (double)written * _hm_smp_wr_fault_ns(r->wr);
   /* jittered by up to +-25%: intervals that are a multiple of a program's
    * time step would put every short window in the same phase of it */
   r->rng ^= r->rng << 13, r->rng ^= r->rng >> 7, r->rng ^= r->rng << 17;
@@ -376,6 +384,11 @@ uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_c
     uint64_t slept = hm__short(r, spans, fn, arg, respan, r->last_clear);
     r->short_cost_ns += _hm_prim_now_ns() - w0 - slept;
   }
+  /* after the windows, which count from the clear: the scan would have
+   * lengthened the first */
+  uint64_t s0 = _hm_prim_now_ns();
+  uint64_t written = _hm_smp_wr_drain(r->wr, spans, fn, arg);
+  cost += _hm_prim_now_ns() - s0;
   r->drains++;
   r->mappings = w.mappings;
   r->attributed += w.total;
@@ -383,14 +396,20 @@ uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_c
   r->last_cost_ns = cost;
   r->cost_sum_ns += cost;
   if (cost > r->max_cost_ns) r->max_cost_ns = cost;
-  hm__next_interval(r, cost, w.anon_pages);
+  hm__next_interval(r, cost, w.anon_pages, written);
   return w.total / HM_SMP_FIX;
 }
 
 uint64_t _hm_smp_refs_interval_ns(const _hm_smp_refs_t *r) { return r ? r->next_ns : 10000000u; }
 
 uint64_t _hm_smp_refs_touch_cost_ns(const _hm_smp_refs_t *r) {
-  return r ? (uint64_t)((double)r->ref_pages * r->touch_ns) : 0;
+  if (!r) return 0;
+  double written = (double)_hm_smp_wr_pages(r->wr) * _hm_smp_wr_fault_ns(r->wr);
+  return (uint64_t)((double)r->ref_pages * r->touch_ns + written);
+}
+
+void _hm_smp_refs_track(_hm_smp_refs_t *r, void *base, size_t len) {
+  if (r) _hm_smp_wr_track(r->wr, base, len);
 }
 
 uint64_t _hm_smp_refs_since(const _hm_smp_refs_t *r) { return r->last_clear; }
@@ -403,7 +422,7 @@ void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len) {
            ",\"method\":\"referenced bits: /proc/self/smaps, cleared by /proc/self/clear_refs\","
            "\"mappings\":%llu,\"interval_mean_us\":%.0f,\"drain_mean_us\":%.1f,"
            "\"drain_max_us\":%.1f,\"touch_ns_per_page\":%.1f,\"referenced_pages\":%llu,"
-           "\"touch_cost_ns\":%llu,\"loads_and_stores\":\"not told apart\",\"errors\":%llu,"
+           "\"touch_cost_ns\":%llu,\"errors\":%llu,"
            "\"short_windows\":%llu,\"short_window_us\":[%.1f,%.1f],\"sampled_us\":%.0f,"
            "\"short_cost_us\":%.0f",
            (unsigned long long)r->mappings,
@@ -414,6 +433,8 @@ void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len) {
            r->shorts ? (double)r->short_ns / (double)r->shorts / 1e3 : 0.0,
            r->shorts ? (double)r->short2_ns / (double)r->shorts / 1e3 : 0.0,
            (double)(r->last_clear - r->first_clear) / 1e3, (double)r->short_cost_ns / 1e3);
+  size_t k = strlen(out);
+  if (k < len) _hm_smp_wr_describe(r->wr, r->wr_why, out + k, len - k);
 }
 
 void _hm_smp_refs_stop(_hm_smp_refs_t *r) {

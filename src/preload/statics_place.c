@@ -67,6 +67,7 @@ static void hm__own_mapping(_hm_pl_static_t *s, uintptr_t a, uintptr_t b) {
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | (nr ? MAP_NORESERVE : 0);
   if (_hm_prim_sys_mmap((void *)a, b - a, PROT_READ | PROT_WRITE, flags, -1, 0, &got) == 0) {
     s->noreserve = nr;
+    _hm_pl_prof_own_mapped((void *)a, b - a);
     return;
   }
   /* a MAP_FIXED that fails may have unmapped the range: zeros again */

@@ -166,6 +166,27 @@ ssize_t _hm_prim_pagemap_scan(int fd, void *start, size_t len, uint64_t flags,
                               uint64_t category_mask, uint64_t category_inverted,
                               uint64_t return_mask, _hm_prim_page_region_t *vec,
                               size_t vec_len);
+/* PAGEMAP_SCAN's flags and page categories (include/uapi/linux/fs.h). */
+#define HM_PRIM_PM_WP_MATCHING (1ULL << 0)
+#define HM_PRIM_PAGE_IS_WRITTEN (1ULL << 1)
+#define HM_PRIM_PAGE_IS_PRESENT (1ULL << 3)
+#define HM_PRIM_PAGE_IS_SWAPPED (1ULL << 4)
+#define HM_PRIM_PAGE_IS_PFNZERO (1ULL << 5)
+/* The same with every selector: a page is reported when (categories ^
+ * inverted) has all of mask and, where anyof is nonzero, one of anyof.
+ * *walk_end: where the walk stopped (vec full: go on from there). */
+typedef struct _hm_prim_pm_query_s {
+  uint64_t flags, mask, inverted, anyof, ret;
+} _hm_prim_pm_query_t;
+ssize_t _hm_prim_pagemap_query(int fd, void *start, size_t len, const _hm_prim_pm_query_t *q,
+                               _hm_prim_page_region_t *vec, size_t vec_len, uint64_t *walk_end);
+/* A userfaultfd that only write-protects anonymous memory, resolved by the
+ * kernel itself (UFFD_FEATURE_WP_ASYNC and WP_UNPOPULATED, Linux 6.7): no
+ * thread ever waits on it, and PAGEMAP_SCAN tells the pages written since
+ * it protected them. The descriptor, or -ENOTSUP / a negative errno. */
+int _hm_prim_uffd_open_wp_async(void);
+/* UFFDIO_REGISTER_MODE_WP of [addr, addr + len). */
+int _hm_prim_uffd_register_wp(int uffd, void *addr, size_t len);
 int _hm_prim_vm_memfd(const char *name, size_t len); /* returns the fd */
 /* fd < 0: private anonymous (MAP_NORESERVE); else MAP_SHARED of fd. */
 int _hm_prim_vm_map(int fd, size_t len, void **out);

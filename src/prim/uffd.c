@@ -16,6 +16,12 @@
 #ifndef UFFDIO_CONTINUE_MODE_WP
 #define UFFDIO_CONTINUE_MODE_WP ((__u64)1 << 1)
 #endif
+#ifndef UFFD_FEATURE_WP_UNPOPULATED
+#define UFFD_FEATURE_WP_UNPOPULATED ((__u64)1 << 13)
+#endif
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC ((__u64)1 << 15)
+#endif
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1
 #endif
@@ -138,21 +144,43 @@ int _hm_prim_pagemap_open(void) {
   return fd < 0 ? -errno : fd;
 }
 
-ssize_t _hm_prim_pagemap_scan(int fd, void *start, size_t len, uint64_t flags,
-                              uint64_t category_mask, uint64_t category_inverted,
-                              uint64_t return_mask, _hm_prim_page_region_t *vec,
-                              size_t vec_len) {
+ssize_t _hm_prim_pagemap_query(int fd, void *start, size_t len, const _hm_prim_pm_query_t *q,
+                               _hm_prim_page_region_t *vec, size_t vec_len, uint64_t *walk_end) {
   struct hm__pm_scan_arg a;
   memset(&a, 0, sizeof a);
   a.size = sizeof a;
-  a.flags = flags;
+  a.flags = q->flags;
   a.start = (uint64_t)(uintptr_t)start;
   a.end = a.start + len;
   a.vec = (uint64_t)(uintptr_t)vec;
   a.vec_len = vec_len;
-  a.category_mask = category_mask;
-  a.category_inverted = category_inverted;
-  a.return_mask = return_mask;
+  a.category_mask = q->mask;
+  a.category_inverted = q->inverted;
+  a.category_anyof_mask = q->anyof;
+  a.return_mask = q->ret;
   int n = ioctl(fd, HM__PAGEMAP_SCAN, &a);
+  if (walk_end) *walk_end = a.walk_end;
   return n < 0 ? -errno : n;
+}
+
+ssize_t _hm_prim_pagemap_scan(int fd, void *start, size_t len, uint64_t flags,
+                              uint64_t category_mask, uint64_t category_inverted,
+                              uint64_t return_mask, _hm_prim_page_region_t *vec,
+                              size_t vec_len) {
+  _hm_prim_pm_query_t q = {flags, category_mask, category_inverted, 0, return_mask};
+  return _hm_prim_pagemap_query(fd, start, len, &q, vec, vec_len, NULL);
+}
+
+int _hm_prim_uffd_open_wp_async(void) {
+  uint64_t want = UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED, got = 0;
+  int fd = _hm_prim_uffd_open(want, &got);
+  if (fd >= 0 && got != want) {
+    close(fd);
+    return -ENOTSUP;
+  }
+  return fd;
+}
+
+int _hm_prim_uffd_register_wp(int uffd, void *addr, size_t len) {
+  return _hm_prim_uffd_register(uffd, addr, len, UFFDIO_REGISTER_MODE_WP, NULL);
 }

@@ -10,9 +10,6 @@
 
 #include "sdm/pager_int.h"
 
-#define HM__PAGE_IS_WRITTEN (1ULL << 1)
-#define HM__PAGE_IS_SWAPPED (1ULL << 4)
-#define HM__PM_SCAN_WP_MATCHING (1ULL << 0)
 #define HM__MAXVICT 16
 #define HM__WB_DEPTH 4 /* a batch's writes in flight while faults are served */
 #define HM__DENSE_EARNED 3u /* whole-unit refills a fast stay earns */
@@ -250,8 +247,8 @@ static int hm__unmap_written(_hm_sdm_handler_t *h, const _hm_sdm_slot_t *S, uint
   if (rc) return rc;
   uint64_t marked[HM_SDM_BITMAP_WORDS];
   memset(marked, 0, sizeof marked);
-  ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, 0, HM__PAGE_IS_SWAPPED, 0,
-                                    HM__PAGE_IS_SWAPPED, h->vec, p->upages);
+  ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, 0, HM_PRIM_PAGE_IS_SWAPPED, 0,
+                                    HM_PRIM_PAGE_IS_SWAPPED, h->vec, p->upages);
   hm__vec_bits(ub, h->vec, n, marked); /* n < 0: none marked, all written */
   for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) W[w] = S->filled[w] & ~marked[w];
   return 0;
@@ -644,8 +641,8 @@ static void hm__flush_dirty(hm_pager_t *p, char *ub, const hm__flushing_t *fl,
     if (fl->dirty) memcpy(D, fl->filled, sizeof fl->filled); /* see hm__victim_dirty */
     if (!fl->mapped) return;
     /* Re-arms protection atomically while reporting what was written. */
-    ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, HM__PM_SCAN_WP_MATCHING,
-                                      HM__PAGE_IS_WRITTEN, 0, HM__PAGE_IS_WRITTEN, vec, p->upages);
+    ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, HM_PRIM_PM_WP_MATCHING,
+                                      HM_PRIM_PAGE_IS_WRITTEN, 0, HM_PRIM_PAGE_IS_WRITTEN, vec, p->upages);
     if (n < 0) memcpy(D, fl->filled, sizeof fl->filled);
     hm__vec_bits(ub, vec, n, D);
     for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) D[w] &= fl->filled[w];

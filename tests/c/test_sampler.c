@@ -25,6 +25,7 @@
 #include "../../src/preload/sampler_perf.c"
 #include "../../src/preload/sampler_damon.c"
 #include "../../src/preload/sampler_refs.c"
+#include "../../src/preload/sampler_writes.c"
 #include "testhelper.h"
 
 #define TREE(x) HM_SOURCE_DIR "/tests/golden/samplers/" x
