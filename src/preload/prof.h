@@ -29,6 +29,11 @@ typedef struct _hm_pf_site_s {
   /* pages touched in the refs sampler's first and second short windows
    * (sampler_refs.c), x HM_SMP_FIX */
   _Atomic uint64_t shorts, shorts2;
+  /* Each pair of short windows read on its own (hm__pair in prof.c; the
+   * sampler thread's only): the counts at the last pair, pairs the site
+   * was touched in, pairs that showed reuse, reused pages x HM_SMP_FIX */
+  uint64_t at1, at2, reuse_fix;
+  uint32_t pairs_seen, pairs_reused;
   int is_static; /* a static array's site (statics_place.c): its frame is its address */
 } _hm_pf_site_t;
 

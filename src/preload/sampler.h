@@ -44,11 +44,16 @@ _hm_smp_kind_t _hm_smp_kind_parse(const char *name);
 
 /* What a credit counts (the credit function's last argument): a load, a
  * store, or a page touched in the refs sampler's first or second short
- * window (how touched pages grow after a clear, not an access count). */
+ * window (how touched pages grow after a clear, not an access count).
+ * HM_SMP_PAIR is no count: a pair of short windows has ended (site 0), and
+ * the weight is w1 / (w2 - w1) x 2^16, what turns a site's growth from the
+ * first window to the second into the sweep pages of the first; the
+ * receiver reads each site's pair from its counts since the last one. */
 #define HM_SMP_LOAD 0
 #define HM_SMP_STORE 1
 #define HM_SMP_SHORT 2
 #define HM_SMP_SHORT2 3
+#define HM_SMP_PAIR 4
 /* Where credits go: site, weight x HM_SMP_FIX, what (HM_SMP_LOAD...). */
 typedef void (*_hm_smp_credit_fn)(void *arg, uint32_t site, uint64_t weight_fix, int what);
 

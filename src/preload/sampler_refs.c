@@ -354,6 +354,8 @@ static uint64_t hm__short(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_cre
   if (respan) respan(spans);
   uint64_t m2 = hm__window(r, spans, fn, arg, HM_SMP_SHORT2);
   if (!m2) return slept;
+  uint64_t w2 = m2 - c1;
+  fn(arg, 0, w2 > w1 ? (uint64_t)((double)w1 / (double)(w2 - w1) * 65536.0) : 0, HM_SMP_PAIR);
   r->shorts++;
   r->short_ns += w1;
   r->short2_ns += m2 - c1;

@@ -257,6 +257,8 @@ def _parse_site(c: _Ctx, rec: dict[str, Any], modules: list[Module], hdr: dict[s
     s.small_bytes = c.opt_int(small, "bytes")
     if "short" in samples:
         s.reuse_pages = _short_windows(c, samples["short"], hdr["sampler"])
+    if "short_reuse" in samples:
+        s.reuse_pages = _short_reuse(c, samples["short_reuse"], hdr["sampler"])
     s.est_accesses = (s.loads + s.stores) * float(hdr["sampler"]["period"])
     if "static" in rec:
         s.static = c.bool_(rec, "static")
@@ -293,6 +295,35 @@ def _short_windows(c: _Ctx, pair: Any, sampler: dict[str, Any]) -> float:
     u1, u2 = pair[0] / n, pair[1] / n
     rate = max(0.0, (u2 - u1) / (w2 - w1))
     return max(0.0, u1 - SHORT_WINDOW_SLACK * rate * w1) * sampled / w1
+
+
+def _short_reuse(c: _Ctx, triple: Any, sampler: dict[str, Any]) -> float:
+    """Pages reused over the sampled time, from each pair of short windows
+    read on its own (libhetmem_preload.so's prof.c): [pairs the site was
+    touched in, pairs whose first window held reuse beyond a quarter of its
+    pages, reused pages summed over the pairs]. Reuse counts only when most
+    of the pairs that saw the site show it: a sweep whose pass ended within
+    a pair reads as reuse in that pair alone, and summed over the run it
+    weighed as much as a gather touched all run long (LAMMPS's per-atom
+    arrays and a small array swept fast were coin flips for the advisor).
+    The mean over all pairs is then extrapolated as in _short_windows."""
+    if (
+        not isinstance(triple, list)
+        or len(triple) != 3
+        or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in triple)
+        or triple[1] > triple[0]
+    ):
+        raise c.fail(
+            "'samples.short_reuse' must be [pairs seen, pairs with reuse <= seen, reused pages]"
+        )
+    seen, reused, pages = triple
+    n = float(sampler.get("short_windows") or 0)
+    w = sampler.get("short_window_us")
+    sampled = float(sampler.get("sampled_us") or 0.0)
+    if n <= 0 or not isinstance(w, list) or len(w) != 2 or sampled <= 0.0 or 2 * reused < seen:
+        return 0.0
+    w1 = float(w[0])
+    return pages / n * sampled / w1 if w1 > 0.0 else 0.0
 
 
 def _int_pair(x: Any) -> bool:
