@@ -310,12 +310,13 @@ static void hm__next_interval(_hm_smp_refs_t *r, uint64_t drain_ns, uint64_t ano
 }
 
 /* Reads smaps and credits it as `what`; the read's middle moment, or 0
- * when it failed. */
+ * when it failed. *half: half the read's own time (its parse left out). */
 static uint64_t hm__window(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
-                           void *arg, int what) {
+                           void *arg, int what, uint64_t *half) {
   uint64_t t0 = _hm_prim_now_ns();
   ssize_t n = hm__read_smaps(r);
   uint64_t t1 = _hm_prim_now_ns();
+  *half = (t1 - t0) / 2;
   if (n < 0) {
     r->errors++;
     return 0;
@@ -343,16 +344,17 @@ static uint64_t hm__window(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans, _hm_
 static uint64_t hm__short(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
                           void *arg, void (*respan)(_hm_smp_spans_t *), uint64_t c1) {
   if (respan) respan(spans);
-  uint64_t m1 = hm__window(r, spans, fn, arg, HM_SMP_SHORT);
+  uint64_t half = 0, m1 = hm__window(r, spans, fn, arg, HM_SMP_SHORT, &half);
   if (!m1) return 0;
-  uint64_t w1 = m1 > c1 ? m1 - c1 : 1, half = _hm_prim_now_ns() - m1;
+  /* the second read's middle at c1 + 3 w1: it starts half a read before */
+  uint64_t w1 = m1 > c1 ? m1 - c1 : 1;
   uint64_t now = _hm_prim_now_ns(), want = c1 + 3 * w1, slept = 0;
   if (want > now + half) {
     slept = want - now - half;
     _hm_prim_sleep_ns(slept);
   }
   if (respan) respan(spans);
-  uint64_t m2 = hm__window(r, spans, fn, arg, HM_SMP_SHORT2);
+  uint64_t m2 = hm__window(r, spans, fn, arg, HM_SMP_SHORT2, &half);
   if (!m2) return slept;
   uint64_t w2 = m2 - c1;
   fn(arg, 0, w2 > w1 ? (uint64_t)((double)w1 / (double)(w2 - w1) * 65536.0) : 0, HM_SMP_PAIR);

@@ -163,6 +163,17 @@ class _Ctx:
             raise self.fail(f"'{key}' = {v} is out of range [{lo}, {hi}]")
         return float(v)
 
+    def nums(self, rec: dict[str, Any], key: str, n: int, what: str) -> list[float]:
+        """rec[key] as a list of n finite numbers >= 0, else what it must be."""
+        v = rec.get(key)
+        ok = isinstance(v, list) and len(v) == n
+        if ok and all(
+            not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x) and x >= 0
+            for x in v
+        ):
+            return [float(x) for x in v]
+        raise self.fail(f"'{key}' must be {what}")
+
     def bool_(self, rec: dict[str, Any], key: str) -> bool:
         v = rec.get(key)
         if not isinstance(v, bool):
@@ -212,11 +223,7 @@ def _parse_header(c: _Ctx, rec: dict[str, Any]) -> dict[str, Any]:
         if k in sampler:
             c.num(sampler, k, 0.0)
     if "short_window_us" in sampler:
-        w = sampler["short_window_us"]
-        if not isinstance(w, list) or len(w) != 2:
-            raise c.fail("'sampler.short_window_us' must be [first, second] window lengths")
-        for i in (0, 1):
-            c.num({"short_window_us": w[i]}, "short_window_us")
+        c.nums(sampler, "short_window_us", 2, "[first, second] window lengths (us, >= 0)")
     if "small" in rec:
         small = c.obj(rec["small"], "'small'")
         c.int_(small, "count")
