@@ -204,9 +204,10 @@ void _hm_smp_wr_track(_hm_smp_wr_t *w, void *base, size_t len);
  * and protects them again; returns the pages. */
 uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
                           void *arg);
-/* The measured cost of one write-protect fault (ns), pages counted. */
+/* The measured cost of one write-protect fault (ns); the faults the
+ * program took (estimated: sampler_writes.c), all drains or the last. */
 double _hm_smp_wr_fault_ns(const _hm_smp_wr_t *w);
-uint64_t _hm_smp_wr_pages(const _hm_smp_wr_t *w);
+uint64_t _hm_smp_wr_faults(const _hm_smp_wr_t *w, int last);
 /* Header JSON members (leading comma); w NULL: why stores are not told
  * apart. */
 void _hm_smp_wr_describe(const _hm_smp_wr_t *w, const char *why, char *out, size_t len);

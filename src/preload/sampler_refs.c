@@ -29,13 +29,14 @@
  *    bit again: a page walk and a locked update of the entry, paid by the
  *    program's threads (0.3-0.5 us a page in this VM, where a 1 GiB memset
  *    ran 2.5x slower right after a clear; expected far less on bare metal);
- *  - the first write to each page after a drain's written-page scan: a
- *    write-protect fault resolved in the kernel (sampler_writes.c).
+ *  - the first write to each page after a drain's written-page scan
+ *    protected it: a write-protect fault resolved in the kernel
+ *    (sampler_writes.c; a page's first write ever takes none).
  * None is bounded by sampling a subset (clear_refs has no range), so
  * the interval is: the start measures the touch cost per page (a 16 MiB
  * mapping timed before and after a clear), and after each drain the next
- * interval is HM__REFS_DUTY x (drain time + pages referenced x touch
- * cost + pages written x write fault cost), at least the configured one (HM__REFS_EARLY_DUTY x for the
+ * interval is HM__REFS_DUTY x (drain time + pages referenced again x
+ * touch cost + write faults x their cost), at least the configured one (HM__REFS_EARLY_DUTY x for the
  * first few). The overhead stays near 1/HM__REFS_DUTY, and half that
  * again for the short windows (hm__short); a short run still gets few
  * intervals (the profile says
@@ -81,6 +82,11 @@ struct _hm_smp_refs_s {
   uint64_t drains, mappings, attributed, errors;
   double touch_ns;        /* measured cost of re-touching a cleared page */
   uint64_t ref_pages;     /* referenced anonymous pages, all drains */
+  /* of which touched again after a clear (the rest were first touches,
+   * which cost a page fault of the program's own, not the bit again):
+   * estimated as for write faults (sampler_writes.c), a drain's pages
+   * beyond the most an earlier drain saw being first touches */
+  uint64_t retouched, ref_peak;
   uint64_t shorts, short_ns, short2_ns; /* short window pairs read, their summed lengths */
   uint64_t short_cost_ns;                /* what reading them took, waits left out */
   uint64_t rng;                          /* xorshift state of the intervals' jitter */
@@ -297,10 +303,10 @@ void _hm_smp_refs_credit_text(char *text, size_t len, _hm_smp_refs_walk_t *w) {
 }
 
 /* The next interval: HM__REFS_DUTY x what this one cost (see the top). */
-static void hm__next_interval(_hm_smp_refs_t *r, uint64_t drain_ns, uint64_t anon_pages,
-                              uint64_t written) {
-  double cost = (double)drain_ns + (double)anon_pages * r->touch_ns +
-                (double)written * _hm_smp_wr_fault_ns(r->wr);
+static void hm__next_interval(_hm_smp_refs_t *r, uint64_t drain_ns, uint64_t again,
+                              uint64_t wfaults) {
+  double cost = (double)drain_ns + (double)again * r->touch_ns +
+                (double)wfaults * _hm_smp_wr_fault_ns(r->wr);
   /* jittered by up to +-25%: intervals that are a multiple of a program's
    * time step would put every short window in the same phase of it */
   r->rng ^= r->rng << 13, r->rng ^= r->rng >> 7, r->rng ^= r->rng << 17;
@@ -391,16 +397,20 @@ uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_c
   /* after the windows, which count from the clear: the scan would have
    * lengthened the first */
   uint64_t s0 = _hm_prim_now_ns();
-  uint64_t written = _hm_smp_wr_drain(r->wr, spans, fn, arg);
+  (void)_hm_smp_wr_drain(r->wr, spans, fn, arg);
+  uint64_t wfaults = _hm_smp_wr_faults(r->wr, 1);
   cost += _hm_prim_now_ns() - s0;
   r->drains++;
   r->mappings = w.mappings;
   r->attributed += w.total;
   r->ref_pages += w.anon_pages;
+  uint64_t again = w.anon_pages < r->ref_peak ? w.anon_pages : r->ref_peak;
+  if (w.anon_pages > r->ref_peak) r->ref_peak = w.anon_pages;
+  r->retouched += again;
   r->last_cost_ns = cost;
   r->cost_sum_ns += cost;
   if (cost > r->max_cost_ns) r->max_cost_ns = cost;
-  hm__next_interval(r, cost, w.anon_pages, written);
+  hm__next_interval(r, cost, again, wfaults);
   return w.total / HM_SMP_FIX;
 }
 
@@ -408,8 +418,8 @@ uint64_t _hm_smp_refs_interval_ns(const _hm_smp_refs_t *r) { return r ? r->next_
 
 uint64_t _hm_smp_refs_touch_cost_ns(const _hm_smp_refs_t *r) {
   if (!r) return 0;
-  double written = (double)_hm_smp_wr_pages(r->wr) * _hm_smp_wr_fault_ns(r->wr);
-  return (uint64_t)((double)r->ref_pages * r->touch_ns + written);
+  double written = (double)_hm_smp_wr_faults(r->wr, 0) * _hm_smp_wr_fault_ns(r->wr);
+  return (uint64_t)((double)r->retouched * r->touch_ns + written);
 }
 
 void _hm_smp_refs_track(_hm_smp_refs_t *r, void *base, size_t len) {
