@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hetmem.bench import harness
+from hetmem.placement import fileformat as placement_file
 
 REPO = Path(__file__).resolve().parent.parent
 CBUILD = Path(os.environ.get("HETMEM_CBUILD", REPO / "build" / "c"))
@@ -86,15 +87,30 @@ def c_program(exe: Path, source: str, *flags: str) -> Path:
 
 
 def profile_and_show(
-    tmp_path: Path, name: str, *cmd: str
+    tmp_path: Path, name: str, *cmd: str, options: tuple[str, ...] = ()
 ) -> tuple[subprocess.CompletedProcess[str], Path, dict]:
-    """`hetmem profile -o tmp_path/name.prof -- cmd`, then `profile show
-    --json` of the one file it wrote: (the profile run, the file, the show)."""
-    proc = run_hetmem("profile", "-o", str(tmp_path / f"{name}.prof"), "--", *cmd)
+    """`hetmem profile -o tmp_path/name.prof [options] -- cmd`, then
+    `profile show --json` of the one file it wrote: (the profile run, the
+    file, the show)."""
+    proc = run_hetmem("profile", "-o", str(tmp_path / f"{name}.prof"), *options, "--", *cmd)
     written = sorted(tmp_path.glob(f"{name}.prof.norank.*"))
     assert len(written) == 1, proc.stderr
     show = json.loads(run_hetmem("profile", "show", "--json", str(written[0]), check=True).stdout)
     return proc, written[0], show
+
+
+def shown_site(show: dict, function: str) -> dict:
+    """The one site of a `profile show --json` whose function is function
+    (a compiler's .constprop/.isra suffix left out)."""
+    rows = [r for r in show["sites"] if r["function"].split(".")[0] == function]
+    assert len(rows) == 1, [r["function"] for r in show["sites"]]
+    return rows[0]
+
+
+def placed_tiers(placement: Path) -> dict[str, int]:
+    """Each site's tier in a placement file, by its innermost function."""
+    sites = placement_file.load(placement).sites
+    return {s.symbols[0].split(" ")[0].split(".")[0]: s.tier for s in sites}
 
 
 # Benchmark-harness plans and run records, shared by the harness's unit tests

@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import c_program, run_hetmem
-from hetmem.placement import fileformat as placement_mod
+from conftest import c_program, placed_tiers, profile_and_show, run_hetmem, shown_site
 
 MIB = 1 << 20
 
@@ -54,22 +53,13 @@ int main(int argc, char **argv) {
 """
 
 
-def _site(show: dict, function: str) -> dict:
-    rows = [r for r in show["sites"] if r["function"].split(".")[0] == function]
-    assert len(rows) == 1, [r["function"] for r in show["sites"]]
-    return rows[0]
-
-
 def test_short_windows_send_the_gathered_array_to_the_fast_tier(tmp_path: Path) -> None:
     exe = c_program(tmp_path / "gather", GATHER_SRC)
-    proc = run_hetmem("profile", "-o", str(tmp_path / "g.prof"), "--sampler", "refs", "--",
-                      str(exe), timeout=120)  # fmt: skip
+    proc, path, show = profile_and_show(tmp_path, "g", str(exe), options=("--sampler", "refs"))
     assert proc.returncode == 0, proc.stderr
-    (path,) = tmp_path.glob("g.prof.norank.*")
-    show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
     sampler = show["header"]["sampler"]
     assert sampler["name"] == "refs" and sampler["short_windows"] >= 3, sampler
-    g, w = _site(show, "gathered"), _site(show, "swept")
+    g, w = shown_site(show, "gathered"), shown_site(show, "swept")
     # both are touched whole every interval: the larger swept one has more samples
     assert w["samples"]["loads"] > g["samples"]["loads"], (g, w)
     # but only the gathered one is touched again and again within a window
@@ -88,8 +78,7 @@ def test_short_windows_send_the_gathered_array_to_the_fast_tier(tmp_path: Path) 
     adv = run_hetmem("advise", str(path), "--fast-budget", "64M", "--no-split", "--storage",
                      str(storage), "--json", "-o", str(out), check=True)  # fmt: skip
     assert json.loads(adv.stdout)["schema_version"] >= 1
-    sites = placement_mod.load(out).sites
-    tiers = {s.symbols[0].split(" ")[0].split(".")[0]: s.tier for s in sites}
+    tiers = placed_tiers(out)
     assert tiers.get("gathered") == 0 and tiers.get("swept", 0) > 0, tiers
 
 

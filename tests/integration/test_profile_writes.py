@@ -9,14 +9,12 @@ hold, although the read-only one is larger and has more samples."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
-from conftest import c_program, run_hetmem
-from hetmem.placement import fileformat as placement_mod
+from conftest import c_program, placed_tiers, profile_and_show, run_hetmem, shown_site
 
 MIB = 1 << 20
 
@@ -53,26 +51,17 @@ int main(int argc, char **argv) {
 """
 
 
-def _site(show: dict, function: str) -> dict:
-    rows = [r for r in show["sites"] if r["function"].split(".")[0] == function]
-    assert len(rows) == 1, [r["function"] for r in show["sites"]]
-    return rows[0]
-
-
 def test_refs_counts_the_pages_written_as_stores(tmp_path: Path) -> None:
     exe = c_program(tmp_path / "writes", WRITES_SRC)
-    proc = run_hetmem("profile", "-o", str(tmp_path / "w.prof"), "--sampler", "refs", "--",
-                      str(exe), timeout=120)  # fmt: skip
+    proc, path, show = profile_and_show(tmp_path, "w", str(exe), options=("--sampler", "refs"))
     assert proc.returncode == 0, proc.stderr
-    (path,) = tmp_path.glob("w.prof.norank.*")
-    show = json.loads(run_hetmem("profile", "show", "--json", str(path), check=True).stdout)
     sampler = show["header"]["sampler"]
     told = sampler["loads_and_stores"]
     if told.startswith("not told apart"):
         pytest.skip(f"this kernel cannot count written pages: {told}")
     assert sampler["drains"] >= 4 and sampler["write_errors"] == 0, sampler
     assert sampler["write_blocks"] >= 2 and sampler["write_fault_ns"] > 0, sampler
-    w, r = _site(show, "written"), _site(show, "readonly")
+    w, r = shown_site(show, "written"), shown_site(show, "readonly")
     pages_r = 24 * MIB // os.sysconf("SC_PAGE_SIZE")
     # both are swept whole every interval: the larger one has more samples
     assert r["samples"]["loads"] > w["samples"]["loads"], (w, r)
@@ -92,7 +81,5 @@ def test_refs_counts_the_pages_written_as_stores(tmp_path: Path) -> None:
     storage.mkdir()
     run_hetmem("advise", str(path), "--fast-budget", "40M", "--no-split", "--storage",
                str(storage), "-o", str(out), check=True)  # fmt: skip
-    tiers = {
-        s.symbols[0].split(" ")[0].split(".")[0]: s.tier for s in placement_mod.load(out).sites
-    }
+    tiers = placed_tiers(out)
     assert tiers.get("written") == 0 and tiers.get("readonly", 0) > 0, tiers
