@@ -187,7 +187,7 @@ static void hm__pf_feed(_hm_sdm_handler_t *h, int tid, _hm_sdm_region_t *r, uint
    * pass, which eviction leaves behind the units a stream passes): the
    * reader may fault no more before the end. */
   int64_t reach = plan->count ? plan->from + (int64_t)plan->count : (int64_t)u + 1;
-  if (plan->trend == 1 && !plan->ended &&
+  if (plan->trend == 1 && !plan->ended && p->cfg.prefetch != HM_PREFETCH_OFF &&
       (reach + (int64_t)plan->window >= (int64_t)r->nunits || hm__tail_present(r, reach)) &&
       _hm_sdm_pf_end(&p->pf, tid, r))
     hm__pf_successor(h, tid, r, plan->window);
@@ -832,7 +832,10 @@ static int hm__dense_back(const hm_pager_t *p, const hm__at_t *at) {
 static int hm__fault_miss(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const hm__at_t *at,
                           _hm_sdm_pf_plan_t *plan, int *fed) {
   hm_pager_t *p = h->p;
-  if (p->cfg.prefetch != HM_PREFETCH_OFF && !(at->U->flags & HM_UF_RANDOM) && !*fed) {
+  /* fed with prefetch off too: the streams it finds are what keeps a loop
+   * larger than the cache partly resident (hm__demote_behind), and what
+   * tells a random miss from a sweep's; only their windows go unread */
+  if (!(at->U->flags & HM_UF_RANDOM) && !*fed) {
     hm__feed_at(h, f, at, 0, plan);
     hm__rnd_score(at->r, plan);
     *fed = 1;
