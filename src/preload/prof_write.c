@@ -301,7 +301,9 @@ static void hm__site_tail(_hm_sb_t *sb, _hm_pf_site_t *s, const hm__wsite_t *o,
   if (shorts || shorts2)
     _hm_sb_printf(sb, ",\"short\":[%llu,%llu]", (unsigned long long)shorts,
                   (unsigned long long)shorts2);
-  if (s->pairs_seen)
+  /* with `short` always: without it (no pair saw the site in a first
+   * window, but a second window did) the sums would be read the old way */
+  if (shorts || shorts2 || s->pairs_seen)
     _hm_sb_printf(sb, ",\"short_reuse\":[%u,%u,%llu]", s->pairs_seen, s->pairs_reused,
                   (unsigned long long)((s->reuse_fix + HM_SMP_FIX / 2) / HM_SMP_FIX));
   _hm_sb_printf(sb, "},\"small\":{\"count\":%llu,\"bytes\":%llu}}\n",

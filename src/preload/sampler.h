@@ -193,6 +193,17 @@ void _hm_smp_refs_stop(_hm_smp_refs_t *r);
  * thread). */
 void _hm_smp_refs_track(_hm_smp_refs_t *r, void *base, size_t len);
 
+/* Of n pages a drain found touched (or written), those touched again
+ * since an earlier drain cleared (or protected) them, estimated: the pages
+ * beyond the most an earlier drain found (*peak, updated) are first
+ * touches, which cost the program its own page fault, not the sampler's
+ * (a run's initialisation). */
+static inline uint64_t _hm_smp_again(uint64_t n, uint64_t *peak) {
+  uint64_t again = n < *peak ? n : *peak;
+  if (n > *peak) *peak = n;
+  return again;
+}
+
 /* ---- Written pages (sampler_writes.c), for the refs sampler ---- */
 typedef struct _hm_smp_wr_s _hm_smp_wr_t;
 /* 0, or a negative errno and why in one line (stores not told apart). */

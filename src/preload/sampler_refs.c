@@ -36,8 +36,8 @@
  * the interval is: the start measures the touch cost per page (a 16 MiB
  * mapping timed before and after a clear), and after each drain the next
  * interval is HM__REFS_DUTY x (drain time + pages referenced again x
- * touch cost + write faults x their cost), at least the configured one (HM__REFS_EARLY_DUTY x for the
- * first few). The overhead stays near 1/HM__REFS_DUTY, and half that
+ * touch cost + write faults x their cost), at least the configured one
+ * (HM__REFS_EARLY_DUTY x for the first few). The overhead stays near 1/HM__REFS_DUTY, and half that
  * again for the short windows (hm__short); a short run still gets few
  * intervals (the profile says
  * how many, and `hetmem profile` warns). Samples are not scaled by the
@@ -404,8 +404,7 @@ uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_c
   r->mappings = w.mappings;
   r->attributed += w.total;
   r->ref_pages += w.anon_pages;
-  uint64_t again = w.anon_pages < r->ref_peak ? w.anon_pages : r->ref_peak;
-  if (w.anon_pages > r->ref_peak) r->ref_peak = w.anon_pages;
+  uint64_t again = _hm_smp_again(w.anon_pages, &r->ref_peak);
   r->retouched += again;
   r->last_cost_ns = cost;
   r->cost_sum_ns += cost;

@@ -133,11 +133,13 @@ int _hm_smp_wr_open(_hm_smp_wr_t **out, char *why, size_t wlen) {
   w->pagemap = w->uffd >= 0 ? _hm_prim_pagemap_open() : -1;
   if (!_hm_prim_map_anon(HM__WR_VEC * sizeof *w->vec, &v)) w->vec = v;
   int rc = w->uffd < 0 ? w->uffd : w->pagemap < 0 ? w->pagemap : !w->vec ? -ENOMEM : 0;
-  if (!rc && (w->fault_ns = hm__fault_cost(w)) < 0) rc = -ENOTSUP;
+  int reg = !rc && (w->fault_ns = hm__fault_cost(w)) < 0;
+  if (reg) rc = -EPERM;
   if (rc) {
     snprintf(why, wlen, "%s",
-             rc == -ENOTSUP ? "userfaultfd WP_ASYNC with PAGEMAP_SCAN needs Linux 6.7"
-                            : strerror(-rc));
+             reg                ? "userfaultfd refused to write-protect anonymous memory"
+             : rc == -ENOTSUP ? "userfaultfd WP_ASYNC with PAGEMAP_SCAN needs Linux 6.7"
+                              : strerror(-rc));
     w->uffd = w->uffd < 0 ? -1 : w->uffd;
     w->pagemap = w->pagemap < 0 ? -1 : w->pagemap;
     hm__close(w);
@@ -177,9 +179,8 @@ uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, _hm_smp
   }
   w->scans++;
   w->pages += total;
-  w->last_faults = total < w->peak ? total : w->peak;
+  w->last_faults = _hm_smp_again(total, &w->peak);
   w->faults += w->last_faults;
-  if (total > w->peak) w->peak = total;
   w->scan_ns += _hm_prim_now_ns() - t0;
   return total;
 }

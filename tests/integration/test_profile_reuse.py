@@ -107,3 +107,11 @@ def test_a_bad_short_window_count_is_one_line_and_exit_2(tmp_path: Path) -> None
     prof.write_text(prof.read_text().replace('"short": [3]', '"short": [3, 5]'))
     proc = run_hetmem("profile", "show", "--json", str(prof))
     assert proc.returncode == 0, proc.stderr
+    # and a per-pair count that claims more pairs with reuse than seen is not
+    good = prof.read_text()
+    prof.write_text(good.replace('"short": [3, 5]', '"short": [3, 5], "short_reuse": [2, 3, 9]'))
+    for cmd in (["advise", str(prof), "--fast-budget", "1M"], ["profile", "show", str(prof)]):
+        proc = run_hetmem(*cmd)
+        assert proc.returncode == 2, proc.stderr
+        err = proc.stderr.strip()
+        assert "samples.short_reuse" in err and len(err.splitlines()) == 1, err

@@ -228,14 +228,14 @@ def test_a_sweep_has_no_reuse():
 def test_reuse_counts_when_most_pairs_show_it():
     """short_reuse [seen, with reuse, pages]: 350 reused pages over 10
     pairs of 1 ms is 3500 over the 100 ms sampled, when at least half the
-    pairs that saw the site show reuse; a sweep that stopped within 2 of
-    its 10 pairs shows it in those only, and has none. It overrides the
-    summed pair."""
+    pairs that saw the site show reuse, and at least 3 saw it; a sweep
+    that stopped within 2 of its 10 pairs shows it in those only, and has
+    none. It overrides the summed pair."""
     s = seg_site(0x10, [(0, 10, 64)], 300)
     s["samples"]["short"] = [500, 700]
     for triple, want in (([10, 10, 350], 3500.0), ([10, 5, 350], 3500.0),
                          ([10, 4, 350], 0.0), ([10, 2, 350], 0.0), ([4, 2, 350], 3500.0),
-                         ([0, 0, 0], 0.0)):  # fmt: skip
+                         ([3, 2, 350], 3500.0), ([2, 2, 350], 0.0), ([0, 0, 0], 0.0)):  # fmt: skip
         s["samples"]["short_reuse"] = triple
         site = P.merge([parse(prof_text([s], sampler=SHORT_SAMPLER))]).sites[0]
         assert site.reuse_pages == pytest.approx(want), triple

@@ -277,6 +277,11 @@ def _parse_site(c: _Ctx, rec: dict[str, Any], modules: list[Module], hdr: dict[s
 # mapping's own to within about half (a sweep's reuse read -0.45..+0.3 of
 # its first window's pages in repeated runs, a random gather's 0.91-0.93).
 SHORT_WINDOW_SLACK = 1.5
+# Pairs of short windows that must have seen a site before its reuse
+# counts (_short_reuse): with one or two, a sweep whose pass ended inside
+# one of them (or whose thread was off the CPU between the reads, on a
+# busy machine) is a majority of reuse.
+MIN_REUSE_PAIRS = 3
 
 
 def _short_windows(c: _Ctx, pair: Any, sampler: dict[str, Any]) -> float:
@@ -313,6 +318,8 @@ def _short_reuse(c: _Ctx, triple: Any, sampler: dict[str, Any]) -> float:
     a pair reads as reuse in that pair alone, and summed over the run it
     weighed as much as a gather touched all run long (LAMMPS's per-atom
     arrays and a small array swept fast were coin flips for the advisor).
+    At least MIN_REUSE_PAIRS pairs must have seen the site: one or two
+    tell a pass that ended inside them from reuse no better than a coin.
     The mean over all pairs is then extrapolated as in _short_windows."""
     if (
         not isinstance(triple, list)
@@ -327,7 +334,9 @@ def _short_reuse(c: _Ctx, triple: Any, sampler: dict[str, Any]) -> float:
     n = float(sampler.get("short_windows") or 0)
     w = sampler.get("short_window_us")
     sampled = float(sampler.get("sampled_us") or 0.0)
-    if n <= 0 or not isinstance(w, list) or len(w) != 2 or sampled <= 0.0 or 2 * reused < seen:
+    if n <= 0 or not isinstance(w, list) or len(w) != 2 or sampled <= 0.0:
+        return 0.0
+    if seen < MIN_REUSE_PAIRS or 2 * reused < seen:
         return 0.0
     w1 = float(w[0])
     return pages / n * sampled / w1 if w1 > 0.0 else 0.0
