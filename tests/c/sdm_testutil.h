@@ -45,14 +45,20 @@ static inline int hm_sdm_tracks_dirt(hm_pager_t *p) {
 
 /* An anonymous-fill pager (the default mode) of budget bytes over dir,
  * fetch unit as given (0: the default); NULL as hm_sdm_open. */
-static inline hm_pager_t *hm_sdm_open_flags(hm_ctx_t *ctx, const char *dir, uint64_t budget,
-                                            uint64_t unit, uint32_t flags) {
+static inline hm_pager_config_t hm_sdm_config(hm_ctx_t *ctx, const char *dir, uint64_t budget,
+                                              uint64_t unit, uint32_t flags) {
   hm_pager_config_t cfg;
   hm_pager_config_default(ctx, &cfg);
   cfg.dram_budget = budget;
   cfg.backing_dir = dir;
   if (unit) cfg.fetch_unit = unit;
   cfg.flags = flags;
+  return cfg;
+}
+
+static inline hm_pager_t *hm_sdm_open_flags(hm_ctx_t *ctx, const char *dir, uint64_t budget,
+                                            uint64_t unit, uint32_t flags) {
+  hm_pager_config_t cfg = hm_sdm_config(ctx, dir, budget, unit, flags);
   return hm_sdm_open(ctx, &cfg);
 }
 

@@ -105,11 +105,7 @@ int main(void) {
   /* with prefetch off too: the streams found are still what keeps part of
    * the loop (before, the detector was not fed then, and each sweep at 3x
    * read all of it: CLOCK) */
-  hm_pager_config_t cfg;
-  hm_pager_config_default(ctx, &cfg);
-  cfg.dram_budget = BUDGET;
-  cfg.backing_dir = dir;
-  cfg.fetch_unit = UNIT;
+  hm_pager_config_t cfg = hm_sdm_config(ctx, dir, BUDGET, UNIT, 0);
   cfg.prefetch = HM_PREFETCH_OFF;
   p = hm_sdm_open(ctx, &cfg);
   CHECK(p != NULL);

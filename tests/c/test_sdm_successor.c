@@ -32,13 +32,7 @@ static void run(uint32_t flags, const char *mode) {
   const char *dir = hm_sdm_scratch();
   hm_ctx_t *ctx = NULL;
   CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
-  hm_pager_config_t cfg;
-  hm_pager_config_default(ctx, &cfg);
-  cfg.dram_budget = BUDGET;
-  cfg.backing_dir = dir;
-  cfg.fetch_unit = UNIT;
-  cfg.flags = flags;
-  hm_pager_t *p = hm_sdm_open(ctx, &cfg);
+  hm_pager_t *p = hm_sdm_open_flags(ctx, dir, BUDGET, UNIT, flags);
   CHECK(p != NULL);
   if (!p) {
     hm_ctx_free(ctx);
