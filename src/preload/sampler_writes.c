@@ -24,13 +24,14 @@
  * kernels without CONFIG_MEM_SOFT_DIRTY take the clear and never set the
  * bit (this machine's).
  *
- * Costs: the scan, a page-table walk of the blocks (a 64 MiB block: 0.6
- * ms with 16k pages written, 0.2 ms with 4k), on the sampler thread; and
+ * Costs: the scan, a page-table walk of the blocks (a 64 MiB block, in a
+ * one-off C program: 0.6 ms with 16k pages written, 0.2 ms with 4k), on
+ * the sampler thread; and
  * for the program, a write-protect fault at the first write of each page
- * after a scan, resolved in the kernel (1.4-1.9 us a page in this VM,
- * measured at start) which also splits a huge page it hits into small
- * ones for good. The refs sampler adds it to an interval's cost, which its
- * duty cycle keeps near 3% of the run. Unavailable before Linux 6.7, or
+ * after a scan, resolved in the kernel (measured at start: 0.7-0.9 us a
+ * page in most profiles in this VM, 2.8 us once), which also splits a huge
+ * page it hits into small ones for good. The refs sampler adds it to an
+ * interval's cost, which its duty cycle keeps near 3% of the run. Unavailable before Linux 6.7, or
  * where userfaultfd is not permitted: stores are then not told apart.
  *
  * The descriptor stays open until the process ends (close-on-exec): a
@@ -125,7 +126,10 @@ static void hm__close(_hm_smp_wr_t *w) {
 
 int _hm_smp_wr_open(_hm_smp_wr_t **out, char *why, size_t wlen) {
   void *m = NULL, *v = NULL;
-  if (_hm_prim_map_anon(sizeof(_hm_smp_wr_t), &m)) return -ENOMEM;
+  if (_hm_prim_map_anon(sizeof(_hm_smp_wr_t), &m)) {
+    snprintf(why, wlen, "%s", strerror(ENOMEM));
+    return -ENOMEM;
+  }
   _hm_smp_wr_t *w = m;
   memset(w, 0, sizeof *w);
   w->page = _hm_prim_page_size();
@@ -140,9 +144,7 @@ int _hm_smp_wr_open(_hm_smp_wr_t **out, char *why, size_t wlen) {
              reg                ? "userfaultfd refused to write-protect anonymous memory"
              : rc == -ENOTSUP ? "userfaultfd WP_ASYNC with PAGEMAP_SCAN needs Linux 6.7"
                               : strerror(-rc));
-    w->uffd = w->uffd < 0 ? -1 : w->uffd;
-    w->pagemap = w->pagemap < 0 ? -1 : w->pagemap;
-    hm__close(w);
+    hm__close(w); /* closes what is open: negative descriptors are errors */
     return rc;
   }
   *out = w;

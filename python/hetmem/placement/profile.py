@@ -296,14 +296,10 @@ def _short_windows(c: _Ctx, pair: Any, sampler: dict[str, Any]) -> float:
     interval long are one sample each."""
     if not _int_pair(pair) or min(pair) < 0:
         raise c.fail("'samples.short' must be [first window pages, second window pages]")
-    n = float(sampler.get("short_windows") or 0)
-    w = sampler.get("short_window_us")
-    sampled = float(sampler.get("sampled_us") or 0.0)
-    if n <= 0 or not isinstance(w, list) or len(w) != 2 or sampled <= 0.0:
+    win = _windows(sampler)
+    if win is None:
         return 0.0
-    w1, w2 = float(w[0]), float(w[1])
-    if not 0.0 < w1 < w2:
-        return 0.0
+    n, w1, w2, sampled = win
     u1, u2 = pair[0] / n, pair[1] / n
     rate = max(0.0, (u2 - u1) / (w2 - w1))
     return max(0.0, u1 - SHORT_WINDOW_SLACK * rate * w1) * sampled / w1
@@ -331,15 +327,24 @@ def _short_reuse(c: _Ctx, triple: Any, sampler: dict[str, Any]) -> float:
             "'samples.short_reuse' must be [pairs seen, pairs with reuse <= seen, reused pages]"
         )
     seen, reused, pages = triple
+    win = _windows(sampler)
+    if win is None or seen < MIN_REUSE_PAIRS or 2 * reused < seen:
+        return 0.0
+    n, w1, _w2, sampled = win
+    return pages / n * sampled / w1
+
+
+def _windows(sampler: dict[str, Any]) -> tuple[float, float, float, float] | None:
+    """The header's short windows: (pairs, mean w1, mean w2, sampled time,
+    in us), or None when the profile has none to read (checked by
+    _parse_header)."""
     n = float(sampler.get("short_windows") or 0)
     w = sampler.get("short_window_us")
     sampled = float(sampler.get("sampled_us") or 0.0)
     if n <= 0 or not isinstance(w, list) or len(w) != 2 or sampled <= 0.0:
-        return 0.0
-    if seen < MIN_REUSE_PAIRS or 2 * reused < seen:
-        return 0.0
-    w1 = float(w[0])
-    return pages / n * sampled / w1 if w1 > 0.0 else 0.0
+        return None
+    w1, w2 = float(w[0]), float(w[1])
+    return (n, w1, w2, sampled) if 0.0 < w1 < w2 else None
 
 
 def _int_pair(x: Any) -> bool:
