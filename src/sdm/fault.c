@@ -33,6 +33,29 @@ static void hm__touched(hm_pager_t *p, _hm_sdm_slot_t *S) {
   HM_SDM_ADD(p, c_pf_used, 1);
 }
 
+/* Empties ring q; the slots whose live entries it held go back to CLOCK. */
+static void hm__vq_flush(hm_pager_t *p, _hm_sdm_vq_t *q) {
+  for (uint32_t i = 0; q->e && i < q->n; i++) {
+    _hm_sdm_vqe_t e = q->e[(q->head + i) % HM_SDM_DEMQ];
+    if (p->slots[e.slot].dtag == e.tag) p->slots[e.slot].demoted = 0;
+  }
+  q->head = q->n = 0;
+}
+
+/* The next demotion tag. When the 32-bit tags wrap (after 2^32
+ * demotions), both rings are emptied first: an entry left from before,
+ * which a ring that is seldom pushed (coldq) can hold that long, could
+ * otherwise carry the tag a slot gets now and pass for its live entry.
+ * Cost: O(HM_SDM_DEMQ) once per 2^32 demotions. */
+static uint32_t hm__next_dtag(hm_pager_t *p) {
+  if (++p->dtag == 0) {
+    hm__vq_flush(p, &p->demq);
+    hm__vq_flush(p, &p->coldq);
+    p->dtag = 1;
+  }
+  return p->dtag;
+}
+
 /* Queues slot V->slot on q for eviction first (hm__demote_behind on
  * demq; HM_ADVICE_COLD, region.c, on coldq); pager lock held. */
 void _hm_sdm_demote(hm_pager_t *p, _hm_sdm_vq_t *q, const _hm_sdm_unit_t *V, _hm_sdm_slot_t *S) {
@@ -40,7 +63,7 @@ void _hm_sdm_demote(hm_pager_t *p, _hm_sdm_vq_t *q, const _hm_sdm_unit_t *V, _hm
    * used again, and eviction then leaves it to CLOCK. */
   S->demoted = 1;
   S->ref = 0;
-  S->dtag = ++p->dtag;
+  S->dtag = hm__next_dtag(p);
   if (q->n == HM_SDM_DEMQ) {
     _hm_sdm_vqe_t old = q->e[q->head];
     _hm_sdm_slot_t *O = &p->slots[old.slot];

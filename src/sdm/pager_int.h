@@ -186,7 +186,7 @@ struct hm_pager_s {
    * ring, in demq's mapping, taken before it: the program's own word on
    * what it will not use soon comes before a guess from its streams. */
   _hm_sdm_vq_t coldq;
-  uint32_t dtag; /* the tag of the last entry queued on either ring */
+  uint32_t dtag; /* the tag of the last entry queued on either ring (wraps: fault.c) */
   /* Units filled so far (wraps): the clock by which a unit read again soon
    * after it was evicted as left behind is told from one read again a
    * sweep later (_hm_sdm_slot_take). */

@@ -5,8 +5,10 @@
  * and the stale entry is the oldest, dropping it must leave the live entry
  * in force (before entries carried a tag, the drop cleared the slot's
  * `demoted` flag, and the program's MADV_COLD for the new unit was lost);
- * dropping the live entry hands the slot back to CLOCK. White box, on a
- * pager struct with only the fields the rings use. */
+ * dropping the live entry hands the slot back to CLOCK. When the 32-bit
+ * tags wrap, both rings are emptied, so that no entry from before can carry
+ * a tag given again. White box, on a pager struct with only the fields the
+ * rings use. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +59,25 @@ int main(void) {
   queue(p, &p->coldq, HM_SDM_DEMQ + 1); /* drops coldq's stale entry of slot 1 */
   CHECK(slots[1].demoted);
   CHECK_EQ_INT(p->demq.e[p->demq.head].tag, slots[1].dtag);
+
+  /* The tags wrap: a coldq entry left from before the wrap must not pass
+   * for the live entry of the slot that gets its tag again. */
+  memset(p, 0, sizeof *p);
+  memset(slots, 0, NSLOTS * sizeof *slots);
+  p->slots = slots;
+  p->demq.e = ring;
+  p->coldq.e = ring + HM_SDM_DEMQ;
+  queue(p, &p->coldq, 2); /* tag 1 */
+  CHECK_EQ_INT(slots[2].dtag, 1);
+  memset(&slots[2], 0, sizeof slots[2]); /* slot 2 taken again: entry stale */
+  p->dtag = UINT32_MAX - 1;
+  queue(p, &p->demq, 3); /* UINT32_MAX */
+  queue(p, &p->demq, 4); /* wraps: both rings emptied, then tag 1 */
+  CHECK_EQ_INT(p->coldq.n, 0);
+  CHECK_EQ_INT(p->demq.n, 1);
+  CHECK(!slots[3].demoted);
+  CHECK(slots[4].demoted);
+  CHECK_EQ_INT(slots[4].dtag, 1);
 
   free(ring);
   free(slots);
