@@ -161,20 +161,16 @@ typedef struct _hm_prim_page_region_s {
   uint64_t start, end, categories;
 } _hm_prim_page_region_t;
 int _hm_prim_pagemap_open(void);
-/* PAGEMAP_SCAN (Linux 6.7): returns the number of regions written to vec. */
-ssize_t _hm_prim_pagemap_scan(int fd, void *start, size_t len, uint64_t flags,
-                              uint64_t category_mask, uint64_t category_inverted,
-                              uint64_t return_mask, _hm_prim_page_region_t *vec,
-                              size_t vec_len);
 /* PAGEMAP_SCAN's flags and page categories (include/uapi/linux/fs.h). */
 #define HM_PRIM_PM_WP_MATCHING (1ULL << 0)
 #define HM_PRIM_PAGE_IS_WRITTEN (1ULL << 1)
 #define HM_PRIM_PAGE_IS_PRESENT (1ULL << 3)
 #define HM_PRIM_PAGE_IS_SWAPPED (1ULL << 4)
 #define HM_PRIM_PAGE_IS_PFNZERO (1ULL << 5)
-/* The same with every selector: a page is reported when (categories ^
- * inverted) has all of mask and, where anyof is nonzero, one of anyof.
- * *walk_end: where the walk stopped (vec full: go on from there). */
+/* PAGEMAP_SCAN (Linux 6.7) with every selector: a page is reported when
+ * (categories ^ inverted) has all of mask and, where anyof is nonzero, one
+ * of anyof. Returns the number of regions written to vec; *walk_end (may
+ * be NULL): where the walk stopped (vec full: go on from there). */
 typedef struct _hm_prim_pm_query_s {
   uint64_t flags, mask, inverted, anyof, ret;
 } _hm_prim_pm_query_t;

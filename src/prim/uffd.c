@@ -163,14 +163,6 @@ ssize_t _hm_prim_pagemap_query(int fd, void *start, size_t len, const _hm_prim_p
   return n < 0 ? -errno : n;
 }
 
-ssize_t _hm_prim_pagemap_scan(int fd, void *start, size_t len, uint64_t flags,
-                              uint64_t category_mask, uint64_t category_inverted,
-                              uint64_t return_mask, _hm_prim_page_region_t *vec,
-                              size_t vec_len) {
-  _hm_prim_pm_query_t q = {flags, category_mask, category_inverted, 0, return_mask};
-  return _hm_prim_pagemap_query(fd, start, len, &q, vec, vec_len, NULL);
-}
-
 int _hm_prim_uffd_open_wp_async(void) {
   uint64_t want = UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED, got = 0;
   int fd = _hm_prim_uffd_open(want, &got);

@@ -247,8 +247,9 @@ static int hm__unmap_written(_hm_sdm_handler_t *h, const _hm_sdm_slot_t *S, uint
   if (rc) return rc;
   uint64_t marked[HM_SDM_BITMAP_WORDS];
   memset(marked, 0, sizeof marked);
-  ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, 0, HM_PRIM_PAGE_IS_SWAPPED, 0,
-                                    HM_PRIM_PAGE_IS_SWAPPED, h->vec, p->upages);
+  static const _hm_prim_pm_query_t marked_q = {0, HM_PRIM_PAGE_IS_SWAPPED, 0, 0,
+                                               HM_PRIM_PAGE_IS_SWAPPED};
+  ssize_t n = _hm_prim_pagemap_query(p->pagemap, ub, p->unit, &marked_q, h->vec, p->upages, NULL);
   hm__vec_bits(ub, h->vec, n, marked); /* n < 0: none marked, all written */
   for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) W[w] = S->filled[w] & ~marked[w];
   return 0;
@@ -641,8 +642,9 @@ static void hm__flush_dirty(hm_pager_t *p, char *ub, const hm__flushing_t *fl,
     if (fl->dirty) memcpy(D, fl->filled, sizeof fl->filled); /* see hm__victim_dirty */
     if (!fl->mapped) return;
     /* Re-arms protection atomically while reporting what was written. */
-    ssize_t n = _hm_prim_pagemap_scan(p->pagemap, ub, p->unit, HM_PRIM_PM_WP_MATCHING,
-                                      HM_PRIM_PAGE_IS_WRITTEN, 0, HM_PRIM_PAGE_IS_WRITTEN, vec, p->upages);
+    static const _hm_prim_pm_query_t written_q = {HM_PRIM_PM_WP_MATCHING, HM_PRIM_PAGE_IS_WRITTEN,
+                                                  0, 0, HM_PRIM_PAGE_IS_WRITTEN};
+    ssize_t n = _hm_prim_pagemap_query(p->pagemap, ub, p->unit, &written_q, vec, p->upages, NULL);
     if (n < 0) memcpy(D, fl->filled, sizeof fl->filled);
     hm__vec_bits(ub, vec, n, D);
     for (unsigned w = 0; w < HM_SDM_BITMAP_WORDS; w++) D[w] &= fl->filled[w];
