@@ -177,15 +177,24 @@ static void hm__pf_successor(_hm_sdm_handler_t *h, int tid, _hm_sdm_region_t *r,
   HM_SDM_ADD(p, c_pf_succ, 1);
 }
 
-/* Whether unit v of r holds a prefetch its reader never touched, where
- * touches are seen: in memfd mode every touch of an unmapped page is a
- * MINOR fault (hm__touched). In anonymous mode a prefetch is installed at
- * once and its touches are unseen, so nothing is ever "skipped". Cost: two
- * loads (pager lock held). */
+/* Whether the reader stepped over unit v of r, next to its fault along
+ * its stream, rather than through it: v holds a prefetch its reader never
+ * touched, where touches are seen (in memfd mode every touch of an
+ * unmapped page is a MINOR fault, hm__touched; in anonymous mode a
+ * prefetch is installed at once and its touches are unseen); or v is
+ * absent and was not evicted within the last cache-full of fills, so no
+ * reader went through it lately. The second is what tells a strided reader
+ * (4 units a step) from a sequential one that walked the window its
+ * stream requested, when that window was never read: in NO_WP memfd mode
+ * the plans waited behind write-back, and the stride, one past the
+ * window, read as progress at every fault, a whole unit per touch (2
+ * runs in 12 of test_sdm_basic). Cost: a few loads (pager lock held). */
 static int hm__skipped(const hm_pager_t *p, const _hm_sdm_region_t *r, int64_t v) {
-  if (!p->memfd_mode || v < 0 || v >= (int64_t)r->nunits) return 0;
+  if (v < 0 || v >= (int64_t)r->nunits) return 0;
   const _hm_sdm_unit_t *V = &r->units[v];
-  if (V->state != HM_U_RES && V->state != HM_U_FILLING) return 0;
+  if (V->state == HM_U_NONE)
+    return !(V->flags & HM_UF_OUT) || p->fill_tick - V->out_at >= p->cap / p->unit;
+  if (!p->memfd_mode || (V->state != HM_U_RES && V->state != HM_U_FILLING)) return 0;
   const _hm_sdm_slot_t *S = &p->slots[V->slot];
   return S->prefetched && !S->mapped;
 }

@@ -191,10 +191,11 @@ typedef struct _hm_sdm_pf_plan_s {
 } _hm_sdm_pf_plan_t;
 
 /* Hints of a fault (bits): advised sequential; in a region whose misses
- * were mostly random (no new stream is started there); the unit just
- * below (SKIP_BELOW) or above (SKIP_ABOVE) the fault holds a prefetch the
- * reader has not touched, where touches are seen (memfd mode): a fault
- * past it skipped it, and is not the stream's progress. */
+ * were mostly random (no new stream is started there); the reader stepped
+ * over the unit just below (SKIP_BELOW) or above (SKIP_ABOVE) the fault (it
+ * holds a prefetch the reader has not touched, where touches are seen, or
+ * it has been absent for a cache-full of fills): a fault past it is not
+ * the stream's progress. */
 #define HM_SDM_PF_SEQ 1
 #define HM_SDM_PF_RANDOM_REGION 2
 #define HM_SDM_PF_SKIP_BELOW 4

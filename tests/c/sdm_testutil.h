@@ -32,6 +32,22 @@ static inline hm_pager_t *hm_sdm_open(hm_ctx_t *ctx, const hm_pager_config_t *cf
   return p;
 }
 
+/* Waits until the pager's I/O counters stop moving (no read or write-back
+ * in 3 polls 20 ms apart, at most 5 s): a measurement window that starts
+ * after it does not count reads an earlier phase left in flight. The
+ * caller touches nothing meanwhile, so only I/O already issued moves. */
+static inline void hm_sdm_settle(hm_pager_t *p) {
+  uint64_t last_r = UINT64_MAX, last_w = UINT64_MAX;
+  for (int quiet = 0, polls = 0; quiet < 3 && polls < 250; polls++) {
+    hm_pager_stats_t s = {.size = sizeof s};
+    if (hm_pager_stats(p, &s) != 0) return;
+    quiet = (s.bytes_read == last_r && s.bytes_written == last_w) ? quiet + 1 : 0;
+    last_r = s.bytes_read;
+    last_w = s.bytes_written;
+    hm_sdm_sleep_ms(20);
+  }
+}
+
 /* Whether the pager tracks dirty pages (wp_async or wp_sync), as its
  * stats say: "all" writes back every evicted unit (asked for with
  * HM_PAGER_NO_WP, or memfd mode on a kernel without WP_ASYNC). */
