@@ -205,7 +205,7 @@ void _hm_pl_prof_thread(int delta) {
 /* and a pair shows reuse when it is over this part of the first window's */
 #define HM__PAIR_SHARE 0.25
 
-/* A pair of short windows ended (HM_SMP_PAIR, sampler thread): each site's
+/* A pair of short windows ended (the sink's pair, sampler thread): each site's
  * pages in each window since the last pair; the first window's pages
  * beyond what the growth explains are reused ones. Kept per pair, so that
  * the profile can tell reuse in most of the pairs a site was touched in
@@ -213,8 +213,8 @@ void _hm_pl_prof_thread(int delta) {
  * within a pair (its pass ended) reads as reuse in that pair alone, and
  * summed over the run it was as large as a gather's. Cost: a look at every
  * site slot, once a pair (16k slots: ~50 us). */
-static void hm__pair(uint64_t ratio_fix) {
-  double ratio = (double)ratio_fix / 65536.0;
+static void hm__pair(void *arg, double ratio) {
+  (void)arg;
   for (uint32_t i = 1; i < HM_PF_SITES; i++) {
     _hm_pf_site_t *s = &_hm_pf.sites[i];
     if (atomic_load_explicit(&s->hash, memory_order_acquire) < 2) continue;
@@ -234,10 +234,6 @@ static void hm__pair(uint64_t ratio_fix) {
 /* Credits from a precise sampler (sampler.c's thread). */
 static void hm__credit(void *arg, uint32_t site, uint64_t wfix, int what) {
   (void)arg;
-  if (what == HM_SMP_PAIR) {
-    hm__pair(wfix);
-    return;
-  }
   if (!site || site >= HM_PF_SITES) return;
   _hm_pf_site_t *s = &_hm_pf.sites[site];
   _Atomic uint64_t *to = what == HM_SMP_STORE   ? &s->stores
@@ -246,6 +242,8 @@ static void hm__credit(void *arg, uint32_t site, uint64_t wfix, int what) {
                                                 : &s->loads;
   atomic_fetch_add_explicit(to, wfix, memory_order_relaxed);
 }
+
+static const _hm_smp_sink_t hm__sink = {hm__credit, hm__pair, NULL};
 
 /* The profile is written at exit: a directory it cannot go into is
  * refused now, not found after the whole run (a directory part with %
@@ -288,7 +286,7 @@ static int hm__start_sampler(const char *s, char *why, size_t len) {
   int src = _hm_smp_select(&sc, s, &kind, _hm_pf.probed, sizeof _hm_pf.probed, why, len);
   if (src) return src;
   if (kind != HM_SMP_PORTABLE) {
-    if ((src = _hm_smp_run(&sc, kind, _hm_pf.cfg.table, hm__credit, NULL, why, len))) return src;
+    if ((src = _hm_smp_run(&sc, kind, _hm_pf.cfg.table, &hm__sink, why, len))) return src;
     snprintf(_hm_pf.sampler_name, sizeof _hm_pf.sampler_name, "%s", _hm_smp_kind_name(kind));
     _hm_pf.precise = 1;
     return 0;
@@ -296,7 +294,7 @@ static int hm__start_sampler(const char *s, char *why, size_t len) {
   snprintf(_hm_pf.sampler_name, sizeof _hm_pf.sampler_name, "portable");
   if (_hm_pf.cfg.period_us < 100) _hm_pf.cfg.period_us = 100;
   sc.period_us = _hm_pf.cfg.period_us;
-  if ((src = _hm_smp_portable_start(&sc, _hm_pf.cfg.table, hm__credit, NULL, why, len)))
+  if ((src = _hm_smp_portable_start(&sc, _hm_pf.cfg.table, &hm__sink, why, len)))
     return src;
   _hm_pf.portable = 1;
   return 0;

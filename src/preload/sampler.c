@@ -162,8 +162,7 @@ static struct {
   _hm_smp_damon_t *damon;
   _hm_smp_refs_t *refs;
   _hm_pl_table_t *table;
-  _hm_smp_credit_fn fn;
-  void *arg;
+  _hm_smp_sink_t sink;
   void (*tick)(void);
   uint64_t period_us;
   _hm_smp_spans_t spans;
@@ -280,12 +279,12 @@ static void hm__drain(void) {
   size_t dead = hm__run.refs ? hm__grave_take(&hm__run.spans) : 0;
   hm__run.drains++;
   if (hm__run.perf)
-    hm__run.credited += _hm_smp_perf_drain(hm__run.perf, &hm__run.spans, hm__run.fn, hm__run.arg);
+    hm__run.credited += _hm_smp_perf_drain(hm__run.perf, &hm__run.spans, &hm__run.sink);
   else if (hm__run.damon)
     hm__run.credited +=
-        _hm_smp_damon_drain(hm__run.damon, &hm__run.spans, hm__run.fn, hm__run.arg);
+        _hm_smp_damon_drain(hm__run.damon, &hm__run.spans, &hm__run.sink);
   else if (hm__run.refs)
-    hm__run.credited += _hm_smp_refs_drain(hm__run.refs, &hm__run.spans, hm__run.fn, hm__run.arg,
+    hm__run.credited += _hm_smp_refs_drain(hm__run.refs, &hm__run.spans, &hm__run.sink,
                                            hm__respan);
   for (size_t i = 0; i < dead; i++) (void)_hm_prim_unmap(hm__taken[i].base, hm__taken[i].len);
   if (dead) {
@@ -310,13 +309,12 @@ static void *hm__loop(void *unused) {
 }
 
 int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *table,
-                _hm_smp_credit_fn fn, void *arg, char *why, size_t wlen) {
+                const _hm_smp_sink_t *sink, char *why, size_t wlen) {
   int rc;
   memset(&hm__run, 0, sizeof hm__run);
   hm__run.kind = kind;
   hm__run.table = table;
-  hm__run.fn = fn;
-  hm__run.arg = arg;
+  hm__run.sink = *sink;
   hm__run.period_us = cfg->period_us ? cfg->period_us : 10000;
   hm__run.tick = cfg->tick;
   if (kind == HM_SMP_DAMON || kind == HM_SMP_REFS) {

@@ -44,18 +44,24 @@ _hm_smp_kind_t _hm_smp_kind_parse(const char *name);
 
 /* What a credit counts (the credit function's last argument): a load, a
  * store, or a page touched in the refs sampler's first or second short
- * window (how touched pages grow after a clear, not an access count).
- * HM_SMP_PAIR is no count: a pair of short windows has ended (site 0), and
- * the weight is w1 / (w2 - w1) x 2^16, what turns a site's growth from the
- * first window to the second into the sweep pages of the first; the
- * receiver reads each site's pair from its counts since the last one. */
+ * window (how touched pages grow after a clear, not an access count). */
 #define HM_SMP_LOAD 0
 #define HM_SMP_STORE 1
 #define HM_SMP_SHORT 2
 #define HM_SMP_SHORT2 3
-#define HM_SMP_PAIR 4
 /* Where credits go: site, weight x HM_SMP_FIX, what (HM_SMP_LOAD...). */
 typedef void (*_hm_smp_credit_fn)(void *arg, uint32_t site, uint64_t weight_fix, int what);
+/* Where a sampler's findings go; every drain takes one. pair, when not
+ * NULL, hears that a pair of the refs sampler's short windows has ended,
+ * with ratio = w1 / (w2 - w1) (0 when the second window was no longer):
+ * what turns a site's growth from the first window to the second into
+ * the sweep pages of the first. The receiver reads each site's pair from
+ * its credits since the last one. */
+typedef struct _hm_smp_sink_s {
+  _hm_smp_credit_fn credit;
+  void (*pair)(void *arg, double ratio);
+  void *arg;
+} _hm_smp_sink_t;
 
 /* Live blocks, sorted by address, for attribution (a snapshot of the block
  * table taken by the sampler's thread before it attributes a batch). */
@@ -103,7 +109,7 @@ int _hm_smp_perf_start(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t k, _hm_smp_perf_
                        char *why, size_t wlen);
 /* Reads what the buffers hold and credits it; returns samples credited. */
 uint64_t _hm_smp_perf_drain(_hm_smp_perf_t *p, const _hm_smp_spans_t *spans,
-                            _hm_smp_credit_fn fn, void *arg);
+                            const _hm_smp_sink_t *sink);
 /* JSON members (leading comma) for the profile header's sampler object. */
 void _hm_smp_perf_describe(const _hm_smp_perf_t *p, char *out, size_t len);
 double _hm_smp_perf_period(const _hm_smp_perf_t *p);
@@ -144,7 +150,7 @@ int _hm_smp_damon_start(const _hm_smp_cfg_t *cfg, _hm_smp_damon_t **out, char *w
                         size_t wlen);
 /* Asks for the tried regions, reads them and credits the overlaps. */
 uint64_t _hm_smp_damon_drain(_hm_smp_damon_t *d, const _hm_smp_spans_t *spans,
-                             _hm_smp_credit_fn fn, void *arg);
+                             const _hm_smp_sink_t *sink);
 void _hm_smp_damon_describe(const _hm_smp_damon_t *d, char *out, size_t len);
 void _hm_smp_damon_stop(_hm_smp_damon_t *d);
 
@@ -161,13 +167,11 @@ int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why
  * Returns samples (touched pages x intervals) credited. */
 /* respan, when not NULL, refills spans before each short window: the
  * blocks live then and those freed since, each whole. */
-uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
-                            void *arg, void (*respan)(_hm_smp_spans_t *));
+uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink, void (*respan)(_hm_smp_spans_t *));
 /* A walk over smaps text: what it credits to, and what it found. */
 typedef struct _hm_smp_refs_walk_s {
   const _hm_smp_spans_t *spans;
-  _hm_smp_credit_fn fn;
-  void *arg;
+  const _hm_smp_sink_t *sink;
   int what;            /* the credits' kind: HM_SMP_LOAD or HM_SMP_SHORT */
   size_t page;
   uint64_t total;      /* weight credited x HM_SMP_FIX */
@@ -213,8 +217,7 @@ int _hm_smp_wr_open(_hm_smp_wr_t **out, char *why, size_t wlen);
 void _hm_smp_wr_track(_hm_smp_wr_t *w, void *base, size_t len);
 /* Credits each span's pages written since the last drain as HM_SMP_STORE
  * and protects them again; returns the pages. */
-uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
-                          void *arg);
+uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink);
 /* The measured cost of one write-protect fault (ns); the faults the
  * program took (estimated: sampler_writes.c), all drains or the last. */
 double _hm_smp_wr_fault_ns(const _hm_smp_wr_t *w);
@@ -233,7 +236,7 @@ int _hm_smp_select(const _hm_smp_cfg_t *cfg, const char *want, _hm_smp_kind_t *k
 /* Starts kind (pebs, ibs, spe, damon or refs) with a thread that drains it every
  * period_us into fn, attributing to the live blocks of table. */
 int _hm_smp_run(const _hm_smp_cfg_t *cfg, _hm_smp_kind_t kind, _hm_pl_table_t *table,
-                _hm_smp_credit_fn fn, void *arg, char *why, size_t wlen);
+                const _hm_smp_sink_t *sink, char *why, size_t wlen);
 /* Stops the thread after a last drain. Idempotent. */
 void _hm_smp_halt(void);
 /* A freed block's own mapping [base, base + len) (user bytes [lo, hi) of
@@ -265,7 +268,7 @@ void _hm_smp_track_writes(void *base, size_t len);
 /* Installs the SIGSEGV handler and starts the thread that arms pages of
  * the live blocks of table every cfg->period_us, crediting faults to fn. */
 int _hm_smp_portable_start(const _hm_smp_cfg_t *cfg, _hm_pl_table_t *table,
-                           _hm_smp_credit_fn fn, void *arg, char *why, size_t wlen);
+                           const _hm_smp_sink_t *sink, char *why, size_t wlen);
 /* Stops the thread (waits up to 2 s for it); idempotent. */
 void _hm_smp_portable_stop(void);
 /* Restores the armed pages in [lo, hi) (a block being released). */

@@ -161,8 +161,7 @@ int _hm_smp_damon_start(const _hm_smp_cfg_t *cfg, _hm_smp_damon_t **out, char *w
 typedef struct hm__walk_s {
   _hm_smp_damon_t *d;
   const _hm_smp_spans_t *spans;
-  _hm_smp_credit_fn fn;
-  void *arg;
+  const _hm_smp_sink_t *sink;
   uint64_t credited;
 } hm__walk_t;
 
@@ -182,7 +181,7 @@ static void hm__credit(hm__walk_t *w, uint64_t lo, uint64_t hi, uint64_t nr) {
     if (h <= l || !nr) continue;
     /* nr_accesses x pages of the overlap, in HM_SMP_FIX units */
     uint64_t wfix = (nr * (h - l) * HM_SMP_FIX + w->d->page / 2) / w->d->page;
-    w->fn(w->arg, s->v[i].site, wfix, 0);
+    w->sink->credit(w->sink->arg, s->v[i].site, wfix, 0);
     w->credited += wfix;
     any = 1;
   }
@@ -211,7 +210,7 @@ bad:
 }
 
 uint64_t _hm_smp_damon_drain(_hm_smp_damon_t *d, const _hm_smp_spans_t *spans,
-                             _hm_smp_credit_fn fn, void *arg) {
+                             const _hm_smp_sink_t *sink) {
   if (!d || !d->on) return 0;
   /* the kernel fills tried_regions at its next aggregation, then returns */
   if (_hm_prim_write_text(d->root, HM__K0 "/state", "update_schemes_tried_regions")) {
@@ -219,7 +218,7 @@ uint64_t _hm_smp_damon_drain(_hm_smp_damon_t *d, const _hm_smp_spans_t *spans,
     return 0;
   }
   d->drains++;
-  hm__walk_t w = {d, spans, fn, arg, 0};
+  hm__walk_t w = {d, spans, sink, 0};
   if (_hm_prim_list_dir(d->root, HM__S0 "/tried_regions", hm__region, &w)) d->errors++;
   return w.credited / HM_SMP_FIX;
 }

@@ -707,8 +707,7 @@ long _hm_smp_spe_decode(const uint8_t *buf, size_t len, _hm_smp_sample_fn fn, vo
 typedef struct hm__ctx_s {
   _hm_smp_perf_t *p;
   const _hm_smp_spans_t *spans;
-  _hm_smp_credit_fn fn;
-  void *arg;
+  const _hm_smp_sink_t *sink;
   int store;
   uint64_t credited;
 } hm__ctx_t;
@@ -727,14 +726,14 @@ static void hm__take(void *argp, const _hm_smp_sample_t *s) {
   const _hm_smp_span_t *sp = _hm_smp_spans_find(c->spans, (uintptr_t)s->addr);
   if (!sp) return;
   int store = s->store >= 0 ? s->store : (c->store > 0);
-  c->fn(c->arg, sp->site, HM_SMP_FIX, store);
+  c->sink->credit(c->sink->arg, sp->site, HM_SMP_FIX, store);
   c->p->attributed++;
   c->credited++;
 }
 
 uint64_t _hm_smp_perf_drain(_hm_smp_perf_t *p, const _hm_smp_spans_t *spans,
-                            _hm_smp_credit_fn fn, void *arg) {
-  hm__ctx_t c = {p, spans, fn, arg, 0, 0};
+                            const _hm_smp_sink_t *sink) {
+  hm__ctx_t c = {p, spans, sink, 0, 0};
   for (int i = 0; i < p->nbufs; i++) {
     hm__buf_t *b = &p->bufs[i];
     if (b->fd < 0 || !b->base) continue;

@@ -66,8 +66,7 @@ static struct {
   size_t page;
   uint64_t period_us;
   _hm_pl_table_t *table;
-  _hm_smp_credit_fn fn;
-  void *arg;
+  _hm_smp_sink_t sink;
   void (*tick)(void);
   hm__armed_t *armed[2];
   hm__runs_t *runs; /* [2], one per table; the sampler thread's */
@@ -112,7 +111,7 @@ static int hm__claim_fault(uintptr_t page, int write) {
       if (atomic_compare_exchange_strong(&e->state, &st, HM__A_CONSUMED)) {
         hm__mprotect(page, PROT_READ | PROT_WRITE);
         atomic_fetch_add_explicit(&hm__ps.faults, 1, memory_order_relaxed);
-        if (e->site && e->weight) hm__ps.fn(hm__ps.arg, e->site, e->weight, write);
+        if (e->site && e->weight) hm__ps.sink.credit(hm__ps.sink.arg, e->site, e->weight, write);
         return 1;
       }
     }
@@ -413,14 +412,13 @@ static int hm__tables(char *why, size_t len) {
 }
 
 int _hm_smp_portable_start(const _hm_smp_cfg_t *cfg, _hm_pl_table_t *table,
-                           _hm_smp_credit_fn fn, void *arg, char *why, size_t len) {
+                           const _hm_smp_sink_t *sink, char *why, size_t len) {
   int rc;
   hm__ps.page = _hm_prim_page_size();
   hm__ps.period_us = cfg->period_us;
   hm__ps.tick = cfg->tick;
   hm__ps.table = table;
-  hm__ps.fn = fn;
-  hm__ps.arg = arg;
+  hm__ps.sink = *sink;
   if ((rc = hm__tables(why, len))) return rc;
   hm__rng = _hm_prim_now_ns() | 1;
   struct sigaction sa;

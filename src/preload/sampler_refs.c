@@ -242,7 +242,7 @@ static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_refs_walk_t *w,
     if (s->v[i].lived) share *= (double)s->v[i].lived / 65536.0;
     uint64_t wt = (uint64_t)(pages * share * HM_SMP_FIX + 0.5);
     if (!wt) continue;
-    w->fn(w->arg, s->v[i].site, wt, w->what);
+    w->sink->credit(w->sink->arg, s->v[i].site, wt, w->what);
     total += wt;
   }
   return total;
@@ -317,8 +317,7 @@ static void hm__next_interval(_hm_smp_refs_t *r, uint64_t drain_ns, uint64_t aga
 
 /* Reads smaps and credits it as `what`; the read's middle moment, or 0
  * when it failed. *half: half the read's own time (its parse left out). */
-static uint64_t hm__window(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
-                           void *arg, int what, uint64_t *half) {
+static uint64_t hm__window(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink, int what, uint64_t *half) {
   uint64_t t0 = _hm_prim_now_ns();
   ssize_t n = hm__read_smaps(r);
   uint64_t t1 = _hm_prim_now_ns();
@@ -327,7 +326,7 @@ static uint64_t hm__window(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans, _hm_
     r->errors++;
     return 0;
   }
-  _hm_smp_refs_walk_t w = {spans, fn, arg, what, r->page, 0, 0, 0};
+  _hm_smp_refs_walk_t w = {spans, sink, what, r->page, 0, 0, 0};
   _hm_smp_refs_credit_text(r->buf, (size_t)n, &w);
   return t0 + (t1 - t0) / 2;
 }
@@ -347,10 +346,9 @@ static uint64_t hm__window(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans, _hm_
  * pages too. Costs two more smaps reads, taken at most at half the cost
  * of the drains themselves (_hm_smp_refs_drain): every other drain when a
  * read is most of one. Returns the time waited. */
-static uint64_t hm__short(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
-                          void *arg, void (*respan)(_hm_smp_spans_t *), uint64_t c1) {
+static uint64_t hm__short(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink, void (*respan)(_hm_smp_spans_t *), uint64_t c1) {
   if (respan) respan(spans);
-  uint64_t half = 0, m1 = hm__window(r, spans, fn, arg, HM_SMP_SHORT, &half);
+  uint64_t half = 0, m1 = hm__window(r, spans, sink, HM_SMP_SHORT, &half);
   if (!m1) return 0;
   /* the second read's middle at c1 + 3 w1: it starts half a read before */
   uint64_t w1 = m1 > c1 ? m1 - c1 : 1;
@@ -360,18 +358,17 @@ static uint64_t hm__short(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_cre
     _hm_prim_sleep_ns(slept);
   }
   if (respan) respan(spans);
-  uint64_t m2 = hm__window(r, spans, fn, arg, HM_SMP_SHORT2, &half);
+  uint64_t m2 = hm__window(r, spans, sink, HM_SMP_SHORT2, &half);
   if (!m2) return slept;
   uint64_t w2 = m2 - c1;
-  fn(arg, 0, w2 > w1 ? (uint64_t)((double)w1 / (double)(w2 - w1) * 65536.0) : 0, HM_SMP_PAIR);
+  if (sink->pair) sink->pair(sink->arg, w2 > w1 ? (double)w1 / (double)(w2 - w1) : 0.0);
   r->shorts++;
   r->short_ns += w1;
   r->short2_ns += m2 - c1;
   return slept;
 }
 
-uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
-                            void *arg, void (*respan)(_hm_smp_spans_t *)) {
+uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink, void (*respan)(_hm_smp_spans_t *)) {
   if (!r) return 0;
   uint64_t t0 = _hm_prim_now_ns();
   ssize_t n = hm__read_smaps(r);
@@ -382,7 +379,7 @@ uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_c
     r->errors++;
     return 0;
   }
-  _hm_smp_refs_walk_t w = {spans, fn, arg, HM_SMP_LOAD, r->page, 0, 0, 0};
+  _hm_smp_refs_walk_t w = {spans, sink, HM_SMP_LOAD, r->page, 0, 0, 0};
   _hm_smp_refs_credit_text(r->buf, (size_t)n, &w);
   uint64_t cost = _hm_prim_now_ns() - t0;
   /* the windows at half the drains' own cost at most, and apart from the
@@ -391,13 +388,13 @@ uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, _hm_smp_c
    * its cold ones) */
   if (cleared && r->short_cost_ns <= (r->cost_sum_ns + cost) / 2) {
     uint64_t w0 = _hm_prim_now_ns();
-    uint64_t slept = hm__short(r, spans, fn, arg, respan, r->last_clear);
+    uint64_t slept = hm__short(r, spans, sink, respan, r->last_clear);
     r->short_cost_ns += _hm_prim_now_ns() - w0 - slept;
   }
   /* after the windows, which count from the clear: the scan would have
    * lengthened the first */
   uint64_t s0 = _hm_prim_now_ns();
-  (void)_hm_smp_wr_drain(r->wr, spans, fn, arg);
+  (void)_hm_smp_wr_drain(r->wr, spans, sink);
   uint64_t wfaults = _hm_smp_wr_faults(r->wr, 1);
   cost += _hm_prim_now_ns() - s0;
   r->drains++;

@@ -157,8 +157,7 @@ void _hm_smp_wr_track(_hm_smp_wr_t *w, void *base, size_t len) {
   atomic_fetch_add_explicit(rc ? &w->refused : &w->tracked, 1, memory_order_relaxed);
 }
 
-uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, _hm_smp_credit_fn fn,
-                          void *arg) {
+uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink) {
   if (!w) return 0;
   uint64_t t0 = _hm_prim_now_ns(), total = 0;
   uintptr_t done = 0; /* spans sharing a page: each page once */
@@ -176,7 +175,7 @@ uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, _hm_smp
     /* a freed block, for the part of the interval it lived (as its loads) */
     double share = s->lived ? (double)s->lived / 65536.0 : 1.0;
     uint64_t wt = (uint64_t)((double)n * share * HM_SMP_FIX + 0.5);
-    if (wt) fn(arg, s->site, wt, HM_SMP_STORE);
+    if (wt) sink->credit(sink->arg, s->site, wt, HM_SMP_STORE);
     total += (uint64_t)n;
   }
   w->scans++;

@@ -328,6 +328,7 @@ static void test_select(void) {
 /* ---- draining a buffer laid out like the kernel's ---- */
 typedef struct credits_s {
   uint64_t loads[4], stores[4], shorts[4], shorts2[4];
+  uint64_t pairs, ratio_ok; /* short-window pairs heard, with a sane ratio */
 } credits_t;
 
 static void credit(void *arg, uint32_t site, uint64_t w, int what) {
@@ -336,6 +337,18 @@ static void credit(void *arg, uint32_t site, uint64_t w, int what) {
   if (what == HM_SMP_SHORT) c->shorts[site] += w;
   else if (what == HM_SMP_SHORT2) c->shorts2[site] += w;
   else (what == HM_SMP_STORE ? c->stores : c->loads)[site] += w;
+}
+
+static void pair(void *arg, double ratio) {
+  credits_t *c = arg;
+  c->pairs++;
+  c->ratio_ok += ratio >= 0.0 && ratio < 1e6;
+}
+
+/* A sink crediting into c. */
+static _hm_smp_sink_t sink_of(credits_t *c) {
+  _hm_smp_sink_t k = {credit, pair, c};
+  return k;
 }
 
 static void test_drain(void) {
@@ -385,8 +398,9 @@ static void test_drain(void) {
   CHECK(_hm_smp_spans_find(&spans, A - 1) == NULL);
   CHECK(_hm_smp_spans_find(&spans, B + 100)->site == 2);
   credits_t c;
+  _hm_smp_sink_t sk = sink_of(&c);
   memset(&c, 0, sizeof c);
-  uint64_t got = _hm_smp_perf_drain(&p, &spans, credit, &c);
+  uint64_t got = _hm_smp_perf_drain(&p, &spans, &sk);
   CHECK_EQ_INT(got, 6);
   CHECK_EQ_INT(c.loads[1], 5 * HM_SMP_FIX);
   CHECK_EQ_INT(c.stores[1], 0);
@@ -397,7 +411,7 @@ static void test_drain(void) {
   CHECK_EQ_INT(p.no_addr, 1);
   CHECK(pc->data_tail == pos); /* consumed */
   /* nothing new: nothing credited again */
-  CHECK_EQ_INT(_hm_smp_perf_drain(&p, &spans, credit, &c), 0);
+  CHECK_EQ_INT(_hm_smp_perf_drain(&p, &spans, &sk), 0);
   CHECK_EQ_INT(c.loads[1], 5 * HM_SMP_FIX);
   CHECK(_hm_smp_perf_period(&p) == 20011.0);
   free(mem);
@@ -427,8 +441,9 @@ static void test_refs_text(void) {
                           {0x7f0000700000ull, 0x7f0000800000ull, 3, 0}};
   _hm_smp_spans_t spans = {sp, 3, 3};
   credits_t c;
+  _hm_smp_sink_t sk = sink_of(&c);
   memset(&c, 0, sizeof c);
-  _hm_smp_refs_walk_t w = {&spans, credit, &c, HM_SMP_LOAD, 4096, 0, 0, 0};
+  _hm_smp_refs_walk_t w = {&spans, &sk, HM_SMP_LOAD, 4096, 0, 0, 0};
   _hm_smp_refs_credit_text(text, strlen(text), &w);
   CHECK_EQ_INT(w.mappings, 4);
   CHECK_EQ_INT(c.loads[1], 100 * HM_SMP_FIX); /* 400 kB: 100 pages */
@@ -461,6 +476,7 @@ static void hm__spin_live(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, char *a, si
   pthread_t th;
   CHECK(pthread_create(&th, NULL, spinner, &t) == 0);
   credits_t c;
+  _hm_smp_sink_t sk = sink_of(&c);
   /* a page whose translation stays in a TLB sets no bit again unless the
    * clear flushes it: without hm__clear's flush, 1-3 of these 20 drains
    * saw more than half of the 256 pages, however hard the spinner worked */
@@ -471,7 +487,7 @@ static void hm__spin_live(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, char *a, si
      * asleep here would let the spinner move to a CPU with a cold TLB */
     for (uint64_t t0 = _hm_prim_now_ns(); _hm_prim_now_ns() - t0 < 2000000u;) {
     }
-    _hm_smp_refs_drain(r, spans, credit, &c, NULL);
+    _hm_smp_refs_drain(r, spans, &sk, NULL);
     whole += c.loads[1] >= n / 2 * HM_SMP_FIX;
     CHECK_EQ_INT(c.loads[2], 0);
   }
@@ -479,12 +495,15 @@ static void hm__spin_live(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, char *a, si
   /* the spinner may be off its CPU for one window on a busy machine */
   int k = 0;
   for (; k < 200 && !(c.shorts[1] && c.shorts2[1]); k++)
-    _hm_smp_refs_drain(r, spans, credit, &c, NULL);
+    _hm_smp_refs_drain(r, spans, &sk, NULL);
   atomic_store(&t.stop, 1);
   pthread_join(th, NULL);
   CHECK(whole >= 10); /* the spinner may be off its CPU now and then */
   CHECK(c.shorts[1] > 0 && c.shorts2[1] > 0);
   CHECK_EQ_INT(c.shorts[2] + c.shorts2[2], 0);
+  /* the windows' end reaches the sink as a pair, never as a credit */
+  CHECK(c.pairs > 0 && c.ratio_ok == c.pairs);
+  CHECK_EQ_INT(c.loads[0] + c.stores[0] + c.shorts[0] + c.shorts2[0], 0);
   CHECK(c.shorts[1] <= (uint64_t)k * n * HM_SMP_FIX); /* at most a's pages a window */
   CHECK(_hm_smp_refs_shorts(r) > 0);
 }
@@ -519,13 +538,14 @@ static void test_refs_live(void) {
   _hm_smp_spans_t spans = {sp, 2, 2};
   for (size_t i = 0; i < n / 4; i++) a[i * page]++; /* a quarter of a */
   credits_t c;
+  _hm_smp_sink_t sk = sink_of(&c);
   memset(&c, 0, sizeof c);
-  _hm_smp_refs_drain(r, &spans, credit, &c, NULL);
+  _hm_smp_refs_drain(r, &spans, &sk, NULL);
   CHECK_EQ_INT(c.loads[1], (n / 4) * HM_SMP_FIX);
   CHECK_EQ_INT(c.loads[2], 0);
   memset(&c, 0, sizeof c);
   for (size_t i = 0; i < n - 1; i++) b[i * page]++;
-  _hm_smp_refs_drain(r, &spans, credit, &c, NULL);
+  _hm_smp_refs_drain(r, &spans, &sk, NULL);
   CHECK_EQ_INT(c.loads[1], 0);
   CHECK_EQ_INT(c.loads[2], (n - 1) * HM_SMP_FIX);
   /* nothing touched after the clear */
@@ -594,8 +614,9 @@ static void test_live_software_event(void) {
   _hm_smp_span_t sp[1] = {{(uintptr_t)region, (uintptr_t)region + len, 3, 0}};
   _hm_smp_spans_t spans = {sp, 1, 1};
   credits_t c;
+  _hm_smp_sink_t sk = sink_of(&c);
   memset(&c, 0, sizeof c);
-  uint64_t got = _hm_smp_perf_drain(p, &spans, credit, &c);
+  uint64_t got = _hm_smp_perf_drain(p, &spans, &sk);
   /* one fault per page, each a sample with the page's address */
   CHECK_EQ_INT(got, PAGES);
   CHECK_EQ_INT(c.loads[3], PAGES * HM_SMP_FIX);
