@@ -182,10 +182,16 @@ void _hm_sdm_drop_slot(hm_pager_t *p, int32_t s) {
  * Choosing victims (pager lock held)
  * ------------------------------------------------------------------------ */
 
+/* Referenced units the hand passed that are unmapped to see their next
+ * use (hm__see_add), after the lock is dropped: up to HM__MAXSEE a batch. */
+#define HM__MAXSEE 32
+
 typedef struct hm__victims_s {
   int32_t slot[HM__MAXVICT];
   unsigned n;
   uint64_t freed, need;
+  int32_t see[HM__MAXSEE];
+  unsigned nsee;
 } hm__victims_t;
 
 static int hm__want_more(const hm__victims_t *v) {
@@ -273,14 +279,58 @@ static int hm__any(const uint64_t *D) {
  * lose their markers when unmapped and the minor fault maps them
  * protected again, so any such page makes the unit dirty as a whole
  * first. Cost, per referenced unit the hand passes: a madvise and a
- * PAGEMAP_SCAN under the pager lock, and a minor fault at its next use. */
-static void hm__unmap_to_see(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, _hm_sdm_slot_t *S) {
-  hm_pager_t *p = h->p;
-  if (p->dirty_mode != HM_SDM_DIRTY_ASYNC || !S->mapped || r->rnd_score < 8) return;
+ * PAGEMAP_SCAN, and a minor fault at its next use. */
+static int hm__wants_seeing(const hm_pager_t *p, const _hm_sdm_region_t *r,
+                            const _hm_sdm_slot_t *S) {
+  return p->dirty_mode == HM_SDM_DIRTY_ASYNC && S->mapped && r->rnd_score >= 8;
+}
+
+static void hm__unmap_to_see(_hm_sdm_handler_t *h, _hm_sdm_slot_t *S) {
   uint64_t W[HM_SDM_BITMAP_WORDS];
   if (hm__unmap_written(h, S, W)) return;
   S->mapped = 0;
   if (hm__any(W)) S->dirty = 1;
+}
+
+/* The unit goes BUSY (a fault on it waits, as on a victim) and is
+ * unmapped by hm__see_done once the lock is dropped: done under the lock,
+ * the madvise and the scan held up every other thread's faults. Past
+ * HM__MAXSEE a batch, under the lock as before. */
+static void hm__see_add(_hm_sdm_handler_t *h, hm__victims_t *v, _hm_sdm_region_t *r,
+                        _hm_sdm_slot_t *S, int32_t s) {
+  if (!hm__wants_seeing(h->p, r, S)) return;
+  if (v->nsee == HM__MAXSEE) {
+    hm__unmap_to_see(h, S);
+    return;
+  }
+  r->units[S->unit].state = HM_U_BUSY;
+  r->busy++;
+  v->see[v->nsee++] = s;
+}
+
+/* Unmaps the units hm__see_add queued (pager lock not held), makes them
+ * resident again and wakes the threads that faulted on them meanwhile. */
+static void hm__see_done(_hm_sdm_handler_t *h, hm__victims_t *v) {
+  hm_pager_t *p = h->p;
+  uint64_t W[HM__MAXSEE][HM_SDM_BITMAP_WORDS];
+  int ok[HM__MAXSEE];
+  for (unsigned k = 0; k < v->nsee; k++)
+    ok[k] = hm__unmap_written(h, &p->slots[v->see[k]], W[k]) == 0;
+  pthread_mutex_lock(&p->lk);
+  for (unsigned k = 0; k < v->nsee; k++) {
+    _hm_sdm_slot_t *S = &p->slots[v->see[k]];
+    if (ok[k]) S->mapped = 0;
+    if (ok[k] && hm__any(W[k])) S->dirty = 1;
+    S->reg->units[S->unit].state = HM_U_RES;
+    S->reg->busy--;
+  }
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->lk);
+  for (unsigned k = 0; k < v->nsee; k++) {
+    _hm_sdm_slot_t *S = &p->slots[v->see[k]];
+    _hm_sdm_wake(p, _hm_sdm_ubase(S->reg, p, S->unit), p->unit);
+  }
+  v->nsee = 0;
 }
 
 /* Then CLOCK: a reference bit buys a unit one more turn, and so do each
@@ -299,7 +349,7 @@ static void hm__take_clock(_hm_sdm_handler_t *h, hm__victims_t *v) {
     if (r->units[S->unit].state != HM_U_RES || r->dead) continue;
     if (S->ref) {
       S->ref = 0;
-      hm__unmap_to_see(h, r, S);
+      hm__see_add(h, v, r, S, (int32_t)idx);
       continue;
     }
     if (S->heat) {
@@ -463,6 +513,7 @@ static int hm__batch_start(_hm_sdm_handler_t *h, uint64_t need) {
   hm_pager_t *p = h->p;
   struct _hm_sdm_evb_s *b = h->evb;
   b->v.n = 0;
+  b->v.nsee = 0;
   b->v.freed = 0;
   pthread_mutex_lock(&p->lk);
   uint64_t batch = hm__batch_bytes(p);
@@ -471,6 +522,7 @@ static int hm__batch_start(_hm_sdm_handler_t *h, uint64_t need) {
   hm__take_demoted(p, &p->demq, &b->v);
   hm__take_clock(h, &b->v);
   pthread_mutex_unlock(&p->lk);
+  if (b->v.nsee) hm__see_done(h, &b->v);
   if (b->v.n == 0) return -EAGAIN;
   b->wb.inflight = b->wb.ck = b->wb.ci = 0;
   for (unsigned k = 0; k < b->v.n; k++) {
