@@ -356,6 +356,9 @@ void _hm_sdm_fill_finish(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
 /* Queues a resident unit's slot for eviction before CLOCK runs (pager lock
  * held): a stream left it behind, or the application advised it cold. */
 void _hm_sdm_demote(hm_pager_t *p, _hm_sdm_vq_t *q, const _hm_sdm_unit_t *V, _hm_sdm_slot_t *S);
+/* Marks the resident units [u0, u1] of r referenced (WILLNEED, pager lock
+ * held): by the range's units, or by the slots in use where fewer. */
+void _hm_sdm_mark_willneed(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u0, uint32_t u1);
 
 /* copier.c: the thread that installs prefetch fills beside a handler.
  * take: 1 when op went to the copier (a prefetch fill of anonymous mode),

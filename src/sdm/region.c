@@ -333,10 +333,26 @@ static void hm__advise_flags(_hm_sdm_region_t *r, uint32_t u0, uint32_t u1, hm_a
  * and units already mapped never fault. A tiled LU asks for its panel
  * tile before each update that reads it; without the mark, CLOCK took the
  * panel as it took the tiles streaming past and it was read again for
- * every column of tiles. Cost: O(units of the range), once per advice. */
+ * every column of tiles. Cost: O(units of the range, or resident units
+ * where they are fewer), once per advice, under the pager lock. */
+void _hm_sdm_mark_willneed(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u0, uint32_t u1) {
+  if ((uint64_t)u1 - u0 + 1 <= p->nact) {
+    for (uint32_t u = u0; u <= u1; u++)
+      if (r->units[u].state == HM_U_RES) p->slots[r->units[u].slot].ref = 1;
+    return;
+  }
+  /* a range larger than what is resident: its resident units are found
+   * among the slots in use */
+  for (uint32_t k = 0; k < p->nact; k++) {
+    _hm_sdm_slot_t *S = &p->slots[p->act[k]];
+    if (S->used && S->reg == r && S->unit >= u0 && S->unit <= u1 &&
+        r->units[S->unit].state == HM_U_RES)
+      S->ref = 1;
+  }
+}
+
 static int hm__advise_willneed(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u0, uint32_t u1) {
-  for (uint32_t u = u0; u <= u1; u++)
-    if (r->units[u].state == HM_U_RES) p->slots[r->units[u].slot].ref = 1;
+  _hm_sdm_mark_willneed(p, r, u0, u1);
   if (p->nwq < HM_SDM_WQ) p->wq[p->nwq++] = (_hm_sdm_wq_t){r, u0, u1 + 1};
   pthread_mutex_unlock(&p->lk);
   uint64_t one = 1;
