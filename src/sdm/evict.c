@@ -314,8 +314,12 @@ static void hm__see_done(_hm_sdm_handler_t *h, hm__victims_t *v) {
   hm_pager_t *p = h->p;
   uint64_t W[HM__MAXSEE][HM_SDM_BITMAP_WORDS];
   int ok[HM__MAXSEE];
-  for (unsigned k = 0; k < v->nsee; k++)
-    ok[k] = hm__unmap_written(h, &p->slots[v->see[k]], W[k]) == 0;
+  char *ub[HM__MAXSEE]; /* taken while BUSY: the slot may be reused after */
+  for (unsigned k = 0; k < v->nsee; k++) {
+    _hm_sdm_slot_t *S = &p->slots[v->see[k]];
+    ub[k] = _hm_sdm_ubase(S->reg, p, S->unit);
+    ok[k] = hm__unmap_written(h, S, W[k]) == 0;
+  }
   pthread_mutex_lock(&p->lk);
   for (unsigned k = 0; k < v->nsee; k++) {
     _hm_sdm_slot_t *S = &p->slots[v->see[k]];
@@ -326,10 +330,7 @@ static void hm__see_done(_hm_sdm_handler_t *h, hm__victims_t *v) {
   }
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->lk);
-  for (unsigned k = 0; k < v->nsee; k++) {
-    _hm_sdm_slot_t *S = &p->slots[v->see[k]];
-    _hm_sdm_wake(p, _hm_sdm_ubase(S->reg, p, S->unit), p->unit);
-  }
+  for (unsigned k = 0; k < v->nsee; k++) _hm_sdm_wake(p, ub[k], p->unit);
   v->nsee = 0;
 }
 
