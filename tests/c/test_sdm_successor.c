@@ -77,19 +77,8 @@ static void run(uint32_t flags, const char *mode) {
    * the rest of `make test`. Without successors these passes miss 6: at
    * most half of that is allowed. */
   CHECK(head_fetches[2] + head_fetches[3] <= 3);
-  /* x->y and y->z in every pass, z->x in passes 0-2 at least. Under
-   * TSan (the reader 5-20x slower) one more may be missed: in the trace
-   * taken, x's stream ended twice in one pass (it restarted near the
-   * region's end) and the second end found y's seeded stream still
-   * active, so no seed. Counts: 10-12 in 58 TSan runs of this library (10
-   * once, in the sanitizer suite), 11-12 in 10 of the library before
-   * stop 58's pager changes, 12-13 in 20 plain runs; 0 without
-   * successors. */
-#if defined(__SANITIZE_THREAD__)
-  CHECK(s1.successor_prefetches - succ0 >= PASSES * (NREG - 1) + PASSES - 2);
-#else
+  /* x->y and y->z in every pass, z->x in passes 0-2 at least. */
   CHECK(s1.successor_prefetches - succ0 >= PASSES * (NREG - 1) + PASSES - 1);
-#endif
   /* The program changes its order (x, z, y): the wrong guesses cost one
    * pass, then what follows each array is learned again. */
   static const int order[NREG] = {0, 2, 1};
