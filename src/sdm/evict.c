@@ -309,7 +309,9 @@ static void hm__see_add(_hm_sdm_handler_t *h, hm__victims_t *v, _hm_sdm_region_t
 }
 
 /* Unmaps the units hm__see_add queued (pager lock not held), makes them
- * resident again and wakes the threads that faulted on them meanwhile. */
+ * resident again and wakes the threads that faulted on them meanwhile
+ * (U->waits, set under the lock by the fault path): most units are seen
+ * with no thread on them, and each wake is an ioctl. */
 static void hm__see_done(_hm_sdm_handler_t *h, hm__victims_t *v) {
   hm_pager_t *p = h->p;
   uint64_t W[HM__MAXSEE][HM_SDM_BITMAP_WORDS];
@@ -323,14 +325,18 @@ static void hm__see_done(_hm_sdm_handler_t *h, hm__victims_t *v) {
   pthread_mutex_lock(&p->lk);
   for (unsigned k = 0; k < v->nsee; k++) {
     _hm_sdm_slot_t *S = &p->slots[v->see[k]];
+    _hm_sdm_unit_t *U = &S->reg->units[S->unit];
     if (ok[k]) S->mapped = 0;
     if (ok[k] && hm__any(W[k])) S->dirty = 1;
-    S->reg->units[S->unit].state = HM_U_RES;
+    U->state = HM_U_RES;
+    if (!U->waits) ub[k] = NULL;
+    U->waits = 0;
     S->reg->busy--;
   }
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->lk);
-  for (unsigned k = 0; k < v->nsee; k++) _hm_sdm_wake(p, ub[k], p->unit);
+  for (unsigned k = 0; k < v->nsee; k++)
+    if (ub[k]) _hm_sdm_wake(p, ub[k], p->unit);
   v->nsee = 0;
 }
 

@@ -525,6 +525,7 @@ static int hm__locate(hm_pager_t *p, const _hm_sdm_fault_t *f, hm__at_t *at) {
 static int hm__fault_transit(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const hm__at_t *at) {
   hm_pager_t *p = h->p;
   _hm_sdm_pf_plan_t lplan = {0};
+  if (at->U->state == HM_U_BUSY) at->U->waits = 1;
   if (at->U->state == HM_U_FILLING) {
     _hm_sdm_slot_t *S = &p->slots[at->U->slot];
     if (S->prefetched) {

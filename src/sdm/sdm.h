@@ -42,6 +42,9 @@ typedef struct _hm_sdm_unit_s {
    * hm__dense_back), and HM_DENSE_SEEN once a stay of it filled fast at
    * random (evict.c, hm__learn_dense). */
   uint8_t dense;
+  /* A fault came while it was BUSY being seen (evict.c, hm__see_add): the
+   * thread waits for a wake, which is only sent then. */
+  uint8_t waits;
   int32_t slot; /* index into the pager's slots while FILLING/RES/BUSY, else -1 */
   uint32_t out_at; /* the pager's fill count when it was last evicted (HM_UF_OUT) */
 } _hm_sdm_unit_t;
