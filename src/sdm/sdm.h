@@ -42,8 +42,10 @@ typedef struct _hm_sdm_unit_s {
    * hm__dense_back), and HM_DENSE_SEEN once a stay of it filled fast at
    * random (evict.c, hm__learn_dense). */
   uint8_t dense;
-  /* A fault came while it was BUSY being seen (evict.c, hm__see_add): the
-   * thread waits for a wake, which is only sent then. */
+  /* A fault was parked on it while it was BUSY (fault.c). hm__see_done
+   * (evict.c) wakes a unit it saw only when this is set, and clears it;
+   * the other BUSY paths wake always, so a flag left from them costs at
+   * most one needless wake. */
   uint8_t waits;
   int32_t slot; /* index into the pager's slots while FILLING/RES/BUSY, else -1 */
   uint32_t out_at; /* the pager's fill count when it was last evicted (HM_UF_OUT) */
