@@ -1,29 +1,61 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Sequential scans over one array of 64-bit words holding x[i] = i.
- *   read: sum of all words (one read stream), checked against n(n-1)/2 (+ the
- *         rmw increments) in every repetition;
- *   rmw:  x[i] += C (read and write streams), checked word by word against
- *         i + reps*C after the run.
+ *   read:   sum of all words (one read stream), checked against n(n-1)/2 (+
+ *           the rmw increments) in every repetition;
+ *   rmw:    x[i] += C (read and write streams), checked word by word against
+ *           i + reps*C after the run;
+ *   strips: x[i] += C as well, but over the array as a column-major matrix
+ *           of m = isqrt(n) rows, in strips of --strip-rows rows across all
+ *           columns, the threads splitting the columns: how OpenBLAS's GEMM
+ *           walks C in the trailing update of a right-looking LU (LAPACK's
+ *           dgetrf, HPL), each strip touching a few KiB of every column.
+ *           Words past the last whole column are not touched (checked too).
  * Integers, so every check is exact. */
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hmk.h"
 
+/* One strips repetition: m rows by cols columns, p rows a strip. */
+static void scan_strips(uint64_t *restrict x, size_t m, size_t cols, size_t p) {
+  for (size_t r0 = 0; r0 < m; r0 += p) {
+    size_t r1 = r0 + p < m ? r0 + p : m;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < cols; c++)
+      for (size_t r = r0; r < r1; r++) x[c * m + r] += HMK_SCAN_INC;
+  }
+}
 
+/* The rows of the strips matrix: isqrt(n), at least 1. */
+static size_t strip_rows_of(size_t n) {
+  size_t m = (size_t)sqrt((double)n);
+  while (m > 1 && m * m > n) m--;
+  while ((m + 1) * (m + 1) <= n) m++;
+  return m ? m : 1;
+}
 
 int main(int argc, char **argv) {
   hmk_args_t a = {.kernel = "scan",
-                  .summary = "Sequential read scan (sum) or read-modify-write scan (x[i] += 3) over 64-bit words.",
-                  .variants = "read|rmw",
+                  .summary = "Sequential read scan (sum) or read-modify-write scan (x[i] += 3) over 64-bit words, "
+                             "or x[i] += 3 in row strips of a column-major matrix (an LU's trailing update).",
+                  .variants = "read|rmw|strips",
                   .variant = "read",
                   .bytes = 256ull << 20,
                   .min_bytes = 4096,
                   .reps = 5};
-  hmk_parse(&a, argc, argv, NULL, 0);
-  int rmw = strcmp(a.variant, "rmw") == 0;
+  uint64_t strip_rows = 512;
+  hmk_opt_t opts[] = {
+      {"--strip-rows", HMK_OPT_COUNT, &strip_rows, NULL, 1, UINT64_MAX,
+       "strips: rows per strip (default 512: 4 KiB of each column)"},
+  };
+  hmk_parse(&a, argc, argv, opts, 1);
+  int strips = strcmp(a.variant, "strips") == 0;
+  int rmw = strips || strcmp(a.variant, "rmw") == 0;
   size_t n = (size_t)(a.bytes / 8);
+  size_t m = strip_rows_of(n), cols = n / m; /* strips: the matrix */
+  size_t touched = strips ? m * cols : n;
 
   hmk_result_t r;
   hmk_result_init(&r, &a);
@@ -41,7 +73,9 @@ int main(int argc, char **argv) {
   for (int rep = 0; hmk_more(&a, &r); rep++) {
     if (!rmw && a.inject_error && rep == a.reps - 1) x[n / 2] += 1; /* a word changes under us */
     double s = hmk_now();
-    if (rmw) {
+    if (strips) {
+      scan_strips(x, m, cols, (size_t)strip_rows);
+    } else if (rmw) {
       hmk_scan_rmw(x, n);
     } else {
       uint64_t sum = hmk_scan_read(x, n);
@@ -52,8 +86,8 @@ int main(int argc, char **argv) {
     }
     r.times[r.n++] = hmk_now() - s;
   }
-  r.bytes_moved = (rmw ? 16.0 : 8.0) * (double)n;
-  r.flops = (double)n;
+  r.bytes_moved = (rmw ? 16.0 : 8.0) * (double)touched;
+  r.flops = (double)touched;
 
   double v0 = hmk_now();
   size_t wrong = 0, first_wrong = 0;
@@ -63,7 +97,7 @@ int main(int argc, char **argv) {
     first_wrong = n;
 #pragma omp parallel for schedule(static) reduction(+ : wrong) reduction(min : first_wrong)
     for (size_t i = 0; i < n; i++)
-      if (x[i] != (uint64_t)i + add) {
+      if (x[i] != (uint64_t)i + (i < touched ? add : 0)) {
         wrong++;
         if (i < first_wrong) first_wrong = i;
       }
@@ -77,6 +111,11 @@ int main(int argc, char **argv) {
              first_wrong);
   hmk_extra_u64(&r, "elements", n);
   hmk_extra_u64(&r, "streams", rmw ? 2 : 1);
+  if (strips) {
+    hmk_extra_u64(&r, "rows", m);
+    hmk_extra_u64(&r, "columns", cols);
+    hmk_extra_u64(&r, "strip_rows", strip_rows);
+  }
   hmk_emit(&a, &r);
   free(x);
   return 0;

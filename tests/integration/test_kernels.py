@@ -33,6 +33,8 @@ CASES = [
     ("poly", ["--variant", "rw", "--degree", "8192", "--bytes", "64K", "--reps", "1"]),
     ("scan", ["--variant", "read"]),
     ("scan", ["--variant", "rmw"]),
+    ("scan", ["--variant", "strips"]),
+    ("scan", ["--variant", "strips", "--bytes", "100000", "--strip-rows", "7"]),
     ("gemm", ["--variant", "blas"]),
     ("gemm", ["--variant", "naive", "--bytes", "512K"]),
     ("gemm", ["--variant", "tiled"]),
@@ -99,6 +101,21 @@ def test_kernel_result(name: str, args: list[str]) -> None:
     assert res["gflops"] == pytest.approx(res["flops"] / res["time_s"] / 1e9, rel=1e-6, abs=1e-12)
     if "--variant" in args:
         assert res["variant"] == args[args.index("--variant") + 1]
+
+
+@pytest.mark.parametrize(("nbytes", "rows"), [(100000, 111), (2 << 20, 512), (4096, 22)])
+def test_strips_walk_a_square_matrix(nbytes: int, rows: int) -> None:
+    """strips: an isqrt(n)-row matrix of n // rows whole columns, each word
+    updated once per repetition (16 bytes moved), whatever the strip height."""
+    for strip in ("1", "7", "512", "100000"):
+        args = ["--variant", "strips", "--bytes", str(nbytes), "--strip-rows", strip, "--reps", "2"]
+        res = kernels.run_kernel("scan", args)
+        n = nbytes // 8
+        assert (res["rows"], res["columns"]) == (rows, n // rows)
+        assert res["rows"] ** 2 <= n < (res["rows"] + 1) ** 2
+        assert res["strip_rows"] == int(strip)
+        assert res["bytes_moved"] == 16 * rows * (n // rows)
+        assert res["verified"] is True
 
 
 def test_stream_counts_bytes_like_mccalpin() -> None:
@@ -187,6 +204,8 @@ BAD_ARGS = [
     ("fft", ["stray"]),
     ("chase", ["--loads", "0"]),
     ("gups", ["--variant", "update4k", "--bytes", "64K", "--threads", "32"]),
+    ("scan", ["--variant", "strips", "--strip-rows", "0"]),
+    ("scan", ["--variant", "strips", "--strip-rows", "many"]),
 ]
 
 
@@ -211,6 +230,7 @@ INJECT = [
     ("poly", ["--variant", "rw", "--degree", "32"]),
     ("scan", ["--variant", "read"]),
     ("scan", ["--variant", "rmw"]),
+    ("scan", ["--variant", "strips", "--strip-rows", "100"]),
     ("gemm", ["--variant", "blas"]),
     ("gemm", ["--variant", "naive", "--bytes", "256K"]),
     ("gemm", ["--variant", "tiled", "--tile", "64", "--bytes", "1M"]),
