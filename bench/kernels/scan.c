@@ -6,9 +6,10 @@
  *           i + reps*C after the run;
  *   strips: x[i] += C as well, but over the array as a column-major matrix
  *           of m = isqrt(n) rows, in strips of --strip-rows rows across all
- *           columns, the threads splitting the columns: how OpenBLAS's GEMM
- *           walks C in the trailing update of a right-looking LU (LAPACK's
- *           dgetrf, HPL), each strip touching a few KiB of every column.
+ *           columns, the threads splitting the columns, each strip touching
+ *           a few KiB of every column: the loop that the pager's fault trace
+ *           of LAPACK's dgetrf under OpenBLAS (an LU's trailing update, as
+ *           in HPL) matches, and which reads as much per pass.
  *           Words past the last whole column are not touched (checked too).
  * Integers, so every check is exact. */
 #include <math.h>

@@ -68,10 +68,11 @@ CASES: dict[str, Case] = {
         Case("stream-all", "stream", ("--op", "all"), group="stream"),
         Case("scan-read", "scan", ("--variant", "read"), group="scan"),
         Case("scan-rmw", "scan", ("--variant", "rmw"), group="scan"),
-        # Row strips across a column-major matrix: how OpenBLAS's GEMM walks C
-        # in an LU's trailing update (LAPACK's dgetrf, HPL), a few KiB of
-        # every column per strip. In no suite: the pager reads each strip's
-        # matrix whole (6-7x the matrix per pass at 2x), a known loss.
+        # Row strips across a column-major matrix, a few KiB of every column
+        # per strip: the loop that the pager's fault trace of LAPACK's dgetrf
+        # (OpenBLAS's GEMM in an LU's trailing update, as in HPL) matches. In
+        # no suite: the pager reads each strip's matrix whole (6-7x the
+        # matrix per pass at 2x), a known loss.
         Case("scan-strips", "scan", ("--variant", "strips"), group="scan"),
         *[_poly("ro", d) for d in (16, 64, 256, 1024, 4096)],
         *[_poly("rw", d) for d in (16, 64, 256, 1024, 4096)],
