@@ -285,6 +285,13 @@ void hmk_emit(const hmk_args_t *a, hmk_result_t *r) {
   r->extra = NULL;
 }
 
+size_t hmk_isqrt(size_t n) {
+  size_t m = (size_t)sqrt((double)n);
+  while (m > 0 && m * m > n) m--;
+  while ((m + 1) * (m + 1) <= n) m++;
+  return m;
+}
+
 size_t hmk_tile_for(uint64_t budget, size_t n, size_t *nt) {
   size_t most = (size_t)sqrt((double)budget / (8.0 * 3.0 * 8.0)) / 16 * 16;
   if (most < 16) most = 16;

@@ -123,6 +123,10 @@ void hmk_extra_str(hmk_result_t *r, const char *key, const char *v);
 /* Appends raw JSON: key then an already-formatted value. */
 void hmk_extra_raw(hmk_result_t *r, const char *key, const char *json);
 
+/* floor(sqrt(n)), exact where a double's square root is not: the side of
+ * the largest square of at most n elements. */
+size_t hmk_isqrt(size_t n);
+
 /* The tile size a user of tiered memory would choose for an n x n matrix
  * when budget bytes of fast memory hold its working set: three nb x nb
  * tiles of doubles (the operands of one tile update) take at most 1/8 of

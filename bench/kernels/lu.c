@@ -202,9 +202,7 @@ int main(int argc, char **argv) {
   hmk_parse(&a, argc, argv, opts, 3);
   mat_t m = {0};
   m.tiled = strcmp(a.variant, "tiled") == 0;
-  size_t n = (size_t)sqrt((double)a.bytes / 8.0);
-  while ((n + 1) * (n + 1) * 8 <= a.bytes) n++;
-  while (n * n * 8 > a.bytes) n--;
+  size_t n = hmk_isqrt((size_t)(a.bytes / 8));
   m.threads = a.threads;
   m.hints = !no_hints;
   if (m.tiled && budget && !tile_opt) {

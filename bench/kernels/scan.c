@@ -12,7 +12,6 @@
  *           in HPL) matches, and which reads as much per pass.
  *           Words past the last whole column are not touched (checked too).
  * Integers, so every check is exact. */
-#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +28,6 @@ static void scan_strips(uint64_t *restrict x, size_t m, size_t cols, size_t p) {
   }
 }
 
-/* The rows of the strips matrix: isqrt(n), at least 1. */
-static size_t strip_rows_of(size_t n) {
-  size_t m = (size_t)sqrt((double)n);
-  while (m > 1 && m * m > n) m--;
-  while ((m + 1) * (m + 1) <= n) m++;
-  return m ? m : 1;
-}
-
 int main(int argc, char **argv) {
   hmk_args_t a = {.kernel = "scan",
                   .summary = "Sequential read scan (sum) or read-modify-write scan (x[i] += 3) over 64-bit words, "
@@ -46,16 +37,18 @@ int main(int argc, char **argv) {
                   .bytes = 256ull << 20,
                   .min_bytes = 4096,
                   .reps = 5};
-  uint64_t strip_rows = 512;
+  uint64_t strip_rows = 0; /* 0: not given */
   hmk_opt_t opts[] = {
       {"--strip-rows", HMK_OPT_COUNT, &strip_rows, NULL, 1, UINT64_MAX,
        "strips: rows per strip (default 512: 4 KiB of each column)"},
   };
   hmk_parse(&a, argc, argv, opts, 1);
   int strips = strcmp(a.variant, "strips") == 0;
+  if (strip_rows && !strips) hmk_fail(HMK_EXIT_USAGE, "--strip-rows applies to --variant strips only");
+  if (!strip_rows) strip_rows = 512;
   int rmw = strips || strcmp(a.variant, "rmw") == 0;
   size_t n = (size_t)(a.bytes / 8);
-  size_t m = strip_rows_of(n), cols = n / m; /* strips: the matrix */
+  size_t m = hmk_isqrt(n), cols = n / m; /* strips: the matrix (min_bytes: m >= 22) */
   size_t touched = strips ? m * cols : n;
 
   hmk_result_t r;

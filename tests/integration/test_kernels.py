@@ -206,6 +206,8 @@ BAD_ARGS = [
     ("gups", ["--variant", "update4k", "--bytes", "64K", "--threads", "32"]),
     ("scan", ["--variant", "strips", "--strip-rows", "0"]),
     ("scan", ["--variant", "strips", "--strip-rows", "many"]),
+    ("scan", ["--variant", "rmw", "--strip-rows", "64"]),
+    ("scan", ["--strip-rows", "64"]),
 ]
 
 
