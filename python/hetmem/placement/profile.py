@@ -70,6 +70,10 @@ class Site:
     never_freed: int = 0
     loads: int = 0  # samples
     stores: int = 0  # samples
+    # Pages the refs sampler saw touched for the first time (an array being
+    # initialised), not in loads or stores: accesses only for a site with
+    # no other sample (see est_accesses).
+    first: int = 0
     random_fraction: float = 0.0
     # Pages touched again and again within the refs sampler's first short
     # window (a random gather, a lookup table; 0 for a sweep), extrapolated
@@ -257,6 +261,7 @@ def _parse_site(c: _Ctx, rec: dict[str, Any], modules: list[Module], hdr: dict[s
     samples = c.obj(rec.get("samples", {}), "'samples'")
     s.loads = c.opt_int(samples, "loads")
     s.stores = c.opt_int(samples, "stores")
+    s.first = c.opt_int(samples, "first")
     if "random_fraction" in rec:
         s.random_fraction = c.num(rec, "random_fraction", 0.0, 1.0)
     small = c.obj(rec.get("small", {}), "'small'")
@@ -266,7 +271,9 @@ def _parse_site(c: _Ctx, rec: dict[str, Any], modules: list[Module], hdr: dict[s
         s.reuse_pages = _short_windows(c, samples["short"], hdr["sampler"])
     if "short_reuse" in samples:
         s.reuse_pages = _short_reuse(c, samples["short_reuse"], hdr["sampler"])
-    s.est_accesses = (s.loads + s.stores) * float(hdr["sampler"]["period"])
+    seen = s.loads + s.stores
+    first = _first_touches(s, hdr) if not seen else 0.0
+    s.est_accesses = (seen + first) * float(hdr["sampler"]["period"])
     if "static" in rec:
         s.static = c.bool_(rec, "static")
     return s
@@ -369,6 +376,27 @@ def _site_frames(c: _Ctx, frames_raw: Any, modules: list[Module]) -> list[tuple[
             raise c.fail(f"frame offset {off} is out of range")
         frames.append((modules[mi], off))
     return frames
+
+
+def _first_touches(s: Site, hdr: dict[str, Any]) -> float:
+    """A site seen only when its pages were first touched (samples.first,
+    no loads or stores): those pages once over the refs sampler's intervals
+    it was live for. All its use fell in the interval that made it (a short
+    run's block made and used between two drains), or it was written once
+    and never touched again, which its later intervals say by their
+    silence. Counted beside a site's later samples, a block written once at
+    start weighed as much as one read in every later interval of a short
+    run (sampler_refs.c)."""
+    if not s.first:
+        return 0.0
+    wall = max(int(hdr["wall_ns"]), 1)
+    drains = (hdr.get("sampler") or {}).get("drains")
+    n = drains if isinstance(drains, int) and drains > 0 else 1
+    live_ns = 0
+    for (t, b), nxt in zip(s.live, [*s.live[1:], (wall, 0)], strict=True):
+        if b > 0:
+            live_ns += max(nxt[0] - t, 0)
+    return s.first / max(1.0, n * min(live_ns, wall) / wall)
 
 
 def _site_live(c: _Ctx, live_raw: Any, peak: int, wall: int) -> list[tuple[int, int]]:
@@ -700,6 +728,7 @@ def _accumulate(m: Site, s: Site) -> None:
     m.never_freed += s.never_freed
     m.loads += s.loads
     m.stores += s.stores
+    m.first += s.first
     m.reuse_pages += s.reuse_pages
     m.small_count += s.small_count
     m.small_bytes += s.small_bytes

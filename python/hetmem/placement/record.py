@@ -65,7 +65,7 @@ def samples_note(p: prof.Profile) -> str | None:
     name = samp.get("name")
     if not p.sites or name in (None, "none"):
         return None
-    if not any(s.loads + s.stores for s in p.sites):
+    if not any(s.loads + s.stores + s.first for s in p.sites):
         return (
             f"{name} sampler recorded no access to the {len(p.sites)} site(s): the run was "
             "too short for it; advise would leave every site on the slowest tier"

@@ -123,7 +123,7 @@ def site_rows(p: prof.Profile, sym: Symbolizer) -> list[dict[str, Any]]:
                 },
                 "never_freed": s.never_freed,
                 "static": s.static,
-                "samples": {"loads": s.loads, "stores": s.stores},
+                "samples": {"loads": s.loads, "stores": s.stores, "first": s.first},
                 "est_accesses": s.est_accesses,
                 "accesses_per_byte": s.accesses_per_byte,
                 "random_fraction": s.random_fraction,
