@@ -239,6 +239,7 @@ static void hm__credit(void *arg, uint32_t site, uint64_t wfix, int what) {
   _Atomic uint64_t *to = what == HM_SMP_STORE   ? &s->stores
                          : what == HM_SMP_SHORT ? &s->shorts
                          : what == HM_SMP_SHORT2 ? &s->shorts2
+                         : what == HM_SMP_FIRST  ? &s->firsts
                                                 : &s->loads;
   atomic_fetch_add_explicit(to, wfix, memory_order_relaxed);
 }

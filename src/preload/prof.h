@@ -26,6 +26,7 @@ typedef struct _hm_pf_site_s {
   int16_t mod[HM_PL_MAX_DEPTH];
   _Atomic uint64_t allocs, bytes, max_bytes, frees, lt_sum, lt_min, lt_max;
   _Atomic uint64_t loads, stores; /* x HM_SMP_FIX */
+  _Atomic uint64_t firsts;        /* pages first touched (HM_SMP_FIRST), x HM_SMP_FIX */
   /* pages touched in the refs sampler's first and second short windows
    * (sampler_refs.c), x HM_SMP_FIX */
   _Atomic uint64_t shorts, shorts2;

@@ -297,6 +297,8 @@ static void hm__site_tail(_hm_sb_t *sb, _hm_pf_site_t *s, const hm__wsite_t *o,
                 (unsigned long long)(allocs - frees),
                 (unsigned long long)((atomic_load(&s->loads) + HM_SMP_FIX / 2) / HM_SMP_FIX),
                 (unsigned long long)((atomic_load(&s->stores) + HM_SMP_FIX / 2) / HM_SMP_FIX));
+  uint64_t firsts = (atomic_load(&s->firsts) + HM_SMP_FIX / 2) / HM_SMP_FIX;
+  if (firsts) _hm_sb_printf(sb, ",\"first\":%llu", (unsigned long long)firsts);
   uint64_t shorts2 = (atomic_load(&s->shorts2) + HM_SMP_FIX / 2) / HM_SMP_FIX;
   if (shorts || shorts2)
     _hm_sb_printf(sb, ",\"short\":[%llu,%llu]", (unsigned long long)shorts,

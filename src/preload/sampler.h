@@ -49,6 +49,7 @@ _hm_smp_kind_t _hm_smp_kind_parse(const char *name);
 #define HM_SMP_STORE 1
 #define HM_SMP_SHORT 2
 #define HM_SMP_SHORT2 3
+#define HM_SMP_FIRST 4 /* pages a live block touched first (refs sampler) */
 /* Where credits go: site, weight x HM_SMP_FIX, what (HM_SMP_LOAD...). */
 typedef void (*_hm_smp_credit_fn)(void *arg, uint32_t site, uint64_t weight_fix, int what);
 /* Where a sampler's findings go; every drain takes one. pair, when not
@@ -169,6 +170,13 @@ int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why
  * blocks live then and those freed since, each whole. */
 uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink, void (*respan)(_hm_smp_spans_t *));
 /* A walk over smaps text: what it credits to, and what it found. */
+/* Each anonymous mapping's resident bytes at a drain, sorted by address:
+ * what the next drain's resident bytes grew by are the interval's first
+ * touches (refs sampler). */
+typedef struct _hm_smp_rss_s {
+  uint64_t *v; /* lo, hi, rss: three words a mapping */
+  size_t n, cap;
+} _hm_smp_rss_t;
 typedef struct _hm_smp_refs_walk_s {
   const _hm_smp_spans_t *spans;
   const _hm_smp_sink_t *sink;
@@ -177,6 +185,11 @@ typedef struct _hm_smp_refs_walk_s {
   uint64_t total;      /* weight credited x HM_SMP_FIX */
   uint64_t mappings;   /* mappings read */
   uint64_t anon_pages; /* referenced pages of anonymous mappings */
+  /* NULL, or the last drain's resident bytes: a live block's pages first
+   * touched since are not credited (see sampler_refs.c) */
+  const _hm_smp_rss_t *prev;
+  _hm_smp_rss_t *cur; /* NULL, or filled with this read's */
+  uint64_t fresh_pages; /* first touches of live blocks (not loads) */
 } _hm_smp_refs_walk_t;
 /* Credits the mappings of smaps text (modified: lines are cut at their
  * newlines) to the spans they hold, by overlap. */
@@ -217,7 +230,14 @@ int _hm_smp_wr_open(_hm_smp_wr_t **out, char *why, size_t wlen);
 void _hm_smp_wr_track(_hm_smp_wr_t *w, void *base, size_t len);
 /* Credits each span's pages written since the last drain as HM_SMP_STORE
  * and protects them again; returns the pages. */
-uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink);
+/* now, before: the mappings' Rss at this drain and the last (NULL: a
+ * live block's first touches count as writes too). */
+uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink,
+                          const _hm_smp_rss_t *now, const _hm_smp_rss_t *before);
+/* Bytes the mapping holding [lo, hi) gained from before to now: all its
+ * Rss when before has no mapping of its bounds; 0 when now has none. */
+uint64_t _hm_smp_rss_grown(const _hm_smp_rss_t *now, const _hm_smp_rss_t *before, uintptr_t lo,
+                           uintptr_t hi);
 /* The measured cost of one write-protect fault (ns); the faults the
  * program took (estimated: sampler_writes.c), all drains or the last. */
 double _hm_smp_wr_fault_ns(const _hm_smp_wr_t *w);

@@ -43,7 +43,22 @@
  * how many, and `hetmem profile` warns). Samples are not scaled by the
  * interval: a page touched once and one touched all interval long both
  * count once, so a site's samples count the intervals it was used in.
- * The two short windows after each clear (hm__short) tell those apart. */
+ * The two short windows after each clear (hm__short) tell those apart.
+ *
+ * First touches are counted apart: the pages a live block's mapping
+ * gained since the last drain (smaps' Rss grew by them) were touched for
+ * the first time, which sets their bits too. As loads, a block written
+ * once at start and never again looked as hot as one read in every later
+ * interval of a short run: hm-placement's sparse workload at 256 MiB got
+ * 3-5 intervals, the first all initialisation, and the advisor's choice at
+ * a 75% budget was a coin flip (0.45-1.24x cache over builds). They are
+ * credited as HM_SMP_FIRST (the profile's `first`), which the advisor
+ * counts only for a site with no other sample, spread over the intervals
+ * it lived (profile.py): a block made and used within one interval is
+ * seen only there. A load-miss sampler (ecoHMEM's
+ * PEBS) does not see them either: they are stores to fresh pages. A freed
+ * block keeps them as loads: a temporary made and used within an interval
+ * is touched only then. The short windows count them as before. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,10 +102,12 @@ struct _hm_smp_refs_s {
    * estimated as for write faults (sampler_writes.c), a drain's pages
    * beyond the most an earlier drain saw being first touches */
   uint64_t retouched, ref_peak;
+  uint64_t fresh_pages; /* first touches of live blocks (HM_SMP_FIRST), all drains */
   uint64_t shorts, short_ns, short2_ns; /* short window pairs read, their summed lengths */
   uint64_t short_cost_ns;                /* what reading them took, waits left out */
   uint64_t rng;                          /* xorshift state of the intervals' jitter */
   char *flush;                           /* HM__REFS_FLUSH_PAGES pages, see hm__clear */
+  _hm_smp_rss_t rss_prev, rss_cur;       /* mappings' Rss at the last drain, and this one's */
   _hm_smp_wr_t *wr;                      /* written pages; NULL: not told apart */
   char wr_why[96];                       /* why not */
   uint64_t next_ns;       /* the next interval */
@@ -159,6 +176,26 @@ int _hm_smp_refs_probe(const _hm_smp_cfg_t *cfg, char *probed, size_t plen, char
   return rc;
 }
 
+static ssize_t hm__read_smaps(_hm_smp_refs_t *r);
+
+/* Records the mappings' Rss before the first clear: what the program held
+ * then is not the first interval's first touches. */
+static void hm__rss_start(_hm_smp_refs_t *r) {
+  ssize_t n = hm__read_smaps(r);
+  if (n < 0) return;
+  _hm_smp_spans_t none = {NULL, 0, 0};
+  _hm_smp_sink_t nosink = {NULL, NULL, NULL};
+  _hm_smp_refs_walk_t w = {&none, &nosink, HM_SMP_LOAD, r->page, 0, 0, 0, NULL, &r->rss_prev, 0};
+  _hm_smp_refs_credit_text(r->buf, (size_t)n, &w);
+}
+
+/* This drain's Rss becomes the one the next compares with. */
+static void hm__rss_swap(_hm_smp_refs_t *r) {
+  _hm_smp_rss_t t = r->rss_prev;
+  r->rss_prev = r->rss_cur;
+  r->rss_cur = t;
+}
+
 int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why,
                        size_t wlen) {
   void *p = NULL;
@@ -182,6 +219,7 @@ int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why
   if (_hm_smp_wr_open(&r->wr, r->wr_why, sizeof r->wr_why)) r->wr = NULL;
   r->rng = _hm_prim_now_ns() | 1;
   r->first_clear = r->last_clear = _hm_prim_now_ns();
+  hm__rss_start(r);
   (void)hm__clear(r); /* start from clean bits */
   *out = r;
   return 0;
@@ -208,14 +246,15 @@ static ssize_t hm__read_smaps(_hm_smp_refs_t *r) {
 }
 
 typedef struct hm__vma_s {
-  uint64_t lo, hi, ref;
+  uint64_t lo, hi, ref, rss;
   int anon; /* no file behind it: what clear_refs 2 clears */
 } hm__vma_t;
 
 /* Credits one mapping's referenced bytes to the spans overlapping it, by
  * overlap. Returns the weight credited (x HM_SMP_FIX); *freed: a freed
  * block's mapping (_hm_smp_bury) was among them. */
-static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_refs_walk_t *w, int *freed) {
+static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_refs_walk_t *w, uint64_t fresh,
+                               int *freed) {
   const _hm_smp_spans_t *s = w->spans;
   size_t page = w->page;
   if (!v->ref || v->hi <= v->lo) return 0;
@@ -227,6 +266,7 @@ static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_refs_walk_t *w,
   }
   uint64_t total = 0;
   double pages = (double)v->ref / (double)page, len = (double)(v->hi - v->lo);
+  double reused = fresh < v->ref ? (double)(v->ref - fresh) / (double)page : 0.0;
   for (size_t i = a; i < s->n && s->v[i].lo < v->hi; i++) {
     uint64_t l = s->v[i].lo > v->lo ? s->v[i].lo : v->lo;
     uint64_t h = s->v[i].hi < v->hi ? s->v[i].hi : v->hi;
@@ -240,7 +280,10 @@ static uint64_t hm__credit_vma(const hm__vma_t *v, const _hm_smp_refs_walk_t *w,
      * temporary made anew ten times an interval is ten blocks of pages
      * touched once, as hot as one block touched all interval long */
     if (s->v[i].lived) share *= (double)s->v[i].lived / 65536.0;
-    uint64_t wt = (uint64_t)(pages * share * HM_SMP_FIX + 0.5);
+    uint64_t wt = (uint64_t)((s->v[i].lived ? pages : reused) * share * HM_SMP_FIX + 0.5);
+    double first = s->v[i].lived || !w->cur ? 0.0 : pages - reused;
+    uint64_t wf = (uint64_t)(first * share * HM_SMP_FIX + 0.5);
+    if (wf) w->sink->credit(w->sink->arg, s->v[i].site, wf, HM_SMP_FIRST);
     if (!wt) continue;
     w->sink->credit(w->sink->arg, s->v[i].site, wt, w->what);
     total += wt;
@@ -269,9 +312,53 @@ static int hm__vma_header(const char *line, hm__vma_t *v) {
   unsigned long long hi = strtoull(end + 1, &end, 16);
   if (*end != ' ') return 0;
   const char *inode = hm__skip(end, 3);
-  v->lo = lo, v->hi = hi, v->ref = 0;
+  v->lo = lo, v->hi = hi, v->ref = v->rss = 0;
   v->anon = inode[0] == '0' && (inode[1] == ' ' || inode[1] == '\0');
   return 1;
+}
+
+/* Grows t to hold one more mapping; 0, or -ENOMEM (the mapping then goes
+ * unrecorded: its next drain credits all it holds as first touches). */
+static int hm__rss_room(_hm_smp_rss_t *t) {
+  if (t->n < t->cap) return 0;
+  size_t cap = t->cap ? t->cap * 2 : 1024;
+  void *p = NULL;
+  if (_hm_prim_map_anon(cap * 3 * sizeof(uint64_t), &p)) return -ENOMEM;
+  if (t->v) {
+    memcpy(p, t->v, t->n * 3 * sizeof(uint64_t));
+    _hm_prim_unmap(t->v, t->cap * 3 * sizeof(uint64_t));
+  }
+  t->v = p;
+  t->cap = cap;
+  return 0;
+}
+
+/* The index of t's last mapping starting at or below lo, or t->n. Cost: a
+ * binary search. */
+static size_t hm__rss_at(const _hm_smp_rss_t *t, uintptr_t lo) {
+  size_t a = 0, b = t->n;
+  while (a < b) {
+    size_t m = (a + b) / 2;
+    if (t->v[3 * m] <= lo) a = m + 1;
+    else b = m;
+  }
+  return a ? a - 1 : t->n;
+}
+
+/* The bytes a mapping [lo, hi) holding rss now gained since t was taken:
+ * all of rss when t has no mapping of the same bounds (new since, or
+ * moved). */
+static uint64_t hm__rss_since(const _hm_smp_rss_t *t, uint64_t lo, uint64_t hi, uint64_t rss) {
+  size_t a = hm__rss_at(t, lo);
+  if (a == t->n || t->v[3 * a] != lo || t->v[3 * a + 1] != hi) return rss;
+  return rss > t->v[3 * a + 2] ? rss - t->v[3 * a + 2] : 0;
+}
+
+uint64_t _hm_smp_rss_grown(const _hm_smp_rss_t *now, const _hm_smp_rss_t *before, uintptr_t lo,
+                           uintptr_t hi) {
+  size_t a = hm__rss_at(now, lo);
+  if (a == now->n || now->v[3 * a + 1] < hi) return 0;
+  return hm__rss_since(before, now->v[3 * a], now->v[3 * a + 1], now->v[3 * a + 2]);
 }
 
 /* Credits v's spans and adds v's referenced pages to w (the anonymous
@@ -279,12 +366,19 @@ static int hm__vma_header(const char *line, hm__vma_t *v) {
  * touches again). */
 static void hm__account(hm__vma_t *v, _hm_smp_refs_walk_t *w) {
   int freed = 0;
-  w->total += hm__credit_vma(v, w, &freed);
+  uint64_t fresh = v->anon && w->prev ? hm__rss_since(w->prev, v->lo, v->hi, v->rss) : 0;
+  if (v->anon && w->cur && hm__rss_room(w->cur) == 0) {
+    uint64_t *e = w->cur->v + 3 * w->cur->n++;
+    e[0] = v->lo, e[1] = v->hi, e[2] = v->rss;
+  }
+  uint64_t credited = hm__credit_vma(v, w, fresh, &freed);
+  if (!freed) w->fresh_pages += (fresh < v->ref ? fresh : v->ref) / w->page;
+  w->total += credited;
   if (v->anon && !freed) w->anon_pages += v->ref / w->page;
 }
 
 void _hm_smp_refs_credit_text(char *text, size_t len, _hm_smp_refs_walk_t *w) {
-  hm__vma_t v = {0, 0, 0, 0};
+  hm__vma_t v = {0, 0, 0, 0, 0};
   int in = 0;
   for (size_t i = 0; i < len;) {
     char *line = text + i, *nl = memchr(line, '\n', len - i);
@@ -297,6 +391,8 @@ void _hm_smp_refs_credit_text(char *text, size_t len, _hm_smp_refs_walk_t *w) {
       v = h, in = 1, w->mappings++;
     } else if (in && strncmp(line, "Referenced:", 11) == 0) {
       v.ref = strtoull(line + 11, NULL, 10) * 1024u;
+    } else if (in && strncmp(line, "Rss:", 4) == 0) {
+      v.rss = strtoull(line + 4, NULL, 10) * 1024u;
     }
   }
   if (in) hm__account(&v, w);
@@ -326,7 +422,7 @@ static uint64_t hm__window(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans, cons
     r->errors++;
     return 0;
   }
-  _hm_smp_refs_walk_t w = {spans, sink, what, r->page, 0, 0, 0};
+  _hm_smp_refs_walk_t w = {spans, sink, what, r->page, 0, 0, 0, NULL, NULL, 0};
   _hm_smp_refs_credit_text(r->buf, (size_t)n, &w);
   return t0 + (t1 - t0) / 2;
 }
@@ -372,6 +468,21 @@ uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm
   if (!r) return 0;
   uint64_t t0 = _hm_prim_now_ns();
   ssize_t n = hm__read_smaps(r);
+  _hm_smp_refs_walk_t w = {spans, sink, HM_SMP_LOAD, r->page, 0, 0, 0,
+                           &r->rss_prev, &r->rss_cur, 0};
+  if (n >= 0) {
+    r->rss_cur.n = 0;
+    _hm_smp_refs_credit_text(r->buf, (size_t)n, &w);
+    hm__rss_swap(r);
+    /* the written pages next to the read whose Rss they are taken from
+     * (a page first written between the two would count as a store), and
+     * before the clear: after it, the scan would lengthen the first short
+     * window, which counts from the clear. The parse and the scan (a
+     * millisecond or two) delay the clear: a page touched only then is
+     * counted in neither interval. */
+    /* swapped: rss_prev is now, rss_cur before */
+    (void)_hm_smp_wr_drain(r->wr, spans, sink, &r->rss_prev, &r->rss_cur);
+  }
   int cleared = hm__clear(r) == 0;
   if (!cleared) r->errors++;
   r->last_clear = _hm_prim_now_ns();
@@ -379,9 +490,8 @@ uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm
     r->errors++;
     return 0;
   }
-  _hm_smp_refs_walk_t w = {spans, sink, HM_SMP_LOAD, r->page, 0, 0, 0};
-  _hm_smp_refs_credit_text(r->buf, (size_t)n, &w);
   uint64_t cost = _hm_prim_now_ns() - t0;
+  uint64_t wfaults = _hm_smp_wr_faults(r->wr, 1);
   /* the windows at half the drains' own cost at most, and apart from the
    * interval's: paid into it, they stretched a short program's intervals
    * threefold (3 drains in a 1 s run, where 6-8 told its hot arrays from
@@ -391,15 +501,10 @@ uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm
     uint64_t slept = hm__short(r, spans, sink, respan, r->last_clear);
     r->short_cost_ns += _hm_prim_now_ns() - w0 - slept;
   }
-  /* after the windows, which count from the clear: the scan would have
-   * lengthened the first */
-  uint64_t s0 = _hm_prim_now_ns();
-  (void)_hm_smp_wr_drain(r->wr, spans, sink);
-  uint64_t wfaults = _hm_smp_wr_faults(r->wr, 1);
-  cost += _hm_prim_now_ns() - s0;
   r->drains++;
   r->mappings = w.mappings;
   r->attributed += w.total;
+  r->fresh_pages += w.fresh_pages;
   r->ref_pages += w.anon_pages;
   uint64_t again = _hm_smp_again(w.anon_pages, &r->ref_peak);
   r->retouched += again;
@@ -434,7 +539,7 @@ void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len) {
            "\"drain_max_us\":%.1f,\"touch_ns_per_page\":%.1f,\"referenced_pages\":%llu,"
            "\"touch_cost_ns\":%llu,\"errors\":%llu,"
            "\"short_windows\":%llu,\"short_window_us\":[%.1f,%.1f],\"sampled_us\":%.0f,"
-           "\"short_cost_us\":%.0f",
+           "\"short_cost_us\":%.0f,\"first_touch_pages\":%llu",
            (unsigned long long)r->mappings,
            (double)(r->last_clear - r->first_clear) / (double)d / 1e3,
            (double)r->cost_sum_ns / (double)d / 1e3, (double)r->max_cost_ns / 1e3, r->touch_ns,
@@ -442,7 +547,8 @@ void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len) {
            (unsigned long long)r->errors, (unsigned long long)r->shorts,
            r->shorts ? (double)r->short_ns / (double)r->shorts / 1e3 : 0.0,
            r->shorts ? (double)r->short2_ns / (double)r->shorts / 1e3 : 0.0,
-           (double)(r->last_clear - r->first_clear) / 1e3, (double)r->short_cost_ns / 1e3);
+           (double)(r->last_clear - r->first_clear) / 1e3, (double)r->short_cost_ns / 1e3,
+           (unsigned long long)r->fresh_pages);
   size_t k = strlen(out);
   if (k < len) _hm_smp_wr_describe(r->wr, r->wr_why, out + k, len - k);
 }
@@ -454,4 +560,10 @@ void _hm_smp_refs_stop(_hm_smp_refs_t *r) {
   r->cap = 0;
   if (r->flush) _hm_prim_unmap(r->flush, HM__REFS_FLUSH_PAGES * r->page);
   r->flush = NULL;
+  _hm_smp_rss_t *t[2] = {&r->rss_prev, &r->rss_cur};
+  for (int k = 0; k < 2; k++) {
+    if (t[k]->v) _hm_prim_unmap(t[k]->v, t[k]->cap * 3 * sizeof(uint64_t));
+    t[k]->v = NULL;
+    t[k]->n = t[k]->cap = 0;
+  }
 }

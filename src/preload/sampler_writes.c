@@ -17,9 +17,12 @@
  * the pages written since the last one (present, not write-protected,
  * not the zero page) and protects them again in the same call. A fresh
  * block's pages are unpopulated: their first write maps them unprotected,
- * so it counts. Holes are left alone (the anyof selector wants a present
- * or swapped page): a hole protected by the scan would hold a uffd-wp
- * marker, and a page table where a transparent huge page could come.
+ * so the scan finds them, but a live block's pages first touched in the
+ * interval (its mapping's Rss growth, sampler_refs.c) are taken off its
+ * count: initialising an array is not reusing it. Holes are left alone
+ * (the anyof selector wants a present or swapped page): a hole protected
+ * by the scan would hold a uffd-wp marker, and a page table where a
+ * transparent huge page could come.
  * Soft-dirty bits (clear_refs 4) would do without a userfaultfd, but
  * kernels without CONFIG_MEM_SOFT_DIRTY take the clear and never set the
  * bit (this machine's).
@@ -157,7 +160,8 @@ void _hm_smp_wr_track(_hm_smp_wr_t *w, void *base, size_t len) {
   atomic_fetch_add_explicit(rc ? &w->refused : &w->tracked, 1, memory_order_relaxed);
 }
 
-uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink) {
+uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink,
+                          const _hm_smp_rss_t *now, const _hm_smp_rss_t *before) {
   if (!w) return 0;
   uint64_t t0 = _hm_prim_now_ns(), total = 0;
   uintptr_t done = 0; /* spans sharing a page: each page once */
@@ -172,9 +176,14 @@ uint64_t _hm_smp_wr_drain(_hm_smp_wr_t *w, const _hm_smp_spans_t *spans, const _
       w->errors++;
       continue;
     }
-    /* a freed block, for the part of the interval it lived (as its loads) */
+    /* a freed block, for the part of the interval it lived (as its loads);
+     * a live one less its first touches (sampler_refs.c says why) */
     double share = s->lived ? (double)s->lived / 65536.0 : 1.0;
-    uint64_t wt = (uint64_t)((double)n * share * HM_SMP_FIX + 0.5);
+    int64_t fresh = 0;
+    if (!s->lived && now && before)
+      fresh = (int64_t)(_hm_smp_rss_grown(now, before, lo, hi) / w->page);
+    int64_t kept = fresh < n ? n - fresh : 0;
+    uint64_t wt = (uint64_t)((double)kept * share * HM_SMP_FIX + 0.5);
     if (wt) sink->credit(sink->arg, s->site, wt, HM_SMP_STORE);
     total += (uint64_t)n;
   }

@@ -327,7 +327,7 @@ static void test_select(void) {
 
 /* ---- draining a buffer laid out like the kernel's ---- */
 typedef struct credits_s {
-  uint64_t loads[4], stores[4], shorts[4], shorts2[4];
+  uint64_t loads[4], stores[4], shorts[4], shorts2[4], firsts[4];
   uint64_t pairs, ratio_ok; /* short-window pairs heard, with a sane ratio */
 } credits_t;
 
@@ -336,6 +336,7 @@ static void credit(void *arg, uint32_t site, uint64_t w, int what) {
   if (site >= 4) return;
   if (what == HM_SMP_SHORT) c->shorts[site] += w;
   else if (what == HM_SMP_SHORT2) c->shorts2[site] += w;
+  else if (what == HM_SMP_FIRST) c->firsts[site] += w;
   else (what == HM_SMP_STORE ? c->stores : c->loads)[site] += w;
 }
 
@@ -443,7 +444,7 @@ static void test_refs_text(void) {
   credits_t c;
   _hm_smp_sink_t sk = sink_of(&c);
   memset(&c, 0, sizeof c);
-  _hm_smp_refs_walk_t w = {&spans, &sk, HM_SMP_LOAD, 4096, 0, 0, 0};
+  _hm_smp_refs_walk_t w = {&spans, &sk, HM_SMP_LOAD, 4096, 0, 0, 0, NULL, NULL, 0};
   _hm_smp_refs_credit_text(text, strlen(text), &w);
   CHECK_EQ_INT(w.mappings, 4);
   CHECK_EQ_INT(c.loads[1], 100 * HM_SMP_FIX); /* 400 kB: 100 pages */
@@ -452,6 +453,61 @@ static void test_refs_text(void) {
   CHECK_EQ_INT(c.stores[1] + c.stores[2] + c.stores[3], 0);
   CHECK_EQ_INT(w.anon_pages, 100 + 512); /* the library's 128 are not */
   CHECK_EQ_INT(w.total, (100 + 256 + 128) * HM_SMP_FIX);
+}
+
+/* First touches: a live block's mapping that gained resident pages since
+ * the last drain has them taken off its loads and credited as first
+ * touches (an array initialised, not reused); a freed block keeps them as
+ * loads; a mapping the last drain did not have counts all it holds as
+ * first touched. Each drain records the mappings' Rss for the next. */
+static void test_refs_first_touch(void) {
+  char text[] =
+      "7f0000100000-7f0000200000 rw-p 00000000 00:00 0 \n"
+      "Rss:                1024 kB\n"
+      "Referenced:         1024 kB\n"
+      "7f0000300000-7f0000400000 rw-p 00000000 00:00 0 \n"
+      "Rss:                1024 kB\n"
+      "Referenced:          800 kB\n"
+      "7f0000500000-7f0000600000 rw-p 00000000 00:00 0 \n"
+      "Rss:                 512 kB\n"
+      "Referenced:          512 kB\n"
+      "7f0000700000-7f0000800000 rw-p 00000000 00:00 0 \n"
+      "Rss:                 256 kB\n"
+      "Referenced:          256 kB\n";
+  /* the last drain: the first mapping held 256 kB, the second all of its
+   * 1024, the third is new, the fourth had other bounds (moved) */
+  uint64_t before_v[] = {0x7f0000100000ull, 0x7f0000200000ull, 256u << 10,
+                         0x7f0000300000ull, 0x7f0000400000ull, 1024u << 10,
+                         0x7f0000700000ull, 0x7f0000780000ull, 256u << 10};
+  _hm_smp_rss_t before = {before_v, 3, 3}, now = {NULL, 0, 0};
+  uint64_t now_v[12];
+  now.v = now_v, now.cap = 4;
+  _hm_smp_span_t sp[4] = {{0x7f0000100000ull, 0x7f0000200000ull, 1, 0},
+                          {0x7f0000300000ull, 0x7f0000400000ull, 2, 0},
+                          {0x7f0000500000ull, 0x7f0000600000ull, 3, 32768},
+                          {0x7f0000700000ull, 0x7f0000800000ull, 0, 0}};
+  _hm_smp_spans_t spans = {sp, 4, 4};
+  credits_t c;
+  _hm_smp_sink_t sk = sink_of(&c);
+  memset(&c, 0, sizeof c);
+  _hm_smp_refs_walk_t w = {&spans, &sk, HM_SMP_LOAD, 4096, 0, 0, 0, &before, &now, 0};
+  _hm_smp_refs_credit_text(text, strlen(text), &w);
+  CHECK_EQ_INT(c.loads[1], 64 * HM_SMP_FIX); /* 256 pages, 192 of them new */
+  CHECK_EQ_INT(c.loads[2], 200 * HM_SMP_FIX); /* nothing new: all 200 */
+  CHECK_EQ_INT(c.loads[3], 64 * HM_SMP_FIX);  /* freed half way: 128 pages x 1/2 */
+  CHECK_EQ_INT(c.loads[0], 0);                /* moved: all of it new */
+  CHECK_EQ_INT(w.fresh_pages, 192 + 64);      /* the freed block's are kept */
+  CHECK_EQ_INT(c.firsts[1], 192 * HM_SMP_FIX);
+  CHECK_EQ_INT(c.firsts[2] + c.firsts[3], 0);
+  CHECK_EQ_INT(c.firsts[0], 64 * HM_SMP_FIX);
+  CHECK_EQ_INT(w.total, (64 + 200 + 64) * HM_SMP_FIX); /* loads only */
+  CHECK_EQ_INT(now.n, 4);
+  CHECK(now.v[2] == 1024u << 10 && now.v[11] == 256u << 10);
+  /* what the written-page scan takes off a block: its mapping's growth */
+  CHECK(_hm_smp_rss_grown(&now, &before, 0x7f0000100010ull, 0x7f0000101000ull) == 768u << 10);
+  CHECK(_hm_smp_rss_grown(&now, &before, 0x7f0000300000ull, 0x7f0000400000ull) == 0);
+  CHECK(_hm_smp_rss_grown(&now, &before, 0x7f0000580000ull, 0x7f0000600000ull) == 512u << 10);
+  CHECK(_hm_smp_rss_grown(&now, &before, 0x7f0000200000ull, 0x7f0000201000ull) == 0); /* none */
 }
 
 typedef struct spin_s {
@@ -635,6 +691,7 @@ int main(void) {
   test_select();
   test_drain();
   test_refs_text();
+  test_refs_first_touch();
   test_refs_live();
   test_live_software_event();
   return hm_test_done("test_sampler");

@@ -166,4 +166,6 @@ def test_mpi_single_copy_transfers_survive_profiling(tmp_path: Path) -> None:
         sites = [ln for ln in lines if ln.get("type") == "site" and ln["bytes"] == 16 << 20]
         assert len(sites) == 2  # a and b
         for s in sites:
-            assert s["samples"]["loads"] > 0, s
+            # loads, or first touches where all of a block's use fell in the
+            # interval that made it (the advisor ranks the site by those)
+            assert s["samples"]["loads"] + s["samples"].get("first", 0) > 0, s
