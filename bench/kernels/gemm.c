@@ -174,9 +174,7 @@ static void fill_rowmajor(const tiled_t *t) {
 
 /* The side n of the matrices and, tiled, the tile nb and count nt. */
 static void choose_shape(const hmk_args_t *a, int tiled, uint64_t tile, uint64_t budget, tiled_t *t) {
-  size_t n = (size_t)sqrt((double)a->bytes / 24.0);
-  while ((n + 1) * (n + 1) * 24 <= a->bytes) n++;
-  while (n * n * 24 > a->bytes) n--;
+  size_t n = hmk_isqrt((size_t)(a->bytes / 24)); /* three n x n doubles fit */
   t->n = n;
   if (!tiled) return;
   if (tile) {
@@ -244,6 +242,11 @@ int main(int argc, char **argv) {
   };
   hmk_parse(&a, argc, argv, opts, 3);
   int blas = strcmp(a.variant, "blas") == 0, tiled = strcmp(a.variant, "tiled") == 0;
+  /* options of the tiled variant only: given to BLAS or the naive loop
+   * they changed nothing */
+  if (!tiled && (tile || budget || no_hints))
+    hmk_fail(HMK_EXIT_USAGE, "%s applies to --variant tiled only",
+             tile ? "--tile" : budget ? "--tile-budget" : "--no-hints");
   tiled_t t = {0};
   choose_shape(&a, tiled, tile, budget, &t);
   t.hints = !no_hints;

@@ -202,6 +202,10 @@ int main(int argc, char **argv) {
   hmk_parse(&a, argc, argv, opts, 3);
   mat_t m = {0};
   m.tiled = strcmp(a.variant, "tiled") == 0;
+  /* options of the tiled variant only: given to dgetrf they changed nothing */
+  if (!m.tiled && (tile_opt || budget || no_hints))
+    hmk_fail(HMK_EXIT_USAGE, "%s applies to --variant tiled only",
+             tile_opt ? "--tile" : budget ? "--tile-budget" : "--no-hints");
   size_t n = hmk_isqrt((size_t)(a.bytes / 8));
   m.threads = a.threads;
   m.hints = !no_hints;
