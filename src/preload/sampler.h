@@ -169,7 +169,6 @@ int _hm_smp_refs_start(const _hm_smp_cfg_t *cfg, _hm_smp_refs_t **out, char *why
 /* respan, when not NULL, refills spans before each short window: the
  * blocks live then and those freed since, each whole. */
 uint64_t _hm_smp_refs_drain(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink, void (*respan)(_hm_smp_spans_t *));
-/* A walk over smaps text: what it credits to, and what it found. */
 /* Each anonymous mapping's resident bytes at a drain, sorted by address:
  * what the next drain's resident bytes grew by are the interval's first
  * touches (refs sampler). */
@@ -177,6 +176,7 @@ typedef struct _hm_smp_rss_s {
   uint64_t *v; /* lo, hi, rss: three words a mapping */
   size_t n, cap;
 } _hm_smp_rss_t;
+/* A walk over smaps text: what it credits to, and what it found. */
 typedef struct _hm_smp_refs_walk_s {
   const _hm_smp_spans_t *spans;
   const _hm_smp_sink_t *sink;
