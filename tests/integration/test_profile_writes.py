@@ -70,11 +70,13 @@ def test_refs_counts_the_pages_written_as_stores(tmp_path: Path) -> None:
     # the read-only one was written once, when it was filled
     assert r["samples"]["stores"] <= 1.05 * pages_r, r
     assert r["samples"]["loads"] >= 3 * r["samples"]["stores"], r
-    # the header counts every page written; the sites' stores count a
+    # the header counts every page written; the sites' stores leave out a
+    # live block's first touches (samples.first, once a page) and count a
     # freed block's for the part of the interval it lived (the last one)
     stores = w["samples"]["stores"] + r["samples"]["stores"]
     pages_w = 16 * MIB // os.sysconf("SC_PAGE_SIZE")
-    assert stores - 2 <= sampler["written_pages"] <= stores + pages_w + pages_r, sampler
+    slack = 2 * (pages_w + pages_r)
+    assert stores - 2 <= sampler["written_pages"] <= stores + slack, sampler
     # 40M holds either array beside the pager's least cache, not both: the
     # written one, which the storage tier would also have to write back
     out, storage = tmp_path / "w.toml", tmp_path / "tier"
