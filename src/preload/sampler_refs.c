@@ -52,13 +52,13 @@
  * interval of a short run: hm-placement's sparse workload at 256 MiB got
  * 3-5 intervals, the first all initialisation, and the advisor's choice at
  * a 75% budget was a coin flip (0.45-1.24x cache over builds). They are
- * credited as HM_SMP_FIRST (the profile's `first`), which the advisor
- * counts only for a site with no other sample, spread over the intervals
- * it lived (profile.py): a block made and used within one interval is
- * seen only there. A load-miss sampler (ecoHMEM's
- * PEBS) does not see them either: they are stores to fresh pages. A freed
- * block keeps them as loads: a temporary made and used within an interval
- * is touched only then. The short windows count them as before. */
+ * credited as HM_SMP_FIRST (the profile's `first`), and the advisor
+ * weighs them (profile.py): whole in a profile of 8 intervals or more,
+ * where a phase's array made and used within about one interval (hpcc's
+ * HPL matrix) has most of its samples there; left out in a shorter one,
+ * where initialisation is much of every array's samples. A freed block
+ * keeps them as loads: a temporary made and used within an interval is
+ * touched only then. The short windows count them as before. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>

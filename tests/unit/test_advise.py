@@ -296,32 +296,37 @@ def test_the_gathered_site_takes_the_fast_tier_from_a_larger_swept_one():
     assert list(SV.solve(PB.build_problem(merged, ts, 56 << 20)).assign) == [0, 1]
 
 
-def test_first_touches_rank_a_site_only_when_nothing_else_was_seen():
-    """An array written once at start (first touches only, and a few sparse
-    loads later) loses the fast tier to a smaller one read in every later
-    interval, however many pages it first touched; a site seen only when
-    its pages were first touched is credited them once over the sampler's
-    intervals it was live for, not left cold."""
-    cold = seg_site(0x10, [(0, WALL, 68 << 20)], 4)
-    cold["samples"]["first"] = 17477
-    hot = seg_site(0x20, [(0, WALL, 25 << 20)], 3000)
-    hot["samples"]["first"] = 6400
-    born = seg_site(0x30, [(0, WALL, 16 << 20)], 0)
-    born["samples"]["first"] = 4096
-    merged = P.merge([parse(prof_text([cold, hot, born]))])
-    per = float(merged.profiles[0].header["sampler"]["period"])
-    assert [s.est_accesses / per for s in merged.sites] == [4, 3000, 4096]
-    assert [s.first for s in merged.sites] == [17477, 6400, 4096]
+def test_first_touches_count_whole_only_in_a_long_profile():
+    """In a profile of fewer than 8 intervals an array written once at
+    start (first touches, and a few sparse loads later) loses the fast tier
+    to a smaller one read in every later interval, however many pages it
+    first touched; a site seen only when its pages were first touched is
+    credited them (a load and a store each) once over the intervals it was
+    live for. In a longer profile every first touch counts whole."""
+
+    def sites():
+        cold = seg_site(0x10, [(0, WALL, 68 << 20)], 4)
+        cold["samples"]["first"] = 17477
+        hot = seg_site(0x20, [(0, WALL, 25 << 20)], 3000)
+        hot["samples"]["first"] = 6400
+        born = seg_site(0x30, [(WALL // 2, WALL, 16 << 20)], 0)  # live half the run
+        born["samples"]["first"] = 4096
+        return [cold, hot, born]
+
+    def merged(drains):
+        samp = {**P.default_header()["sampler"], "drains": drains}
+        return P.merge([parse(prof_text(sites(), sampler=samp))])
+
+    short = merged(4)
+    per = float(short.profiles[0].header["sampler"]["period"])
+    assert [s.first for s in short.sites] == [17477, 6400, 4096]
+    est = [s.est_accesses / per for s in short.sites]
+    assert est == [4, 3000, pytest.approx(2 * 4096 / 2)]  # born: 2 of 4 intervals
     ts = tiers(2, [70 << 20, None])
-    sol = SV.solve(PB.build_problem(merged, ts, 70 << 20))
-    assert list(sol.assign) == [1, 0, 0]  # hot and born fit: 41 MiB
-    cold["samples"]["loads"] = 0  # seen only as made: its pages over 8 intervals
-    born = seg_site(0x30, [(WALL // 2, WALL, 16 << 20)], 0)  # live for the last 4
-    born["samples"]["first"] = 4096
-    samp = {**P.default_header()["sampler"], "drains": 8}
-    merged = P.merge([parse(prof_text([cold, hot, born], sampler=samp))])
-    assert merged.sites[0].est_accesses == pytest.approx(17477 / 8 * per)
-    assert merged.sites[2].est_accesses == pytest.approx(4096 / 4 * per)
+    assert list(SV.solve(PB.build_problem(short, ts, 70 << 20)).assign) == [1, 0, 0]
+    long = merged(8)
+    est = [s.est_accesses / per for s in long.sites]
+    assert est == [4 + 2 * 17477, 3000 + 2 * 6400, 2 * 4096]
 
 
 def test_budget_is_divided_among_ranks_on_a_node():

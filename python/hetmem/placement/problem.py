@@ -8,8 +8,8 @@ Model (docs/formats.md, "Placement", states it for users):
   and a capacity per process (the fast tier's is the --fast-budget per node
   divided by the ranks on that node; the slowest tier is unlimited).
 * A site i has A_i estimated accesses per process (sampled loads and stores,
-  or first touches where a site has neither (profile.py), times the
-  sampler period, averaged over the merged profiles), B bytes per
+  and first touches as profile.py weighs them, times the sampler period,
+  averaged over the merged profiles), B bytes per
   access (the profile's, a cache line by default), a fraction r_i of random
   accesses and a live-bytes step function per profile.
 * Time of site i on tier t:

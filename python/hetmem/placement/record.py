@@ -53,8 +53,7 @@ def _overhead_of(path: str) -> str:
     return f" (sampler {ov[0]}, estimated overhead {ov[1]:.1%} of the run)" if ov else ""
 
 
-# fewer intervals than this and a page sampler tells hot from cold poorly
-FEW_INTERVALS = 8
+FEW_INTERVALS = prof.FEW_INTERVALS
 
 
 def samples_note(p: prof.Profile) -> str | None:
