@@ -419,6 +419,19 @@ static void test_drain(void) {
 }
 
 /* ---- referenced bits (sampler_refs.c) ---- */
+/* Credits smaps text to n spans into a zeroed c, with the Rss of the last
+ * drain (prev) and this one's (cur) where given. */
+static _hm_smp_refs_walk_t walk_text(char *text, _hm_smp_span_t *sp, size_t n, credits_t *c,
+                                     const _hm_smp_rss_t *prev, _hm_smp_rss_t *cur) {
+  _hm_smp_spans_t spans = {sp, n, n};
+  _hm_smp_sink_t sk = sink_of(c);
+  memset(c, 0, sizeof *c);
+  _hm_smp_refs_walk_t w = {&spans, &sk, HM_SMP_LOAD, 4096, 0, 0, 0, prev, cur, 0};
+  _hm_smp_refs_credit_text(text, strlen(text), &w);
+  w.spans = NULL, w.sink = NULL; /* theirs were this function's */
+  return w;
+}
+
 /* smaps text as the kernel writes it: a block alone in its mapping takes
  * the mapping's whole count; a mapping holding two blocks is shared by
  * overlap; a file mapping's bits are not what clear_refs 2 clears. */
@@ -440,12 +453,8 @@ static void test_refs_text(void) {
   _hm_smp_span_t sp[3] = {{0x7f0000100010ull, 0x7f0000200fffull, 1, 0},
                           {0x7f0000400000ull, 0x7f0000600000ull, 2, 0},
                           {0x7f0000700000ull, 0x7f0000800000ull, 3, 0}};
-  _hm_smp_spans_t spans = {sp, 3, 3};
   credits_t c;
-  _hm_smp_sink_t sk = sink_of(&c);
-  memset(&c, 0, sizeof c);
-  _hm_smp_refs_walk_t w = {&spans, &sk, HM_SMP_LOAD, 4096, 0, 0, 0, NULL, NULL, 0};
-  _hm_smp_refs_credit_text(text, strlen(text), &w);
+  _hm_smp_refs_walk_t w = walk_text(text, sp, 3, &c, NULL, NULL);
   CHECK_EQ_INT(w.mappings, 4);
   CHECK_EQ_INT(c.loads[1], 100 * HM_SMP_FIX); /* 400 kB: 100 pages */
   CHECK_EQ_INT(c.loads[2], 256 * HM_SMP_FIX); /* half of 512 pages */
@@ -486,12 +495,8 @@ static void test_refs_first_touch(void) {
                           {0x7f0000300000ull, 0x7f0000400000ull, 2, 0},
                           {0x7f0000500000ull, 0x7f0000600000ull, 3, 32768},
                           {0x7f0000700000ull, 0x7f0000800000ull, 0, 0}};
-  _hm_smp_spans_t spans = {sp, 4, 4};
   credits_t c;
-  _hm_smp_sink_t sk = sink_of(&c);
-  memset(&c, 0, sizeof c);
-  _hm_smp_refs_walk_t w = {&spans, &sk, HM_SMP_LOAD, 4096, 0, 0, 0, &before, &now, 0};
-  _hm_smp_refs_credit_text(text, strlen(text), &w);
+  _hm_smp_refs_walk_t w = walk_text(text, sp, 4, &c, &before, &now);
   CHECK_EQ_INT(c.loads[1], 64 * HM_SMP_FIX); /* 256 pages, 192 of them new */
   CHECK_EQ_INT(c.loads[2], 200 * HM_SMP_FIX); /* nothing new: all 200 */
   CHECK_EQ_INT(c.loads[3], 64 * HM_SMP_FIX);  /* freed half way: 128 pages x 1/2 */
