@@ -257,6 +257,15 @@ def test_bad_short_windows_are_one_line_errors(bad):
         parse(prof_text([s], sampler=SHORT_SAMPLER))
 
 
+@pytest.mark.parametrize("bad", [-1, 2.5, "x", True, None])
+def test_bad_first_touches_are_one_line_errors(bad):
+    s = seg_site(0x10, [(0, 10, 64)], 300)
+    s["samples"]["first"] = bad
+    with pytest.raises(SchemaError, match=r"'first'") as e:
+        parse(prof_text([s]))
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize(
     "key, bad, message",
     [
