@@ -41,6 +41,66 @@ def test_runtime_frames_are_skipped_before_comparing() -> None:
     ]
 
 
+def test_qualified_names_drop_return_type_and_parameters() -> None:
+    from hetmem.placement.sitenames import qualified_name
+
+    assert qualified_name("main (app+0x10)") == "main"
+    assert (
+        qualified_name(
+            "void std::vector<cj, A<cj, std::allocator<cj> > >::_M_realloc_insert<cj const&>"
+            "(__gnu_cxx::__normal_iterator<cj*, std::vector<cj> >, cj const&) (lib.so+0x4f)"
+        )
+        == "std::vector<cj, A<cj, std::allocator<cj> > >::_M_realloc_insert<cj const&>"
+    )
+    # a program's template returning a standard type is the program's
+    assert qualified_name("std::vector<double> gmx::make<int>(int) at /s/a.cc:3") == (
+        "gmx::make<int>"
+    )
+    assert qualified_name("Foo::operator()(int) const (app+0x1)") == "Foo::operator()"
+    assert qualified_name("(anonymous namespace)::grow(int) (app+0x1)") == "{anon}::grow"
+
+
+def test_standard_templates_out_of_line_are_runtime_frames() -> None:
+    # a Debian package's libgromacs: std::vector's growth instantiated in the
+    # library, no debug information; every vector of it would read the same
+    from hetmem.placement.sitenames import site_functions
+
+    lib = "/lib/x86_64-linux-gnu/libgromacs.so.7"
+    grow = "void std::vector<cj>::_M_realloc_insert<cj const&>(cj const&)"
+    texts, start, where = site_functions(
+        ["/lib/libstdc++.so.6", lib, lib],
+        [0x10, 0x4F3A24, 0x4EE241],
+        ["operator new(unsigned long)", grow, "PairlistSet::construct(int)"],
+    )
+    assert start == 2 and where == (2, 0)
+    assert texts[2] == "PairlistSet::construct(int) (libgromacs.so.7+0x4ee241)"
+
+
+def test_a_frame_without_symbol_is_named_by_its_first_caller_with_one() -> None:
+    from hetmem.placement.sitenames import frame_functions
+
+    assert frame_functions("/lib/libg.so.7", 0x4E3CA2, "??") == ["libg.so.7+0x4e3ca2"]
+    frames = [
+        ["libg.so.7+0x4e3ca2", "libg.so.7+0x4ea05e", "GOMP_parallel (libgomp.so.1+0x140b6)",
+         "PairlistSet::construct(int) (libg.so.7+0x4ee241)", "main (app+0x99)"],
+        ["libg.so.7+0xcf4248", "gmx_fio_positions() (libg.so.7+0xcf528a)", "main (app+0x90)"],
+    ]  # fmt: skip
+    assert distinct_labels(frames, [0, 0]) == [
+        "libg.so.7+0x4e3ca2 <- ... <- PairlistSet::construct(int) (libg.so.7+0x4ee241)",
+        "libg.so.7+0xcf4248 <- gmx_fio_positions() (libg.so.7+0xcf528a)",
+    ]
+    # a second site of the same frame: the caller that differs is shown too,
+    # in stack order, and a thread's start in libgomp names no code
+    frames.append(["libg.so.7+0x4e3ca2", "libg.so.7+0x4ea05e", "libgomp.so.1+0x1cd8e",
+                   "start_thread (libc.so.6+0x891f5)"])  # fmt: skip
+    labels = distinct_labels(frames, [0, 0, 0])
+    assert labels[0] == (
+        "libg.so.7+0x4e3ca2 <- ... <- GOMP_parallel (libgomp.so.1+0x140b6) <- "
+        "PairlistSet::construct(int) (libg.so.7+0x4ee241)"
+    )
+    assert labels[2] == "libg.so.7+0x4e3ca2 <- ... <- libgomp.so.1+0x1cd8e"
+
+
 def test_short_names_keep_base_names_of_sources() -> None:
     label = "f at /home/u/src/a.c:7 (app+0x10) <- main at /home/u/src/m.c:30 (app+0x99)"
     assert short(label) == "f at a.c:7 (app+0x10) <- main at m.c:30 (app+0x99)"

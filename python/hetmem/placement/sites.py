@@ -90,6 +90,8 @@ def _functions(sym: Symbolizer, site: prof.Site) -> tuple[list[str], int, Locati
         [off for _, off in site.frames],
         [str(loc) if loc else None for loc in known],
     )
+    if k < len(known) and known[k] is None:  # no symbol: its first caller with one
+        k, pos = next((t for t in range(k + 1, len(known)) if known[t]), k), 0
     loc = known[k] if k < len(known) else None
     return texts, start, loc.chain()[pos] if loc else None
 
