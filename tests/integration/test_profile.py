@@ -294,6 +294,14 @@ def test_profile_show_symbolizes(app, tmp_path, hetmem):
     assert first["accesses_per_byte"] == pytest.approx(1000 / (1 << 20))
     proc = hetmem("profile", "show", str(path))
     assert proc.returncode == 0 and "alloc_hot" in proc.stdout
+    # show's own options, after the verb's REMAINDER
+    proc = hetmem("profile", "show", str(path), "--top", "1", "--json")
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)["sites"]) == 1
+    proc = hetmem("profile", "show", "--help")
+    assert proc.returncode == 0 and "--top N" in proc.stdout and "FILE" in proc.stdout
+    for bad in (["--top", "x", str(path)], [str(path), str(path)], []):
+        proc = hetmem("profile", "show", *bad)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, (bad, proc.stderr)
 
 
 def test_profile_cli_errors(tmp_path, hetmem):

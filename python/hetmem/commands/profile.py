@@ -31,6 +31,26 @@ def _ns(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
+class _ShowParser(argparse.ArgumentParser):
+    """`profile show`'s own options (they follow the verb's REMAINDER):
+    bad usage is a UsageError, one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"profile show: {message}")
+
+
+def _show_parser() -> argparse.ArgumentParser:
+    p = _ShowParser(
+        prog="hetmem profile show",
+        description="List a profile's allocation sites, hottest first: source file:line and "
+        "function, bytes, peak live bytes, lifetime, estimated accesses per byte.",
+    )
+    p.add_argument("file", metavar="FILE", help="a profile that hetmem profile wrote")
+    p.add_argument("--json", action="store_true", help="print JSON (docs/formats.md)")
+    p.add_argument("--top", type=int, default=0, metavar="N", help="only the N hottest sites")
+    return p
+
+
 class Command:
     name = "profile"
     help = "record which allocation sites a command uses and how hot they are; show a profile"
@@ -38,7 +58,7 @@ class Command:
         "hetmem profile [-o FILE] -- CMD ARGS...   records every allocation site of CMD\n"
         "  (call stack as module build-id + offset, sizes, lifetimes, live bytes over\n"
         "  time, sampled accesses), one profile per process / MPI rank.\n"
-        "hetmem profile show FILE [--json]          lists the sites of a profile with\n"
+        "hetmem profile show FILE [--json] [--top N] lists the sites of a profile with\n"
         "  source file:line and function (from DWARF), bytes, peak live bytes,\n"
         "  lifetime and estimated accesses per byte, hottest first.\n"
         "The file format is documented in docs/formats.md."
@@ -96,11 +116,8 @@ class Command:
     def run(self, args: argparse.Namespace) -> int:
         argv = list(args.argv)
         if argv and argv[0] == "show":
-            rest = [a for a in argv[1:] if a != "--json"]
-            as_json = args.json or "--json" in argv[1:]
-            if len(rest) != 1:
-                raise UsageError("usage: hetmem profile show FILE [--json]")
-            return self.show(rest[0], as_json, args.top)
+            shown = _show_parser().parse_args(argv[1:])
+            return self.show(shown.file, args.json or shown.json, shown.top or args.top)
         if argv and argv[0] == "--":
             argv = argv[1:]
         if not argv:
