@@ -55,6 +55,14 @@ def test_split_placement_fills_the_fast_tier(tmp_path: Path) -> None:
     run_hetmem("advise", str(tmp_path / "p.prof"), "--fast-budget", str(BUDGET), "--no-split",
                "-o", str(whole), check=True)  # fmt: skip
     assert not any(x.split_bytes for x in plc.load(whole).sites)
+    # a budget the pager's least cache takes whole: said so, and tier 0 is
+    # shown with nothing left, not as unlimited
+    none = run_hetmem("advise", str(tmp_path / "p.prof"), "--fast-budget", str(PAGER_FLOOR),
+                      "-o", str(whole), check=True)  # fmt: skip
+    assert "leaves no room for allocation sites" in none.stderr
+    assert all(x.tier > 0 and not x.split_bytes for x in plc.load(whole).sites)
+    assert any(line.split("│")[5].strip() == "0 B" for line in none.stdout.splitlines()
+               if line.startswith("│ node0"))  # fmt: skip
     stats = tmp_path / "s.json"
     run = run_hetmem("run", "--mode", "flat", "--placement", str(placement), "--fast-budget",
                      str(BUDGET), "--storage", str(tmp_path), "--stats", str(stats), "--",

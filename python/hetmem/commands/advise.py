@@ -254,7 +254,10 @@ def _print_tiers(got: pipeline.ProfilesAdvice) -> None:
                 t.kind,
                 f"{t.bandwidth_gbs:.3g}",
                 f"{t.latency_ns:.3g}",
-                format_size(pt.capacity_bytes) if pt.capacity_bytes else "unlimited",
+                # tier 0's budget is finite even where nothing is left of it
+                format_size(pt.capacity_bytes)
+                if pt.capacity_bytes or i < len(placement.tiers) - 1
+                else "unlimited",
                 counts.get(i, [0, 0])[0],
                 format_size(counts.get(i, [0, 0])[1]),
                 t.source,

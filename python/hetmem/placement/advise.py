@@ -195,6 +195,12 @@ def advise(
             f"({format_size(merged.outside_peak_bytes)} at most outside its sites in the "
             "profile: small blocks, libraries' data, stacks), which the budget bounds too"
         )
+    if len(tiers) > 1 and fast_budget // max(max(ranks), 1) <= 0:
+        problem.notes.append(
+            "the fast budget leaves no room for allocation sites after the pager's cache and "
+            "the rest of the process: every site goes to a slower tier, as in cache mode; "
+            "give a larger --fast-budget or run in cache mode"
+        )
     sol = solve(problem, solver, max_ilp_sites, time_limit)
     hold = 0  # more of the pager's cache when there are heads (stream_floor)
     if reserve:
