@@ -248,20 +248,24 @@ static void *hm__numa_block(const _hm_pl_req_t *req, int node, size_t *maplen_ou
   return hm__key_in(req, base, maplen, maplen_out, off_out);
 }
 
-/* A block in an anonymous mapping of its own, between two PROT_NONE guard
+/* A block in an anonymous mapping of its own, between two read-only guard
  * pages (profile mode under the refs sampler): the kernel merges
  * neighbouring anonymous mappings with the same flags, ours or not, and
  * the guards keep one block's pages in one mapping, whose Referenced count
  * in smaps is then the block's. glibc serves large blocks from mappings of
  * their own too (past its mmap threshold); the guards cost address space
- * and two mappings. Fresh anonymous memory reads as zeros: calloc needs
- * no memset. maplen is the block's part; base is one page in. The refs
- * sampler counts its writes from here (one ioctl). */
+ * and two mappings. They are readable, not PROT_NONE: vectorized kernels
+ * read past an array's end (OpenBLAS's zgemv_n read 1.3 KiB past a 1.2 MiB
+ * block in Quantum ESPRESSO's Davidson solver), which under glibc lands in
+ * whatever follows, and a profile must not crash a program that runs; a
+ * read of a guard maps the shared zero page. Fresh anonymous memory reads
+ * as zeros: calloc needs no memset. maplen is the block's part; base is
+ * one page in. The refs sampler counts its writes from here (one ioctl). */
 static void *hm__own_block(const _hm_pl_req_t *req, size_t *maplen_out, uint32_t *off_out) {
   size_t pg = _hm_pl_ctx.page, maplen = hm__maplen(req, pg, 2 * pg);
   void *all = NULL;
   if (!maplen) return NULL;
-  if (_hm_prim_sys_mmap(NULL, maplen + 2 * pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0,
+  if (_hm_prim_sys_mmap(NULL, maplen + 2 * pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0,
                         &all))
     return NULL;
   char *base = (char *)all + pg;
