@@ -146,3 +146,18 @@ def test_outside_memory_note() -> None:
     old = diagnose.summarize(_pager())  # a pager that did not measure
     assert old is not None and old["outside_peak_bytes"] is None
     assert diagnose.outside(old, 48 * MiB, 1 << 20) is None
+
+
+def test_flat_mode_says_when_its_small_cache_re_read_the_storage_sites() -> None:
+    # Quantum ESPRESSO at 160 MiB in flat mode: 112 MiB read back 1015 times
+    pager = _pager(faults=10_000, fetches=9_000, bytes_read=1015 * 112 * MiB,
+                   footprint_bytes=112 * MiB, own_bytes=1 * MiB)  # fmt: skip
+    pager["config"]["dram_budget"] = 8 * MiB
+    tip = diagnose.flat_hint(diagnose.summarize(pager))
+    assert tip is not None and "112 MiB were read back 1015.0 times" in tip
+    assert "flat mode's 7 MiB pager cache" in tip and "--mode hybrid" in tip
+    # read once, or all of it held: nothing to say
+    once = _pager(faults=10, fetches=10, bytes_read=112 * MiB, footprint_bytes=112 * MiB)
+    assert diagnose.flat_hint(diagnose.summarize(once)) is None
+    held = _pager(faults=10, fetches=10, bytes_read=9 * MiB, footprint_bytes=3 * MiB)
+    assert diagnose.flat_hint(diagnose.summarize(held)) is None

@@ -123,12 +123,16 @@ def static_label(st: dict[str, Any]) -> str:
 def _note_pager(stats: dict[str, Any], cfg: RunConfig) -> None:
     """The pager's end-of-run figures (in --stats as pager_summary; on
     stderr, in cache and hybrid modes, if the working set was read back
-    several times) and the hint when the cache was far below it. Flat mode
-    does not say them: its pager's cache is small by design, the placement
-    put those sites on the storage tier."""
+    several times) and the hint when the cache was far below it. Flat mode's
+    pager cache is small by design: it says only when that cache re-read
+    the storage-tier sites (diagnose.flat_hint)."""
     pager = stats.get("pager")
     summary = diagnose.summarize(pager)
     stats["pager_summary"] = summary
+    if cfg.mode == "flat":
+        flat = diagnose.flat_hint(summary)
+        if flat:
+            note(flat)
     if cfg.mode not in ("cache", "hybrid"):
         return
     text = diagnose.line(summary)
