@@ -86,6 +86,18 @@ def _budget_text(n: int) -> str:
     return f"{math.ceil(n / (1 << 20))}M"
 
 
+def _reread(summary: dict[str, Any] | None) -> tuple[float, int] | None:
+    """(times read back, footprint) when the pager read the data touched
+    back at least REREAD_HINT times because its cache could not hold it."""
+    if not summary:
+        return None
+    times = summary.get("times_read_back") or 0.0
+    foot = summary["footprint_bytes"]
+    if times < REREAD_HINT or foot <= summary["cache_bytes"]:
+        return None
+    return times, foot
+
+
 def hint(
     summary: dict[str, Any] | None, own_bytes: int, placed_budget: int | None = None
 ) -> str | None:
@@ -94,12 +106,10 @@ def hint(
     hybrid mode's fast budget, of which the placement's fast-tier sites
     held all but the pager's cache; more budget is then not the answer
     (the advice fills it with sites again), a smaller placement is."""
-    if not summary:
+    reread = _reread(summary)
+    if reread is None or summary is None:
         return None
-    times = summary.get("times_read_back") or 0.0
-    foot = summary["footprint_bytes"]
-    if times < REREAD_HINT or foot <= summary["cache_bytes"]:
-        return None
+    times, foot = reread
     budget = suggested_budget(foot, own_bytes)
     head = f"the command read its {format_size(foot)} working set back {times:.1f} times; "
     if placed_budget is None:
@@ -129,12 +139,10 @@ def flat_hint(summary: dict[str, Any] | None) -> str | None:
     sweep touches it). Quantum ESPRESSO at 160 MiB: flat read its 112 MiB
     back 1015-1020 times through 6.75 MiB (122-130 s); hybrid ran 7.3 s,
     cache 8.9 s, dram 5.7 s (conv_thr 1e-2, 2 ranks)."""
-    if not summary:
+    reread = _reread(summary)
+    if reread is None or summary is None:
         return None
-    times = summary.get("times_read_back") or 0.0
-    foot = summary["footprint_bytes"]
-    if times < REREAD_HINT or foot <= summary["cache_bytes"]:
-        return None
+    times, foot = reread
     return (
         f"the storage-tier sites' {format_size(foot)} were read back {times:.1f} times through "
         f"flat mode's {format_size(summary['cache_bytes'])} pager cache: the program used them "
