@@ -80,6 +80,8 @@ def test_a_frame_without_symbol_is_named_by_its_first_caller_with_one() -> None:
     from hetmem.placement.sitenames import frame_functions
 
     assert frame_functions("/lib/libg.so.7", 0x4E3CA2, "??") == ["libg.so.7+0x4e3ca2"]
+    # a source line without a function name is still worth showing
+    assert frame_functions("/lib/x", 0x10, "?? at /s/a.c:3") == ["?? at /s/a.c:3 (x+0x10)"]
     frames = [
         ["libg.so.7+0x4e3ca2", "libg.so.7+0x4ea05e", "GOMP_parallel (libgomp.so.1+0x140b6)",
          "PairlistSet::construct(int) (libg.so.7+0x4ee241)", "main (app+0x99)"],

@@ -73,7 +73,7 @@ def frame_text(module_path: str, offset: int, symbol: str | None) -> str:
     """A frame as 'function at file:line (module+0xoffset)', or the raw form
     alone when it has no symbol."""
     raw = raw_frame(module_path, offset)
-    known = symbol and symbol != raw and not symbol.startswith("??")
+    known = symbol and symbol != raw and symbol != "??"
     return f"{symbol} ({raw})" if known else raw
 
 
@@ -107,7 +107,7 @@ def frame_functions(module_path: str, offset: int, symbol: str | None) -> list[s
     compiler inlined there, then the frame's own function, which carries the
     module offset ('module+0xoffset' alone without a symbol)."""
     raw = raw_frame(module_path, offset)
-    if not symbol or symbol == raw or symbol.startswith("??"):
+    if not symbol or symbol == raw or symbol == "??":
         return [raw]
     parts = symbol.split(INLINE_SEP)
     parts[-1] = f"{parts[-1]} ({raw})"
