@@ -299,7 +299,7 @@ def test_profile_show_symbolizes(app, tmp_path, hetmem):
     assert proc.returncode == 0 and len(json.loads(proc.stdout)["sites"]) == 1
     proc = hetmem("profile", "show", "--help")
     assert proc.returncode == 0 and "--top N" in proc.stdout and "FILE" in proc.stdout
-    for bad in (["--top", "x", str(path)], [str(path), str(path)], []):
+    for bad in (["--top", "x", str(path)], [str(path), "--top", "-1"], [str(path), str(path)], []):
         proc = hetmem("profile", "show", *bad)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, (bad, proc.stderr)
 

@@ -31,6 +31,17 @@ def _ns(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
+def _count(text: str) -> int:
+    """--top's N: a whole number of sites, 0 for all."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"not a number of sites: {text!r}")
+    return n
+
+
 class _ShowParser(argparse.ArgumentParser):
     """`profile show`'s own options (they follow the verb's REMAINDER):
     bad usage is a UsageError, one line and exit code 2."""
@@ -47,7 +58,7 @@ def _show_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", metavar="FILE", help="a profile that hetmem profile wrote")
     p.add_argument("--json", action="store_true", help="print JSON (docs/formats.md)")
-    p.add_argument("--top", type=int, default=0, metavar="N", help="only the N hottest sites")
+    p.add_argument("--top", type=_count, default=0, metavar="N", help="only the N hottest sites")
     return p
 
 
@@ -104,7 +115,7 @@ class Command:
         )
         parser.add_argument("--json", action="store_true", help="print JSON (show)")
         parser.add_argument(
-            "--top", type=int, default=0, metavar="N", help="show only the N hottest sites"
+            "--top", type=_count, default=0, metavar="N", help="show only the N hottest sites"
         )
         parser.add_argument(
             "argv",
