@@ -369,8 +369,14 @@ def test_refs_estimates_follow_the_pages_touched(tmp_path: Path) -> None:
     assert "clear_refs" in samp["method"]
     per_byte = fraction_per_byte(path)
     # every page of `all` against a quarter of those of `quarter`: 4:1
-    # (3.95 here; every touched page counts once per interval)
-    assert 3.0 < per_byte["all"] / per_byte["quarter"] < 5.0, per_byte
+    # (3.95-4.10 on a quiet machine; every touched page counts once per
+    # interval). Under CPU contention an interval can end while the loop is
+    # off the CPU between the two passes, and `quarter` misses that one:
+    # with two busy loops on this 2-core machine, 4.0-5.42 with the
+    # interposer of faf4009 and 4.0-6.68 with readable guards (4804a61),
+    # and 5.06 once in a full CI run.
+    # Counting whole mappings instead of touched pages would read 1:1.
+    assert 3.0 < per_byte["all"] / per_byte["quarter"] < 8.0, per_byte
     assert per_byte["idle"] < per_byte["all"] / 50, per_byte
     # `temp`, made, written whole and freed in every pass, never outlives an
     # interval: its mappings wait for the next drain, each weighted by the
