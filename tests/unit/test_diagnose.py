@@ -161,3 +161,26 @@ def test_flat_mode_says_when_its_small_cache_re_read_the_storage_sites() -> None
     assert diagnose.flat_hint(diagnose.summarize(once)) is None
     held = _pager(faults=10, fetches=10, bytes_read=9 * MiB, footprint_bytes=3 * MiB)
     assert diagnose.flat_hint(diagnose.summarize(held)) is None
+
+
+def test_the_suggested_budget_is_per_process_and_counts_the_rest() -> None:
+    # GROMACS at 16 MiB: 13.8 MiB of pager data, 18.2 MiB of the process
+    # outside the pager; the hint had suggested the 16 MiB it ran with
+    pager = _pager(faults=1000, fetches=900, bytes_read=550 * 14 * MiB,
+                   footprint_bytes=14 * MiB, own_bytes=1 * MiB)  # fmt: skip
+    pager["config"]["dram_budget"] = 16 * MiB
+    pager["counters"]["other_peak_bytes"] = 18 * MiB
+    pager["counters"]["budget_mean_bytes"] = 2 * MiB  # what the rest left the cache
+    s = diagnose.summarize(pager)
+    assert s is not None and s["processes"] == 1
+    tip = diagnose.hint(s, 1 * MiB)
+    assert tip is not None and "a budget of 35M would hold it (--fast-budget)" in tip
+    # two ranks: the figures are their sums, the budget is each one's
+    pager["data_processes"] = 2
+    pager["counters"]["footprint_bytes"] = 222 * MiB
+    pager["counters"]["own_bytes"] = 2 * MiB
+    pager["counters"]["other_peak_bytes"] = 30 * MiB
+    two = diagnose.hint(diagnose.summarize(pager), 2 * MiB)
+    assert two is not None and "222 MiB working set" in two
+    # (111 + 1 + 30 MiB) x 1.05, rounded up to a MiB
+    assert "a budget of 150M would hold it (--fast-budget, per process)" in two

@@ -63,6 +63,9 @@ def _merge_pagers(pagers: list[dict[str, Any]]) -> dict[str, Any]:
     else:
         merged = _sum_numbers(pagers)
     merged["processes"] = len(pagers)
+    # the processes whose pager held data: the budget is per process, so a
+    # budget to suggest divides their footprint among them
+    merged["data_processes"] = len(used) if counters else len(pagers)
     return merged
 
 
