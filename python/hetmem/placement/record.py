@@ -53,9 +53,6 @@ def _overhead_of(path: str) -> str:
     return f" (sampler {ov[0]}, estimated overhead {ov[1]:.1%} of the run)" if ov else ""
 
 
-FEW_INTERVALS = prof.FEW_INTERVALS
-
-
 def samples_note(p: prof.Profile) -> str | None:
     """What a user should hear about a profile's access samples: none at
     all (advise then has nothing to rank by), or few intervals of the refs
@@ -70,10 +67,10 @@ def samples_note(p: prof.Profile) -> str | None:
             "too short for it; advise would leave every site on the slowest tier"
         )
     periods = samp.get("periods")
-    if name == "portable" and isinstance(periods, int) and periods < FEW_INTERVALS:
+    if name == "portable" and isinstance(periods, int) and periods < prof.FEW_INTERVALS:
         return _portable_periods_note(p, periods, float(samp.get("interval_us") or 0) / 1000)
     drains = samp.get("drains")
-    if name == "refs" and isinstance(drains, int) and drains < FEW_INTERVALS:
+    if name == "refs" and isinstance(drains, int) and drains < prof.FEW_INTERVALS:
         iv = float(samp.get("interval_mean_us") or 0) / 1000
         return (
             f"the refs sampler saw {drains} interval(s) of {iv:.0f} ms on average (it "
@@ -88,7 +85,7 @@ def _portable_periods_note(p: prof.Profile, periods: int, period_ms: float) -> s
     swept once (tests/vm/test_vm.py met it: 5 periods, a cold array put in
     DRAM). The period to suggest gives about 32 of them over the run."""
     wall_ms = float(p.header.get("wall_ns") or 0) / 1e6
-    suggest = max(0.1, wall_ms / (4 * FEW_INTERVALS))
+    suggest = max(0.1, wall_ms / (4 * prof.FEW_INTERVALS))
     return (
         f"the portable sampler saw {periods} period(s) of {period_ms:g} ms in a "
         f"{wall_ms:.0f} ms run (a page counts once per period however often it is touched): "
