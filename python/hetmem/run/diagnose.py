@@ -88,11 +88,9 @@ def _budget_text(n: int) -> str:
     return f"{math.ceil(n / (1 << 20))}M"
 
 
-def _reread(summary: dict[str, Any] | None) -> tuple[float, int] | None:
+def _reread(summary: dict[str, Any]) -> tuple[float, int] | None:
     """(times read back, footprint) when the pager read the data touched
     back at least REREAD_HINT times because its cache could not hold it."""
-    if not summary:
-        return None
     times = summary.get("times_read_back") or 0.0
     foot = summary["footprint_bytes"]
     if times < REREAD_HINT or foot <= summary["cache_bytes"]:
@@ -120,8 +118,7 @@ def hint(
     hybrid mode's fast budget, of which the placement's fast-tier sites
     held all but the pager's cache; more budget is then not the answer
     (the advice fills it with sites again), a smaller placement is."""
-    reread = _reread(summary)
-    if reread is None or summary is None:
+    if not summary or (reread := _reread(summary)) is None:
         return None
     times, foot = reread
     budget = _holding_budget(summary, own_bytes, outside=placed_budget is None)
@@ -154,8 +151,7 @@ def flat_hint(summary: dict[str, Any] | None) -> str | None:
     sweep touches it). Quantum ESPRESSO at 160 MiB: flat read its 112 MiB
     back 1015-1020 times through 6.75 MiB (122-130 s); hybrid ran 7.3 s,
     cache 8.9 s, dram 5.7 s (conv_thr 1e-2, 2 ranks)."""
-    reread = _reread(summary)
-    if reread is None or summary is None:
+    if not summary or (reread := _reread(summary)) is None:
         return None
     times, foot = reread
     return (
