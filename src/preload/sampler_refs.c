@@ -79,6 +79,8 @@
  * long run. */
 #define HM__REFS_EARLY 8u
 #define HM__REFS_EARLY_DUTY 11u
+/* The first short window lasts at least this long (hm__short). */
+#define HM__SHORT_MIN_NS 1000000u
 /* Calibration pages: more than the TLB covers, or the cost hides (2 MiB
  * showed 5 ns a page here, 8 MiB and more 300-470 ns) */
 #define HM__REFS_CAL_PAGES 4096u
@@ -105,6 +107,7 @@ struct _hm_smp_refs_s {
   uint64_t fresh_pages; /* first touches of live blocks (HM_SMP_FIRST), all drains */
   uint64_t shorts, short_ns, short2_ns; /* short window pairs read, their summed lengths */
   uint64_t short_cost_ns;                /* what reading them took, waits left out */
+  uint64_t short_half_ns;                /* half the last window read's time */
   uint64_t rng;                          /* xorshift state of the intervals' jitter */
   char *flush;                           /* HM__REFS_FLUSH_PAGES pages, see hm__clear */
   _hm_smp_rss_t rss_prev, rss_cur;       /* mappings' Rss at the last drain, and this one's */
@@ -427,9 +430,18 @@ static uint64_t hm__window(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans, cons
   return t0 + (t1 - t0) / 2;
 }
 
-/* The short windows, read right after the clear: smaps at once (window
- * w1, about the time one read takes), then again when three times as
- * long has passed since the clear. The interval's samples count a page
+/* Sleeps until a read that takes 2 x half would have its middle at
+ * `want`; the time it took. */
+static uint64_t hm__sleep_until(uint64_t want, uint64_t half) {
+  uint64_t now = _hm_prim_now_ns();
+  if (want <= now + half) return 0;
+  _hm_prim_sleep_ns(want - now - half);
+  return _hm_prim_now_ns() - now; /* a late wake-up is waiting too, not reading */
+}
+
+/* The short windows, read right after the clear: smaps once (window w1,
+ * about the time one read takes, at least HM__SHORT_MIN_NS), then again
+ * when three times as long has passed since the clear. The interval's samples count a page
  * once whether it was touched once or all interval long; how a site's
  * touched pages grow from the first window to the second tells a sweep
  * (growing in proportion: each page is read once a pass, in order) from
@@ -443,16 +455,19 @@ static uint64_t hm__window(_hm_smp_refs_t *r, const _hm_smp_spans_t *spans, cons
  * of the drains themselves (_hm_smp_refs_drain): every other drain when a
  * read is most of one. Returns the time waited. */
 static uint64_t hm__short(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm_smp_sink_t *sink, void (*respan)(_hm_smp_spans_t *), uint64_t c1) {
+  /* The first window's middle no sooner than HM__SHORT_MIN_NS after the
+   * clear: a page's first touch after it costs a page walk (touch_ns,
+   * 0.25-0.5 us), so a window of one quick read (0.28 ms for a small
+   * process on a fast machine) holds at most a thousand pages of a
+   * gather, which then grew with the window like a sweep's. */
+  uint64_t slept = hm__sleep_until(c1 + HM__SHORT_MIN_NS, r->short_half_ns);
   if (respan) respan(spans);
   uint64_t half = 0, m1 = hm__window(r, spans, sink, HM_SMP_SHORT, &half);
-  if (!m1) return 0;
+  if (!m1) return slept;
+  r->short_half_ns = half;
   /* the second read's middle at c1 + 3 w1: it starts half a read before */
   uint64_t w1 = m1 > c1 ? m1 - c1 : 1;
-  uint64_t now = _hm_prim_now_ns(), want = c1 + 3 * w1, slept = 0;
-  if (want > now + half) {
-    slept = want - now - half;
-    _hm_prim_sleep_ns(slept);
-  }
+  slept += hm__sleep_until(c1 + 3 * w1, half);
   if (respan) respan(spans);
   uint64_t m2 = hm__window(r, spans, sink, HM_SMP_SHORT2, &half);
   if (!m2) return slept;

@@ -21,9 +21,14 @@ from conftest import c_program, placed_tiers, profile_and_show, run_hetmem, show
 
 MIB = 1 << 20
 
+# It gathers for 1.5 s, not a number of times: the sampler needs at least
+# MIN_REUSE_PAIRS pairs of short windows within the loop, and 80M gathers
+# took 0.6 s on a faster machine, where half of its 4 pairs fell in the
+# start-up.
 GATHER_SRC = r"""#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 __attribute__((noinline)) static double *gathered(size_t n) {
   double *p = malloc(n * sizeof *p);
   for (size_t i = 0; p && i < n; i++) p[i] = (double)(i % 7);
@@ -35,16 +40,21 @@ __attribute__((noinline)) static double *swept(size_t n) {
   return p;
 }
 int main(int argc, char **argv) {
-  long iters = argc > 1 ? atol(argv[1]) : 80000000;
+  double secs = argc > 1 ? atof(argv[1]) : 1.5;
   size_t na = ((size_t)24 << 20) / 8, nb = ((size_t)48 << 20) / 8, j = 0;
   double *a = gathered(na), *b = swept(nb), s = 0;
   if (!a || !b) return 1;
   uint64_t x = 88172645463325252ull;
-  for (long k = 0; k < iters; k++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    s += a[x % na] + b[j];
-    j = j + 8 < nb ? j + 8 : 0;
-  }
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    for (long k = 0; k < 1000000; k++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      s += a[x % na] + b[j];
+      j = j + 8 < nb ? j + 8 : 0;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) < secs);
   printf("%.0f\n", s);
   free(a);
   free(b);
