@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,40 @@ def test_a_command_that_always_fails_gets_no_answer(tmp_path: Path) -> None:
     errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]
     assert len(errors) == 1 and "first run" in errors[0] and "exit 1" in errors[0]
     assert proc.stderr.splitlines()[-1] == errors[0]
+
+
+def test_a_first_run_past_time_is_stopped_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """A command that never ends in cache mode (here: one that waits
+    whenever the interposer is loaded, as bwa mem did at half its
+    footprint) is stopped at --time: cache counts as failed with
+    error_kind timeout, the other modes still answer, and the program the
+    command's shell started does not run on after its shell was stopped."""
+    pidf = tmp_path / "child.pid"
+    script = f'case "$LD_PRELOAD" in *hetmem*) sleep 120 & echo $! > {pidf}; wait;; esac; echo ok'
+    opts = ["--fast-budget", "64M", "--storage", str(tmp_path), "-o", str(tmp_path / "r")]
+    t0 = time.monotonic()
+    proc = run_hetmem("recommend", *opts, "--time", "5s", "--modes", "cache,dram", "--json",
+                      "--", "sh", "-c", script)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 < 60
+    d = json.loads(proc.stdout)
+    assert d["answer"]["mode"] == "dram" and len(d["modes"]["dram"]["seconds"]) >= 2
+    cache = d["modes"]["cache"]
+    assert cache["seconds"] == [] and cache["error_kind"] == "timeout", cache
+    assert [r["round"] for r in d["runs"] if r["mode"] == "cache"] == [0]
+    assert d["first_run"]["seconds"] == 5.0
+    assert any("cache could not run it: over the time limit" in w for w in d["answer"]["why"])
+    pid = int(pidf.read_text())
+    for _ in range(50):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the command's child {pid} still runs")
 
 
 @pytest.mark.parametrize(

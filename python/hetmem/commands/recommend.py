@@ -24,7 +24,8 @@ class Command:
     description = (
         'Answers "which mode, and how much faster?" for one command at one fast\n'
         "budget, by measuring it here:\n"
-        "  1. a first run in cache mode (not counted): how large the data is\n"
+        "  1. a first run in cache mode (not counted): how large the data is;\n"
+        "     stopped at --time, when cache mode counts as failed\n"
         "  2. the modes that make sense: dram when the data fits this machine's\n"
         "     memory (the reference), swap where it can run (root), cache, and\n"
         "     flat and hybrid from one profile run and `hetmem advise`\n"

@@ -49,13 +49,14 @@ class Pilot:
         return max(self.large_peak, self.touched)
 
 
-def pilot_of(run: Run) -> Pilot:
-    """The Pilot of a successful first run (cache mode)."""
+def pilot_of(run: Run, limit: float | None = None) -> Pilot:
+    """The Pilot of the first run (cache mode): a successful one, or one
+    stopped at `limit` seconds, whose sizes are what it had reached then."""
     st = run.stats
     inter = st.get("interposer") or {}
     summ = st.get("pager_summary") or {}
     return Pilot(
-        seconds=run.seconds or 0.0,
+        seconds=run.seconds if run.seconds is not None else (limit or 0.0),
         large_peak=int(inter.get("peak_live_large_bytes") or 0),
         touched=int(summ.get("footprint_bytes") or 0),
         summary=summ,

@@ -2,7 +2,8 @@
 """One recommendation, from the first run to the answer.
 
 1. a first run in cache mode (not counted): the data's size and the time
-   one run takes (plan.Pilot);
+   one run takes (plan.Pilot), stopped at --time (cache mode then counts
+   as failed, and the other modes get the same limit);
 2. the modes worth measuring (plan.choose), a profile and a placement
    when flat and hybrid are among them;
 3. rounds, each running every mode once in an order that rotates from
@@ -96,15 +97,25 @@ def recommend(opts: Options, say: Say = lambda _: None, note: Say = lambda _: No
     setup.budget_text = opts.budget_text or str(opts.budget)
     (opts.workdir / "logs").mkdir(parents=True, exist_ok=True)
     say("first run (cache mode, not counted): how large is the data, how long is a run")
+    # bounded by --time, the whole session's: bwa mem at half its footprint
+    # ran 630 s in cache mode without finishing (swap: 18 s), and a session
+    # of --time 3min waited for it
+    setup.timeout_s = opts.time_s
     first = run_once(setup, "cache", 0)
-    if not first.ok:
+    stopped = first.kind == "timeout" and bool(first.stats)
+    if not first.ok and not stopped:
         _first_failed(first)
-    pilot = plan.pilot_of(first)
+    pilot = plan.pilot_of(first, setup.timeout_s)
     choice = plan.choose(pilot, opts.budget, list(opts.modes))
     setup.swap_size = plan.swap_size(pilot, opts.budget)
-    setup.timeout_s = max(RUN_TIMEOUT_MIN_S, RUN_TIMEOUT_FACTOR * pilot.seconds)
+    if not stopped:
+        setup.timeout_s = max(RUN_TIMEOUT_MIN_S, RUN_TIMEOUT_FACTOR * pilot.seconds)
     res = Result(opts, setup, pilot, choice)
-    note(_estimate(pilot, choice, opts))
+    if stopped:
+        res.runs.append(first)  # cache's result: it does not run again
+        note(_stopped(setup.timeout_s))
+    else:
+        note(_estimate(pilot, choice, opts))
     _placement(res, say)
     _rounds(res, t0, say)
     res.seconds = time.monotonic() - t0
@@ -127,6 +138,15 @@ def _estimate(pilot: plan.Pilot, choice: plan.Choice, opts: Options) -> str:
     if ahead > opts.time_s:
         text += f", beyond --time {_minutes(opts.time_s)}: a smaller input would answer sooner"
     return text
+
+
+def _stopped(limit: float) -> str:
+    """What a first run stopped at the time limit means for the rest."""
+    return (
+        f"the first run (cache mode) did not end within --time {_minutes(limit)} and was "
+        "stopped: cache mode counts as failed and each other mode gets the same limit (the "
+        "data size is what it had touched by then; a longer --time runs it to the end)"
+    )
 
 
 def _minutes(seconds: float) -> str:
@@ -156,7 +176,8 @@ def _placement(res: Result, say: Say) -> None:
 
 
 def _rounds(res: Result, t0: float, say: Say) -> None:
-    opts, live = res.options, list(res.choice.modes)
+    opts = res.options
+    live = [m for m in res.choice.modes if not any(r.mode == m for r in res.runs)]
     most = opts.rounds or MAX_ROUNDS
     least = opts.rounds or MIN_ROUNDS
     while res.rounds < most and live:
