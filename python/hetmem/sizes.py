@@ -201,3 +201,12 @@ def format_size(n: float) -> str:
             return f"{value:.3g} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def size_arg(n: int) -> str:
+    """n bytes as the shortest exact size an option takes back (parse_size):
+    2G, 260M, 4K, else the bytes."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)

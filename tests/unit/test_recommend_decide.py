@@ -162,3 +162,15 @@ def test_the_first_run_says_how_long_the_rest_takes() -> None:
     assert "about 9.0 min" in text and "beyond --time 5.0 min" in text
     opts.time_s = 3600.0
     assert "beyond" not in session._estimate(pilot, choice, opts)
+
+
+def test_the_swap_size_is_written_as_a_user_would() -> None:
+    """The swap file holds twice the data, rounded up to whole MiB, and
+    the command line says 382M, not 400556032."""
+    pilot = plan.Pilot(1.0, 200_000_001, 0, {})
+    size = plan.swap_size(pilot, BUDGET)
+    assert size == 382 << 20 and size >= 2 * pilot.data_bytes
+    setup = Setup(["./app"], BUDGET, Path("/tmp"), Path("/tmp"), swap_size=size)
+    assert "--swap-size 382M" in setup.command_line("swap")
+    setup.swap_size = 3 << 30
+    assert "--swap-size 3G" in setup.command_line("swap")

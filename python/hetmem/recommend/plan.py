@@ -32,6 +32,7 @@ from hetmem.sizes import format_size, machine_memory
 RAM_SHARE = 0.7
 # Swap file: twice the data, at least the budget and 256 MiB.
 SWAP_MIN = 256 << 20
+MIB = 1 << 20
 
 
 @dataclass
@@ -99,8 +100,10 @@ def choose(pilot: Pilot, budget: int, wanted: list[str]) -> Choice:
 
 
 def swap_size(pilot: Pilot, budget: int) -> int:
-    """A swap file that holds what does not fit the budget, with room."""
-    return max(2 * pilot.data_bytes, budget, SWAP_MIN)
+    """A swap file that holds what does not fit the budget, with room: a
+    whole number of MiB, so that the command line can say 260M."""
+    size = max(2 * pilot.data_bytes, budget, SWAP_MIN)
+    return -(-size // MIB) * MIB
 
 
 def profile_and_advise(setup: Setup) -> tuple[Path | None, str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hetmem.errors import HetmemError
+from hetmem.sizes import size_arg
 
 
 @dataclass
@@ -50,7 +51,7 @@ class Setup:
         if mode in ("flat", "hybrid") and self.placement is not None:
             opts += ["--placement", str(self.placement)]
         if mode == "swap" and self.swap_size is not None:
-            opts += ["--swap-size", str(self.swap_size)]
+            opts += ["--swap-size", size_arg(self.swap_size)]
         return opts
 
     def command_line(self, mode: str) -> str:
