@@ -74,28 +74,51 @@ def test_indivisible_block_is_exit_2():
         lattice.run_lattice(1, {**TINY, "block": "2 2 3 2"})
 
 
+def test_the_dirac_lattice_grows_past_the_cache():
+    """The smallest lattice whose double operator data (132 x 16 bytes a
+    site) is twice the last-level cache: 24^4 (700 MB) for a 105 MiB L3,
+    32^4 for a 480 MiB one, none past 32^4."""
+    assert lattice.beyond_cache_side(105 << 20) == 24
+    assert lattice.beyond_cache_side(480 << 20) == 32
+    assert lattice.beyond_cache_side(None) == 24
+    assert lattice.beyond_cache_side(4 << 30) is None
+    assert lattice.beyond_cache_side(32 << 20, (16, 24, 32)) == 16
+
+
 def test_dirac_bandwidth_below_stream():
-    """16^4 in double is 138 MB of operator data: beyond the caches."""
+    """The operator's bandwidth stays below STREAM's where its data is at
+    least twice the last-level cache (lattice.judged_precisions, as `bench
+    lattice` judges). 16^4 in double is 138 MB, beyond a 105 MiB L3; a
+    480 MiB L3 holds it, and there the single copy ran 14.9 GB/s against
+    STREAM's 14.6, so the lattice grows with the cache (32^4: 2.2 GB)."""
     from hetmem.bench.kernels import run_kernel
 
+    llc = lattice.llc_bytes()
+    per_site = {"double": lattice.DIRAC_DOUBLE_BYTES, "single": lattice.DIRAC_DOUBLE_BYTES // 2}
+    size = lattice.beyond_cache_side(llc, (16, 24, 32))
+    if size is None:
+        pytest.skip(f"a last-level cache of {llc} bytes holds half of a 32^4 lattice")
     # the tier's bandwidth as the probe takes it: the best repetition (a
     # median under a passing load would sit below an unimpeded operator)
-    res = run_kernel("stream", ["--bytes", "512M", "--threads", "1", "--min-time", "0.5"])
+    arrays = max(512 << 20, 4 * (llc or 0))
+    res = run_kernel("stream", ["--bytes", str(arrays), "--threads", "1", "--min-time", "0.5"])
     stream = res["bytes_moved"] / res["time_best_s"] / 1e9
+    dims = " ".join([str(size)] * 4)
     d = lattice.run_lattice(
         1,
-        {"lattice": "16 16 16 16", "gauge": "random", "solver": "cgnr", "max iterations": "1"}
+        {"lattice": dims, "gauge": "random", "solver": "cgnr", "max iterations": "1"}
         | {"dirac reps": "3"},
     )
+    shape = {"lattice": dims} | {p: {"bytes_per_site": b} for p, b in per_site.items()}
+    judged = lattice.judged_precisions(shape, llc)
+    assert "double" in judged, (judged, llc)
     for prec in ("double", "single"):
         k = d["kernels"][f"dirac_{prec}"]
-        assert 0 < k["gbs"] <= stream, (prec, k["gbs"], stream)
-        assert k["gbs"] <= k["gbs_best"], (prec, k)
-        assert k["bytes_per_site"] == (132 * (16 if prec == "double" else 8))
-    # the best single apply, the figure compared with the bound; double only:
-    # its 138 MB exceed the 105 MB L3, the single copy (69 MB) does not
-    best = d["kernels"]["dirac_double"]["gbs_best"]
-    assert best <= stream, (best, stream)
+        assert k["bytes_per_site"] == per_site[prec]
+        assert 0 < k["gbs"] <= k["gbs_best"], (prec, k)
+        if prec in judged:
+            # the best single apply, the figure compared with the bound
+            assert k["gbs"] <= stream and k["gbs_best"] <= stream, (prec, k, stream)
 
 
 def test_many_nodes_command_names_mapping():

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,22 @@ def judged_precisions(d: dict[str, Any], llc: int | None = None) -> list[str]:
         for p in ("double", "single")
         if p in d and (llc is None or sites * d[p]["bytes_per_site"] >= 2 * llc)
     ]
+
+
+# The Wilson-clover operator's data per site in double: 132 complex numbers
+# as stored (links and clover), 16 bytes each (hm-lattice's bytes_per_site).
+DIRAC_DOUBLE_BYTES = 132 * 16
+
+
+def beyond_cache_side(llc: int | None, sides: Sequence[int] = (24, 32)) -> int | None:
+    """The smallest side L of an L^4 lattice whose operator data in double
+    is at least twice the last-level cache (what judged_precisions asks);
+    the first when the cache is unknown, None when none is. 24^4 (700 MB)
+    was beyond any cache until a 480 MiB L3 held half of it."""
+    for n in sides:
+        if llc is None or n**4 * DIRAC_DOUBLE_BYTES >= 2 * llc:
+            return n
+    return None
 
 
 def bench_dirac(lattice: str, ranks: int, threads: int, bound_gbs: float) -> dict[str, Any]:
@@ -693,9 +710,10 @@ def _check_parts(args: argparse.Namespace) -> list[str]:
 
 def _dirac_part(args: argparse.Namespace) -> dict[str, Any]:
     bw, src = dram_bandwidth(args.threads)
-    # 24^4: 700 MB of operator data in double, 350 MB in single: beyond
-    # the last-level cache of any current CPU (105 MiB here)
-    d = bench_dirac("8 8 8 8" if args.quick else "24 24 24 24", 1, args.threads, bw)
+    # 24^4: 700 MB of operator data in double, 350 MB in single; 32^4
+    # where the last-level cache holds half of that
+    side = 8 if args.quick else beyond_cache_side(llc_bytes()) or 32
+    d = bench_dirac(" ".join([str(side)] * 4), 1, args.threads, bw)
     d["bound_gbs"] = bw
     d["bound_source"] = src
     d["target"] = DIRAC_TARGET
