@@ -53,6 +53,9 @@ typedef enum _hm_opt_kind_e {
     "flat/hybrid: transparent huge pages on large DRAM and NUMA-tier blocks")                 \
   X(STATICS, statics, BOOL, "1",                                                             \
     "cache mode: move large zero-initialized static arrays (.bss) into the pager")          \
+  X(SMALL_BLOCKS, small_blocks, BOOL, "0",                                                   \
+    "cache mode: serve allocations below the threshold (up to 256 KiB) from pager memory "    \
+    "too, so that the budget pages them; a forked child cannot use its parent's")             \
   X(AUTO_FAST, auto_fast, STR, "",                                                          \
     "flat/hybrid: allocations of MIN[:MAX] bytes that match no placement site go to the "    \
     "fastest tier (memkind's AUTO_HBW_SIZE); empty: off")                                     \

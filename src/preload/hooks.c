@@ -114,11 +114,19 @@ __attribute__((noinline)) static void *hm__malloc_large(size_t size) {
   return p || _hm_pl_refused() ? p : __libc_malloc(size);
 }
 
+/* A small request with the small-block heap on (out of line: off by
+ * default, and the common path stays a tail call). */
+__attribute__((noinline)) static void *hm__heap_or_libc(size_t size) {
+  void *p = _hm_pl_heap_malloc(size);
+  return p ? p : __libc_malloc(size);
+}
+
 /* Cost of a small malloc: a compare with the threshold, hm__count_small,
- * and a tail call to glibc. */
+ * the heap's flag, and a tail call to glibc (or the heap's thread list). */
 void *malloc(size_t size) {
   if (hm_likely(size < _hm_pl_thr())) {
     hm__count_small(__builtin_return_address(0), size);
+    if (hm_unlikely(_hm_pl_heap_on())) return hm__heap_or_libc(size);
     return __libc_malloc(size);
   }
   return hm__malloc_large(size);
@@ -130,9 +138,13 @@ __attribute__((noinline)) static void hm__free_maybe_ours(void *ptr) {
   else __libc_free(ptr);
 }
 
-/* Cost of freeing a glibc block: one byte of the table's 2 MiB-granule map
- * and a tail call to glibc (no stack frame). */
+/* Cost of freeing a glibc block: the heap's range check, one byte of the
+ * table's 2 MiB-granule map and a tail call to glibc (no stack frame). */
 void free(void *ptr) {
+  if (hm_unlikely(_hm_pl_heap_has(ptr))) {
+    _hm_pl_heap_free(ptr);
+    return;
+  }
   if (hm_likely(!_hm_pl_table_maybe(&_hm_pl_ctx.table, ptr))) {
     __libc_free(ptr);
     return;
@@ -148,6 +160,8 @@ void *calloc(size_t nmemb, size_t size) {
   }
   if (hm_likely(total < _hm_pl_thr())) {
     hm__count_small(__builtin_return_address(0), total);
+    void *h = hm_unlikely(_hm_pl_heap_on()) ? _hm_pl_heap_malloc(total) : NULL;
+    if (h) return memset(h, 0, total); /* a recycled block holds old data */
     return __libc_calloc(nmemb, size);
   }
   _hm_pl_req_t r = {total, 0, 0};
@@ -214,6 +228,7 @@ static void *hm__realloc_large(_hm_pl_block_t *b, void *ptr, size_t size) {
 
 void *realloc(void *ptr, size_t size) {
   if (!ptr) return malloc(size);
+  if (hm_unlikely(_hm_pl_heap_has(ptr))) return _hm_pl_heap_realloc(ptr, size);
   _hm_pl_block_t *b = hm__find(ptr);
   if (hm_likely(b == NULL)) {
     if (hm_likely(size < _hm_pl_thr()) || _hm_pl_tls.guard) return __libc_realloc(ptr, size);
@@ -244,7 +259,10 @@ static inline int hm__pow2(size_t a) { return a && !(a & (a - 1)); }
 static void *hm__aligned(size_t alignment, size_t size, void *ra) {
   if (hm_likely(size < _hm_pl_thr()) || !hm__pow2(alignment) || alignment > (1u << 30)) {
     hm__count_small(ra, size);
-    return __libc_memalign(alignment, size);
+    void *h = hm_unlikely(_hm_pl_heap_on()) && hm__pow2(alignment)
+                  ? _hm_pl_heap_memalign(alignment, size)
+                  : NULL;
+    return h ? h : __libc_memalign(alignment, size);
   }
   _hm_pl_req_t r = {size, alignment, 0};
   void *p = _hm_pl_large_alloc(&r);
@@ -293,6 +311,7 @@ void *pvalloc(size_t size) {
 
 size_t malloc_usable_size(void *ptr) {
   if (!ptr) return 0;
+  if (hm_unlikely(_hm_pl_heap_has(ptr))) return _hm_pl_heap_usable(ptr);
   _hm_pl_block_t *b = hm__find(ptr);
   if (hm_likely(b == NULL)) {
     if (hm_unlikely(!_hm_pl_ctx.libc_usable)) _hm_pl_resolve_libc_usable();

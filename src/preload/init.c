@@ -72,6 +72,7 @@ static void hm__thread_exit(void *unused) {
   _hm_pl_tls.counted = 0;
   atomic_fetch_add_explicit(&_hm_pl_ctx.small_exited, _hm_pl_tls.small, memory_order_relaxed);
   _hm_pl_tls.small = 0;
+  _hm_pl_heap_thread_exit();
   _hm_pl_tls.registered = 0;
 }
 
@@ -90,7 +91,7 @@ static void hm__forked_segv(int sig, siginfo_t *si, void *uc) {
   for (size_t i = 0; i < hm__forked.n; i++) {
     if (a < hm__forked.range[i][0] || a >= hm__forked.range[i][1]) continue;
     static const char msg[] =
-        "hetmem: this process was forked (without exec) from one whose large blocks are in "
+        "hetmem: this process was forked (without exec) from one whose blocks are in "
         "hetmem's pager, and touched one of them: a forked child does not inherit them. Exec a "
         "program in the child, or in Python use multiprocessing's 'spawn' start method\n";
     _hm_prim_stderr(msg, sizeof msg - 1);
@@ -118,13 +119,25 @@ void _hm_pl_segv_chain(const struct sigaction *app, int sig, siginfo_t *si, void
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+/* The small-block heap's mapped part as a range of the parent's (pass 1
+ * writes it at n); how many ranges: 0 or 1. */
+static size_t hm__forked_heap(int pass, size_t n) {
+  const _hm_pl_heap_t *h = &_hm_pl_ctx.heap;
+  if (!atomic_load(&h->len_pub) || h->mapped == h->lo) return 0;
+  if (pass) {
+    hm__forked.range[n][0] = h->lo;
+    hm__forked.range[n][1] = h->mapped;
+  }
+  return 1;
+}
+
 /* Records the pager blocks the parent had live and installs hm__forked_segv
  * (only then). Runs in the single-threaded child right after fork: no malloc,
  * the array comes from mmap. */
 static void hm__forked_watch(void) {
   size_t cap = _hm_pl_table_capacity(), n = 0, counted = 0;
   for (int pass = 0; pass < 2; pass++) {
-    n = 0;
+    n = hm__forked_heap(pass, 0);
     for (size_t i = 0; i < cap; i++) {
       _hm_pl_block_t *b = _hm_pl_table_slot(&_hm_pl_ctx.table, i);
       uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
@@ -165,10 +178,11 @@ static void hm__atfork_child(void) {
    * single-threaded here, so nothing races with the clear. */
   if (atomic_load(&_hm_pl_ctx.state) != HM_PL_NONE) atomic_store(&_hm_pl_ctx.state, HM_PL_FORKED);
   if (atomic_load(&_hm_pl_ctx.large_allocs) != atomic_load(&_hm_pl_ctx.large_frees) ||
-      _hm_pl_ctx.statics_managed) {
+      _hm_pl_ctx.statics_managed || atomic_load(&_hm_pl_ctx.heap.len_pub)) {
     hm__forked_watch();
     _hm_pl_table_clear(&_hm_pl_ctx.table);
   }
+  _hm_pl_heap_forked();
   atomic_store(&_hm_pl_ctx.live_bytes, 0);
   atomic_store(&_hm_pl_ctx.small_exited, 0);
   _hm_pl_tls.small = 0;
@@ -423,6 +437,22 @@ static void hm__prepare(void) {
   _hm_pl_tls.guard--;
 }
 
+/* Cache mode with small_blocks: small requests from here on go to the
+ * pager's heap (heap.c). One line when it cannot start; glibc then keeps
+ * serving them, as without the option. */
+static void hm__heap_start(void) {
+  uint64_t on = 0;
+  if (_hm_pl_ctx.mode != HM_PL_M_CACHE || hm_option_get_u64(_hm_pl_ctx.ctx, "small_blocks", &on) ||
+      !on)
+    return;
+  int rc = _hm_pl_heap_start();
+  if (rc) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "warning: small blocks stay in DRAM: %s", hm_strerror(rc));
+    _hm_pl_say(msg);
+  }
+}
+
 __attribute__((constructor)) static void hm__ctor(void) {
   pthread_once(&_hm_pl_ctx.once, hm__prepare);
   if (_hm_pl_ctx.prep_rc) {
@@ -439,6 +469,7 @@ __attribute__((constructor)) static void hm__ctor(void) {
   size_t thr = atomic_load(&_hm_pl_threshold);
   _hm_pl_statics_find(thr);
   _hm_pl_statics_prepare(thr);
+  hm__heap_start();
   _hm_pl_tls.guard--;
 }
 

@@ -9,6 +9,7 @@ add_library(hetmem_preload SHARED
   ${HM_PRELOAD_DIR}/init.c
   ${HM_PRELOAD_DIR}/hooks.c
   ${HM_PRELOAD_DIR}/route.c
+  ${HM_PRELOAD_DIR}/heap.c
   ${HM_PRELOAD_DIR}/stats.c
   ${HM_PRELOAD_DIR}/table.c
   ${HM_PRELOAD_DIR}/site.c
@@ -46,6 +47,10 @@ if(HETMEM_BUILD_TESTS)
   target_compile_options(hm_preload_target PRIVATE ${HM_WARNINGS})
   target_compile_definitions(hm_preload_target PRIVATE _GNU_SOURCE)
   target_link_libraries(hm_preload_target PRIVATE Threads::Threads)
+  add_executable(hm_small_target ${PROJECT_SOURCE_DIR}/tests/c/small_target.c)
+  target_compile_options(hm_small_target PRIVATE ${HM_WARNINGS})
+  target_compile_definitions(hm_small_target PRIVATE _GNU_SOURCE)
+  target_link_libraries(hm_small_target PRIVATE Threads::Threads)
   add_executable(hm_sampler_target ${PROJECT_SOURCE_DIR}/tests/c/sampler_target.c)
   target_compile_options(hm_sampler_target PRIVATE ${HM_WARNINGS})
   target_compile_definitions(hm_sampler_target PRIVATE _GNU_SOURCE)

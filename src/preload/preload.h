@@ -374,6 +374,39 @@ typedef struct _hm_pl_pstat_s {
   _Atomic uint64_t bytes[HM_PL_MAX_TIERS];
 } _hm_pl_pstat_t;
 
+/* heap.c: the small-block heap in pager memory (small_blocks). Its
+ * classes are 16 bytes to HM_PL_HEAP_MAX; it reserves HM_PL_HEAP_VA bytes
+ * of address space. */
+#define HM_PL_HEAP_CLASSES 53
+#define HM_PL_HEAP_MAX ((size_t)256 << 10)
+#define HM_PL_HEAP_VA ((size_t)64 << 30)
+
+/* A thread's free blocks of one class, linked through the blocks. */
+typedef struct _hm_pl_heap_tcache_s {
+  void *head;
+  uint32_t n;
+} _hm_pl_heap_tcache_t;
+
+/* A class's global free list and the rest of its newest span; a cache
+ * line of its own (threads of different classes never share one). */
+typedef struct _hm_pl_heap_class_s {
+  _Alignas(64) _Atomic int lock;
+  void *free;
+  uintptr_t bump, end;
+} _hm_pl_heap_class_t;
+
+typedef struct _hm_pl_heap_s {
+  _Atomic size_t len_pub;  /* the reservation's length once usable, else 0 (read by free) */
+  uintptr_t lo;            /* its start, 64 KiB-aligned */
+  _Atomic int on;          /* small requests come here (0 after fork) */
+  _Atomic uintptr_t top;   /* spans handed out up to here */
+  uintptr_t mapped;        /* chunks mapped into the pager up to here (grow lock) */
+  _Atomic int grow_lock;
+  uint8_t *cls;            /* class per 64 KiB of the reservation (0: no span) */
+  _Atomic uint64_t mapped_bytes;
+  _hm_pl_heap_class_t klass[HM_PL_HEAP_CLASSES];
+} _hm_pl_heap_t;
+
 typedef struct _hm_pl_ctx_s {
   /* start-up (init.c's prepare, once) */
   pthread_once_t once;
@@ -419,6 +452,7 @@ typedef struct _hm_pl_ctx_s {
   /* counters */
   _Atomic uint64_t large_allocs, large_frees, large_bytes, live_bytes, peak_live_bytes;
   _Atomic uint64_t mmap_allocs, fallbacks, realloc_moves, small_exited;
+  _hm_pl_heap_t heap;        /* small_blocks (heap.c) */
 } _hm_pl_ctx_t;
 
 extern HM_PL_HIDDEN _hm_pl_ctx_t _hm_pl_ctx;
@@ -448,6 +482,7 @@ typedef struct _hm_pl_tls_s {
   unsigned counted; /* in the profile's thread count (hetmem's own are not) */
   unsigned refused; /* the last large request failed by policy (full.c): no glibc fallback */
   uint64_t small;
+  _hm_pl_heap_tcache_t heap[HM_PL_HEAP_CLASSES]; /* heap.c's free lists of this thread */
 } _hm_pl_tls_t;
 extern HM_PL_HIDDEN __thread _hm_pl_tls_t _hm_pl_tls __attribute__((tls_model("initial-exec")));
 
@@ -548,6 +583,30 @@ size_t _hm_pl_thp_advise_size(const char *root);
 /* hooks.c: the real functions, looked up once with dlsym. */
 void _hm_pl_resolve_libc_usable(void);
 void _hm_pl_resolve_signals(void);
+
+/* heap.c: the small-block heap (see there). The allocation functions
+ * return NULL when glibc is to serve the request. */
+int _hm_pl_heap_start(void);
+void _hm_pl_heap_thread_exit(void);
+void _hm_pl_heap_forked(void);
+void *_hm_pl_heap_malloc(size_t size);
+void *_hm_pl_heap_memalign(size_t align, size_t size);
+void _hm_pl_heap_free(void *p);
+size_t _hm_pl_heap_usable(const void *p);
+void *_hm_pl_heap_realloc(void *p, size_t size);
+void _hm_pl_heap_json(_hm_sb_t *sb);
+
+/* 1 when p is in the small-block heap's reservation. Cost: two loads, a
+ * subtraction and a compare (the length is 0 while the heap is off). */
+static inline int _hm_pl_heap_has(const void *p) {
+  size_t len = atomic_load_explicit(&_hm_pl_ctx.heap.len_pub, memory_order_acquire);
+  return (uintptr_t)p - _hm_pl_ctx.heap.lo < len;
+}
+
+/* Small requests go to the heap (one relaxed load: off by default). */
+static inline int _hm_pl_heap_on(void) {
+  return atomic_load_explicit(&_hm_pl_ctx.heap.on, memory_order_relaxed);
+}
 
 /* stats.c: the profile and the statistics line, once per process. */
 void _hm_pl_outputs(void);

@@ -114,6 +114,7 @@ static void hm__stats_json(_hm_sb_t *sb) {
   _hm_sb_printf(sb, ",\"mode\":\"%s\"", _hm_pl_mode_names[_hm_pl_ctx.mode]);
   _hm_pl_full_json(sb);
   _hm_pl_statics_json(sb);
+  _hm_pl_heap_json(sb);
   if (_hm_pl_ctx.mode == HM_PL_M_PLACE) hm__placement_json(sb);
   _hm_sb_puts(sb, ",\"pager\":");
   char *pj = NULL;

@@ -80,6 +80,14 @@ class Command:
             "memory in them wants less, as the end-of-run note says)",
         )
         parser.add_argument(
+            "--small-blocks",
+            action="store_true",
+            help="cache mode: page blocks below the threshold too (up to 256 KiB, from a heap "
+            "in the pager's memory), for programs whose memory is mostly small blocks; a "
+            "process forked without exec cannot use its parent's (default "
+            "$HETMEM_SMALL_BLOCKS)",
+        )
+        parser.add_argument(
             "--swap-size",
             metavar="SIZE",
             help="swap mode: swap file size (default 4x the budget, at least 8G, "
@@ -144,8 +152,11 @@ class Command:
                 "no --fast-budget: the default mode (cache) needs one, e.g. --fast-budget 4G; "
                 "--mode dram runs the command as it is"
             )
+        mode = args.mode or ("flat" if auto else "dram" if numa else "cache")
+        if args.small_blocks and mode != "cache":
+            raise UsageError(f"--small-blocks is for cache mode, not --mode {mode}")
         cfg = RunConfig(
-            mode=args.mode or ("flat" if auto else "dram" if numa else "cache"),
+            mode=mode,
             command=command,
             budget=budget,
             storage=args.storage,
@@ -154,6 +165,7 @@ class Command:
             swap_size=_size(args.swap_size, "--swap-size", parse_positive),
             placement=args.placement,
             storage_full=_storage_full(args.storage_full),
+            small_blocks=args.small_blocks,
             numa=numa,
             auto_fast=auto,
         )

@@ -31,6 +31,7 @@ class RunConfig:
     swap_size: int | None = None
     placement: Path | None = None
     storage_full: str | None = None
+    small_blocks: bool = False  # cache mode: the pager's heap serves small blocks too
     fetch_unit: int = 0
     notes: list[str] = field(default_factory=list)
     # (mode, nodes): the whole command's NUMA policy, as numactl sets it
@@ -56,6 +57,8 @@ def _cache_env(cfg: RunConfig, stats_file: Path | None) -> dict[str, str]:
         env["HETMEM_ALLOC_THRESHOLD"] = str(cfg.threshold)
     if cfg.storage_full is not None:
         env["HETMEM_STORAGE_FULL"] = cfg.storage_full
+    if cfg.small_blocks:
+        env["HETMEM_SMALL_BLOCKS"] = "1"
     if stats_file is not None:
         env["HETMEM_STATS"] = str(stats_file)
     else:
