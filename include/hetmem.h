@@ -433,6 +433,13 @@ HM_API int hm_pager_advise(hm_pager_t *pager, void *addr, size_t length, hm_advi
  *  units written back first). -EINVAL for 0. */
 HM_API int hm_pager_set_budget(hm_pager_t *pager, uint64_t dram_budget);
 
+/** Bytes of the process's anonymous memory that a budget bounding the whole
+ *  process (HM_PAGER_PROCESS_BUDGET) leaves out: delta > 0 while the caller
+ *  holds such memory for a moment, delta < 0 when it is gone. The preload
+ *  interposer leaves out the copy of the blocks it makes for a forked
+ *  child, which the child keeps. Cost: one atomic add. */
+HM_API int hm_pager_exclude_bytes(hm_pager_t *pager, int64_t delta);
+
 /** Writes dirty resident pages of the range back (addr NULL: every region). */
 HM_API int hm_pager_flush(hm_pager_t *pager, void *addr, size_t length);
 

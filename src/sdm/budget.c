@@ -80,6 +80,12 @@ int hm_pager_set_budget(hm_pager_t *p, uint64_t bytes) {
   return w < 0 ? (int)w : 0;
 }
 
+int hm_pager_exclude_bytes(hm_pager_t *p, int64_t delta) {
+  if (!p) return -EINVAL;
+  atomic_fetch_add_explicit(&p->excluded, delta, memory_order_relaxed);
+  return 0;
+}
+
 /* The budget to apply now (pager lock held): the last one set, and under
  * HM_PAGER_PROCESS_BUDGET at most what the rest of the process leaves of
  * the budget opened with. A change smaller than a unit is not applied:
@@ -104,7 +110,8 @@ int _hm_sdm_budget_measure(_hm_sdm_handler_t *h, uint64_t now) {
   if (_hm_prim_self_anon_bytes(hm_ctx_fsroot(p->ctx), &all)) return 0;
   pthread_mutex_lock(&p->lk);
   /* resident, not used: units being filled are not in RSS yet */
-  uint64_t mine = p->resident + p->own;
+  int64_t ex = atomic_load_explicit(&p->excluded, memory_order_relaxed);
+  uint64_t mine = p->resident + p->own + (ex > 0 ? (uint64_t)ex : 0);
   p->other = all > mine ? all - mine : 0;
   if (p->other > p->other_peak) p->other_peak = p->other;
   int move = hm__budget_target(p) != p->budget;

@@ -147,6 +147,7 @@ struct hm_pager_s {
   /* HM_PAGER_PROCESS_BUDGET (budget.c): the rest of the process's memory
    * at the last measure and its peak, and when handler 0 measures next. */
   uint64_t other, other_peak, other_next;
+  _Atomic int64_t excluded; /* hm_pager_exclude_bytes: not the process's own */
   /* Data touched: fetch units of live regions filled at least once, and
    * the most of it at once (footprint_bytes). A program that frees and
    * allocates again counts what it holds, not what it ever held. */

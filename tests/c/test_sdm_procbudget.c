@@ -5,7 +5,11 @@
  * would be) must come out of the cache: a sweep of a region larger than
  * the budget may then hold only what that memory leaves. When it is freed
  * the cache must grow back. Without the flag the cache keeps the whole
- * budget (the same sweep, the control). Every word reads back. */
+ * budget (the same sweep, the control), and so it does when the caller
+ * says that memory is not the process's own (hm_pager_exclude_bytes, as
+ * the interposer does for the copy it makes for a forked child). Every
+ * word reads back. */
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -35,8 +39,8 @@ static uint64_t sweep(uint64_t *a, uint64_t salt) {
  * leaves out all of the pager's own memory charged to the budget, some of
  * which is reserved and not yet resident: added back here), and after that
  * memory is freed, what it holds after a second sweep. */
-static void run(hm_ctx_t *ctx, const char *dir, uint32_t flags, uint64_t *peak_with,
-                uint64_t *held_after, uint64_t *other_peak) {
+static void run(hm_ctx_t *ctx, const char *dir, uint32_t flags, int exclude,
+                uint64_t *peak_with, uint64_t *held_after, uint64_t *other_peak) {
   hm_pager_t *p = hm_sdm_open_flags(ctx, dir, BUDGET, 256 * 1024, flags);
   CHECK(p != NULL);
   if (!p) return;
@@ -46,12 +50,14 @@ static void run(hm_ctx_t *ctx, const char *dir, uint32_t flags, uint64_t *peak_w
   CHECK(other != MAP_FAILED);
   if (!a || other == MAP_FAILED) return;
   memset(other, 1, OTHER); /* resident: RssAnon */
+  if (exclude) CHECK_EQ_INT(hm_pager_exclude_bytes(p, (int64_t)OTHER), 0);
   hm_sdm_sleep_ms(300);           /* handler 0 measures every 100 ms */
   CHECK_EQ_INT(sweep(a, 3), 0);
   hm_pager_stats_t s = hm_sdm_stats(p);
   *peak_with = s.peak_resident_bytes;
   *other_peak = s.other_peak_bytes + s.own_bytes;
   munmap(other, OTHER);
+  if (exclude) CHECK_EQ_INT(hm_pager_exclude_bytes(p, -(int64_t)OTHER), 0);
   hm_sdm_sleep_ms(300);
   CHECK_EQ_INT(sweep(a, 5), 0);
   s = hm_sdm_stats(p);
@@ -66,8 +72,11 @@ int main(void) {
   hm_ctx_t *ctx = NULL;
   CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
   uint64_t peak = 0, after = 0, other = 0, cpeak = 0, cafter = 0, cother = 0;
-  run(ctx, dir, HM_PAGER_PROCESS_BUDGET, &peak, &after, &other);
-  run(ctx, dir, 0, &cpeak, &cafter, &cother);
+  uint64_t xpeak = 0, xafter = 0, xother = 0;
+  run(ctx, dir, HM_PAGER_PROCESS_BUDGET, 0, &peak, &after, &other);
+  run(ctx, dir, 0, 0, &cpeak, &cafter, &cother);
+  run(ctx, dir, HM_PAGER_PROCESS_BUDGET, 1, &xpeak, &xafter, &xother);
+  CHECK_EQ_INT(hm_pager_exclude_bytes(NULL, 1), -EINVAL);
   printf("process budget: cache peak %llu MiB with %llu MiB outside (measured, with the pager's "
          "own, %llu MiB), "
          "%llu MiB after it was freed; pager-only budget: peak %llu MiB\n",
@@ -78,6 +87,7 @@ int main(void) {
   /* the sanitizer's shadow memory is the process's too (740 MiB under
    * TSan): the sizes mean nothing here; the races and the data do */
   (void)peak, (void)after, (void)other, (void)cpeak, (void)cafter, (void)cother;
+  (void)xpeak, (void)xafter, (void)xother;
 #else
   /* the outside memory was seen, and the cache kept out of its way (the
    * test binary's own memory and the pager's resident tables are outside
@@ -88,6 +98,8 @@ int main(void) {
   CHECK(after > BUDGET - 16 * MiB); /* grown back */
   CHECK(cother < 16 * MiB);        /* the control measured nothing: its own memory only */
   CHECK(cpeak > BUDGET - OTHER + 16 * MiB); /* the control used more than that */
+  CHECK(xother < 16 * MiB);                 /* excluded: not measured as the process's */
+  CHECK(xpeak > BUDGET - OTHER + 16 * MiB); /* and the cache kept the budget */
 #endif
   CHECK_EQ_INT(hm_sdm_count_files(dir), 0);
   hm_ctx_free(ctx);
