@@ -53,6 +53,9 @@ typedef enum _hm_opt_kind_e {
     "flat/hybrid: transparent huge pages on large DRAM and NUMA-tier blocks")                 \
   X(STATICS, statics, BOOL, "1",                                                             \
     "cache mode: move large zero-initialized static arrays (.bss) into the pager")          \
+  X(FORK_COPY, fork_copy, SIZE, "2GiB",                                                     \
+    "a child forked without exec gets a copy of its parent's blocks in the pager, made at "  \
+    "fork, when they add up to at most this (and half the memory available); 0: never")      \
   X(SMALL_BLOCKS, small_blocks, BOOL, "0",                                                   \
     "cache mode: serve allocations below the threshold (up to 256 KiB) from pager memory "    \
     "too, so that the budget pages them; a forked child cannot use its parent's")             \

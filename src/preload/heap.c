@@ -227,21 +227,44 @@ void _hm_pl_heap_thread_exit(void) {
   }
 }
 
-/* The forked child: its parent's heap is not here. Its own small requests
- * go to glibc; frees of the parent's blocks are dropped (the range stays
- * known, so they are recognised). The chunks were not inherited, which
- * left holes in the reservation: they are reserved again at once, or the
- * kernel would place glibc's next mappings there, where free would take
- * them for the parent's blocks. One raw mmap: async-signal-safe. */
-void _hm_pl_heap_forked(void) {
+/* Fork (fork.c): every lock of the heap, so that the child inherits none
+ * held and the spans stay as listed; released in both processes after. */
+void _hm_pl_heap_lock_all(void) {
   _hm_pl_heap_t *h = &_hm_pl_ctx.heap;
-  atomic_store_explicit(&h->on, 0, memory_order_relaxed);
-  memset(_hm_pl_tls.heap, 0, sizeof _hm_pl_tls.heap);
-  if (!atomic_load_explicit(&h->len_pub, memory_order_relaxed) || h->mapped == h->lo) return;
+  if (!atomic_load_explicit(&h->len_pub, memory_order_relaxed)) return;
+  for (unsigned c = 1; c < HM_PL_HEAP_CLASSES; c++) hm__lock(&h->klass[c].lock);
+  hm__lock(&h->grow_lock);
+}
+
+void _hm_pl_heap_unlock_all(void) {
+  _hm_pl_heap_t *h = &_hm_pl_ctx.heap;
+  if (!atomic_load_explicit(&h->len_pub, memory_order_relaxed)) return;
+  hm__unlock(&h->grow_lock);
+  for (unsigned c = 1; c < HM_PL_HEAP_CLASSES; c++) hm__unlock(&h->klass[c].lock);
+}
+
+/* The forked child of a process with its pager open. The chunks were not
+ * inherited, which left holes in the reservation: they are reserved again
+ * at once, or the kernel would place glibc's next mappings there, where
+ * free would take them for heap blocks. With kept (fork.c copied the
+ * spans into place) the heap goes on serving from its spans, as plain
+ * memory now (a new span needs the pager: glibc then serves); without,
+ * the child's requests go to glibc and frees of its parent's blocks are
+ * dropped. Raw mmap only: async-signal-safe. */
+void _hm_pl_heap_forked(int kept) {
+  _hm_pl_heap_t *h = &_hm_pl_ctx.heap;
+  if (!atomic_load_explicit(&h->len_pub, memory_order_relaxed)) return;
+  uintptr_t from = kept ? atomic_load(&h->top) : h->lo;
+  if (!kept) {
+    atomic_store_explicit(&h->on, 0, memory_order_relaxed);
+    memset(_hm_pl_tls.heap, 0, sizeof _hm_pl_tls.heap);
+  }
   void *got = NULL;
-  if (_hm_prim_sys_mmap((void *)h->lo, h->mapped - h->lo, PROT_NONE,
+  if (h->mapped > from &&
+      _hm_prim_sys_mmap((void *)from, h->mapped - from, PROT_NONE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0, &got))
     atomic_store_explicit(&h->len_pub, 0, memory_order_relaxed); /* then glibc's frees stay glibc's */
+  h->mapped = from; /* a new span asks the pager, which is the parent's: glibc serves */
 }
 
 /* ------------------------------------------------------------------------
@@ -286,7 +309,7 @@ static unsigned hm__class_at(const _hm_pl_heap_t *h, const void *p) {
  * class, half the list back under its lock. */
 void _hm_pl_heap_free(void *p) {
   _hm_pl_heap_t *h = &_hm_pl_ctx.heap;
-  if (!atomic_load_explicit(&h->on, memory_order_relaxed)) return; /* a forked child */
+  if (!atomic_load_explicit(&h->on, memory_order_relaxed)) return; /* a forked child without */
   unsigned c = hm__class_at(h, p);
   if (!c) return; /* not a block: as glibc would, this frees nothing we know */
   _hm_pl_heap_tcache_t *t = &_hm_pl_tls.heap[c];

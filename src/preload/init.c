@@ -7,7 +7,8 @@
  * pager region whose DRAM cache is the fast_budget; smaller ones stay in
  * glibc. See preload.h for the shape (hook -> route -> backend) that
  * placement extends with allocation sites and tiers. The interposer is:
- *   init.c   start-up (the constructor), fork handling, the SIGSEGV chain
+ *   init.c   start-up (the constructor), the SIGSEGV chain
+ *   fork.c   fork: the child's copy of the parent's tiered data
  *   hooks.c  the hooks (malloc family, mmap family, pthread_create, signals)
  *   route.c  routing, accounting, backends, huge-page advice
  *   stats.c  the statistics line and the outputs at exit
@@ -39,7 +40,8 @@
 #include "prim/prim.h"
 
 const char *const _hm_pl_mode_names[3] = {"cache", "profile", "placement"};
-_hm_pl_ctx_t _hm_pl_ctx = {.once = PTHREAD_ONCE_INIT, .page = 4096};
+_hm_pl_ctx_t _hm_pl_ctx = {
+    .once = PTHREAD_ONCE_INIT, .page = 4096, .fork_lk = PTHREAD_RWLOCK_INITIALIZER};
 _Atomic size_t _hm_pl_threshold = (size_t)1 << 20;
 _Atomic int _hm_pl_profiling;
 __thread _hm_pl_tls_t _hm_pl_tls __attribute__((tls_model("initial-exec")));
@@ -76,34 +78,6 @@ static void hm__thread_exit(void *unused) {
   _hm_pl_tls.registered = 0;
 }
 
-/* A forked child's record of the parent's pager blocks, which it did not
- * inherit: a touch of one is a SIGSEGV that hm__forked_segv explains before
- * the default action (a core dump, or a multiprocessing worker dying
- * unexplained). Set once in the child, read only by the handler. */
-static struct {
-  uintptr_t (*range)[2];
-  size_t n;
-  struct sigaction prev;
-} hm__forked;
-
-static void hm__forked_segv(int sig, siginfo_t *si, void *uc) {
-  uintptr_t a = (uintptr_t)si->si_addr;
-  for (size_t i = 0; i < hm__forked.n; i++) {
-    if (a < hm__forked.range[i][0] || a >= hm__forked.range[i][1]) continue;
-    static const char msg[] =
-        "hetmem: this process was forked (without exec) from one whose blocks are in "
-        "hetmem's pager, and touched one of them: a forked child does not inherit them. Exec a "
-        "program in the child, or in Python use multiprocessing's 'spawn' start method\n";
-    _hm_prim_stderr(msg, sizeof msg - 1);
-    _hm_pl_set_default(SIGSEGV); /* retried: kills as usual */
-    return;
-  }
-  if ((hm__forked.prev.sa_flags & SA_RESETHAND) && hm__forked.prev.sa_handler != SIG_DFL) {
-    _hm_pl_set_default(SIGSEGV); /* the kernel's reset, as it would have done */
-  }
-  _hm_pl_segv_chain(&hm__forked.prev, sig, si, uc); /* not ours: as before us */
-}
-
 void _hm_pl_segv_chain(const struct sigaction *app, int sig, siginfo_t *si, void *uc) {
   if (app->sa_handler == SIG_IGN || app->sa_handler == SIG_DFL) {
     _hm_pl_set_default(SIGSEGV); /* a fault is retried: kills as usual */
@@ -117,75 +91,6 @@ void _hm_pl_segv_chain(const struct sigaction *app, int sig, siginfo_t *si, void
   else
     app->sa_handler(sig);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-}
-
-/* The small-block heap's mapped part as a range of the parent's (pass 1
- * writes it at n); how many ranges: 0 or 1. */
-static size_t hm__forked_heap(int pass, size_t n) {
-  const _hm_pl_heap_t *h = &_hm_pl_ctx.heap;
-  if (!atomic_load(&h->len_pub) || h->mapped == h->lo) return 0;
-  if (pass) {
-    hm__forked.range[n][0] = h->lo;
-    hm__forked.range[n][1] = h->mapped;
-  }
-  return 1;
-}
-
-/* Records the pager blocks the parent had live and installs hm__forked_segv
- * (only then). Runs in the single-threaded child right after fork: no malloc,
- * the array comes from mmap. */
-static void hm__forked_watch(void) {
-  size_t cap = _hm_pl_table_capacity(), n = 0, counted = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    n = hm__forked_heap(pass, 0);
-    for (size_t i = 0; i < cap; i++) {
-      _hm_pl_block_t *b = _hm_pl_table_slot(&_hm_pl_ctx.table, i);
-      uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
-      if (key == HM_PL_KEY_EMPTY || key == HM_PL_KEY_DELETED ||
-          (b->backend != HM_PL_PAGER && b->backend != HM_PL_SPLIT)) /* a tail of the pager */
-        continue;
-      if (pass && n == counted) break;
-      if (pass) {
-        hm__forked.range[n][0] = key - b->off;
-        hm__forked.range[n][1] = key - b->off + b->maplen;
-      }
-      n++;
-    }
-    if (n == 0) return;
-    if (!pass) {
-      counted = n;
-      void *m = NULL;
-      if (_hm_prim_sys_mmap(NULL, n * sizeof *hm__forked.range, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0, &m))
-        return;
-      hm__forked.range = m;
-    }
-  }
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = hm__forked_segv;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  if (_hm_pl_real_sigaction(SIGSEGV, &sa, &hm__forked.prev) == 0) hm__forked.n = n;
-}
-
-static void hm__atfork_child(void) {
-  /* The pager's regions are MADV_DONTFORK and its threads did not come
-   * along: this process has none of the parent's large blocks, and their
-   * addresses may be reused by anything here, so the table forgets them.
-   * New large requests are served by glibc (counted as fallbacks); a child
-   * that execs starts afresh with a pager of its own. The child is
-   * single-threaded here, so nothing races with the clear. */
-  if (atomic_load(&_hm_pl_ctx.state) != HM_PL_NONE) atomic_store(&_hm_pl_ctx.state, HM_PL_FORKED);
-  if (atomic_load(&_hm_pl_ctx.large_allocs) != atomic_load(&_hm_pl_ctx.large_frees) ||
-      _hm_pl_ctx.statics_managed || atomic_load(&_hm_pl_ctx.heap.len_pub)) {
-    hm__forked_watch();
-    _hm_pl_table_clear(&_hm_pl_ctx.table);
-  }
-  _hm_pl_heap_forked();
-  atomic_store(&_hm_pl_ctx.live_bytes, 0);
-  atomic_store(&_hm_pl_ctx.small_exited, 0);
-  _hm_pl_tls.small = 0;
 }
 
 static int hm__fail(int rc, const char *fmt, ...) HM_PRINTF(2, 3);
@@ -206,7 +111,7 @@ static int hm__prepare_common(uint64_t thr) {
   int rc;
   if ((rc = _hm_pl_table_init(&_hm_pl_ctx.table))) return hm__fail(rc, "cannot reserve the block table");
   _hm_pl_ctx.have_key = pthread_key_create(&_hm_pl_ctx.thread_key, hm__thread_exit) == 0;
-  pthread_atfork(NULL, NULL, hm__atfork_child);
+  _hm_pl_fork_init();
   /* dlsym is safe here: we run from our constructor or from a large
    * allocation, both after libc and the loader are up. */
   _hm_pl_resolve_libc_usable();

@@ -10,6 +10,7 @@ add_library(hetmem_preload SHARED
   ${HM_PRELOAD_DIR}/hooks.c
   ${HM_PRELOAD_DIR}/route.c
   ${HM_PRELOAD_DIR}/heap.c
+  ${HM_PRELOAD_DIR}/fork.c
   ${HM_PRELOAD_DIR}/stats.c
   ${HM_PRELOAD_DIR}/table.c
   ${HM_PRELOAD_DIR}/site.c

@@ -453,6 +453,11 @@ typedef struct _hm_pl_ctx_s {
   _Atomic uint64_t large_allocs, large_frees, large_bytes, live_bytes, peak_live_bytes;
   _Atomic uint64_t mmap_allocs, fallbacks, realloc_moves, small_exited;
   _hm_pl_heap_t heap;        /* small_blocks (heap.c) */
+  /* fork (fork.c): large allocations and frees hold it shared, a fork
+   * exclusively, so that the child's copy of the blocks is whole */
+  pthread_rwlock_t fork_lk;
+  uint64_t fork_copy;        /* the most a fork copies for its child (fork_copy) */
+  uint64_t fork_copies, fork_copied_bytes, fork_largest, forks_uncopied; /* fork.c, parent */
 } _hm_pl_ctx_t;
 
 extern HM_PL_HIDDEN _hm_pl_ctx_t _hm_pl_ctx;
@@ -520,6 +525,7 @@ extern void *__libc_pvalloc(size_t size);
 #pragma weak hm_pager_config_default
 #pragma weak hm_pager_stats_json
 #pragma weak hm_pager_set_budget
+#pragma weak hm_pager_exclude_bytes
 
 /* A large request as routed (route.c). */
 typedef struct _hm_pl_req_s {
@@ -588,7 +594,9 @@ void _hm_pl_resolve_signals(void);
  * return NULL when glibc is to serve the request. */
 int _hm_pl_heap_start(void);
 void _hm_pl_heap_thread_exit(void);
-void _hm_pl_heap_forked(void);
+void _hm_pl_heap_forked(int kept);
+void _hm_pl_heap_lock_all(void);
+void _hm_pl_heap_unlock_all(void);
 void *_hm_pl_heap_malloc(size_t size);
 void *_hm_pl_heap_memalign(size_t align, size_t size);
 void _hm_pl_heap_free(void *p);
@@ -607,6 +615,9 @@ static inline int _hm_pl_heap_has(const void *p) {
 static inline int _hm_pl_heap_on(void) {
   return atomic_load_explicit(&_hm_pl_ctx.heap.on, memory_order_relaxed);
 }
+
+/* fork.c: registers the fork handlers (start-up). */
+void _hm_pl_fork_init(void);
 
 /* stats.c: the profile and the statistics line, once per process. */
 void _hm_pl_outputs(void);

@@ -547,6 +547,8 @@ void *_hm_pl_large_alloc_z(const _hm_pl_req_t *req, int zero) {
   if (_hm_pl_tls.guard) return NULL;
   _hm_pl_tls.guard++;
   _hm_pl_ensure_prepared();
+  /* shared with other allocations and frees; a fork waits (fork.c) */
+  pthread_rwlock_rdlock(&_hm_pl_ctx.fork_lk);
   void *user = NULL;
   if (req->size < atomic_load_explicit(&_hm_pl_threshold, memory_order_relaxed))
     user = NULL; /* the threshold was unset too */
@@ -560,6 +562,7 @@ void *_hm_pl_large_alloc_z(const _hm_pl_req_t *req, int zero) {
     _hm_pl_rest_idle();
   } else
     user = hm__alloc_cache(req);
+  pthread_rwlock_unlock(&_hm_pl_ctx.fork_lk);
   _hm_pl_tls.guard--;
   return user;
 }
@@ -644,7 +647,31 @@ int _hm_pl_realloc_glibc(_hm_pl_block_t *b, void *ptr, size_t size, void **out) 
 
 void _hm_pl_large_free(_hm_pl_block_t *b) { _hm_pl_large_free_moved(b, 0); }
 
+static void hm__large_release(_hm_pl_block_t *b, int retired);
+
+/* A forked child's copy of its parent's pager or split block (fork.c) is
+ * plain memory: unmapped. */
+static int hm__free_forked_copy(_hm_pl_block_t *b) {
+  if (atomic_load_explicit(&_hm_pl_ctx.state, memory_order_relaxed) != HM_PL_FORKED ||
+      (b->backend != HM_PL_PAGER && b->backend != HM_PL_SPLIT))
+    return 0;
+  uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
+  void *base = (void *)(key - b->off);
+  size_t maplen = b->maplen, req = b->req;
+  _hm_pl_table_remove(&_hm_pl_ctx.table, b);
+  atomic_fetch_add_explicit(&_hm_pl_ctx.large_frees, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&_hm_pl_ctx.live_bytes, req, memory_order_relaxed);
+  (void)_hm_prim_sys_munmap(base, maplen);
+  return 1;
+}
+
 void _hm_pl_large_free_moved(_hm_pl_block_t *b, int retired) {
+  pthread_rwlock_rdlock(&_hm_pl_ctx.fork_lk); /* a fork waits (fork.c) */
+  if (!hm__free_forked_copy(b)) hm__large_release(b, retired);
+  pthread_rwlock_unlock(&_hm_pl_ctx.fork_lk);
+}
+
+static void hm__large_release(_hm_pl_block_t *b, int retired) {
   uintptr_t key = atomic_load_explicit(&b->key, memory_order_relaxed);
   void *base = (void *)(key - b->off);
   size_t maplen = b->maplen;

@@ -95,7 +95,9 @@ static void hm__stats_json(_hm_sb_t *sb) {
                 "\"large_allocations\":%llu,\"large_frees\":%llu,\"large_bytes\":%llu,"
                 "\"live_large_bytes\":%llu,\"peak_live_large_bytes\":%llu,"
                 "\"mmap_allocations\":%llu,\"fallbacks\":%llu,\"realloc_moves\":%llu,"
-                "\"small_allocations\":%llu,\"table_capacity\":%zu,\"hooks\":[",
+                "\"small_allocations\":%llu,\"fork_copies\":%llu,\"fork_copied_bytes\":%llu,"
+                "\"fork_copy_largest_bytes\":%llu,\"forks_without_copy\":%llu,"
+                "\"table_capacity\":%zu,\"hooks\":[",
                 _hm_pl_thr(), (unsigned long long)_hm_pl_ctx.budget,
                 (unsigned long long)atomic_load(&_hm_pl_ctx.large_allocs),
                 (unsigned long long)atomic_load(&_hm_pl_ctx.large_frees),
@@ -105,7 +107,10 @@ static void hm__stats_json(_hm_sb_t *sb) {
                 (unsigned long long)atomic_load(&_hm_pl_ctx.mmap_allocs),
                 (unsigned long long)atomic_load(&_hm_pl_ctx.fallbacks),
                 (unsigned long long)atomic_load(&_hm_pl_ctx.realloc_moves), (unsigned long long)small,
-                _hm_pl_table_capacity());
+                (unsigned long long)_hm_pl_ctx.fork_copies,
+                (unsigned long long)_hm_pl_ctx.fork_copied_bytes,
+                (unsigned long long)_hm_pl_ctx.fork_largest,
+                (unsigned long long)_hm_pl_ctx.forks_uncopied, _hm_pl_table_capacity());
   const char *sep = "";
 #define HM__NAME(ret, name, params) _hm_sb_printf(sb, "%s\"" #name "\"", sep), sep = ",";
   HM_PL_HOOKS(HM__NAME)

@@ -99,7 +99,9 @@
  * without mapping anything, forever: the livelock numpy's hint caused).
  * tests/c/test_sdm_thp.c.
  * Fork: regions are MADV_DONTFORK, so a child never sees them (an access in
- * the child is SIGSEGV) and never reads zeros where data was.
+ * the child is SIGSEGV) and never reads zeros where data was. The
+ * interposer gives a forked child a copy of its blocks made at the fork
+ * (preload/fork.c).
  * Signals: the handler threads block every signal; a faulting thread that
  * takes a signal simply retries its access after the handler.
  *

@@ -8,8 +8,9 @@
  * usage: hm_preload_target check TOTAL_MIB   full check (TOTAL: MiB of large data)
  *        hm_preload_target exit N            prints to stdout and stderr, exits N
  *        hm_preload_target child             what the fork+exec child runs
- *        hm_preload_target forktouch 0|1     forks; the child touches (1) or not (0)
- *                                            a large block of the parent's
+ *        hm_preload_target forktouch 0|1     forks; the child reads (1) or not (0)
+ *                                            a large block of the parent's: exit
+ *                                            status 3 when it differs
  *        hm_preload_target hold MIB MARKER   fills MIB of large blocks, creates
  *                                            MARKER, then keeps touching them
  *                                            until killed (at most 120 s)
@@ -255,7 +256,8 @@ static int forktouch(int touch) {
   fill(big, 8 * MIB, 91);
   fflush(stdout);
   pid_t pid = fork();
-  if (pid == 0) _exit(touch ? big[12345] == 0x5a : 0);
+  /* the child reads the whole block: its copy must be the parent's data */
+  if (pid == 0) _exit(touch ? (verify(big, 8 * MIB, 91) != 0 ? 3 : 0) : 0);
   int st = 0;
   if (pid < 0 || waitpid(pid, &st, 0) != pid) return 1;
   if (WIFSIGNALED(st)) printf("signal %d\n", WTERMSIG(st));

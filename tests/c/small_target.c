@@ -7,8 +7,11 @@
  * than the budget. Exit status 0 when all checks pass, 1 otherwise.
  *
  * usage: hm_small_target mix MIB THREADS ROUNDS   MIB: small blocks alive at once
- *        hm_small_target fork 0|1                  forks; the child touches (1) or
- *                                                  not (0) a small block of the parent's
+ *        hm_small_target forkstress N              forks N times while two threads
+ *                                                  churn small and large blocks
+ *        hm_small_target fork 0|1                  forks; the child reads (1) or not
+ *                                                  (0) a small block of the parent's:
+ *                                                  exit status 3 when it differs
  */
 #include <malloc.h>
 #include <pthread.h>
@@ -198,7 +201,16 @@ static int forked(int touch) {
   fill(p, 1000, 5);
   fflush(stdout);
   pid_t pid = fork();
-  if (pid == 0) _exit(touch ? p[10] == 0x5a : 0);
+  /* the child reads the block and allocates and frees in the heap */
+  if (pid == 0) {
+    if (!touch) _exit(0);
+    unsigned char *q = malloc(100);
+    if (q) fill(q, 100, 6);
+    int ok = q && intact(p, 1000, 5) && intact(q, 100, 6);
+    free(q);
+    free(p);
+    _exit(ok ? 0 : 3);
+  }
   int st = 0;
   if (pid < 0 || waitpid(pid, &st, 0) != pid) return 1;
   if (WIFSIGNALED(st)) printf("signal %d\n", WTERMSIG(st));
@@ -208,10 +220,76 @@ static int forked(int touch) {
   return bad;
 }
 
+/* Threads that keep allocating, filling, checking and freeing small and
+ * large (2 MiB) blocks while the main thread forks: each child checks the
+ * blocks the main thread holds, and allocates and frees itself. A fork
+ * that copied a block while another thread freed it, or a child that
+ * inherited a held lock, fails or hangs here. */
+static volatile int churn_stop;
+
+static void *churner(void *v) {
+  uint64_t r = mix64((uint64_t)(uintptr_t)v + 11);
+  while (!churn_stop) {
+    r = mix64(r);
+    size_t n = r % 3 ? 1 + r % 5000 : 2 * MIB;
+    unsigned char *p = malloc(n);
+    if (!p) continue;
+    fill(p, n, r);
+    check(intact(p, n, r), "churned block", n);
+    free(p);
+  }
+  return NULL;
+}
+
+static int forkstress(int forks) {
+  enum { HELD = 64 };
+  unsigned char *held[HELD];
+  size_t len[HELD];
+  for (int i = 0; i < HELD; i++) {
+    len[i] = i % 8 ? 100 + (size_t)i * 37 : (size_t)(i / 8 + 1) * MIB;
+    if (!(held[i] = malloc(len[i]))) return 1;
+    fill(held[i], len[i], 1000 + (uint64_t)i);
+  }
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    if (pthread_create(&t[i], NULL, churner, (void *)(uintptr_t)i)) return 1;
+  int bad = 0;
+  for (int k = 0; k < forks && !bad; k++) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int ok = 1;
+      for (int i = 0; i < HELD; i++) ok &= intact(held[i], len[i], 1000 + (uint64_t)i);
+      unsigned char *q = malloc(3 * MIB), *s = malloc(50);
+      ok &= q && s;
+      if (q) fill(q, 3 * MIB, 7), ok &= intact(q, 3 * MIB, 7);
+      free(q);
+      free(s);
+      free(held[0]);
+      _exit(ok ? 0 : 3);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) {
+      fprintf(stderr, "FAIL fork %d: status %d\n", k, st);
+      bad = 1;
+    }
+  }
+  churn_stop = 1;
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < HELD; i++) {
+    bad |= !intact(held[i], len[i], 1000 + (uint64_t)i);
+    free(held[i]);
+  }
+  if (bad || failures) return 1;
+  printf("forkstress ok\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 5 && strcmp(argv[1], "mix") == 0)
     return mix(strtoul(argv[2], NULL, 10), atoi(argv[3]), atoi(argv[4]));
   if (argc >= 3 && strcmp(argv[1], "fork") == 0) return forked(atoi(argv[2]));
+  if (argc >= 3 && strcmp(argv[1], "forkstress") == 0) return forkstress(atoi(argv[2]));
   fprintf(stderr, "usage: hm_small_target mix MIB THREADS ROUNDS | fork 0|1\n");
   return 2;
 }

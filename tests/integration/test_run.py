@@ -619,9 +619,12 @@ FORK_MSG = "a forked child does not inherit them"
 @needs_pager
 @needs_target
 @pytest.mark.parametrize("mode", ["cache", "flat"])
-def test_forked_child_touching_a_pager_block_is_told_why(
+def test_forked_child_reads_a_copy_of_its_parents_pager_blocks(
     mode: str, storage: Path, tmp_path: Path
 ) -> None:
+    # the child reads all 8 MiB of a block that a 4 MiB budget keeps mostly
+    # on the storage tier: its copy, made at fork, is the parent's data;
+    # with HETMEM_FORK_COPY=0 it has none, and a touch is explained
     args = ["run", "--mode", mode, "--fast-budget", "4M", "--storage", str(storage)]
     if mode == "flat":
         # the 8 MiB block's site does not fit a 4 MiB budget: the pager serves it
@@ -634,14 +637,46 @@ def test_forked_child_touching_a_pager_block_is_told_why(
         run_hetmem("advise", str(prof), "--fast-budget", "4M", "--no-split", "-o",
                    str(placement), check=True)  # fmt: skip
         args += ["--placement", str(placement)]
-    touched = run_hetmem(*args, "--", str(TARGET), "forktouch", "1")
-    assert touched.returncode == 0, touched.stderr  # the parent's data is intact
+    copied = run_hetmem(*args, "--", str(TARGET), "forktouch", "1")
+    assert copied.returncode == 0, copied.stderr  # the parent's data is intact too
+    assert copied.stdout == "exit 0\n", copied.stderr  # 3: the child's copy differed
+    assert "1 child(ren) forked without exec got a copy" in copied.stderr
+    assert FORK_MSG not in copied.stderr
+    off = {"HETMEM_FORK_COPY": "0"}
+    touched = run_hetmem(*args, "--", str(TARGET), "forktouch", "1", env=off)
+    assert touched.returncode == 0, touched.stderr
     assert touched.stdout == "signal 11\n"
     said = [ln for ln in touched.stderr.splitlines() if FORK_MSG in ln]
     assert len(said) == 1 and said[0].startswith("hetmem: this process was forked")
-    untouched = run_hetmem(*args, "--", str(TARGET), "forktouch", "0")
+    assert "1 child(ren) forked without exec got no copy" in touched.stderr
+    untouched = run_hetmem(*args, "--", str(TARGET), "forktouch", "0", env=off)
     assert untouched.returncode == 0 and untouched.stdout == "exit 0\n"
     assert FORK_MSG not in untouched.stderr
+
+
+@needs_pager
+def test_python_pool_with_fork_reads_the_parents_array(storage: Path, tmp_path: Path) -> None:
+    # multiprocessing's fork start method: each worker reads a 64 MiB numpy
+    # array its parent made, through a 16 MiB budget (before the copies,
+    # the workers died at their first touch and Pool.map waited forever)
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import multiprocessing as mp\n"
+        "import numpy as np\n"
+        "a = np.arange(8 << 20, dtype=np.float64)\n"
+        "def part(i):\n"
+        "    return float(a[i::4].sum())\n"
+        "if __name__ == '__main__':\n"
+        "    with mp.get_context('fork').Pool(2) as p:\n"
+        "        print(sum(p.map(part, range(4))) == float(a.sum()))\n"
+    )
+    proc = run_hetmem(
+        "run", "--mode", "cache", "--fast-budget", "16M", "--storage", str(storage), "--",
+        sys.executable, str(script), timeout=90,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "True\n"
+    assert "child(ren) forked without exec got a copy" in proc.stderr
 
 
 @needs_pager

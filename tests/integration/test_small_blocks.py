@@ -69,16 +69,36 @@ def test_small_blocks_are_paged_and_read_back_exactly(tmp_path: Path) -> None:
     assert on["max_rss_bytes"] < 0.7 * off["max_rss_bytes"], (on["max_rss_bytes"], off)
 
 
-def test_forked_child_touching_a_small_block_is_told_why(tmp_path: Path) -> None:
+def test_forked_child_reads_its_parents_small_blocks(tmp_path: Path) -> None:
+    # the child reads a block of its parent's heap and allocates and frees
+    # in the heap itself (a shell's subshell does both); HETMEM_FORK_COPY=0:
+    # no copy, and a touch is explained
     args = ["run", "--mode", "cache", "--fast-budget", "16M", "--small-blocks",
             "--storage", str(tmp_path)]  # fmt: skip
-    touched = run_hetmem(*args, "--", str(TARGET), "fork", "1")
+    copied = run_hetmem(*args, "--", str(TARGET), "fork", "1")
+    assert copied.returncode == 0, copied.stderr
+    assert copied.stdout == "exit 0\n", copied.stderr  # 3: the child's copy differed
+    off = {"HETMEM_FORK_COPY": "0"}
+    touched = run_hetmem(*args, "--", str(TARGET), "fork", "1", env=off)
     assert touched.returncode == 0, touched.stderr  # the parent's block is intact
     assert touched.stdout == "signal 11\n"
     said = [ln for ln in touched.stderr.splitlines() if "does not inherit them" in ln]
     assert len(said) == 1 and said[0].startswith("hetmem: this process was forked")
-    untouched = run_hetmem(*args, "--", str(TARGET), "fork", "0")
+    untouched = run_hetmem(*args, "--", str(TARGET), "fork", "0", env=off)
     assert untouched.returncode == 0 and untouched.stdout == "exit 0\n", untouched.stderr
+
+
+def test_shell_script_with_subshells_runs_with_the_heap(tmp_path: Path) -> None:
+    # a shell forks without exec for $(...) and pipelines, and the child
+    # reads the shell's own variables, which the heap holds
+    proc = run_hetmem(
+        "run", "--mode", "cache", "--fast-budget", "16M", "--small-blocks",
+        "--storage", str(tmp_path), "--", "bash", "-c",
+        'x=$(seq 1 200 | tr "\\n" " "); y=$(for i in $x; do echo $((i*2)); done | tail -1); '
+        'f() { echo "$x" | wc -w; }; echo "$y $(f)"',
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "400 200\n"
 
 
 @pytest.mark.parametrize("mode", ["swap", "dram", "flat"])

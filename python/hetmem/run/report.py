@@ -85,6 +85,27 @@ def _note_tiers(stats: dict[str, Any], procs: list[dict[str, Any]], cfg: RunConf
     _note_storage_full(stats["storage_full"], cfg)
     _note_pager(stats, cfg)
     _note_statics(procs)
+    _note_forks(stats.get("interposer") or {})
+
+
+def _note_forks(ip: dict[str, Any]) -> None:
+    """What children forked without exec got of their parent's blocks in
+    the pager (fork.c): a copy in plain memory, outside the budget, or
+    none (beyond HETMEM_FORK_COPY or half the memory available)."""
+    copies, without = int(ip.get("fork_copies") or 0), int(ip.get("forks_without_copy") or 0)
+    if copies:
+        note(
+            f"{copies} child(ren) forked without exec got a copy of their parent's blocks in "
+            f"the pager ({format_size(int(ip.get('fork_copied_bytes') or 0))} in all, the "
+            f"largest {format_size(int(ip.get('fork_copy_largest_bytes') or 0))}), in plain "
+            "memory outside the budget"
+        )
+    if without:
+        note(
+            f"{without} child(ren) forked without exec got no copy of their parent's blocks in "
+            "the pager (beyond HETMEM_FORK_COPY or half the memory available): a touch of one "
+            "kills the child, with a message"
+        )
 
 
 def _note_statics(procs: list[dict[str, Any]]) -> None:
