@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_pager, run_hetmem
+from conftest import CBUILD, needs_pager, run_hetmem
 from hetmem.bench.kernels import kernel_path
 
 pytestmark = needs_pager
@@ -43,6 +43,28 @@ def test_recommend_answers_with_a_command_that_runs(tmp_path: Path) -> None:
     again = run_hetmem(*line[1:])
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout.splitlines()[-1])["verified"]
+
+
+@pytest.mark.skipif(not (CBUILD / "hm_small_target").exists(), reason="hm_small_target not built")
+def test_small_blocks_outside_the_pager_are_measured_with_the_heap(tmp_path: Path) -> None:
+    # 48 MiB of small blocks at a 16 MiB budget: the first run leaves them
+    # outside the pager, so cache mode is measured (and recommended) with
+    # --small-blocks, whose runs keep them within the budget
+    out = tmp_path / "rec"
+    opts = ["--fast-budget", "16M", "--storage", str(tmp_path), "-o", str(out)]
+    target = [str(CBUILD / "hm_small_target"), "mix", "48", "2", "2"]
+    proc = run_hetmem("recommend", *opts, "--rounds", "1", "--modes", "cache,dram", "--json",
+                      "--", *target)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["small_blocks"] is True
+    cache_runs = [r for r in d["runs"] if r["mode"] == "cache"]
+    assert len(cache_runs) == 1 and cache_runs[0]["seconds"] is not None
+    assert d["answer"]["mode"] == "cache"
+    line = shlex.split(d["answer"]["command"])
+    assert "--small-blocks" in line
+    stats = json.loads((out / "logs" / "cache.stats.json").read_text())
+    assert stats["pager"]["counters"]["other_peak_bytes"] < 16 << 20
 
 
 def test_recommend_prints_the_answer_and_why(tmp_path: Path) -> None:

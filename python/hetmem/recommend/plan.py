@@ -44,10 +44,20 @@ class Pilot:
     touched: int  # bytes the pager saw touched
     summary: dict[str, Any]  # diagnose.summarize of its pager
     max_rss: int = 0  # the largest process's peak resident bytes (0: unknown)
+    finished: bool = True  # not stopped at the time limit
 
     @property
     def data_bytes(self) -> int:
         return max(self.large_peak, self.touched)
+
+    @property
+    def outside(self) -> int:
+        """Memory the pager did not tier: what its process measured beside
+        its cache, or all of it when no pager opened (no large block) in a
+        run that ended (a stopped one's peak is not known)."""
+        if self.summary.get("outside_peak_bytes") is not None:
+            return int(self.summary["outside_peak_bytes"])
+        return self.max_rss if not self.summary and self.finished else 0
 
 
 def pilot_of(run: Run, limit: float | None = None) -> Pilot:
@@ -62,6 +72,7 @@ def pilot_of(run: Run, limit: float | None = None) -> Pilot:
         touched=int(summ.get("footprint_bytes") or 0),
         summary=summ,
         max_rss=int(st.get("max_rss_bytes") or 0),
+        finished=run.ok,
     )
 
 

@@ -39,6 +39,7 @@ class Setup:
     swap_size: int | None = None
     timeout_s: float | None = None
     budget_text: str = ""  # the budget as the user wrote it (4G), for the command line
+    small_blocks: bool = False  # cache mode pages blocks below the threshold too
 
     def run_options(self, mode: str) -> list[str]:
         """`hetmem run`'s options for `mode`, as the user would type them."""
@@ -48,6 +49,8 @@ class Setup:
             opts += ["--fast-budget", budget, "--storage", str(self.storage)]
         if self.threshold is not None and mode in ("cache", "flat", "hybrid"):
             opts += ["--threshold", str(self.threshold)]
+        if self.small_blocks and mode == "cache":
+            opts.append("--small-blocks")
         if mode in ("flat", "hybrid") and self.placement is not None:
             opts += ["--placement", str(self.placement)]
         if mode == "swap" and self.swap_size is not None:

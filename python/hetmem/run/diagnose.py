@@ -168,7 +168,8 @@ def outside(summary: dict[str, Any] | None, budget: int, threshold: int | None) 
     the fast budget, which the cache then did not get. A lower threshold
     pages only blocks of its size and up: bwa mem's 87 MiB outside were
     reads of a few hundred bytes each, which swap paged (18 s at 128 MiB,
-    against cache mode stopped after 630 s), so the line says both."""
+    against cache mode stopped after 630 s) and --small-blocks pages too
+    (17.8-18.1 s), so the line names all three."""
     peak = (summary or {}).get("outside_peak_bytes") or 0
     if not budget or peak < OUTSIDE_HINT * budget:
         return None
@@ -178,13 +179,14 @@ def outside(summary: dict[str, Any] | None, budget: int, threshold: int | None) 
         f"static data, stacks) reached {format_size(peak)} of the {format_size(budget)} "
         "budget, and the pager's cache got only what it left"
     )
+    text += "; --small-blocks pages the blocks below the threshold too (up to 256 KiB)"
     if threshold and threshold > 64 << 10:
         lower = max(threshold // 4, 64 << 10) >> 10
         text += (
-            f"; --threshold {lower}K pages its blocks of {lower} KiB and up (`hetmem profile` "
-            "says how much they hold), swap mode even the smallest (`hetmem recommend` compares)"
+            f", --threshold {lower}K only those of {lower} KiB and up (`hetmem profile` says "
+            "how much they hold)"
         )
-    return text
+    return text + ", swap mode any page (`hetmem recommend` compares)"
 
 
 def line(summary: dict[str, Any] | None) -> str | None:
