@@ -57,7 +57,7 @@ typedef enum _hm_opt_kind_e {
     "a child forked without exec gets a copy of its parent's blocks in the pager, made at "  \
     "fork, when they add up to at most this (and half the memory available); 0: never")      \
   X(SMALL_BLOCKS, small_blocks, BOOL, "0",                                                   \
-    "cache mode: serve allocations below the threshold (up to 256 KiB) from pager memory "    \
+    "cache mode: serve allocations below the threshold (up to 1 MiB) from pager memory "      \
     "too, so that the budget pages them; a forked child cannot use its parent's")             \
   X(AUTO_FAST, auto_fast, STR, "",                                                          \
     "flat/hybrid: allocations of MIN[:MAX] bytes that match no placement site go to the "    \

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The small-block heap: in cache mode with small_blocks on, allocations
- * below the threshold (up to HM_PL_HEAP_MAX) are served from pager memory
- * instead of glibc's, so that the budget pages them like the large blocks.
+ * below the threshold (up to HM_PL_HEAP_MAX, 1 MiB: the default threshold)
+ * are served from pager memory instead of glibc's, so that the budget
+ * pages them like the large blocks.
  * A program whose memory is mostly small blocks (bwa mem's read batches and
  * hash tables) otherwise keeps them all in DRAM, and the pager's cache
  * gets only what they leave.
@@ -25,10 +26,18 @@
  * the storage tier once evicted, which is where cold memory belongs; their
  * address space and storage are what they cost.
  *
+ * Blocks the C library and the dynamic loader allocate for themselves
+ * (link maps of loaded libraries, stdio buffers, TLS vectors) stay in
+ * glibc: code that holds their locks touches them, and the pager's own
+ * threads take those locks (a lazy symbol binding, dl_iterate_phdr). In
+ * the heap, a thread holding the loader's lock faulted on a link map while
+ * the handler waited for that lock: LAMMPS under Open MPI hung at once.
+ *
  * Fork: the pager's regions are not inherited. A forked child allocates
  * from glibc, leaves its parent's heap blocks alone when it frees them, and
  * a touch of one gets init.c's explanation (the range is in its table). */
 #include <errno.h>
+#include <link.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -48,7 +57,7 @@
  * Size classes
  * ------------------------------------------------------------------------ */
 /* Class c's block size: 16 x c up to 128 bytes (c 1..8), then four per
- * doubling: 2^k x (1 + s/4), s 1..4, k 7..17 (c 9..52). Multiples of 16,
+ * doubling: 2^k x (1 + s/4), s 1..4, k 7..19 (c 9..60: up to 1 MiB). Multiples of 16,
  * so every block is 16-byte aligned. */
 static size_t hm__class_size(unsigned c) {
   if (c <= 8) return (size_t)c * 16;
@@ -186,6 +195,38 @@ static void hm__flush(_hm_pl_heap_t *h, _hm_pl_heap_tcache_t *t, unsigned c, uin
 /* ------------------------------------------------------------------------
  * Start-up and thread exit
  * ------------------------------------------------------------------------ */
+/* dl_iterate_phdr's callback: the extent of the C library (the object
+ * that holds __libc_malloc) and of the dynamic loader (its name). */
+static int hm__system_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  _hm_pl_heap_t *h = arg;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+    if (a < lo) lo = a;
+    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
+  }
+  uintptr_t libc = (uintptr_t)&__libc_malloc;
+  int is_libc = libc >= lo && libc < hi;
+  int is_ld = info->dlpi_name && strstr(info->dlpi_name, "/ld-linux") != NULL;
+  if ((is_libc || is_ld) && h->nsys < 2) {
+    h->sys[h->nsys][0] = lo;
+    h->sys[h->nsys][1] = hi;
+    h->nsys++;
+  }
+  return 0;
+}
+
+/* 1 when the caller at ra is the C library or the loader. Cost: up to two
+ * range compares. */
+static int hm__from_system(const _hm_pl_heap_t *h, uintptr_t ra) {
+  for (int i = 0; i < h->nsys; i++)
+    if (ra >= h->sys[i][0] && ra < h->sys[i][1]) return 1;
+  return 0;
+}
+
 /* Reserves the address space and the side table and opens the pager; from
  * then on small requests come here (hooks.c). 0 or a negative errno (the
  * heap then stays off and glibc serves them, as without the option). */
@@ -207,6 +248,7 @@ int _hm_pl_heap_start(void) {
     return rc;
   }
   h->cls = side;
+  (void)dl_iterate_phdr(hm__system_object, h);
   h->mapped = lo;
   h->lo = lo;
   atomic_store_explicit(&h->top, lo, memory_order_relaxed);
@@ -273,10 +315,10 @@ void _hm_pl_heap_forked(int kept) {
 /* Cost when the thread's list has a block: the class (a few instructions),
  * a TLS load and store; otherwise a batch under the class's lock. NULL:
  * glibc serves it (too large, hetmem's own thread, heap off, out of room). */
-void *_hm_pl_heap_malloc(size_t size) {
+void *_hm_pl_heap_malloc(size_t size, const void *ra) {
   _hm_pl_heap_t *h = &_hm_pl_ctx.heap;
   if (size > HM_PL_HEAP_MAX || _hm_pl_tls.guard ||
-      !atomic_load_explicit(&h->on, memory_order_relaxed))
+      !atomic_load_explicit(&h->on, memory_order_relaxed) || hm__from_system(h, (uintptr_t)ra))
     return NULL;
   unsigned c = hm__class_of(size);
   _hm_pl_heap_tcache_t *t = &_hm_pl_tls.heap[c];
@@ -290,11 +332,11 @@ void *_hm_pl_heap_malloc(size_t size) {
 /* A block of at least size bytes aligned to align (a power of two up to
  * HM__SPAN): the least class whose size is a multiple of align, since
  * spans start 64 KiB-aligned. NULL as for _hm_pl_heap_malloc. */
-void *_hm_pl_heap_memalign(size_t align, size_t size) {
-  if (align <= 16) return _hm_pl_heap_malloc(size);
+void *_hm_pl_heap_memalign(size_t align, size_t size, const void *ra) {
+  if (align <= 16) return _hm_pl_heap_malloc(size, ra);
   if (align > HM__SPAN || size > HM_PL_HEAP_MAX) return NULL;
   for (unsigned c = hm__class_of(size < align ? align : size); c < HM_PL_HEAP_CLASSES; c++)
-    if (hm__class_size(c) % align == 0) return _hm_pl_heap_malloc(hm__class_size(c));
+    if (hm__class_size(c) % align == 0) return _hm_pl_heap_malloc(hm__class_size(c), ra);
   return NULL;
 }
 

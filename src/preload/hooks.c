@@ -116,8 +116,8 @@ __attribute__((noinline)) static void *hm__malloc_large(size_t size) {
 
 /* A small request with the small-block heap on (out of line: off by
  * default, and the common path stays a tail call). */
-__attribute__((noinline)) static void *hm__heap_or_libc(size_t size) {
-  void *p = _hm_pl_heap_malloc(size);
+__attribute__((noinline)) static void *hm__heap_or_libc(size_t size, void *ra) {
+  void *p = _hm_pl_heap_malloc(size, ra);
   return p ? p : __libc_malloc(size);
 }
 
@@ -126,7 +126,7 @@ __attribute__((noinline)) static void *hm__heap_or_libc(size_t size) {
 void *malloc(size_t size) {
   if (hm_likely(size < _hm_pl_thr())) {
     hm__count_small(__builtin_return_address(0), size);
-    if (hm_unlikely(_hm_pl_heap_on())) return hm__heap_or_libc(size);
+    if (hm_unlikely(_hm_pl_heap_on())) return hm__heap_or_libc(size, __builtin_return_address(0));
     return __libc_malloc(size);
   }
   return hm__malloc_large(size);
@@ -160,7 +160,9 @@ void *calloc(size_t nmemb, size_t size) {
   }
   if (hm_likely(total < _hm_pl_thr())) {
     hm__count_small(__builtin_return_address(0), total);
-    void *h = hm_unlikely(_hm_pl_heap_on()) ? _hm_pl_heap_malloc(total) : NULL;
+    void *h = hm_unlikely(_hm_pl_heap_on())
+                  ? _hm_pl_heap_malloc(total, __builtin_return_address(0))
+                  : NULL;
     if (h) return memset(h, 0, total); /* a recycled block holds old data */
     return __libc_calloc(nmemb, size);
   }
@@ -260,7 +262,7 @@ static void *hm__aligned(size_t alignment, size_t size, void *ra) {
   if (hm_likely(size < _hm_pl_thr()) || !hm__pow2(alignment) || alignment > (1u << 30)) {
     hm__count_small(ra, size);
     void *h = hm_unlikely(_hm_pl_heap_on()) && hm__pow2(alignment)
-                  ? _hm_pl_heap_memalign(alignment, size)
+                  ? _hm_pl_heap_memalign(alignment, size, ra)
                   : NULL;
     return h ? h : __libc_memalign(alignment, size);
   }

@@ -377,8 +377,8 @@ typedef struct _hm_pl_pstat_s {
 /* heap.c: the small-block heap in pager memory (small_blocks). Its
  * classes are 16 bytes to HM_PL_HEAP_MAX; it reserves HM_PL_HEAP_VA bytes
  * of address space. */
-#define HM_PL_HEAP_CLASSES 53
-#define HM_PL_HEAP_MAX ((size_t)256 << 10)
+#define HM_PL_HEAP_CLASSES 61
+#define HM_PL_HEAP_MAX ((size_t)1 << 20)
 #define HM_PL_HEAP_VA ((size_t)64 << 30)
 
 /* A thread's free blocks of one class, linked through the blocks. */
@@ -404,6 +404,8 @@ typedef struct _hm_pl_heap_s {
   _Atomic int grow_lock;
   uint8_t *cls;            /* class per 64 KiB of the reservation (0: no span) */
   _Atomic uint64_t mapped_bytes;
+  uintptr_t sys[2][2];     /* the C library's and the loader's extents */
+  int nsys;
   _hm_pl_heap_class_t klass[HM_PL_HEAP_CLASSES];
 } _hm_pl_heap_t;
 
@@ -597,8 +599,10 @@ void _hm_pl_heap_thread_exit(void);
 void _hm_pl_heap_forked(int kept);
 void _hm_pl_heap_lock_all(void);
 void _hm_pl_heap_unlock_all(void);
-void *_hm_pl_heap_malloc(size_t size);
-void *_hm_pl_heap_memalign(size_t align, size_t size);
+/* ra: the caller's return address (the C library's and the loader's own
+ * blocks stay in glibc) */
+void *_hm_pl_heap_malloc(size_t size, const void *ra);
+void *_hm_pl_heap_memalign(size_t align, size_t size, const void *ra);
 void _hm_pl_heap_free(void *p);
 size_t _hm_pl_heap_usable(const void *p);
 void *_hm_pl_heap_realloc(void *p, size_t size);

@@ -9,10 +9,14 @@
  * usage: hm_small_target mix MIB THREADS ROUNDS   MIB: small blocks alive at once
  *        hm_small_target forkstress N              forks N times while two threads
  *                                                  churn small and large blocks
+ *        hm_small_target dlopen                    loads libz; says whether its link
+ *                                                  map shares a mapping with a small block
  *        hm_small_target fork 0|1                  forks; the child reads (1) or not
  *                                                  (0) a small block of the parent's:
  *                                                  exit status 3 when it differs
  */
+#include <dlfcn.h>
+#include <link.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -79,7 +83,7 @@ typedef struct {
 } arg_t;
 
 /* Sizes as a program's: mostly below 1 KiB, some to 16 KiB, a few up to
- * 320 KiB (those above 256 KiB are beyond the heap's classes: glibc's).
+ * 320 KiB.
  * Mean about 4.5 KiB. */
 static size_t pick_size(uint64_t r) {
   unsigned k = r % 1000;
@@ -285,11 +289,47 @@ static int forkstress(int forks) {
   return 0;
 }
 
+/* The mapping of /proc/self/maps that holds a, into [lo, hi); 0 if found. */
+static int mapping_of(uintptr_t a, uintptr_t *lo, uintptr_t *hi) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  unsigned long l, h;
+  int rc = -1;
+  char line[512];
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "%lx-%lx", &l, &h) == 2 && a >= l && a < h) {
+      *lo = l, *hi = h, rc = 0;
+      break;
+    }
+  fclose(f);
+  return rc;
+}
+
+/* A library loaded now: the loader's record of it (its link map, which the
+ * loader reads holding its lock) must not share a mapping with the
+ * program's small blocks. */
+static int dlopened(void) {
+  unsigned char *p = malloc(64);
+  void *lib = dlopen("libz.so.1", RTLD_NOW);
+  struct link_map *lm = NULL;
+  if (!p || !lib || dlinfo(lib, RTLD_DI_LINKMAP, &lm) || !lm) {
+    fprintf(stderr, "dlopen: %s\n", dlerror());
+    return 1;
+  }
+  uintptr_t lo = 0, hi = 0, llo = 0, lhi = 0;
+  if (mapping_of((uintptr_t)p, &lo, &hi) || mapping_of((uintptr_t)lm, &llo, &lhi)) return 1;
+  printf("%s\n", lo == llo ? "link map beside the program's blocks" : "link map apart");
+  dlclose(lib);
+  free(p);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 5 && strcmp(argv[1], "mix") == 0)
     return mix(strtoul(argv[2], NULL, 10), atoi(argv[3]), atoi(argv[4]));
   if (argc >= 3 && strcmp(argv[1], "fork") == 0) return forked(atoi(argv[2]));
   if (argc >= 3 && strcmp(argv[1], "forkstress") == 0) return forkstress(atoi(argv[2]));
+  if (argc >= 2 && strcmp(argv[1], "dlopen") == 0) return dlopened();
   fprintf(stderr, "usage: hm_small_target mix MIB THREADS ROUNDS | fork 0|1\n");
   return 2;
 }

@@ -82,7 +82,7 @@ class Command:
         parser.add_argument(
             "--small-blocks",
             action="store_true",
-            help="cache mode: page blocks below the threshold too (up to 256 KiB, from a heap "
+            help="cache mode: page blocks below the threshold too (up to 1 MiB, from a heap "
             "in the pager's memory), for programs whose memory is mostly small blocks; a "
             "process forked without exec cannot use its parent's (default "
             "$HETMEM_SMALL_BLOCKS)",
