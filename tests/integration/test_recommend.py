@@ -48,8 +48,9 @@ def test_recommend_answers_with_a_command_that_runs(tmp_path: Path) -> None:
 @pytest.mark.skipif(not (CBUILD / "hm_small_target").exists(), reason="hm_small_target not built")
 def test_small_blocks_outside_the_pager_are_measured_with_the_heap(tmp_path: Path) -> None:
     # 48 MiB of small blocks at a 16 MiB budget: the first run leaves them
-    # outside the pager, so cache mode is measured (and recommended) with
-    # --small-blocks, whose runs keep them within the budget
+    # outside the pager, so cache mode is measured with --small-blocks too
+    # (cache-small); plain cache kept them in DRAM, three times the budget,
+    # and is no candidate: the answer is cache-small, within the budget
     out = tmp_path / "rec"
     opts = ["--fast-budget", "16M", "--storage", str(tmp_path), "-o", str(out)]
     target = [str(CBUILD / "hm_small_target"), "mix", "48", "2", "2"]
@@ -57,13 +58,13 @@ def test_small_blocks_outside_the_pager_are_measured_with_the_heap(tmp_path: Pat
                       "--", *target)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
-    assert d["small_blocks"] is True
-    cache_runs = [r for r in d["runs"] if r["mode"] == "cache"]
-    assert len(cache_runs) == 1 and cache_runs[0]["seconds"] is not None
-    assert d["answer"]["mode"] == "cache"
+    assert set(d["modes"]) == {"dram", "cache", "cache-small"}
+    assert len(d["modes"]["cache-small"]["seconds"]) == 1
+    assert d["answer"]["mode"] == "cache-small"
     line = shlex.split(d["answer"]["command"])
-    assert "--small-blocks" in line
-    stats = json.loads((out / "logs" / "cache.stats.json").read_text())
+    assert line[:4] == ["hetmem", "run", "--mode", "cache"] and "--small-blocks" in line
+    assert any(w.startswith("cache is not a candidate") for w in d["answer"]["why"])
+    stats = json.loads((out / "logs" / "cache-small.stats.json").read_text())
     assert stats["pager"]["counters"]["other_peak_bytes"] < 16 << 20
 
 

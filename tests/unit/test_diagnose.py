@@ -141,10 +141,13 @@ def test_outside_memory_note() -> None:
     assert s is not None and s["outside_peak_bytes"] == 24 * MiB
     text = diagnose.outside(s, 48 * MiB, 256 << 10)
     assert text is not None and "reached 24 MiB of the 48 MiB budget" in text
-    assert "--small-blocks pages the blocks below the threshold too (up to 256 KiB)" in text
+    assert "--small-blocks pages the blocks below the threshold too (up to 1 MiB)" in text
     assert "--threshold 64K only those of 64 KiB and up" in text
     assert text.endswith("swap mode any page (`hetmem recommend` compares)")
     assert diagnose.outside(s, 128 * MiB, 256 << 10) is None  # under a quarter
+    on = diagnose.outside(s, 48 * MiB, 256 << 10, small_blocks=True)
+    assert on is not None and "--small-blocks pages" not in on
+    assert "with --small-blocks that is the C library's own blocks" in on
     old = diagnose.summarize(_pager())  # a pager that did not measure
     assert old is not None and old["outside_peak_bytes"] is None
     assert diagnose.outside(old, 48 * MiB, 1 << 20) is None

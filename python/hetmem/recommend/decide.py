@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetmem.recommend.runs import Run, Setup
+from hetmem.recommend.runs import SMALL, Run, Setup
 from hetmem.sizes import format_size
 from hetmem.stats import Ratio, ratio
 
@@ -34,7 +34,7 @@ STREAMING_READ = 64 << 10
 UNTIERED_SHARE = 0.25
 # The modes that keep to the budget, in the order of the simplest to use
 # first (a tie in time goes to the one that needs the least set-up).
-BUDGET_MODES = ("cache", "hybrid", "flat", "swap")
+BUDGET_MODES = ("cache", SMALL, "hybrid", "flat", "swap")
 
 
 @dataclass
@@ -53,11 +53,31 @@ def times(runs: Sequence[Run], mode: str) -> list[float]:
     return [r.seconds for r in runs if r.mode == mode and r.seconds is not None]
 
 
-def _candidates(runs: Sequence[Run], modes: Sequence[str], fits_budget: bool) -> list[str]:
-    allowed = [m for m in BUDGET_MODES if m in modes]
+def _candidates(
+    runs: Sequence[Run], modes: Sequence[str], fits_budget: bool, budget: int
+) -> list[str]:
+    allowed = [m for m in BUDGET_MODES if m in modes and not _over_budget(runs, m, budget)]
     if fits_budget and "dram" in modes:
         allowed.insert(0, "dram")
     return [m for m in allowed if times(runs, m)]
+
+
+def _over_budget(runs: Sequence[Run], mode: str, budget: int) -> bool:
+    """Cache mode whose memory outside the pager alone exceeded the budget
+    in a run: it did not keep to it (its small blocks ran in DRAM beside a
+    cache of a few units), so its time is not one at this budget."""
+    if mode != "cache":
+        return False
+    return max((_outside(r) for r in runs if r.mode == mode and r.ok), default=0) > budget
+
+
+def _outside(run: Run) -> int:
+    """A cache run's memory outside the pager at its peak: what its pager
+    measured, or the whole process's when none opened (no large block)."""
+    summ = run.stats.get("pager_summary")
+    if summ:
+        return int(summ.get("outside_peak_bytes") or 0)
+    return int(run.stats.get("max_rss_bytes") or 0)
 
 
 def _ranked(runs: Sequence[Run], cands: list[str]) -> list[str]:
@@ -72,7 +92,7 @@ def decide(
     data_bytes: int,
     fits_budget: bool,
 ) -> Answer:
-    cands = _candidates(runs, modes, fits_budget)
+    cands = _candidates(runs, modes, fits_budget, setup.budget)
     if not cands:
         return Answer(None, why=["no mode ran the command to the end; see the failures above"])
     order = _ranked(runs, cands)
@@ -86,7 +106,7 @@ def decide(
     if len(order) > 1:
         ans.runner_up = (order[1], ratio(times(runs, order[1]), t_best))
     ans.why = reasons(runs, best, setup.budget, data_bytes, fits_budget)
-    ans.why += comparisons(runs, modes, ans)
+    ans.why += comparisons(runs, modes, ans, setup.budget)
     return ans
 
 
@@ -97,7 +117,7 @@ def _cache_summary(runs: Sequence[Run]) -> dict[str, Any]:
     the pager sees only the sites placed on the storage tier). Else that of
     a cache run stopped at the time limit: what it did by then is why it
     was slow."""
-    seen = [r for r in runs if r.mode == "cache" and r.stats.get("pager_summary")]
+    seen = [r for r in runs if r.mode in ("cache", SMALL) and r.stats.get("pager_summary")]
     good = [r for r in seen if r.ok] or [r for r in seen if r.kind == "timeout"]
     return dict(good[-1].stats["pager_summary"]) if good else {}
 
@@ -174,7 +194,7 @@ def _placement(runs: Sequence[Run], best: str) -> str:
     return text
 
 
-def comparisons(runs: Sequence[Run], modes: Sequence[str], ans: Answer) -> list[str]:
+def comparisons(runs: Sequence[Run], modes: Sequence[str], ans: Answer, budget: int) -> list[str]:
     """What happened to the others: failures and near ties."""
     out = []
     if ans.runner_up and not ans.runner_up[1].significant_above_one:
@@ -184,4 +204,10 @@ def comparisons(runs: Sequence[Run], modes: Sequence[str], ans: Answer) -> list[
         bad = [r for r in runs if r.mode == m and not r.ok]
         if bad and not times(runs, m):
             out.append(f"{m} could not run it: {bad[-1].error}")
+    if "cache" in modes and _over_budget(runs, "cache", budget):
+        peak = max(_outside(r) for r in runs if r.mode == "cache" and r.ok)
+        out.append(
+            f"cache is not a candidate: memory outside its pager reached {format_size(peak)}, "
+            f"more than the budget ({format_size(budget)}), so it did not keep to it"
+        )
     return out

@@ -25,6 +25,10 @@ from typing import IO, Any
 from hetmem.errors import HetmemError
 from hetmem.sizes import size_arg
 
+# The variant of cache mode that pages small blocks too (--small-blocks),
+# measured as a mode of its own when they held much of the budget.
+SMALL = "cache-small"
+
 
 @dataclass
 class Setup:
@@ -39,17 +43,19 @@ class Setup:
     swap_size: int | None = None
     timeout_s: float | None = None
     budget_text: str = ""  # the budget as the user wrote it (4G), for the command line
-    small_blocks: bool = False  # cache mode pages blocks below the threshold too
 
     def run_options(self, mode: str) -> list[str]:
-        """`hetmem run`'s options for `mode`, as the user would type them."""
+        """`hetmem run`'s options for `mode`, as the user would type them
+        (SMALL: cache mode with --small-blocks)."""
+        small = mode == SMALL
+        mode = "cache" if small else mode
         opts = ["--mode", mode]
         if mode != "dram":
             budget = self.budget_text or str(self.budget)
             opts += ["--fast-budget", budget, "--storage", str(self.storage)]
         if self.threshold is not None and mode in ("cache", "flat", "hybrid"):
             opts += ["--threshold", str(self.threshold)]
-        if self.small_blocks and mode == "cache":
+        if small:
             opts.append("--small-blocks")
         if mode in ("flat", "hybrid") and self.placement is not None:
             opts += ["--placement", str(self.placement)]

@@ -162,7 +162,9 @@ def flat_hint(summary: dict[str, Any] | None) -> str | None:
     )
 
 
-def outside(summary: dict[str, Any] | None, budget: int, threshold: int | None) -> str | None:
+def outside(
+    summary: dict[str, Any] | None, budget: int, threshold: int | None, small_blocks: bool = False
+) -> str | None:
     """One line when the command's memory outside the pager (heap blocks
     below the threshold, static data, stacks) took at least OUTSIDE_HINT of
     the fast budget, which the cache then did not get. A lower threshold
@@ -179,7 +181,10 @@ def outside(summary: dict[str, Any] | None, budget: int, threshold: int | None) 
         f"static data, stacks) reached {format_size(peak)} of the {format_size(budget)} "
         "budget, and the pager's cache got only what it left"
     )
-    text += "; --small-blocks pages the blocks below the threshold too (up to 256 KiB)"
+    if small_blocks:
+        text += "; with --small-blocks that is the C library's own blocks, stacks and static data"
+    else:
+        text += "; --small-blocks pages the blocks below the threshold too (up to 1 MiB)"
     if threshold and threshold > 64 << 10:
         lower = max(threshold // 4, 64 << 10) >> 10
         text += (

@@ -168,7 +168,7 @@ def _note_pager(stats: dict[str, Any], cfg: RunConfig) -> None:
         note(tip)
     # hybrid's pager counts tier 0's blocks as outside memory too: cache
     # only; blocks a full storage tier left in DRAM have their own note
-    outside = diagnose.outside(summary, cfg.budget, stats.get("threshold"))
+    outside = diagnose.outside(summary, cfg.budget, stats.get("threshold"), cfg.small_blocks)
     if outside and cfg.mode == "cache" and not (stats.get("storage_full") or {}).get("fallbacks"):
         note(outside)
 
