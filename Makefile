@@ -18,7 +18,7 @@ VM_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static cpio ndctl daxct
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config libhwloc-dev hwloc \
   libnuma-dev numactl liburing-dev fio libdw-dev libelf-dev libopenblas-dev \
   liblapacke-dev libfftw3-dev libopenmpi-dev openmpi-bin util-linux chromium \
-  hpcc lammps lammps-examples $(VM_PACKAGES)
+  hpcc lammps lammps-examples bwa $(VM_PACKAGES)
 
 .PHONY: all deps venv install cbuild test test-vm test-c test-sanitize fuzz demo lint clean hooks \
   hooks-if-unset metrics man

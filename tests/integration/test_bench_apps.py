@@ -121,3 +121,28 @@ def test_suite_runs_dram_and_cache_with_the_same_output(tmp_path: Path) -> None:
     cases = {(r["case"], r["mode"]) for r in json.loads(rep.stdout)["efficiency"]}
     assert ("hpcc", "cache") in cases and ("lammps", "cache") in cases
     assert not list(tmp_path.glob("hetmem-*"))  # no backing file left behind
+
+
+@pytest.mark.skipif(shutil.which("bwa") is None, reason="Debian package bwa not installed")
+def test_bwa_output_is_read_and_compared(tmp_path: Path) -> None:
+    app = progs.APPS["bwa"]
+    params = progs.bwa_size(4 << 20)  # 1 Mbp, 3333 reads
+    work = tmp_path / "runs" / "bwa" / "dram-0"
+    work.mkdir(parents=True)
+    out = _run_in(work, app, params)
+    assert out["failures"] == [] and out["records"] == params["reads"]
+    assert out["mapped"] >= 0.99 * params["reads"]  # reads of its own reference
+    assert app.compare(out, copy.deepcopy(out)) == []
+    # the input is made once per size and shared: a second run reuses it
+    (inputs,) = (tmp_path / "runs" / "bwa").glob("input-*")
+    stamp = (inputs / "ref.fa.bwt").stat().st_mtime_ns
+    again = tmp_path / "runs" / "bwa" / "cache-50-0"
+    again.mkdir()
+    assert _run_in(again, app, params)["sam_sha256"] == out["sam_sha256"]
+    assert (inputs / "ref.fa.bwt").stat().st_mtime_ns == stamp
+    # a changed alignment is a difference
+    sam = (work / "out.sam").read_bytes().replace(b"\t0\tchr1\t", b"\t0\tchr1\t1", 1)
+    assert app.compare(out, progs.parse_sam(sam)) == [
+        "the alignments differ from dram's (SAM digest)"
+    ]
+    assert progs.parse_sam(b"@HD\tVN:1.6\n")["failures"] == ["bwa wrote no alignment"]

@@ -13,6 +13,13 @@ three vectors and FFT's a share of it. The footprint is N^2 x 8 bytes; peak
 RSS adds Open MPI's runtime (about 30 MiB). At a budget below the table,
 RandomAccess's 4 random updates per table word fault on most updates.
 
+bwa (package bwa): `bwa mem -t 2` aligns 150-base reads, sampled from a
+random reference with 1% substitutions (fixed seed), to that reference,
+whose index (bwa index, built once per size and shared by the runs) holds
+about 1.75 bytes per base; the batch of reads and their alignments are
+small blocks, which cache mode pages with --small-blocks only. The output
+(SAM, less its @PG line) must be byte for byte dram's.
+
 LAMMPS (package lammps, program lmp): the bundled 3-d Lennard-Jones melt
 example (lammps-examples' melt/in.melt: fcc lattice 0.8442, lj/cut 2.5, nve)
 on an nx^3-cell box (4 nx^3 atoms) for LAMMPS_STEPS steps. LAMMPS holds about
@@ -22,14 +29,17 @@ forces, the half neighbour list).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hetmem._numpy import np
 from hetmem.errors import EnvironmentProblem
 
 # A scientific value read from both runs matches when it is within this
@@ -54,6 +64,8 @@ class App:
     # --threshold for its profile and tiered runs (None: hetmem's default):
     # what `hetmem run`'s note names when the small blocks take the budget
     threshold: int | None = None
+    # cache mode with --small-blocks: the small blocks hold most of its memory
+    small_blocks: bool = False
 
     def executable(self) -> str:
         """Path of the program; EnvironmentProblem naming the package when absent."""
@@ -318,6 +330,109 @@ def compare_lammps(ref: dict[str, Any], got: dict[str, Any]) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------- bwa
+
+BWA_READ_LEN = 150
+BWA_BYTES_PER_BASE = 4  # bwa mem's peak RSS here: 250 MiB for 60 Mbp and 200k reads
+BWA_MIN_BASES = 1_000_000
+BWA_BASES_PER_READ = 300
+BWA_THREADS = 2
+
+
+def bwa_size(footprint: int) -> dict[str, int]:
+    """The reference length (bases) and read count for `footprint` bytes."""
+    bases = max(BWA_MIN_BASES, footprint // BWA_BYTES_PER_BASE // 1000 * 1000)
+    reads = bases // BWA_BASES_PER_READ
+    return {"bases": bases, "reads": reads, "footprint": bases * BWA_BYTES_PER_BASE}
+
+
+def _bwa_write_inputs(folder: Path, bases: int, reads: int) -> None:
+    """ref.fa (one random sequence) and reads.fq (reads from both strands
+    with 1% substitutions), from seed 1."""
+    rng = np.random.default_rng(1)
+    acgt = np.frombuffer(b"ACGT", dtype=np.uint8)
+    seq = acgt[rng.integers(0, 4, bases, dtype=np.uint8)]
+    with open(folder / "ref.fa", "wb") as f:
+        f.write(b">chr1\n")
+        for i in range(0, bases, 60):
+            f.write(seq[i : i + 60].tobytes() + b"\n")
+    pos = rng.integers(0, bases - BWA_READ_LEN, reads)
+    r = seq[pos[:, None] + np.arange(BWA_READ_LEN)]
+    comp = np.zeros(256, dtype=np.uint8)
+    comp[acgt] = np.frombuffer(b"TGCA", dtype=np.uint8)
+    flip = rng.random(reads) < 0.5
+    r[flip] = comp[r[flip][:, ::-1]]
+    sub = rng.random(r.shape) < 0.01
+    r[sub] = acgt[rng.integers(0, 4, int(sub.sum()), dtype=np.uint8)]
+    qual = b"I" * BWA_READ_LEN
+    with open(folder / "reads.fq", "wb") as f:
+        for i in range(reads):
+            f.write(b"@r%d\n%s\n+\n%s\n" % (i, r[i].tobytes(), qual))
+
+
+def _bwa_inputs(app_dir: Path, params: dict[str, int]) -> Path:
+    """The reference, its index and the reads for params, made once in
+    app_dir (the runs' parent folder) and shared by every run."""
+    folder = app_dir / f"input-{params['bases']}-{params['reads']}"
+    if (folder / "done").exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    _bwa_write_inputs(folder, params["bases"], params["reads"])
+    with open(folder / "index.log", "wb") as log:
+        rc = subprocess.run([APPS["bwa"].executable(), "index", str(folder / "ref.fa")],
+                            stdout=log, stderr=log, check=False).returncode  # fmt: skip
+    if rc != 0:
+        raise EnvironmentProblem(f"bwa index failed (exit {rc}); see {folder / 'index.log'}")
+    (folder / "done").write_text("")
+    return folder
+
+
+def bwa_prepare(work: Path, params: dict[str, int]) -> list[str]:
+    inputs = _bwa_inputs(work.parent, params)
+    return [APPS["bwa"].executable(), "mem", "-t", str(BWA_THREADS), "-o", "out.sam",
+            str(inputs / "ref.fa"), str(inputs / "reads.fq")]  # fmt: skip
+
+
+def parse_sam(data: bytes) -> dict[str, Any]:
+    """Alignment records, those mapped, and a digest of the SAM less its
+    @PG line (which names the command line)."""
+    h = hashlib.sha256()
+    records = mapped = 0
+    for line in data.splitlines(keepends=True):
+        if line.startswith(b"@PG"):
+            continue
+        h.update(line)
+        if line.startswith(b"@"):
+            continue
+        records += 1
+        fields = line.split(b"\t", 2)
+        if len(fields) > 1 and fields[1].isdigit() and not int(fields[1]) & 4:
+            mapped += 1
+    failures = [] if records else ["bwa wrote no alignment"]
+    return {"records": records, "mapped": mapped, "sam_sha256": h.hexdigest(),
+            "failures": failures, "figures": {"records": records, "mapped": mapped}}  # fmt: skip
+
+
+def bwa_read(work: Path) -> dict[str, Any]:
+    path = work / "out.sam"
+    if not path.exists():
+        return {"failures": ["bwa wrote no out.sam"], "figures": {}}
+    return parse_sam(path.read_bytes())
+
+
+def compare_bwa(ref: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """What differs between dram's alignments (ref) and a run's (got)."""
+    out = list(got.get("failures", []))
+    if out:
+        return out
+    for key in ("records", "mapped"):
+        if ref.get(key) != got.get(key):
+            out.append(f"{key} {got.get(key)} (dram {ref.get(key)})")
+    if not out and ref.get("sam_sha256") != got.get("sam_sha256"):
+        out.append("the alignments differ from dram's (SAM digest)")
+    return out
+
+
 APPS: dict[str, App] = {
     "hpcc": App("hpcc", "hpcc", "hpcc", hpcc_size, hpcc_prepare, hpcc_read, compare_hpcc),
     # its neighbour list lives in 390 KiB pages (MyPage): below 1 MiB they
@@ -331,5 +446,11 @@ APPS: dict[str, App] = {
         lammps_read,
         compare_lammps,
         threshold=256 << 10,
+    ),
+    # its reads and alignments are small blocks (72-87 MiB at a 128 MiB
+    # budget): without --small-blocks cache mode had not finished its first
+    # batch after 630 s (swap: 18 s)
+    "bwa": App(
+        "bwa", "bwa", "bwa", bwa_size, bwa_prepare, bwa_read, compare_bwa, small_blocks=True
     ),
 }
