@@ -124,8 +124,9 @@ static int hm__meminfo_kb(const char *p, uint64_t *out) {
   return 0;
 }
 
-/* "Node 0 MemTotal:  4940356 kB" -> bytes. -EINVAL unless exactly that. */
-static int hm__meminfo_field(const char *text, const char *field, uint64_t *out) {
+/* "Node 0 MemTotal:  4940356 kB" (or /proc/meminfo's "MemAvailable: ...")
+ * -> bytes. -EINVAL unless exactly that, -ENOENT without the field. */
+int _hm_meminfo_field(const char *text, const char *field, uint64_t *out) {
   size_t flen = strlen(field);
   for (const char *line = text; line && *line;) {
     const char *nl = strchr(line, '\n');
@@ -302,13 +303,13 @@ static void hm__read_node_meminfo(const char *root, _hm_tier_t *t, int node) {
   snprintf(path, sizeof path, HM__NODE_DIR "/node%d/meminfo", node);
   ssize_t r = _hm_prim_read_text(root, path, buf, sizeof buf);
   uint64_t v;
-  if (r >= 0 && hm__meminfo_field(buf, "MemTotal", &v) == 0) {
+  if (r >= 0 && _hm_meminfo_field(buf, "MemTotal", &v) == 0) {
     t->pub.capacity_bytes = v;
     t->capacity_known = true;
   } else {
     hm__warn(t, "node%d/meminfo: MemTotal unreadable or malformed", node);
   }
-  if (r >= 0 && hm__meminfo_field(buf, "MemFree", &v) == 0) {
+  if (r >= 0 && _hm_meminfo_field(buf, "MemFree", &v) == 0) {
     t->pub.free_bytes = v;
     t->free_known = true;
   }
@@ -385,11 +386,11 @@ static int hm__no_numa_fallback(hm_ctx_t *ctx, struct hm_tiers_s *T, size_t *cap
   snprintf(t->name, sizeof t->name, "node0");
   t->pub.sources |= HM_TIER_SRC_SYSFS;
   uint64_t v;
-  if (hm__meminfo_field(buf, "MemTotal", &v) == 0) {
+  if (_hm_meminfo_field(buf, "MemTotal", &v) == 0) {
     t->pub.capacity_bytes = v;
     t->capacity_known = t->has_memory = true;
   }
-  if (hm__meminfo_field(buf, "MemFree", &v) == 0) {
+  if (_hm_meminfo_field(buf, "MemFree", &v) == 0) {
     t->pub.free_bytes = v;
     t->free_known = true;
   }

@@ -58,6 +58,11 @@ struct hm_tiers_s {
 
 void _hm_tiers_free(struct hm_tiers_s *t);
 
+/* FIELD's value in a meminfo text ("Node 0 MemTotal:  4940356 kB" or
+ * /proc/meminfo's "MemAvailable: ... kB"), in bytes; -ENOENT without it,
+ * -EINVAL when malformed. */
+int _hm_meminfo_field(const char *text, const char *field, uint64_t *out);
+
 /* Parses a kernel list such as "0-13,112-125" ("" is the empty list).
  * -EINVAL for anything else (or a value above 1<<22). *out is malloc'ed. */
 int _hm_parse_cpulist(const char *text, int **out, size_t *n);

@@ -35,6 +35,7 @@
 #include "internal.h"
 #include "preload.h"
 #include "prim/prim.h"
+#include "tiers.h"
 
 /* One fork's state, from prepare to the parent's or the child's handler
  * (fork is serialised by fork_lk); in a child whose copy could not be
@@ -113,9 +114,9 @@ static void hm__list_ranges(void) {
 static uint64_t hm__available(void) {
   char buf[4096];
   ssize_t r = _hm_prim_read_text(hm_ctx_fsroot(_hm_pl_ctx.ctx), "/proc/meminfo", buf, sizeof buf);
-  if (r <= 0) return 0;
-  const char *f = strstr(buf, "MemAvailable:");
-  return f ? strtoull(f + 13, NULL, 10) * 1024 : 0;
+  uint64_t bytes = 0;
+  if (r <= 0 || _hm_meminfo_field(buf, "MemAvailable", &bytes)) return 0;
+  return bytes;
 }
 
 /* The copy of every range, when they fit fork_copy and half the memory
