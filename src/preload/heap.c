@@ -109,8 +109,9 @@ static int hm__map_to(_hm_pl_heap_t *h, uintptr_t end) {
     int rc = hm_pager_map_at(_hm_pl_ctx.pager, (void *)h->mapped, HM__CHUNK);
     _hm_pl_tls.guard--;
     if (rc) return rc;
+    /* free's fast path sends these addresses on to _hm_pl_heap_has */
+    _hm_pl_table_mark(&_hm_pl_ctx.table, h->mapped, HM__CHUNK);
     h->mapped += HM__CHUNK;
-    atomic_fetch_add_explicit(&h->mapped_bytes, HM__CHUNK, memory_order_relaxed);
   }
   return 0;
 }
@@ -391,6 +392,6 @@ void _hm_pl_heap_json(_hm_sb_t *sb) {
   }
   _hm_sb_printf(sb,
                 ",\"small_heap\":{\"max_block\":%zu,\"mapped_bytes\":%llu,\"span_bytes\":%llu}",
-                (size_t)HM_PL_HEAP_MAX, (unsigned long long)atomic_load(&h->mapped_bytes),
+                (size_t)HM_PL_HEAP_MAX, (unsigned long long)(h->mapped - h->lo),
                 (unsigned long long)(atomic_load(&h->top) - h->lo));
 }

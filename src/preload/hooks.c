@@ -70,6 +70,12 @@ static void *hm__kernel_mmap(void *addr, size_t length, int prot, int flags, int
   return hm__kernel_map(rc, p);
 }
 
+/* A small-block heap pointer: the granule map first, so that a glibc
+ * pointer costs what it did without the heap. */
+static inline int hm__in_heap(const void *p) {
+  return _hm_pl_table_maybe(&_hm_pl_ctx.table, p) && _hm_pl_heap_has(p);
+}
+
 static inline _hm_pl_block_t *hm__find(const void *p) {
   if (hm_likely(!_hm_pl_table_maybe(&_hm_pl_ctx.table, p))) return NULL;
   return _hm_pl_table_find(&_hm_pl_ctx.table, p);
@@ -133,18 +139,19 @@ void *malloc(size_t size) {
 }
 
 __attribute__((noinline)) static void hm__free_maybe_ours(void *ptr) {
+  if (_hm_pl_heap_has(ptr)) {
+    _hm_pl_heap_free(ptr);
+    return;
+  }
   _hm_pl_block_t *b = _hm_pl_table_find(&_hm_pl_ctx.table, ptr);
   if (b) _hm_pl_large_free(b);
   else __libc_free(ptr);
 }
 
-/* Cost of freeing a glibc block: the heap's range check, one byte of the
- * table's 2 MiB-granule map and a tail call to glibc (no stack frame). */
+/* Cost of freeing a glibc block: one byte of the table's 2 MiB-granule map
+ * (which marks the small-block heap's chunks too) and a tail call to glibc
+ * (no stack frame). */
 void free(void *ptr) {
-  if (hm_unlikely(_hm_pl_heap_has(ptr))) {
-    _hm_pl_heap_free(ptr);
-    return;
-  }
   if (hm_likely(!_hm_pl_table_maybe(&_hm_pl_ctx.table, ptr))) {
     __libc_free(ptr);
     return;
@@ -230,7 +237,7 @@ static void *hm__realloc_large(_hm_pl_block_t *b, void *ptr, size_t size) {
 
 void *realloc(void *ptr, size_t size) {
   if (!ptr) return malloc(size);
-  if (hm_unlikely(_hm_pl_heap_has(ptr))) return _hm_pl_heap_realloc(ptr, size);
+  if (hm_unlikely(hm__in_heap(ptr))) return _hm_pl_heap_realloc(ptr, size);
   _hm_pl_block_t *b = hm__find(ptr);
   if (hm_likely(b == NULL)) {
     if (hm_likely(size < _hm_pl_thr()) || _hm_pl_tls.guard) return __libc_realloc(ptr, size);
@@ -313,7 +320,7 @@ void *pvalloc(size_t size) {
 
 size_t malloc_usable_size(void *ptr) {
   if (!ptr) return 0;
-  if (hm_unlikely(_hm_pl_heap_has(ptr))) return _hm_pl_heap_usable(ptr);
+  if (hm_unlikely(hm__in_heap(ptr))) return _hm_pl_heap_usable(ptr);
   _hm_pl_block_t *b = hm__find(ptr);
   if (hm_likely(b == NULL)) {
     if (hm_unlikely(!_hm_pl_ctx.libc_usable)) _hm_pl_resolve_libc_usable();

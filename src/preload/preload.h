@@ -139,6 +139,10 @@ void _hm_pl_table_remove(_hm_pl_table_t *t, _hm_pl_block_t *b);
 /* Forgets every block (a forked child, single-threaded: the pager's
  * regions are not inherited, so their addresses may be reused there). */
 void _hm_pl_table_clear(_hm_pl_table_t *t);
+/* Counts [start, start + len) in the granule map for good, as a block that
+ * is never removed: the small-block heap's chunks, so that the hooks' one
+ * granule load also sends heap pointers to the slow path. */
+void _hm_pl_table_mark(_hm_pl_table_t *t, uintptr_t start, size_t len);
 /* Slots in the table. */
 size_t _hm_pl_table_capacity(void);
 /* Slot i (0 <= i < capacity), for scans (the sampler); NULL before init. */
@@ -403,7 +407,6 @@ typedef struct _hm_pl_heap_s {
   uintptr_t mapped;        /* chunks mapped into the pager up to here (grow lock) */
   _Atomic int grow_lock;
   uint8_t *cls;            /* class per 64 KiB of the reservation (0: no span) */
-  _Atomic uint64_t mapped_bytes;
   uintptr_t sys[2][2];     /* the C library's and the loader's extents */
   int nsys;
   _hm_pl_heap_class_t klass[HM_PL_HEAP_CLASSES];
@@ -609,7 +612,8 @@ void *_hm_pl_heap_realloc(void *p, size_t size);
 void _hm_pl_heap_json(_hm_sb_t *sb);
 
 /* 1 when p is in the small-block heap's reservation. Cost: two loads, a
- * subtraction and a compare (the length is 0 while the heap is off). */
+ * subtraction and a compare (the length is 0 while the heap is off); the
+ * hooks ask only when the table's granule map says "maybe". */
 static inline int _hm_pl_heap_has(const void *p) {
   size_t len = atomic_load_explicit(&_hm_pl_ctx.heap.len_pub, memory_order_acquire);
   return (uintptr_t)p - _hm_pl_ctx.heap.lo < len;

@@ -136,6 +136,10 @@ void _hm_pl_table_remove(_hm_pl_table_t *t, _hm_pl_block_t *b) {
   hm__granules_add(t, start, len, -1);
 }
 
+void _hm_pl_table_mark(_hm_pl_table_t *t, uintptr_t start, size_t len) {
+  hm__granules_add(t, start, len, +1);
+}
+
 void _hm_pl_table_clear(_hm_pl_table_t *t) {
   _hm_pl_block_t *slots = atomic_load_explicit(&t->slots, memory_order_acquire);
   if (!slots) return;
