@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetmem.recommend import plan
 from hetmem.recommend.runs import SMALL, Run, Setup
 from hetmem.sizes import format_size
 from hetmem.stats import Ratio, ratio
@@ -72,12 +73,10 @@ def _over_budget(runs: Sequence[Run], mode: str, budget: int) -> bool:
 
 
 def _outside(run: Run) -> int:
-    """A cache run's memory outside the pager at its peak: what its pager
-    measured, or the whole process's when none opened (no large block)."""
-    summ = run.stats.get("pager_summary")
-    if summ:
-        return int(summ.get("outside_peak_bytes") or 0)
-    return int(run.stats.get("max_rss_bytes") or 0)
+    st = run.stats
+    return plan.outside_bytes(
+        st.get("pager_summary") or {}, int(st.get("max_rss_bytes") or 0), run.ok
+    )
 
 
 def _ranked(runs: Sequence[Run], cands: list[str]) -> list[str]:

@@ -52,12 +52,16 @@ class Pilot:
 
     @property
     def outside(self) -> int:
-        """Memory the pager did not tier: what its process measured beside
-        its cache, or all of it when no pager opened (no large block) in a
-        run that ended (a stopped one's peak is not known)."""
-        if self.summary.get("outside_peak_bytes") is not None:
-            return int(self.summary["outside_peak_bytes"])
-        return self.max_rss if not self.summary and self.finished else 0
+        return outside_bytes(self.summary, self.max_rss, self.finished)
+
+
+def outside_bytes(summary: dict[str, Any], max_rss: int, finished: bool) -> int:
+    """A cache run's memory the pager did not tier: what its process
+    measured beside the cache, or all of it when no pager opened (no large
+    block) in a run that ended (a stopped one's peak is not known)."""
+    if summary.get("outside_peak_bytes") is not None:
+        return int(summary["outside_peak_bytes"])
+    return max_rss if not summary and finished else 0
 
 
 def pilot_of(run: Run, limit: float | None = None) -> Pilot:
