@@ -776,6 +776,8 @@ def test_pager_fill_option_picks_the_fill_mode(tmp_path: Path, fill: str) -> Non
         ("HETMEM_PAGER_FILL", "zerocopy", "pager_fill must be anon or memfd, not 'zerocopy'"),
         # was taken as auto without a word
         ("HETMEM_PREFETCH", "of", "prefetch must be auto, off or sequential, not 'of'"),
+        ("HETMEM_FORK_COPY", "lots", "HETMEM_FORK_COPY='lots' is not a valid size"),
+        ("HETMEM_SMALL_BLOCKS", "maybe", "HETMEM_SMALL_BLOCKS='maybe' is not a valid bool"),
     ],
 )
 def test_bad_pager_word_is_one_line_and_exit_2(var: str, value: str, message: str) -> None:
