@@ -470,6 +470,10 @@ static void hm__victim_free(hm_pager_t *p, int32_t s, const uint64_t *D) {
   uint32_t u = S->unit;
   char *ub = _hm_sdm_ubase(r, p, u);
   int wrote = hm__any(D);
+  /* Counted before the unit leaves BUSY: a flush that waited for it reads
+   * counters that include its write-back. */
+  HM_SDM_ADD(p, c_evictions, 1);
+  if (wrote) HM_SDM_ADD(p, c_writebacks, 1);
   pthread_mutex_lock(&p->lk);
   uint64_t bytes = (uint64_t)S->nfilled * HM_SDM_PAGE;
   if (S->prefetched) {
@@ -490,8 +494,6 @@ static void hm__victim_free(hm_pager_t *p, int32_t s, const uint64_t *D) {
   r->busy--;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->lk);
-  HM_SDM_ADD(p, c_evictions, 1);
-  if (wrote) HM_SDM_ADD(p, c_writebacks, 1);
   _hm_sdm_wake(p, ub, p->unit);
 }
 

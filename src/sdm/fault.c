@@ -673,8 +673,8 @@ static int hm__fault_trigger(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, con
   _hm_sdm_plan_hold(r, &hplan);
   pthread_mutex_unlock(&p->lk);
   hm__copy_in(p, r, at->u, at->pg, 1, p->held + (size_t)idx * HM_SDM_PAGE, wp);
+  HM_SDM_ADD(p, c_ra_triggers, 1); /* before the wake, like every count */
   _hm_sdm_wake(p, at->ub, p->unit);
-  HM_SDM_ADD(p, c_ra_triggers, 1);
   HM_SDM_ADD(p, c_fault_ns, _hm_prim_now_ns() - f->t0);
   pthread_mutex_lock(&p->lk);
   p->held_used &= ~(1ull << idx);
