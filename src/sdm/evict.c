@@ -462,6 +462,20 @@ static void hm__victims_release(hm_pager_t *p, const hm__victims_t *v, const hm_
   if (!p->memfd_mode) (void)_hm_prim_vm_dontneed_many(p->pidfd, addr, p->unit, v->n);
 }
 
+/* Whether victim S was left behind by its stream lately: within the last
+ * cache-full of fills. The demoted are taken newest first, so one queued a
+ * sweep ago may be taken only a few fills before its stream comes round
+ * again; counted as just left, it read as a span the stream came back to
+ * soon (hm__judge_refill), and a loop of 3x the cache (two threads)
+ * learned keep_behind from it and kept 0.62-0.71 of its cache under a
+ * parallel ctest instead of 0.8 (test_sdm_loop). Dating such units from
+ * their pass instead cost OpenBLAS GEMM at 4x 13.5-14.8 s against
+ * 11.2-11.5: its panels' spans are learned from evictions soon after the
+ * pass. Pager lock held. */
+static int hm__just_left(const hm_pager_t *p, const _hm_sdm_slot_t *S) {
+  return S->mru_victim && p->fill_tick - S->dtick < p->cap / p->unit;
+}
+
 /* Frees victim s once its memory is released: its slot, its budget; wakes
  * the threads that faulted on it meanwhile. */
 static void hm__victim_free(hm_pager_t *p, int32_t s, const uint64_t *D) {
@@ -485,7 +499,7 @@ static void hm__victim_free(hm_pager_t *p, int32_t s, const uint64_t *D) {
   p->resident -= bytes;
   if (wrote) r->units[u].flags |= HM_UF_ONDISK;
   hm__learn_dirty(p, r, &r->units[u], S);
-  r->units[u].flags |= (uint8_t)(HM_UF_OUT | (S->mru_victim ? HM_UF_MRU_OUT : 0));
+  r->units[u].flags |= (uint8_t)(HM_UF_OUT | (hm__just_left(p, S) ? HM_UF_MRU_OUT : 0));
   r->units[u].out_at = p->fill_tick;
   hm__learn_dense(&r->units[u], S);
   r->units[u].state = HM_U_NONE;

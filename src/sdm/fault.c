@@ -64,6 +64,7 @@ void _hm_sdm_demote(hm_pager_t *p, _hm_sdm_vq_t *q, const _hm_sdm_unit_t *V, _hm
   S->demoted = 1;
   S->ref = 0;
   S->dtag = hm__next_dtag(p);
+  S->dtick = p->fill_tick;
   if (q->n == HM_SDM_DEMQ) {
     _hm_sdm_vqe_t old = q->e[q->head];
     _hm_sdm_slot_t *O = &p->slots[old.slot];

@@ -82,6 +82,7 @@ typedef struct _hm_sdm_slot_s {
   int32_t next_free;
   uint32_t act_pos; /* index in the pager's dense list of slots in use */
   uint32_t dtag;    /* while demoted: the tag of its live ring entry (pager_int.h) */
+  uint32_t dtick;   /* the pager's fill count when it was last demoted */
   uint64_t filled[HM_SDM_BITMAP_WORDS];
 } _hm_sdm_slot_t;
 
