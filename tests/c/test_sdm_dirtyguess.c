@@ -132,16 +132,14 @@ static void one_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
   for (int k = 0; k < UPDATES; k++) printf(" %llu", (unsigned long long)wp_pass[k]);
   printf(" (%u units)\n", UNITS);
   CHECK(wp_pass[0] >= UNITS / 2); /* written once before: watched */
-  /* written twice in a row: guessed for two passes. A watched pass may
-   * take more than one fault per unit (a prefetch fill prepared protected
-   * lands after the unit's first WP fault), so only the guessed
-   * passes are held to near none. */
+  /* written twice in a row: guessed for two passes */
   CHECK(wp_pass[1] + wp_pass[2] + wp_pass[4] + wp_pass[5] <= UNITS / 2);
-  /* the watched passes (0, 3, 6) stay within a few faults per unit: under
-   * load (a fresh-clone CI run) they took 49, 47 and 19 for 16 units, so
-   * a total below the UPDATES * UNITS of watching every pass is not what
-   * this machine can promise; the guessed passes above are the point */
-  CHECK(wp_total - wp_pass[1] - wp_pass[2] - wp_pass[4] - wp_pass[5] <= 3 * 4 * UNITS);
+  /* the watched passes (0, 3, 6): one fault per unit is due. Pages a fill
+   * installed protected just after the unit's first WP fault took another
+   * (49, 47 and 19 for 16 units in a loaded fresh-clone CI run); they are
+   * unprotected now (hm__unprotect_late in fault.c), and 16-24 a pass
+   * remain under a parallel ctest and a CPU hog. At most two per unit. */
+  CHECK(wp_total - wp_pass[1] - wp_pass[2] - wp_pass[4] - wp_pass[5] <= 3 * 2 * UNITS);
   uint64_t written[4];
   for (int k = 0; k < 4; k++) {
     hm_pager_stats_t s0 = hm_sdm_stats(p);
