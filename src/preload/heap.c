@@ -52,6 +52,9 @@
 #define HM__SPAN_SHIFT 16 /* the side table's granule: 64 KiB */
 #define HM__SPAN ((size_t)1 << HM__SPAN_SHIFT)
 #define HM__CHUNK ((size_t)64 << 20) /* mapped into the pager at a time */
+/* Classes of 128 KiB blocks and up: the least that can hold two fetch units
+ * (64 KiB, the smallest unit); hm__discard checks the unit in use. */
+#define HM__DISCARD_CLASS 48u
 
 /* ------------------------------------------------------------------------
  * Size classes
@@ -348,6 +351,29 @@ static unsigned hm__class_at(const _hm_pl_heap_t *h, const void *p) {
   return h->cls[(a - h->lo) >> HM__SPAN_SHIFT];
 }
 
+/* The whole fetch units of a freed block past its link word are dropped
+ * from the pager (DONTNEED), chunk by chunk (each chunk is a region of its
+ * own): dead data then neither holds cache nor is written back when
+ * evicted, and the block's next use starts from zero-filled units instead
+ * of reading them back. Only for blocks of two units or more (512 KiB at
+ * the default unit), which took at least 128 page faults to fill: the
+ * cost is a pager call and a madvise per unit dropped. */
+static void hm__discard(const _hm_pl_heap_t *h, void *p, size_t cs) {
+  uint64_t u = _hm_pl_ctx.fetch_unit;
+  if (!u || cs < 2 * u) return;
+  /* units are counted from each chunk's start, a multiple of u from lo */
+  uintptr_t a = h->lo + ((((uintptr_t)p + sizeof(void *) - h->lo) + u - 1) & ~(uintptr_t)(u - 1));
+  uintptr_t b = h->lo + (((uintptr_t)p + cs - h->lo) & ~(uintptr_t)(u - 1));
+  _hm_pl_tls.guard++;
+  while (a < b) {
+    uintptr_t end = h->lo + ((a - h->lo) / HM__CHUNK + 1) * HM__CHUNK;
+    if (end > b) end = b;
+    (void)hm_pager_advise(_hm_pl_ctx.pager, (void *)a, end - a, HM_ADVICE_DONTNEED);
+    a = end;
+  }
+  _hm_pl_tls.guard--;
+}
+
 /* Cost: the side table's byte, a TLS push; every hm__cache_max frees of a
  * class, half the list back under its lock. */
 void _hm_pl_heap_free(void *p) {
@@ -355,6 +381,7 @@ void _hm_pl_heap_free(void *p) {
   if (!atomic_load_explicit(&h->on, memory_order_relaxed)) return; /* a forked child without */
   unsigned c = hm__class_at(h, p);
   if (!c) return; /* not a block: as glibc would, this frees nothing we know */
+  if (hm_unlikely(c >= HM__DISCARD_CLASS)) hm__discard(h, p, hm__class_size(c));
   _hm_pl_heap_tcache_t *t = &_hm_pl_tls.heap[c];
   *(void **)p = t->head;
   t->head = p;

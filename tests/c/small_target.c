@@ -289,6 +289,39 @@ static int forkstress(int forks) {
   return 0;
 }
 
+/* Blocks of 896 KiB (small: below the 1 MiB threshold), mib MiB of them,
+ * written and freed; then a large array of big MiB written and freed; then
+ * the blocks again, written and checked. What the freed blocks held is
+ * dead: room for the array must not be made by writing it to the storage
+ * tier (the test reads the pager's counters). */
+static int freed(size_t mib, size_t bigmib) {
+  const size_t bs = 896 << 10, n = (mib << 20) / bs;
+  unsigned char **b = calloc(n, sizeof *b);
+  if (!b) return 1;
+  int bad = 0;
+  for (int round = 0; round < 2; round++) {
+    for (size_t i = 0; i < n; i++) {
+      b[i] = malloc(bs);
+      if (!b[i]) return 1;
+      fill(b[i], bs, (uint64_t)(round * n + i));
+    }
+    for (size_t i = 0; i < n; i++) {
+      bad |= !intact(b[i], bs, (uint64_t)(round * n + i));
+      free(b[i]);
+    }
+    if (round) break;
+    unsigned char *big = malloc(bigmib << 20);
+    if (!big) return 1;
+    fill(big, bigmib << 20, 7);
+    bad |= !intact(big, bigmib << 20, 7);
+    free(big);
+  }
+  free(b);
+  if (bad) return 1;
+  printf("freed ok\n");
+  return 0;
+}
+
 /* The mapping of /proc/self/maps that holds a, into [lo, hi); 0 if found. */
 static int mapping_of(uintptr_t a, uintptr_t *lo, uintptr_t *hi) {
   FILE *f = fopen("/proc/self/maps", "r");
@@ -330,6 +363,8 @@ int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "fork") == 0) return forked(atoi(argv[2]));
   if (argc >= 3 && strcmp(argv[1], "forkstress") == 0) return forkstress(atoi(argv[2]));
   if (argc >= 2 && strcmp(argv[1], "dlopen") == 0) return dlopened();
-  fprintf(stderr, "usage: hm_small_target mix MIB THREADS ROUNDS | fork 0|1\n");
+  if (argc >= 4 && strcmp(argv[1], "freed") == 0)
+    return freed(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10));
+  fprintf(stderr, "usage: hm_small_target mix MIB THREADS ROUNDS | fork 0|1 | freed MIB BIGMIB\n");
   return 2;
 }

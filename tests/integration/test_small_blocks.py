@@ -69,6 +69,24 @@ def test_small_blocks_are_paged_and_read_back_exactly(tmp_path: Path) -> None:
     assert on["max_rss_bytes"] < 0.7 * off["max_rss_bytes"], (on["max_rss_bytes"], off)
 
 
+def test_freed_blocks_are_not_written_to_the_tier(tmp_path: Path) -> None:
+    # 24 MiB of 896 KiB blocks written and freed, then a 16 MiB array
+    # written under a 32 MiB budget: the freed blocks' units are dropped
+    # from the pager at free, so making room for the array writes none of
+    # them back (27 MiB were written and read back before), and the blocks
+    # taken again still hold what is written to them
+    stats = tmp_path / "freed.json"
+    proc = run_hetmem(
+        "run", "--mode", "cache", "--fast-budget", "32M", "--storage", str(tmp_path),
+        "--small-blocks", "--stats", str(stats), "--", str(TARGET), "freed", "24", "16",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "freed ok\n"
+    c = json.loads(stats.read_text())["pager"]["counters"]
+    assert c["bytes_written"] < 4 * MIB, c
+    assert c["bytes_read"] < 4 * MIB, c
+
+
 def test_forked_child_reads_its_parents_small_blocks(tmp_path: Path) -> None:
     # the child reads a block of its parent's heap and allocates and frees
     # in the heap itself (a shell's subshell does both); HETMEM_FORK_COPY=0:
