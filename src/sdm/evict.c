@@ -21,7 +21,7 @@
  * a span shorter than the cache again (a tile a BLAS call packs in several
  * passes, a panel reused for every tile of a row), where plain CLOCK would
  * have kept it. The region's streams then leave the units up to that far
- * behind them to CLOCK (hm__demote_behind in fault.c); each such refill
+ * behind them to CLOCK (_hm_sdm_demote_behind in demote.c); each such refill
  * widens the span by up to a walk, so a few refills learn a tile. What lies
  * further behind is still evicted first, which keeps part of a sweep larger
  * than the cache resident (test_sdm_loop).
@@ -206,7 +206,7 @@ static void hm__victim_add(hm__victims_t *v, _hm_sdm_region_t *r, const _hm_sdm_
   v->freed += (uint64_t)S->nfilled * HM_SDM_PAGE;
 }
 
-/* First the units streams left behind (hm__demote_behind, fault.c), the
+/* First the units streams left behind (_hm_sdm_demote_behind, demote.c), the
  * most recently left first. A region swept over and over that is larger
  * than the cache then keeps what the sweep passed first resident: those
  * units are hits on the next sweep, where taking the oldest first (what

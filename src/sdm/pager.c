@@ -35,7 +35,7 @@
  * the pager's own memory (slot table, bounce buffers, per-region unit
  * tables) never exceed cfg.dram_budget. Eviction takes first the units a
  * sequential stream has passed in a region larger than the cache (queued
- * by hm__demote_behind in fault.c), the most recently passed first, so
+ * by _hm_sdm_demote_behind in demote.c), the most recently passed first, so
  * that a region swept over and over keeps what a sweep passed first; then
  * it runs CLOCK over the resident units with a reference bit set on
  * faults, and extra turns for units of randomly read regions that came
@@ -118,8 +118,9 @@
  * the thread beside each handler that installs completed prefetch fills
  * in anonymous mode while the handler serves faults. fault.c: the
  * fault path (in transit, write-protect, hit, readahead trigger, miss) and
- * fills (start, completion). evict.c: the slot table, CLOCK and the queue
- * of units streams passed, dirty victims and write-back. region.c: map,
+ * fills (start, completion). demote.c: the queues of units streams passed
+ * and of units advised cold. evict.c: the slot table, CLOCK, taking from
+ * those queues, dirty victims and write-back. region.c: map,
  * unmap, advise, flush. stats.c: statistics and their JSON. prefetch.c:
  * the stream detector. guard.c: the budget and I/O-error guards. Every
  * OS call goes through prim/ (prim.h). */

@@ -173,7 +173,7 @@ struct hm_pager_s {
    * _hm_sdm_fill_done), HM_SDM_HELD of them, a bit per page in use. */
   char *held;
   uint64_t held_used;
-  /* Slots of the units a sequential stream has passed (hm__demote_behind
+  /* Slots of the units a sequential stream has passed (_hm_sdm_demote_behind
    * in fault.c), evicted before CLOCK runs (a ring of HM_SDM_DEMQ, oldest
    * first; an entry counts while its slot's `demoted` flag is set, which a
    * slot taken again starts without). CLOCK alone cannot tell them from
@@ -357,6 +357,11 @@ void _hm_sdm_fill_finish(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
 /* Queues a resident unit's slot for eviction before CLOCK runs (pager lock
  * held): a stream left it behind, or the application advised it cold. */
 void _hm_sdm_demote(hm_pager_t *p, _hm_sdm_vq_t *q, const _hm_sdm_unit_t *V, _hm_sdm_slot_t *S);
+/* A fault of a sequential stream at unit u of r (plan pl): queues the
+ * units it passed for eviction first when its sweep spills the cache
+ * (demote.c; pager lock held). */
+void _hm_sdm_demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
+                           const _hm_sdm_pf_plan_t *pl);
 /* Marks the resident units [u0, u1] of r referenced (WILLNEED, pager lock
  * held): by the range's units, or by the slots in use where fewer. */
 void _hm_sdm_mark_willneed(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u0, uint32_t u1);

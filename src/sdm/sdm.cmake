@@ -5,6 +5,7 @@ target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/handler.c
   ${CMAKE_CURRENT_LIST_DIR}/copier.c
   ${CMAKE_CURRENT_LIST_DIR}/fault.c
+  ${CMAKE_CURRENT_LIST_DIR}/demote.c
   ${CMAKE_CURRENT_LIST_DIR}/evict.c
   ${CMAKE_CURRENT_LIST_DIR}/budget.c
   ${CMAKE_CURRENT_LIST_DIR}/region.c
