@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from hetmem.bench.placement import sweep_bound
+from hetmem.bench.placement import _quick_read_gbs, huge_pages_ab, round_order
+from hetmem.bench.placement_targets import (
+    ab_ratio,
+    alloc_ab_cost,
+    alloc_cost,
+    better_mode,
+    cold_phase,
+    evaluate,
+    sweep_bound,
+    sweep_rounds,
+)
 
 MiB = 1 << 20
 
@@ -42,7 +52,6 @@ def test_without_the_hot_split_the_bound_is_the_old_one() -> None:
 
 
 def test_sweep_target_is_judged_against_the_io_bound() -> None:
-    from hetmem.bench.placement import evaluate
 
     res = _res(0.5, 0.3)
     res["modes"]["flat"] = {"seconds": 2.5}
@@ -59,7 +68,6 @@ def test_sweep_target_is_judged_against_the_io_bound() -> None:
 
 
 def test_sweep_target_takes_each_rounds_own_bound() -> None:
-    from hetmem.bench.placement import evaluate, sweep_rounds
 
     # the bench opened with a probe of 1.0 GB/s; around its rounds' flat and
     # hybrid runs the device read 2.0, 1.0 and 1.5 GB/s. 1.6 GiB moved.
@@ -91,7 +99,6 @@ def test_sweep_target_takes_each_rounds_own_bound() -> None:
 
 
 def test_round_probe_reads_the_storage_tier(tmp_path: Path) -> None:
-    from hetmem.bench.placement import _quick_read_gbs
 
     # a real O_DIRECT read of a 256 MiB probe file
     gbs = _quick_read_gbs(str(tmp_path))
@@ -101,7 +108,6 @@ def test_round_probe_reads_the_storage_tier(tmp_path: Path) -> None:
 
 
 def test_sweep_detail_gives_the_cold_phase_rate() -> None:
-    from hetmem.bench.placement import cold_phase, evaluate
 
     res = _res(0.5, 0.3)
     res["modes"]["flat"] = {"seconds": 2.5, "hot_seconds": 0.4}
@@ -119,7 +125,6 @@ def test_sweep_detail_gives_the_cold_phase_rate() -> None:
 
 
 def test_alloc_cost_is_the_median_of_the_paired_ratios() -> None:
-    from hetmem.bench.placement import alloc_cost, evaluate
 
     # a fast outlier among the no-preload runs: best against best says 23%,
     # the pairs (each run beside its partner) say 2%
@@ -146,7 +151,6 @@ def _abba(a: list[float], b: list[float]) -> list[float]:
 
 
 def test_ab_ratio_pairs_neighbouring_slices() -> None:
-    from hetmem.bench.placement import ab_ratio
 
     # the machine slows down by 40% halfway, and two slices of the
     # program's malloc are hit by a neighbour's burst: the pairs still say 2%
@@ -168,7 +172,6 @@ def _ab_runs(kind: str, ratios: list[float]) -> list[dict]:
 
 
 def test_alloc_target_is_judged_side_by_side_in_slices() -> None:
-    from hetmem.bench.placement import alloc_ab_cost, evaluate
 
     # whole runs say 8% (the machine's noise); the slices, 1.5% over a
     # control that reads 1.005
@@ -204,7 +207,6 @@ def test_alloc_target_is_judged_side_by_side_in_slices() -> None:
 
 
 def test_near_equal_targets_are_judged_per_round() -> None:
-    from hetmem.bench.placement import evaluate
 
     # dram had one lucky run: best against best says flat is 0.83 of dram;
     # round by round (each run beside its partner) it is 0.97
@@ -244,7 +246,6 @@ def _rounds(**modes: list[float]) -> dict:
 
 
 def test_the_better_mode_is_chosen_by_its_median_not_per_round() -> None:
-    from hetmem.bench.placement import better_mode, evaluate
 
     # a sweep run of this machine (device-bound, 5 rounds): cache is the
     # better of flat and cache (median 2.38 s against 2.59 s); hybrid against
@@ -304,7 +305,6 @@ def test_bench_runs_every_configuration_in_each_round(hetmem) -> None:
 
 
 def test_huge_pages_ab_is_the_median_of_the_rounds_ratios() -> None:
-    from hetmem.bench.placement import huge_pages_ab
 
     def runs(*pairs: tuple[float, float]) -> list[dict]:
         return [{"seconds": t, "hot_seconds": h} for t, h in pairs]
@@ -324,7 +324,6 @@ def test_huge_pages_ab_is_the_median_of_the_rounds_ratios() -> None:
 
 
 def test_rounds_rotate_with_flat_and_hybrid_together() -> None:
-    from hetmem.bench.placement import round_order
 
     modes = ["dram", "cache", "swap", "flat", "hybrid"]
     first = round_order(modes, 0)
