@@ -144,6 +144,19 @@ def test_memory_hetmem_does_not_tier_is_a_reason() -> None:
     assert any("took 40 MiB" in w for w in why) and any("9.0 times" in w for w in why), why
 
 
+def test_the_commands_memory_counts_what_the_pager_left_outside() -> None:
+    """bwa mem at 203 MiB: 129 MiB in large blocks and 135 MiB of smaller
+    ones; "the data is 0.6x the budget" hid that it was 1.3x."""
+    pilot = plan.Pilot(28.0, 129 << 20, 120 << 20, {"outside_peak_bytes": 135 << 20})
+    assert pilot.memory_bytes == 264 << 20
+    runs = _runs({"swap": [1.0, 1.0], "cache": [1.2, 1.3]})
+    why = decide.reasons(runs, "swap", 203 << 20, pilot.memory_bytes, fits_budget=False)
+    assert "the command's memory (264 MiB) is 1.3x the budget (203 MiB)" in why, why
+    # no pager opened (no large block): all it held is its peak RSS
+    none = plan.Pilot(1.0, 0, 0, {}, max_rss=50 << 20)
+    assert none.memory_bytes == 50 << 20
+
+
 def test_dram_fits_the_budget_only_with_all_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plan, "machine_memory", lambda: 1 << 34)
     monkeypatch.setattr(plan.harness, "available_modes", lambda: {m: "" for m in MODES})

@@ -170,8 +170,9 @@ def _print(res: Result) -> None:
     for mode, why in d["skipped"].items():
         rows.append([mode, 0, "-", f"not run: {why}"])
     output.console().print(
-        f"{res.rounds} round(s) in {res.seconds:.0f} s; the command's data "
-        f"{format_size(res.pilot.data_bytes)}, budget {format_size(res.options.budget)}",
+        f"{res.rounds} round(s) in {res.seconds:.0f} s; the command's memory "
+        f"{format_size(res.pilot.memory_bytes)} ({format_size(res.pilot.data_bytes)} in "
+        f"blocks of --threshold and up), budget {format_size(res.options.budget)}",
         highlight=False,
     )
     output.table("", ["mode", "runs", "median s", "note"], rows)

@@ -88,7 +88,7 @@ def decide(
     runs: Sequence[Run],
     modes: Sequence[str],
     setup: Setup,
-    data_bytes: int,
+    memory_bytes: int,
     fits_budget: bool,
 ) -> Answer:
     cands = _candidates(runs, modes, fits_budget, setup.budget)
@@ -104,7 +104,7 @@ def decide(
         ans.vs_swap = ratio(times(runs, "swap"), t_best)
     if len(order) > 1:
         ans.runner_up = (order[1], ratio(times(runs, order[1]), t_best))
-    ans.why = reasons(runs, best, setup.budget, data_bytes, fits_budget)
+    ans.why = reasons(runs, best, setup.budget, memory_bytes, fits_budget)
     ans.why += comparisons(runs, modes, ans, setup.budget)
     return ans
 
@@ -125,7 +125,7 @@ def reasons(
     runs: Sequence[Run],
     best: str,
     budget: int,
-    data_bytes: int,
+    memory_bytes: int,
     fits_budget: bool,
 ) -> list[str]:
     """Why the best mode is best: the data against the budget, the access
@@ -133,10 +133,10 @@ def reasons(
     out: list[str] = []
     if fits_budget:
         out.append("the data fits the budget, so nothing needs a slower tier")
-    elif data_bytes:
+    elif memory_bytes:
         out.append(
-            f"the command's data ({format_size(data_bytes)}) is "
-            f"{data_bytes / budget:.1f}x the budget ({format_size(budget)})"
+            f"the command's memory ({format_size(memory_bytes)}) is "
+            f"{memory_bytes / budget:.1f}x the budget ({format_size(budget)})"
         )
     summ = _cache_summary(runs)
     outside = int(summ.get("outside_peak_bytes") or 0)

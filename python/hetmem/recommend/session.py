@@ -123,7 +123,9 @@ def recommend(opts: Options, say: Say = lambda _: None, note: Say = lambda _: No
     _placement(res, say)
     _rounds(res, t0, say)
     res.seconds = time.monotonic() - t0
-    res.answer = decide.decide(res.runs, choice.modes, setup, pilot.data_bytes, choice.fits_budget)
+    res.answer = decide.decide(
+        res.runs, choice.modes, setup, pilot.memory_bytes, choice.fits_budget
+    )
     write_atomic(opts.workdir / "recommend.json", json.dumps(as_dict(res), indent=1) + "\n")
     if res.answer.mode is None:
         raise NoAnswer("no mode ran the command to the end: " + "; ".join(res.answer.why))
@@ -255,6 +257,7 @@ def _pilot_dict(p: plan.Pilot) -> dict[str, Any]:
     return {
         "seconds": p.seconds,
         "data_bytes": p.data_bytes,
+        "memory_bytes": p.memory_bytes,
         "large_peak_bytes": p.large_peak,
         "touched_bytes": p.touched,
         "max_rss_bytes": p.max_rss,
