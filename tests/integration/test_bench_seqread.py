@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from conftest import needs_pager
-from hetmem.bench import seqread
+from hetmem.bench import machine, seqread
 
 
 def test_pager_rate_is_bytes_per_scan_over_the_median_scan() -> None:
@@ -74,6 +74,42 @@ def test_summary_judges_against_huge_page_fio_where_it_ran() -> None:
     assert s["targets"][0]["pass"] is True  # 1.2 and 0.95 against default buffers
     assert s["targets"][1]["pass"] is False and s["targets"][1]["measured"] == pytest.approx(0.55)
     assert len(seqread.summarize(_runs([(1.0, 1.0)]))["targets"]) == 1  # not run: no row
+
+
+def test_device_reads_are_the_stat_counters_difference(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("  100  10  51200  200  7 0 56 3 0 150 203 0 0 0 0 0 0\n")
+    before = machine.read_counters(stat)
+    assert before == (100, 10, 51200, 200)
+    stat.write_text("  300  50  153600  700  9 0 72 4 0 400 704 0 0 0 0 0 0\n")
+    shape = machine.read_shape(before, machine.read_counters(stat), 2e9)
+    # 200 requests of 256 KiB that took 2.5 ms each; at 2 GB/s that is
+    # 2e9 / 262144 x 0.0025 = 19.1 in flight
+    assert shape == {"requests": 200, "merged": 40, "mean_bytes": 262144,
+                     "mean_latency_ms": 2.5, "in_flight": 19.1}  # fmt: skip
+    # no reads, or an unreadable file: nothing to say
+    assert machine.read_shape(before, before, 2e9) is None
+    stat.write_text("garbage\n")
+    assert machine.read_counters(stat) is None
+    assert machine.read_counters(None) is None
+
+
+def test_device_lines_take_each_sides_medians() -> None:
+    def dev(kib: int, ms: float, fl: float) -> dict[str, Any]:
+        return {"requests": 1, "merged": 0, "mean_bytes": kib * 1024, "mean_latency_ms": ms,
+                "in_flight": fl}  # fmt: skip
+
+    runs = [
+        {"side": "pager", "round": 0, "device": dev(400, 1.8, 10.0)},
+        {"side": "pager", "round": 1, "device": dev(420, 2.0, 12.0)},
+        {"side": "pager", "round": 2, "device": dev(500, 9.0, 30.0)},
+        {"side": "fio", "round": 0, "device": dev(256, 1.2, 15.8)},
+        {"side": "fio", "round": 1, "error": "failed"},
+    ]
+    assert seqread.device_lines(runs) == [
+        "device reads, pager: 420 KiB a request, 2.00 ms each, 12.0 in flight (medians of 3 runs)",
+        "device reads, fio: 256 KiB a request, 1.20 ms each, 15.8 in flight (one run)",
+    ]
 
 
 def test_hugetlb_pages_are_read_from_meminfo(tmp_path: Path) -> None:
@@ -139,7 +175,7 @@ def test_small_run_measures_both_sides_and_leaves_no_files(hetmem: Any, tmp_path
     assert proc.returncode in (0, 1), proc.stderr
     data = json.loads((out / "seqread.json").read_text())
     assert data == json.loads(proc.stdout)
-    assert data["schema_version"] == 2 and data["size_bytes"] == 64 << 20
+    assert data["schema_version"] == 3 and data["size_bytes"] == 64 << 20
     sides = [(r["round"], r["side"]) for r in data["runs"]]
     # the scan leads in even rounds, fio in odd ones, each once per round
     assert sides == [(0, "pager"), (0, "fio"), (1, "fio"), (1, "pager")]
@@ -156,3 +192,12 @@ def test_small_run_measures_both_sides_and_leaves_no_files(hetmem: Any, tmp_path
     assert all(r["bytes_read"] >= r["scans"] * (16 << 20) for r in pager)
     assert len(data["ratios"]) == 2
     assert set(scratch_storage.iterdir()) == before
+    if machine.block_stat_file(str(scratch_storage)) is not None:
+        # each side's reads as the device counted them: O_DIRECT reads of
+        # whole pages at least, some of them in flight
+        for r in data["runs"]:
+            dev = r["device"]
+            assert dev["requests"] > 0 and dev["mean_bytes"] >= 4096, r
+            assert dev["mean_latency_ms"] >= 0 and dev["in_flight"] >= 0, r
+        assert any(line.startswith("device reads, pager: ") for line in
+                   seqread.device_lines(data["runs"]))  # fmt: skip

@@ -52,11 +52,9 @@ def storage_device(path: str) -> dict[str, Any]:
     device/model, else the driver's name), size and whether the kernel
     calls it rotational; name "none" for a file system on no block device
     (tmpfs, overlay, a network file system)."""
-    try:
-        dev = os.stat(path).st_dev
-    except OSError:
+    node = _dev_node(path)
+    if node is None:
         return {"path": path, "name": UNKNOWN, "model": UNKNOWN}
-    node = SYS_DEV_BLOCK / f"{os.major(dev)}:{os.minor(dev)}"
     if not node.exists():
         return {
             "path": path,
@@ -73,6 +71,59 @@ def storage_device(path: str) -> dict[str, Any]:
         "size_bytes": _int(disk / "size", 512),
         "rotational": _int(disk / "queue" / "rotational", 1),
     }
+
+
+def _dev_node(path: str) -> Path | None:
+    """/sys/dev/block/MAJOR:MINOR of the device that holds `path` (which may
+    not exist: tmpfs, overlay); None when `path` cannot be looked at."""
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    return SYS_DEV_BLOCK / f"{os.major(dev)}:{os.minor(dev)}"
+
+
+def block_stat_file(path: str) -> Path | None:
+    """The sysfs `stat` file of the block device (or partition) that holds
+    `path`; None on a file system without one, or where sysfs has none."""
+    node = _dev_node(path)
+    if node is None or not (node / "stat").exists():
+        return None
+    return node / "stat"
+
+
+def read_counters(stat: Path | None) -> tuple[int, int, int, int] | None:
+    """(reads completed, reads merged into others, sectors read, milliseconds
+    spent on reads) from a block device's sysfs stat file
+    (Documentation/block/stat.rst); None when it cannot be read."""
+    if stat is None:
+        return None
+    words = _read(stat).split()
+    if len(words) < 4 or not all(w.isdigit() for w in words[:4]):
+        return None
+    reads, merged, sectors, ticks = (int(w) for w in words[:4])
+    return reads, merged, sectors, ticks
+
+
+def read_shape(
+    before: tuple[int, int, int, int] | None,
+    after: tuple[int, int, int, int] | None,
+    rate_bps: float,
+) -> dict[str, Any] | None:
+    """What the device saw of a run's reads, from its counters before and
+    after: requests, reads merged into them, mean request size and service
+    time, and the requests in flight that these imply at the run's read
+    rate (Little's law: rate / size x time). None without reads."""
+    if before is None or after is None:
+        return None
+    reads, merged, sectors, ticks = (a - b for a, b in zip(after, before, strict=True))
+    if reads <= 0 or sectors <= 0:
+        return None
+    size = sectors * 512 / reads
+    latency = ticks / reads / 1000
+    return {"requests": reads, "merged": merged, "mean_bytes": round(size),
+            "mean_latency_ms": round(latency * 1000, 3),
+            "in_flight": round(rate_bps / size * latency, 1)}  # fmt: skip
 
 
 def _device_model(disk: Path) -> str:

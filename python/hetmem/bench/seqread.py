@@ -32,6 +32,13 @@ round's rates and ratios, and the target (issue 21, target 2):
 against fio's default buffers, and against its huge-page buffers where
 that ran.
 
+It also prints, per side, what the storage tier's block device saw of its
+reads (its sysfs stat counters over each run): the mean request size, the
+mean time a request took, and the requests in flight these imply at the
+run's read rate. Two sides with one read size and depth can still differ
+there: the block layer merges adjacent reads submitted together into larger
+requests, and a device may serve those slower per byte.
+
 Results: DIR/seqread.json (schema in docs/formats.md) with every run.
 """
 
@@ -50,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import __version__, output
-from hetmem.bench import exit_status, find_program
+from hetmem.bench import exit_status, find_program, machine
 from hetmem.bench.harness import (
     add_output_arguments,
     parse_multiples,
@@ -67,7 +74,7 @@ name = "seqread"
 help = "the pager's device read rate on a 2x sequential scan vs fio, same block and depth"
 description = __doc__.split("\n\n", 1)[1] if __doc__ else ""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 KERNEL = "hm-kernel-scan"
 GOAL = 0.9
 SETTLE_S = 3.0
@@ -142,6 +149,20 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
         "storage": str(Path(args.storage or default_storage()).resolve()),
         "fio_huge": args.fio_huge,
     }
+
+
+def _device_before(p: dict[str, Any]) -> tuple[int, int, int, int] | None:
+    return machine.read_counters(machine.block_stat_file(p["storage"]))
+
+
+def _add_device(p: dict[str, Any], rec: dict[str, Any], before: Any) -> None:
+    """The run's reads as the storage tier's block device saw them (the
+    module's help), where it has one and the run measured a rate."""
+    after = _device_before(p)
+    if "gbs" in rec:
+        shape = machine.read_shape(before, after, rec["gbs"] * 1e9)
+        if shape:
+            rec["device"] = shape
 
 
 def hugetlb_free(meminfo: str = "/proc/meminfo") -> tuple[int, int]:
@@ -219,6 +240,7 @@ def run_scan(p: dict[str, Any]) -> dict[str, Any]:
         stats_file = Path(tmp) / "stats.json"
         cmd = scan_command(p, stats_file)
         env = dict(os.environ, OMP_NUM_THREADS=str(p["threads"]))
+        before = _device_before(p)
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(
@@ -241,6 +263,7 @@ def run_scan(p: dict[str, Any]) -> dict[str, Any]:
         rec["block_bytes"], rec["depth"] = pager_io_shape(pager)
     except ValueError as e:
         rec["error"] = str(e)
+    _add_device(p, rec, before)
     return rec
 
 
@@ -249,6 +272,7 @@ def run_fio(p: dict[str, Any], block: int, depth: int, huge: bool = False) -> di
     plant a link at), removed after; huge: with huge-page buffers."""
     side = "fio-huge" if huge else "fio"
     tmp = tempfile.mkdtemp(prefix=".hetmem-seqread-", dir=p["storage"])
+    before = _device_before(p)
     try:
         job = fio_seq_read(p["fio"], Path(tmp) / "fio.dat", p["size"], block, depth,
                            iomem="shmhuge" if huge else None)  # fmt: skip
@@ -256,8 +280,10 @@ def run_fio(p: dict[str, Any], block: int, depth: int, huge: bool = False) -> di
         return {"side": side, "error": str(e)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"side": side, "block_bytes": block, "depth": depth,
-            "gbs": job["read"]["bw_bytes"] / 1e9}  # fmt: skip
+    rec = {"side": side, "block_bytes": block, "depth": depth,
+           "gbs": job["read"]["bw_bytes"] / 1e9}  # fmt: skip
+    _add_device(p, rec, before)
+    return rec
 
 
 def run_fios(p: dict[str, Any], shape: tuple[int, int]) -> list[dict[str, Any]]:
@@ -332,6 +358,29 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "target": targets[0], "targets": targets}  # fmt: skip
 
 
+def _medians(n: int) -> str:
+    return "one run" if n == 1 else f"medians of {n} runs"
+
+
+def device_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """One line per side: the median over its runs of what the device saw.
+    Why: two sides at one read size and depth can still differ in the
+    requests the device gets (the block layer merges adjacent reads
+    submitted together) and in how many it holds at once."""
+    out = []
+    names = {"pager": "pager", "fio": "fio", "fio-huge": "fio, huge-page buffers"}
+    for side, name in names.items():
+        devs = [r["device"] for r in runs if r["side"] == side and "device" in r]
+        if not devs:
+            continue
+        kib = statistics.median(d["mean_bytes"] for d in devs) / 1024
+        ms = statistics.median(d["mean_latency_ms"] for d in devs)
+        fl = statistics.median(d["in_flight"] for d in devs)
+        out.append(f"device reads, {name}: {kib:.0f} KiB a request, {ms:.2f} ms each, "
+                   f"{fl:.1f} in flight ({_medians(len(devs))})")  # fmt: skip
+    return out
+
+
 def _cell(rec: dict[str, Any]) -> str:
     return f"{rec['gbs']:.2f}" if "gbs" in rec else rec.get("error", "-")
 
@@ -361,6 +410,8 @@ def _print(p: dict[str, Any], runs: list[dict[str, Any]], summ: dict[str, Any]) 
         verdict = {True: "met", False: "MISSED", None: "not measured"}[t["pass"]]
         measured = "-" if t["measured"] is None else f"{t['measured']:.2f}"
         print(f"{t['target']}: {measured} (goal {GOAL}; {t['detail']}): {verdict}")
+    for line in device_lines(runs):
+        print(line)
     if not huge and p["fio_huge"] == "auto":
         print("fio with huge-page buffers: not run (too few free hugetlb pages; "
               "see --help)")  # fmt: skip
