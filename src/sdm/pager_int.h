@@ -174,7 +174,7 @@ struct hm_pager_s {
   char *held;
   uint64_t held_used;
   /* Slots of the units a sequential stream has passed (_hm_sdm_demote_behind
-   * in fault.c), evicted before CLOCK runs (a ring of HM_SDM_DEMQ, oldest
+   * in demote.c), evicted before CLOCK runs (a ring of HM_SDM_DEMQ, oldest
    * first; an entry counts while its slot's `demoted` flag is set, which a
    * slot taken again starts without). CLOCK alone cannot tell them from
    * reused data: a stream's units carry the reference bit of their fault or
@@ -187,7 +187,7 @@ struct hm_pager_s {
    * ring, in demq's mapping, taken before it: the program's own word on
    * what it will not use soon comes before a guess from its streams. */
   _hm_sdm_vq_t coldq;
-  uint32_t dtag; /* the tag of the last entry queued on either ring (wraps: fault.c) */
+  uint32_t dtag; /* the tag of the last entry queued on either ring (wraps: demote.c) */
   /* Units filled so far (wraps): the clock by which a unit read again soon
    * after it was evicted as left behind is told from one read again a
    * sweep later (_hm_sdm_slot_take). */
@@ -354,16 +354,19 @@ void _hm_sdm_fill_start(_hm_sdm_handler_t *h, _hm_sdm_op_t *op);
  * it, wakes its waiters and frees the op (fill_finish keeps the op). */
 void _hm_sdm_fill_done(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
 void _hm_sdm_fill_finish(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res);
-/* Queues a resident unit's slot for eviction before CLOCK runs (pager lock
- * held): a stream left it behind, or the application advised it cold. */
+
+/* demote.c: the queues of units evicted before CLOCK runs (pager lock held
+ * for both). demote queues a resident unit's slot: a stream left it
+ * behind, or the application advised it cold. demote_behind, at a fault of
+ * a sequential stream at unit u of r (plan pl), queues the units it passed
+ * when its sweep spills the cache. */
 void _hm_sdm_demote(hm_pager_t *p, _hm_sdm_vq_t *q, const _hm_sdm_unit_t *V, _hm_sdm_slot_t *S);
-/* A fault of a sequential stream at unit u of r (plan pl): queues the
- * units it passed for eviction first when its sweep spills the cache
- * (demote.c; pager lock held). */
 void _hm_sdm_demote_behind(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
                            const _hm_sdm_pf_plan_t *pl);
-/* Marks the resident units [u0, u1] of r referenced (WILLNEED, pager lock
- * held): by the range's units, or by the slots in use where fewer. */
+
+/* region.c: marks the resident units [u0, u1] of r referenced (WILLNEED,
+ * pager lock held): by the range's units, or by the slots in use where
+ * fewer. */
 void _hm_sdm_mark_willneed(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u0, uint32_t u1);
 
 /* copier.c: the thread that installs prefetch fills beside a handler.
