@@ -101,8 +101,7 @@ def read_counters(stat: Path | None) -> tuple[int, int, int, int] | None:
     words = _read(stat).split()
     if len(words) < 4 or not all(w.isdigit() for w in words[:4]):
         return None
-    reads, merged, sectors, ticks = (int(w) for w in words[:4])
-    return reads, merged, sectors, ticks
+    return int(words[0]), int(words[1]), int(words[2]), int(words[3])
 
 
 def read_shape(

@@ -151,14 +151,14 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _device_before(p: dict[str, Any]) -> tuple[int, int, int, int] | None:
+def _device_counters(p: dict[str, Any]) -> tuple[int, int, int, int] | None:
     return machine.read_counters(machine.block_stat_file(p["storage"]))
 
 
 def _add_device(p: dict[str, Any], rec: dict[str, Any], before: Any) -> None:
     """The run's reads as the storage tier's block device saw them (the
     module's help), where it has one and the run measured a rate."""
-    after = _device_before(p)
+    after = _device_counters(p)
     if "gbs" in rec:
         shape = machine.read_shape(before, after, rec["gbs"] * 1e9)
         if shape:
@@ -240,7 +240,7 @@ def run_scan(p: dict[str, Any]) -> dict[str, Any]:
         stats_file = Path(tmp) / "stats.json"
         cmd = scan_command(p, stats_file)
         env = dict(os.environ, OMP_NUM_THREADS=str(p["threads"]))
-        before = _device_before(p)
+        before = _device_counters(p)
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(
@@ -272,7 +272,7 @@ def run_fio(p: dict[str, Any], block: int, depth: int, huge: bool = False) -> di
     plant a link at), removed after; huge: with huge-page buffers."""
     side = "fio-huge" if huge else "fio"
     tmp = tempfile.mkdtemp(prefix=".hetmem-seqread-", dir=p["storage"])
-    before = _device_before(p)
+    before = _device_counters(p)
     try:
         job = fio_seq_read(p["fio"], Path(tmp) / "fio.dat", p["size"], block, depth,
                            iomem="shmhuge" if huge else None)  # fmt: skip
