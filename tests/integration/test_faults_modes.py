@@ -143,13 +143,17 @@ def test_tier_failing_mid_run_ends_the_program_in_one_line(tmp_path: Path, mode:
     mnt = tmp_path / "tier"
     command = [sys.executable, "-c", SHUTDOWN_THEN_READ, str(mnt)]
     proc = _run_on_tier(tmp_path, "256M", _mode_args(mode, tmp_path), command, timeout=120)
-    assert "tier shut down" in proc.stdout, proc.stderr
     assert "survived" not in proc.stdout, proc.stdout
     assert proc.returncode == 128 + signal.SIGBUS, proc.stderr
     lines = _hetmem_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"hetmem: I/O error on the storage tier {mnt}")
     assert "Input/output error" in lines[0]
+    # Usually the read of the start is what fails. The fill's write-back can
+    # still be under way when the tier goes down, and then it fails first and
+    # may end the program before its print: the same outcome, said as such.
+    if "tier shut down" not in proc.stdout:
+        assert "cannot write back" in lines[0], proc.stderr
 
 
 @pytest.mark.parametrize("mode", [*TIERED, "swap"])
