@@ -281,7 +281,7 @@ def test_sweep_interleaves_shuffled_and_reports_spread(monkeypatch):
         return {"iteration_s": base[c][calls[c] - 1]}
 
     monkeypatch.setattr(runner, "run", fake_run)
-    res = sweep.sweep(s, {}, max_ranks=2, repeat=3)
+    res = sweep.sweep(s, {}, max_ranks=2, repeat=3, decide=0)
     # every round runs every configuration once; rounds in different orders
     rounds = [order[i : i + 4] for i in range(0, 12, 4)]
     assert all(sorted(r) == sorted(cfgs) for r in rounds)
@@ -318,7 +318,7 @@ def test_sweep_readvises_when_the_load_moves(monkeypatch):
     monkeypatch.setattr(model, "advise", fake_advise)
     monkeypatch.setattr(runner, "run", lambda spec: {"iteration_s": 1.0})
     monkeypatch.setattr(sweep, "RELOAD", -1.0)  # any load counts as moved
-    res = sweep.sweep(s, {}, max_ranks=1, repeat=3)
+    res = sweep.sweep(s, {}, max_ranks=1, repeat=3, decide=0)
     assert len(calls) == 3 and res["advised_rounds"] == 3
     assert res["round_inputs"] == [0, 1, 2] and len(res["advisor_inputs"]) == 3
     by = {r["config"]: r for r in res["rows"]}
@@ -328,7 +328,7 @@ def test_sweep_readvises_when_the_load_moves(monkeypatch):
     assert res["advised"] == "parallel/dram/p1"
     monkeypatch.setattr(sweep, "RELOAD", 1e9)  # never moved: one prediction
     calls.clear()
-    once = sweep.sweep(s, {}, max_ranks=1, repeat=3)
+    once = sweep.sweep(s, {}, max_ranks=1, repeat=3, decide=0)
     assert once["advised_rounds"] == 1 and once["round_inputs"] == [0, 0, 0]
     assert len(calls) == 1
 
@@ -554,8 +554,20 @@ def test_replay_module_scores_a_saved_sweep_again(tmp_path, capsys):
         "concurrency_now": {"io:dram": {"1": 1.0, "2": 1.0}},
     }
     rows = [
-        {"config": "serial/dram/p1", "measured_s": 0.05, "slowdown": 1.0, "spread": 0.1},
-        {"config": "parallel/dram/p1", "measured_s": 0.06, "slowdown": 1.2, "spread": 0.1},
+        {
+            "config": "serial/dram/p1",
+            "measured_s": 0.05,
+            "slowdown": 1.0,
+            "spread": 0.1,
+            "measured_runs_s": [0.05] * 3,
+        },
+        {
+            "config": "parallel/dram/p1",
+            "measured_s": 0.06,
+            "slowdown": 1.2,
+            "spread": 0.1,
+            "measured_runs_s": [0.06] * 3,
+        },
     ]
     res = {"spec": "writer-bound", "rows": rows, "tied_with_best": []}
     data = {"specs": [dict(res, advisor_inputs=[inputs], round_inputs=[0, 0, 0])]}
@@ -644,17 +656,19 @@ def test_cli_sweep_writes_the_json_it_prints(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(calibrate, "load", lambda: _calib())
     monkeypatch.setattr(sweep, "sweep", lambda *a, **k: dict(got))
     out = tmp_path / "s.json"
-    assert cli.main(["flow", "sweep", "small-io", "--repeat", "2", "--json", "-o", str(out)]) == 0
+    argv = ["flow", "sweep", "small-io", "--repeat", "2", "--decide", "3", "--json", "-o", str(out)]
+    assert cli.main(argv) == 0
     printed = json.loads(capsys.readouterr().out)
     assert json.loads(out.read_text()) == printed
     assert printed["specs"][0]["advisor_inputs"] == [{"load": 0.0}]
     assert printed["summary"]["specs"] == 1
-    assert printed["schema_version"] == 2
+    assert printed["schema_version"] == 3
     assert printed["plan"] == {
         "kind": "named",
         "specs": ["small-io"],
         "repeat": 2,
         "readvise": False,
+        "decide": 3,
         "max_ranks": 2,
     }
     assert printed["summary"]["target"]["pass"] is True

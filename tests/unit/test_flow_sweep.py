@@ -98,7 +98,7 @@ def test_advisor_check_passes_within_5pct_of_the_measured_best():
         "x: advised parallel/dram/p1, measured best parallel/dram/p2, "
         "advised is within 4.0% of best -> PASS"
     )
-    assert "spread of 2 runs" in line
+    assert "(spread: advised 0% of 2 runs, best 0% of 2)" in line
 
 
 def test_advisor_check_misses_beyond_5pct_and_says_when_runs_overlap():
@@ -112,6 +112,58 @@ def test_advisor_check_misses_beyond_5pct_and_says_when_runs_overlap():
     assert not res["advised_within_5pct"] and res["advised_tied_with_best"]
     line = sweep.advisor_line(res)
     assert "-> MISS" in line and "within the measurement spread" in line
+
+
+def test_contenders_are_the_best_and_those_overlapping_its_runs():
+    measured = {
+        "a": [1.0, 1.1, 1.3],  # the best median
+        "b": [1.25, 1.4, 1.5],  # overlaps a's 1.3
+        "c": [1.31, 1.32, 1.33],  # does not
+    }
+    assert sweep._contenders(measured) == ["a", "b"]
+    assert sweep._contenders({"a": [1.0, 1.1], "c": [1.2, 1.3]}) == []
+
+
+def test_deciding_rounds_rerun_the_contenders_whatever_was_advised(monkeypatch):
+    s = specmod.parse(TINY)
+    cfgs = {"serial/dram/p1": [1.0, 1.2], "parallel/dram/p1": [1.1, 1.3]}
+    cfgs["parallel/dram/p2"] = [2.0, 2.1]
+    for advised in cfgs:  # the advice never changes who is re-measured
+        rows = [
+            {"config": c, "mode": c.split("/")[0], "tier": "dram", "ranks": int(c[-1])}
+            | {"iteration_s": 0.5 if c == advised else 1.0, "reason": "r"}
+            for c in cfgs
+        ]
+        monkeypatch.setattr(model, "advise", lambda *a, rows=rows, **k: [dict(r) for r in rows])
+        ran: list[str] = []
+
+        def fake_run(spec, ran=ran):
+            c = f"{spec.mode}/{spec.tier}/p{spec.writer.ranks}"
+            ran.append(c)
+            k = sum(1 for x in ran if x == c) - 1
+            return {"iteration_s": cfgs[c][k] if k < 2 else 1.15}
+
+        monkeypatch.setattr(runner, "run", fake_run)
+        res = sweep.sweep(s, {}, max_ranks=2, repeat=2, decide=3)
+        assert res["decided"] == ["parallel/dram/p1", "serial/dram/p1"]
+        assert res["decide"] == 3
+        extra = ran[6:]
+        assert sorted(extra) == sorted(res["decided"] * 3)
+        by = {r["config"]: r for r in res["rows"]}
+        assert len(by["serial/dram/p1"]["measured_runs_s"]) == 5
+        assert len(by["parallel/dram/p2"]["measured_runs_s"]) == 2
+        # medians over every run: serial 1.0, 1.2, 1.15 x3 -> 1.15
+        assert by["serial/dram/p1"]["measured_s"] == pytest.approx(1.15)
+        assert by["parallel/dram/p1"]["measured_s"] == pytest.approx(1.15)
+        assert res["advised"] == advised
+    none = sweep.sweep(s, {}, max_ranks=2, repeat=2, decide=0)
+    assert none["decided"] == [] and none["decide"] == 0
+
+
+def test_plan_refuses_negative_deciding_rounds():
+    with pytest.raises(UsageError, match="--decide"):
+        sweep.plan([], decide=-1)
+    assert sweep.plan([]).decide == sweep.DECIDE and sweep.plan([], decide=0).decide == 0
 
 
 def _res(name: str, slowdown: float) -> dict[str, Any]:
@@ -140,7 +192,7 @@ def test_summary_target_needs_90pct_of_the_specs():
 
 
 def _fake_sweep(slowdowns: dict[str, float]) -> Any:
-    def fake(spec, calib, max_ranks, prog, repeat, readvise):
+    def fake(spec, calib, max_ranks, prog, repeat, readvise, decide):
         best, adv = "serial/dram/p1", "parallel/dram/p1"
         sd = slowdowns[spec.name]
         rows = [
@@ -169,7 +221,8 @@ def test_cli_exit_status_follows_the_target(monkeypatch, capsys):
     monkeypatch.setattr(sweep, "sweep", _fake_sweep(dict(ok, **{"gtc-small": 1.2})))
     assert cli.main(["flow", "sweep", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data["schema_version"] == 2 and data["plan"]["kind"] == "reduced"
+    assert data["schema_version"] == 3 and data["plan"]["kind"] == "reduced"
+    assert data["plan"]["decide"] == sweep.DECIDE
     assert [r["spec"] for r in data["specs"]] == list(sweep.REDUCED_SPECS)
     gtc = data["specs"][-1]
     assert gtc["advised_within_pct"] == pytest.approx(20.0) and not gtc["advised_within_5pct"]
@@ -196,9 +249,9 @@ def test_reduced_sweep_advises_once_even_when_the_load_moves(monkeypatch):
     monkeypatch.setattr(model, "advise", fake_advise)
     monkeypatch.setattr(runner, "run", lambda spec: {"iteration_s": 1.0})
     monkeypatch.setattr(sweep, "RELOAD", -1.0)  # any load counts as moved
-    res = sweep.sweep(s, {}, max_ranks=1, repeat=2, readvise=False)
+    res = sweep.sweep(s, {}, max_ranks=1, repeat=2, readvise=False, decide=0)
     assert len(calls) == 1 and res["advised_rounds"] == 1 and res["round_inputs"] == [0, 0]
     assert res["repeat"] == 2 and res["advise_s"] >= 0 and res["runs_s"] >= 0
     assert all(len(r["measured_runs_s"]) == 2 for r in res["rows"])
-    res = sweep.sweep(s, {}, max_ranks=1, repeat=2, readvise=True)
+    res = sweep.sweep(s, {}, max_ranks=1, repeat=2, readvise=True, decide=0)
     assert res["advised_rounds"] == 2  # --full's behaviour

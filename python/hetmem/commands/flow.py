@@ -26,7 +26,9 @@ SWEEP_DESCRIPTION = (
     "Runs every configuration (mode x channel tier x ranks) of each spec,\n"
     "interleaved: every round runs each configuration once, in a seeded\n"
     "shuffled order; a configuration's figure is the median of its rounds,\n"
-    "its spread (max - min) / median. Before the runs `hetmem flow advise`\n"
+    "its spread (max - min) / median. The best one and those whose runs\n"
+    f"overlap its runs then get {sweep.DECIDE} more interleaved rounds (--decide),\n"
+    "whichever the advisor chose. Before the runs `hetmem flow advise`\n"
     "predicts each one; the sweep then checks the advisor, per spec\n"
     '"advised X, measured best Y, advised is within Z% of best", and its\n'
     "target: advised within 5% of the measured best on >= 90% of the specs.\n\n"
@@ -108,6 +110,14 @@ class Command:
             f" default {sweep.REDUCED_REPEAT}, with --full {sweep.FULL_REPEAT})",
         )
         p.add_argument(
+            "--decide",
+            type=int,
+            default=sweep.DECIDE,
+            metavar="N",
+            help="more rounds for the best configuration and those whose runs overlap"
+            f" its runs (default {sweep.DECIDE}; 0: none)",
+        )
+        p.add_argument(
             "--calibrate", action="store_true", help="calibrate first (the machine as it is now)"
         )
         p.add_argument("--json", action="store_true", help="print JSON")
@@ -170,7 +180,9 @@ class Command:
         with output.progress(not args.json) as prog:
             for spec in specs:
                 results.append(
-                    sweep.sweep(spec, calib, args.max_ranks, prog, plan.repeat, plan.readvise)
+                    sweep.sweep(
+                        spec, calib, args.max_ranks, prog, plan.repeat, plan.readvise, plan.decide
+                    )
                 )
         summary = sweep.summarize(results)
         summary.update(calibration_s=calib_s, wall_s=time.monotonic() - t0)
@@ -208,7 +220,7 @@ def _run_spec(args: argparse.Namespace) -> Spec:
 def _sweep_specs(args: argparse.Namespace) -> tuple[sweep.Plan, list[Spec]]:
     """The options of `flow sweep` checked, then every spec read, before any
     calibration or run starts."""
-    plan = sweep.plan(args.spec, args.full, args.repeat)
+    plan = sweep.plan(args.spec, args.full, args.repeat, args.decide)
     if args.max_ranks < 1:
         raise UsageError("--max-ranks: must be >= 1")
     if args.output:
@@ -313,8 +325,11 @@ def _print_advice(spec: Spec, rows: list[dict[str, Any]], ref: dict[str, Any]) -
 
 
 def _print_sweep_spec(res: dict[str, Any]) -> None:
+    more = ""
+    if res.get("decided"):
+        more = f", {res['decide']} more for the {len(res['decided'])} that overlapped the best"
     output.table(
-        f"flow sweep {res['spec']}: median of {res['repeat']} interleaved runs "
+        f"flow sweep {res['spec']}: median of {res['repeat']} interleaved runs{more} "
         f"(spread = (max - min) / median)",
         ["config", "predicted s/it", "measured s/it", "spread", "error", "vs best"],
         [
