@@ -262,6 +262,7 @@ def test_sweep_interleaves_shuffled_and_reports_spread(monkeypatch):
         m, t, p = c.split("/")
         rows.append({"config": c, "mode": m, "tier": t, "ranks": int(p[1:])})
         rows[-1].update(iteration_s=pred[c], reason="r")
+    rows.sort(key=lambda r: r["iteration_s"])  # as advise() returns them: advised first
     monkeypatch.setattr(model, "advise", lambda *a, **k: [dict(r) for r in rows])
     # measured: parallel/dram/p2 is the best; parallel/dram/p1 (advised) is
     # 4% slower on the median, with one disturbed run
@@ -312,7 +313,7 @@ def test_sweep_readvises_when_the_load_moves(monkeypatch):
         return [
             {"config": c, "mode": c.split("/")[0], "tier": "dram", "ranks": 1, "reason": "r"}
             | {"iteration_s": f * t, "external_load": 0.0}
-            for c, t in (("serial/dram/p1", 1.0), ("parallel/dram/p1", 0.6))
+            for c, t in (("parallel/dram/p1", 0.6), ("serial/dram/p1", 1.0))
         ]
 
     monkeypatch.setattr(model, "advise", fake_advise)
@@ -640,6 +641,26 @@ def test_parallel_predictions_take_the_work_at_its_cpu_share(monkeypatch):
     # never below half (a run that was mostly descheduled says little)
     runs[0]["writer"]["compute_cpu"] = 0.01
     assert model._cpu_share(runs)["w"] == 0.5
+
+
+def test_replay_decides_near_ties_with_the_recorded_runoff(monkeypatch):
+    from hetmem.flow import replay
+
+    near = {"serial/dram/p1": 0.050, "parallel/dram/p1": 0.051}  # within 5%
+    monkeypatch.setattr(model, "replay", lambda *a, **k: dict(near))
+    rows = [
+        {"config": c, "measured_s": m, "slowdown": m / 0.05, "spread": 0.0,
+         "measured_runs_s": [m] * 3}
+        for c, m in (("serial/dram/p1", 0.06), ("parallel/dram/p1", 0.05))
+    ]  # fmt: skip
+    ran = {"load": 0.0, "runoff": {"serial/dram/p1": [0.07] * 3, "parallel/dram/p1": [0.05] * 3}}
+    res = {"spec": "writer-bound", "rows": rows, "tied_with_best": []}
+    data = {"specs": [dict(res, advisor_inputs=[ran], round_inputs=[0, 0])]}
+    decided, summ = replay.evaluate(data, _calib())
+    assert decided[0]["advised"] == "parallel/dram/p1" and summ["advised_within_5pct"] == 1
+    plain, summ = replay.evaluate(data, _calib(), ("runoff",))
+    assert plain[0]["advised"] == "serial/dram/p1" and summ["advised_within_5pct"] == 0
+    assert ran["runoff"]  # the saved inputs are left alone
 
 
 def test_cli_sweep_writes_the_json_it_prints(monkeypatch, tmp_path, capsys):

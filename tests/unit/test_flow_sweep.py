@@ -134,6 +134,7 @@ def test_deciding_rounds_rerun_the_contenders_whatever_was_advised(monkeypatch):
             | {"iteration_s": 0.5 if c == advised else 1.0, "reason": "r"}
             for c in cfgs
         ]
+        rows.sort(key=lambda r: r["iteration_s"])  # advised first, as advise() returns
         monkeypatch.setattr(model, "advise", lambda *a, rows=rows, **k: [dict(r) for r in rows])
         ran: list[str] = []
 

@@ -16,7 +16,7 @@ from hetmem.bench import EXIT_RULE, exit_status
 from hetmem.bench.flow import add_bench_arguments, tier_arg
 from hetmem.bench.flow import run as run_bench
 from hetmem.errors import UsageError
-from hetmem.flow import calibrate, model, runner, sweep
+from hetmem.flow import calibrate, model, runner, runoff, sweep
 from hetmem.flow import spec as specmod
 from hetmem.flow.spec import Spec
 from hetmem.output import check_output_file
@@ -165,7 +165,7 @@ class Command:
         ref = inputs.get("parallel_ref") or {}
         if args.json:
             output.print_json(
-                {"schema_version": 1, "spec": spec.name, "ranking": rows, "parallel_ref": ref}
+                {"schema_version": 2, "spec": spec.name, "ranking": rows, "parallel_ref": ref}
             )
             return 0
         _print_advice(spec, rows, ref)
@@ -294,13 +294,14 @@ def _print_calibration(data: dict[str, Any]) -> None:
 
 def _print_advice(spec: Spec, rows: list[dict[str, Any]], ref: dict[str, Any]) -> None:
     output.table(
-        f"flow advise {spec.name}: predicted iteration time, best first",
-        ["config", "s/iter", "vs best", "W cmp+io", "R io+cmp", "why"],
+        f"flow advise {spec.name}: predicted iteration time, advised first",
+        ["config", "s/iter", "vs best", "runoff s/iter", "W cmp+io", "R io+cmp", "why"],
         [
             [
                 r["config"],
                 round(r["iteration_s"], 4),
                 f"{r['predicted_slowdown']:.2f}x",
+                "-" if r.get("runoff_s") is None else round(r["runoff_s"], 4),
                 f"{r['writer_compute_s']:.3f}+{r['writer_io_s']:.3f}",
                 f"{r['reader_io_s']:.3f}+{r['reader_compute_s']:.3f}",
                 r["reason"],
@@ -315,12 +316,25 @@ def _print_advice(spec: Spec, rows: list[dict[str, Any]], ref: dict[str, Any]) -
             f"{x['predicted_s']:.4f} modelled)"
         )
     b = rows[0]
+    ran = [r for r in rows if r.get("runoff_s") is not None]
+    if len(ran) > 1:
+        output.console().print(
+            f"runoff: the model put {len(ran)} configurations within "
+            f"{runoff.RUNOFF_WITHIN:.0%} of each other; {runoff.RUNOFF_RUNS} short runs each: "
+            + ", ".join(f"{r['config']} {r['runoff_s']:.4f}" for r in ran)
+            + " s/iter (medians)",
+            markup=False,
+            highlight=False,
+        )
+    nxt = rows[1] if len(rows) > 1 else None
     output.console().print(
         f"advice: --mode {b['mode']} --channel {b['tier']} --ranks {b['ranks']} "
-        f"({b['reason']}; next best {rows[1]['config']} is "
-        f"{rows[1]['predicted_slowdown']:.2f}x)"
-        if len(rows) > 1
-        else f"advice: {b['config']}"
+        f"({b['reason']}; next {nxt['config']}, predicted "
+        f"{nxt['iteration_s'] / b['iteration_s']:.2f}x)"
+        if nxt is not None and b["iteration_s"] > 0
+        else f"advice: {b['config']}",
+        markup=False,
+        highlight=False,
     )
 
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
-from hetmem.flow import calibrate, kernels, locality, runner
+from hetmem.flow import calibrate, kernels, locality, runner, runoff
 from hetmem.flow.cpuload import (
     busy_cpu_seconds,  # noqa: F401  (flow.sweep reads model.busy_cpu_seconds)
     cpu_factor,
@@ -753,7 +753,10 @@ def advise(
     busy ranks share the cores right now (a few seconds): the machine as
     the runs that follow will find it. `inputs`, when given, receives what
     the predictions were made from (load, kernel times, I/O profile,
-    concurrency probes), so that they can be replayed: see replay()."""
+    concurrency probes, the runoff's runs), so that they can be replayed:
+    see replay(). Profiled here, the configurations the model cannot tell
+    apart are run a few times and the fastest of them comes first
+    (flow/runoff.py); the others follow by prediction."""
     tiers = tiers or list(calib["tiers"])
     missing = [t for t in tiers if t not in calib["tiers"]]
     if missing:
@@ -778,10 +781,28 @@ def advise(
         )
     rows = [predict(spec, calib, kt, c, io, load) for c in configurations(tiers, max_ranks)]
     rows.sort(key=lambda r: r["iteration_s"])
+    runs = runoff.run(spec, rows) if io is not None else {}
+    if inputs is not None:
+        inputs["runoff"] = runs
+    return _ranking(rows, runs)
+
+
+def _ranking(rows: list[dict[str, Any]], runs: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """rows (sorted by prediction) with the runoff's choice first."""
     best = rows[0]["iteration_s"]
     for r in rows:
         r["predicted_slowdown"] = r["iteration_s"] / best if best > 0 else 1.0
-    return rows
+        got = runs.get(r["config"])
+        r["runoff_s"] = statistics.median(got) if got else None
+    won = runoff.pick({r["config"]: r["iteration_s"] for r in rows}, runs)
+    first = next(r for r in rows if r["config"] == won)
+    if won != rows[0]["config"]:
+        n = sum(1 for r in rows if r["runoff_s"] is not None)
+        first["reason"] = (
+            f"measured fastest of the {n} configurations predicted within "
+            f"{runoff.RUNOFF_WITHIN:.0%} of each other; {first['reason']}"
+        )
+    return [first] + [r for r in rows if r is not first]
 
 
 def _runs_here(spec: Spec, tier: str) -> bool:

@@ -9,7 +9,9 @@ its refinements, then scores them as the sweep does (sweep.summarize):
       [--without mix_now|overlap|cpu|concurrency_now]... [-v]
 
 The measurements are not touched: only the predictions, and so the advised
-configuration, change.
+configuration, change. Where the sweep recorded a runoff (flow/runoff.py),
+its runs decide again between the contenders of the replayed predictions
+that it ran; --without runoff replays the choice by prediction alone.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ import json
 import sys
 from typing import Any
 
-from hetmem.flow import calibrate, model, sweep
+from hetmem.flow import calibrate, model, runoff, sweep
 from hetmem.flow import spec as specmod
 
-PARTS = ("mix_now", "overlap", "cpu", "concurrency_now", "parallel_ref")
+PARTS = ("mix_now", "overlap", "cpu", "concurrency_now", "parallel_ref", "runoff")
 IO_PARTS = ("overlap", "cpu")  # kept per tier and rank count in the I/O profile
 
 
@@ -57,8 +59,10 @@ def evaluate(
         }
         for r in rows:
             sweep.set_prediction(r, [made[i][r["config"]] for i in rounds])
+        picks = [runoff.pick(made[i], _strip(inputs[i], without).get("runoff")) for i in rounds]
         tied = res.get("tied_with_best", [])
-        results.append(dict(res, rows=rows, **sweep.advised_fields(rows, tied)))
+        advised = sweep.advised_fields(rows, tied, sweep.advised_of(picks))
+        results.append(dict(res, rows=rows, **advised))
     return results, sweep.summarize(results)
 
 

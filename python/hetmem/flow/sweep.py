@@ -132,12 +132,14 @@ def sweep(
     reasons = {p["config"]: p["reason"] for p in predicted}
     loads: list[float] = []
     round_inputs: list[int] = []  # per round: which advisor_inputs it predicted from
+    picks: list[str] = []  # per round: the configuration advised (advise's first)
     advised_rounds = 1
     for rnd in range(runs):
         if readvise and rnd and loads and _load_moved(loads, predicted):
             predicted = advise()
             advised_rounds += 1
         round_inputs.append(len(inputs) - 1)
+        picks.append(predicted[0]["config"])
         for p in predicted:
             preds[p["config"]].append(p["iteration_s"])
         order = sorted(predicted, key=lambda p: p["config"])
@@ -164,7 +166,8 @@ def sweep(
         "advisor_inputs": inputs,
         "round_inputs": round_inputs,
         "external_load_runs": statistics.median(loads) if loads else None,
-        **_ranked(rows),
+        "advised_per_round": picks,
+        **_ranked(rows, advised_of(picks)),
     }
 
 
@@ -209,7 +212,15 @@ def _load_moved(loads: list[float], predicted: list[dict[str, Any]]) -> bool:
     return abs(now - predicted[0].get("external_load", 0.0)) > RELOAD
 
 
-def _ranked(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def advised_of(picks: list[str]) -> str | None:
+    """The sweep's advised configuration: the one advised in most rounds,
+    the latest of those on a tie; None for no rounds."""
+    if not picks:
+        return None
+    return max(reversed(picks), key=picks.count)
+
+
+def _ranked(rows: list[dict[str, Any]], advised: str | None = None) -> dict[str, Any]:
     """The rows fastest first with their slowdowns, and the verdicts on them."""
     best = min(rows, key=lambda r: r["measured_s"])
     for r in rows:
@@ -221,7 +232,7 @@ def _ranked(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "rows": rows,
         "best": best["config"],
-        **advised_fields(rows, tied),
+        **advised_fields(rows, tied, advised),
         "tied_with_best": tied,
         "spread": statistics.median(r["spread"] for r in rows),
         "worst_slowdown": max(r["slowdown"] for r in rows),
@@ -278,10 +289,14 @@ def set_prediction(row: dict[str, Any], runs_s: list[float]) -> dict[str, Any]:
     return row
 
 
-def advised_fields(rows: list[dict[str, Any]], tied: list[str]) -> dict[str, Any]:
-    """The configuration with the lowest prediction, judged against the
-    measured best (rows carry their slowdown)."""
-    advised = min(rows, key=lambda r: r["predicted_s"])
+def advised_fields(
+    rows: list[dict[str, Any]], tied: list[str], name: str | None = None
+) -> dict[str, Any]:
+    """The advised configuration (name; None: the lowest prediction),
+    judged against the measured best (rows carry their slowdown)."""
+    advised = next((r for r in rows if r["config"] == name), None)
+    if advised is None:
+        advised = min(rows, key=lambda r: r["predicted_s"])
     best = min(rows, key=lambda r: r["measured_s"])
     return {
         "advised": advised["config"],
