@@ -161,6 +161,35 @@ def test_deciding_rounds_rerun_the_contenders_whatever_was_advised(monkeypatch):
     assert none["decided"] == [] and none["decide"] == 0
 
 
+def test_a_second_deciding_pass_takes_what_the_first_made_a_contender(monkeypatch):
+    s = specmod.parse(TINY)
+    # after the rounds a (0.98-1.02) overlaps b (1.01-1.04); c (from 1.045)
+    # overlaps neither. a's deciding runs are slow (1.2): b becomes the best
+    # (1.01-1.05), and now c overlaps b, so c gets a second pass
+    first = {"serial/dram/p1": [0.98, 1.02], "parallel/dram/p1": [1.01, 1.04]}
+    first["serial/dram/p2"] = [1.045, 1.09]
+    later = {"serial/dram/p1": 1.2, "parallel/dram/p1": 1.05, "serial/dram/p2": 1.03}
+    rows = [
+        {"config": c, "mode": c.split("/")[0], "tier": "dram", "ranks": int(c[-1])}
+        | {"iteration_s": 1.0, "reason": "r"}
+        for c in first
+    ]
+    monkeypatch.setattr(model, "advise", lambda *a, **k: [dict(r) for r in rows])
+    ran: list[str] = []
+
+    def fake_run(spec):
+        c = f"{spec.mode}/{spec.tier}/p{spec.writer.ranks}"
+        ran.append(c)
+        k = ran.count(c) - 1
+        return {"iteration_s": first[c][k] if k < 2 else later[c]}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    res = sweep.sweep(s, {}, max_ranks=2, repeat=2, decide=2)
+    assert res["decided"] == ["parallel/dram/p1", "serial/dram/p1", "serial/dram/p2"]
+    assert ran[6:10].count("serial/dram/p2") == 0 and ran[10:] == ["serial/dram/p2"] * 2
+    assert res["best"] == "serial/dram/p2"  # 1.03, 1.03, 1.045, 1.09: median 1.0375
+
+
 def test_plan_refuses_negative_deciding_rounds():
     with pytest.raises(UsageError, match="--decide"):
         sweep.plan([], decide=-1)
