@@ -79,7 +79,12 @@ class Command:
         )
         p.add_argument("--max-streams", type=int, default=2, help="concurrent streams up to N")
         p.add_argument("--json", action="store_true", help="print JSON")
-        p = sub.add_parser("advise", help="rank every configuration by predicted iteration time")
+        within = f"{runoff.RUNOFF_WITHIN:.0%}".replace("%", "%%")  # argparse expands %
+        p = sub.add_parser(
+            "advise",
+            help=f"rank every configuration by predicted iteration time; near ties (within"
+            f" {within}) are settled by {runoff.RUNOFF_RUNS} short runs of each",
+        )
         p.add_argument("spec")
         p.add_argument("--max-ranks", type=int, default=2, help="concurrency up to N ranks")
         p.add_argument("--json", action="store_true", help="print JSON")
