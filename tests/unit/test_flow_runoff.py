@@ -5,21 +5,11 @@ how it decides, and how advise() and the sweep's replay use its runs."""
 from __future__ import annotations
 
 import pytest
+from test_flow_sweep import TINY  # a spec of 4 objects, no kernels
 
 from hetmem.errors import HetmemError
 from hetmem.flow import model, runner, runoff
 from hetmem.flow import spec as specmod
-
-TINY = """
-name = "tiny"
-iterations = 3
-[writer]
-kernel = "none"
-objects = 4
-object_bytes = 4608
-[reader]
-kernel = "none"
-"""
 
 
 def test_contenders_are_the_predictions_within_5pct_at_most_three():
