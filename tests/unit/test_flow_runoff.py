@@ -39,8 +39,7 @@ def _rows(preds: dict[str, float]) -> list[dict]:
 
 def test_run_interleaves_the_contenders_and_skips_failures(monkeypatch):
     s = specmod.parse(TINY)
-    rows = _rows({"serial/dram/p1": 1.0, "parallel/dram/p1": 1.03, "serial/dram/p3": 1.01})
-    rows += _rows({"parallel/dram/p2": 2.0})
+    rows = _rows({"serial/dram/p1": 1.0, "parallel/dram/p1": 1.03, "parallel/dram/p2": 2.0})
     ran: list[str] = []
 
     def fake(spec):
@@ -52,9 +51,17 @@ def test_run_interleaves_the_contenders_and_skips_failures(monkeypatch):
 
     monkeypatch.setattr(runner, "run", fake)
     got = runoff.run(s, rows)
-    # p3 does not split 4 objects; parallel/dram/p2 is beyond 5%
+    # parallel/dram/p2 is beyond 5%
     assert ran == ["serial/dram/p1", "parallel/dram/p1"] * runoff.RUNOFF_RUNS
     assert got == {"serial/dram/p1": [0.9] * runoff.RUNOFF_RUNS}
+
+
+def test_only_rank_counts_that_split_the_objects_are_advised():
+    s = specmod.parse(TINY)  # 4 objects
+    assert model.rank_counts(s, 4) == [1, 2, 4]
+    assert [c.label for c in model.configurations(["dram"], [1, 2])] == [
+        "serial/dram/p1", "serial/dram/p2", "parallel/dram/p1", "parallel/dram/p2"
+    ]  # fmt: skip
 
 
 def test_advise_puts_the_runoff_winner_first_and_keeps_the_predictions(monkeypatch):

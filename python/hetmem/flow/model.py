@@ -73,13 +73,14 @@ class Config:
         return f"{self.mode}/{self.tier}/p{self.ranks}"
 
 
-def configurations(tiers: list[str], max_ranks: int = 2) -> list[Config]:
-    return [
-        Config(m, t, p)
-        for m in ("serial", "parallel")
-        for t in tiers
-        for p in range(1, max_ranks + 1)
-    ]
+def configurations(tiers: list[str], ranks: list[int]) -> list[Config]:
+    return [Config(m, t, p) for m in ("serial", "parallel") for t in tiers for p in ranks]
+
+
+def rank_counts(spec: Spec, max_ranks: int) -> list[int]:
+    """The rank counts up to max_ranks that split the writer's objects
+    evenly: the only ones `flow run` accepts, so the only ones to advise."""
+    return [p for p in range(1, max_ranks + 1) if spec.writer.objects % p == 0]
 
 
 def kernel_times(spec: Spec, ranks: list[int]) -> dict[str, dict[int, float]]:
@@ -764,7 +765,7 @@ def advise(
             f"tier {missing[0]} is not calibrated; run `hetmem flow calibrate --tier {missing[0]}`"
         )
     tiers = [t for t in tiers if _runs_here(spec, t)]
-    ranks = list(range(1, max_ranks + 1))
+    ranks = rank_counts(spec, max_ranks)
     io = None
     if load is None:
         load, kt, io, calib = _profile_here(spec, calib, tiers, ranks, ktimes)
@@ -779,7 +780,7 @@ def advise(
             mix_now=calib.get("mix_now"),
             parallel_ref=calib.get("parallel_ref"),
         )
-    rows = [predict(spec, calib, kt, c, io, load) for c in configurations(tiers, max_ranks)]
+    rows = [predict(spec, calib, kt, c, io, load) for c in configurations(tiers, ranks)]
     rows.sort(key=lambda r: r["iteration_s"])
     runs = runoff.run(spec, rows) if io is not None else {}
     if inputs is not None:

@@ -127,7 +127,7 @@ def sweep(
         t0 = time.monotonic()
         rows = model.advise(spec, calib, max_ranks=max_ranks, inputs=inputs[-1])
         spent["advise"] += time.monotonic() - t0
-        return [p for p in rows if spec.writer.objects % p["ranks"] == 0]
+        return rows
 
     predicted = advise()
     runs = max(1, repeat)
