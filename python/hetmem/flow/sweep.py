@@ -176,12 +176,18 @@ def sweep(
     }
 
 
-def _contenders(measured: dict[str, list[float]]) -> list[str]:
-    """The configuration with the lowest median and every one whose run
-    range overlaps its runs, in name order; [] when none overlaps."""
+def _overlapping(measured: dict[str, list[float]]) -> tuple[str, list[str]]:
+    """The configuration with the lowest median, and those whose run range
+    overlaps its runs: the measurement cannot tell them from it."""
     best = min(measured, key=lambda c: statistics.median(measured[c]))
     top = max(measured[best])
-    tied = [c for c in measured if c != best and min(measured[c]) <= top]
+    return best, [c for c in measured if c != best and min(measured[c]) <= top]
+
+
+def _contenders(measured: dict[str, list[float]]) -> list[str]:
+    """The best and those it overlaps (_overlapping), in name order; []
+    when none overlaps."""
+    best, tied = _overlapping(measured)
     return sorted([best, *tied]) if tied else []
 
 
@@ -233,16 +239,14 @@ def advised_of(picks: list[str]) -> str | None:
 
 def _ranked(rows: list[dict[str, Any]], advised: str | None = None) -> dict[str, Any]:
     """The rows fastest first with their slowdowns, and the verdicts on them."""
-    best = min(rows, key=lambda r: r["measured_s"])
+    rows.sort(key=lambda r: r["measured_s"])
+    name, tied = _overlapping({r["config"]: r["measured_runs_s"] for r in rows})
+    best = next(r for r in rows if r["config"] == name)
     for r in rows:
         r["slowdown"] = r["measured_s"] / best["measured_s"]
-    rows.sort(key=lambda r: r["measured_s"])
-    b_runs = best["measured_runs_s"]
-    # configurations the measurement cannot tell from the best: run ranges overlap
-    tied = [r["config"] for r in rows if r is not best and min(r["measured_runs_s"]) <= max(b_runs)]
     return {
         "rows": rows,
-        "best": best["config"],
+        "best": name,
         **advised_fields(rows, tied, advised),
         "tied_with_best": tied,
         "spread": statistics.median(r["spread"] for r in rows),
