@@ -190,10 +190,14 @@ def test_a_second_deciding_pass_takes_what_the_first_made_a_contender(monkeypatc
     assert res["best"] == "serial/dram/p2"  # 1.03, 1.03, 1.045, 1.09: median 1.0375
 
 
-def test_plan_refuses_negative_deciding_rounds():
+def test_plan_refuses_negative_deciding_rounds(capsys):
     with pytest.raises(UsageError, match="--decide"):
         sweep.plan([], decide=-1)
     assert sweep.plan([]).decide == sweep.DECIDE and sweep.plan([], decide=0).decide == 0
+    # on the command line: one line and exit 2, before any calibration or run
+    assert cli.main(["flow", "sweep", "--decide", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["hetmem flow: error: --decide: 0 (none) or more deciding rounds, got -1"]
 
 
 def _res(name: str, slowdown: float) -> dict[str, Any]:
