@@ -715,7 +715,9 @@ def test_parallel_reference_sets_parallel_modes_level(monkeypatch):
 
     monkeypatch.setattr(runner, "run", fake_run)
     ref = model.parallel_reference(s, ["dram", "file:/x"], kt, io, cal, 0.0)
-    assert seen == [("parallel", "dram", 1), ("parallel", "dram", 2)]
+    # PARALLEL_REF_RUNS runs per rank count, though one run passes PROFILE_S
+    n = model.PARALLEL_REF_RUNS
+    assert seen == [("parallel", "dram", 1)] * n + [("parallel", "dram", 2)] * n
     assert ref["ranks"]["1"]["tier"] == ref["ranks"]["2"]["tier"] == "dram"
     plain = {
         (m, t, p): model.predict(s, cal, kt, model.Config(m, t, p), io)["iteration_s"]
@@ -754,13 +756,33 @@ def test_parallel_reference_sets_parallel_modes_level(monkeypatch):
     model.parallel_reference(
         s.with_config(tier="file:/x"), ["file:/x", "dram"], kt, {"dram/p1": io["dram/p1"]}, cal, 0.0
     )
-    assert seen == [("parallel", "dram", 1)]
+    assert seen == [("parallel", "dram", 1)] * n
     # the run checks the configuration the model ranks first: here the
     # other tier's, whose profiled I/O is cheaper
     seen.clear()
     io2 = {"dram/p1": dict(io["dram/p1"]), "file:/x/p1": dict(io["dram/p1"], put=1e-4, get=1e-4)}
     ref = model.parallel_reference(s, ["dram", "file:/x"], kt, io2, cal, 0.0)
-    assert seen == [("parallel", "file:/x", 1)] and ref["ranks"]["1"]["tier"] == "file:/x"
+    assert seen == [("parallel", "file:/x", 1)] * n and ref["ranks"]["1"]["tier"] == "file:/x"
+
+
+def test_parallel_reference_stands_against_one_slow_run(monkeypatch):
+    # ranks sharing two cores run bimodally: a run of 0.6 s would end the
+    # reference after two (PROFILE_S), whose median is their mean; the
+    # third run leaves the slow one out
+    s = specmod.parse(TINY)
+    kt, io = _tiny_figures(touch=0.0)
+    del io["dram/p2"]
+    times = iter([0.9, 0.6, 0.6, 0.6, 0.6])
+
+    def fake_run(spec):
+        it = next(times)
+        w = {"compute": 0.1, "io": 0.01, "wait": 0.0}
+        return {"iteration_s": it, "makespan_s": 0.6, "writer": w, "reader": w}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    ref = model.parallel_reference(s, ["dram"], kt, io, _calib(), 0.0)
+    assert ref["ranks"]["1"]["measured_s"] == 0.6
+    assert next(times) == 0.6 and next(times) == 0.6  # three runs, no more
 
 
 def test_adios_comparison_leaves_nothing_in_tmp():
