@@ -45,6 +45,24 @@ def test_recommend_answers_with_a_command_that_runs(tmp_path: Path) -> None:
     assert json.loads(again.stdout.splitlines()[-1])["verified"]
 
 
+def test_the_profile_run_takes_the_runs_threshold(tmp_path: Path) -> None:
+    # flat and hybrid run with --threshold, so the placement they apply must
+    # come from a profile with the same threshold: at the default (1 MiB),
+    # blocks of 256 KiB-1 MiB would match no site and go to the slowest tier
+    out = tmp_path / "rec"
+    opts = ["--fast-budget", "16M", "--storage", str(tmp_path), "-o", str(out)]
+    proc = run_hetmem("recommend", *opts, "--threshold", "256K", "--rounds", "1",
+                      "--modes", "dram,flat", "--json", "--", *_stream(tmp_path))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    profiles = sorted((out / "profile").glob("run.prof.*"))
+    assert profiles
+    for prof in profiles:
+        header = json.loads(prof.read_text().splitlines()[0])
+        assert header["type"] == "header" and header["threshold"] == 256 << 10
+    line = shlex.split(json.loads(proc.stdout)["answer"]["command"])
+    assert line[line.index("--threshold") + 1] == str(256 << 10)
+
+
 @pytest.mark.skipif(not (CBUILD / "hm_small_target").exists(), reason="hm_small_target not built")
 def test_small_blocks_outside_the_pager_are_measured_with_the_heap(tmp_path: Path) -> None:
     # 48 MiB of small blocks at a 16 MiB budget: the first run leaves them

@@ -136,7 +136,11 @@ def profile_and_advise(setup: Setup) -> tuple[Path | None, str]:
     for old in prof_dir.glob("run.prof.*"):
         old.unlink()
     tmpl = prof_dir / "run.prof"
-    proc = _hetmem("profile", "-o", str(tmpl), "--", *setup.argv, log=setup.workdir / "logs")
+    # the runs' threshold: at the default, blocks between the two would
+    # match no site of the placement and go to the slowest tier
+    thr = [] if setup.threshold is None else ["--threshold", str(setup.threshold)]
+    argv = ["-o", str(tmpl), *thr, "--", *setup.argv]
+    proc = _hetmem("profile", *argv, log=setup.workdir / "logs")
     if proc.returncode != 0:
         return None, f"the profile run failed (exit {proc.returncode}; logs/profile.err)"
     profiles = sorted(str(p) for p in prof_dir.glob("run.prof.*"))
