@@ -13,7 +13,7 @@ from hetmem import output
 from hetmem.errors import UsageError
 from hetmem.recommend import Options, Result, as_dict, recommend
 from hetmem.recommend.session import MAX_ROUNDS, MODES, Refused
-from hetmem.run.checks import check_storage, default_storage, resolve_command
+from hetmem.run.checks import check_storage, check_threshold, default_storage, resolve_command
 from hetmem.sizes import budget_or_env, format_size, parse_positive, parse_seconds, parse_size
 from hetmem.stats import Ratio
 
@@ -125,6 +125,7 @@ def _options(args: argparse.Namespace) -> Options:
         modes=modes,
         threshold=parse_size(args.threshold, "--threshold") if args.threshold else None,
     )
+    check_threshold(opts.threshold)
     _check_workdir(args.output)  # made last: nothing is created for bad input
     return opts
 

@@ -16,7 +16,7 @@ from typing import Any
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.output import check_output_dir
 from hetmem.placement import profile as prof
-from hetmem.run.checks import warn_if_not_interposable
+from hetmem.run.checks import check_threshold, warn_if_not_interposable
 from hetmem.run.config import preload_path
 from hetmem.run.proc import _Interrupted, _signals, _spawn
 from hetmem.run.report import static_label
@@ -172,8 +172,7 @@ def record(
     """Runs argv under the interposer in profiling mode; returns its exit status."""
     if not 1 <= depth <= 64:
         raise UsageError("--depth must be 1..64")
-    if threshold < os.sysconf("SC_PAGE_SIZE"):
-        raise UsageError("--threshold must be at least one page")
+    check_threshold(threshold)
     if sampler not in SAMPLERS:
         raise UsageError(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
     if not 0 < period_ms <= 3_600_000:  # also refuses nan and inf

@@ -34,6 +34,13 @@ def default_storage() -> Path:
         return Path(ctx.default_storage_dir())
 
 
+def check_threshold(threshold: int | None) -> None:
+    """The interposer's threshold, when given: at least one page (a block
+    below a page cannot have pages of its own on a tier)."""
+    if threshold is not None and threshold < os.sysconf("SC_PAGE_SIZE"):
+        raise UsageError("--threshold must be at least one page")
+
+
 def check_storage(path: Path, need_bytes: int) -> None:
     """A directory the pager or a swap file can use: exists, writable, not
     full, and not one where any user could swap hetmem's files for symlinks."""

@@ -48,6 +48,7 @@ from hetmem.run import mempolicy, supervise
 from hetmem.run.checks import (
     check_pager,
     check_storage,
+    check_threshold,
     default_storage,
     resolve_command,
     warn_if_not_interposable,
@@ -94,8 +95,7 @@ def validate(cfg: RunConfig) -> None:
 
 def _validate_cache(cfg: RunConfig) -> None:
     assert cfg.storage is not None
-    if cfg.threshold is not None and cfg.threshold < os.sysconf("SC_PAGE_SIZE"):
-        raise UsageError("--threshold must be at least one page")
+    check_threshold(cfg.threshold)
     if not preload_path().exists():
         raise EnvironmentProblem(f"{preload_path()} is missing: reinstall hetmem")
     check_storage(cfg.storage, 1 << 20)

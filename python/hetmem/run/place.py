@@ -18,7 +18,7 @@ from hetmem.output import run_note as note
 from hetmem.output import write_atomic
 from hetmem.placement import fileformat as placement_mod
 from hetmem.run import autofast
-from hetmem.run.checks import check_pager, check_storage
+from hetmem.run.checks import check_pager, check_storage, check_threshold
 from hetmem.run.config import RunConfig, _cache_env, preload_path
 from hetmem.run.proc import _run_tmpdir, _spawn
 from hetmem.run.report import _merge_procs, _note_tiers, _read_interposer_stats
@@ -30,8 +30,7 @@ def validate_place(cfg: RunConfig) -> None:
         raise UsageError(
             f"--mode {cfg.mode} needs --placement FILE (from `hetmem advise`) or --auto-fast"
         )
-    if cfg.threshold is not None and cfg.threshold < os.sysconf("SC_PAGE_SIZE"):
-        raise UsageError("--threshold must be at least one page")
+    check_threshold(cfg.threshold)
     if not preload_path().exists():
         raise EnvironmentProblem(f"{preload_path()} is missing: reinstall hetmem")
     if cfg.placement is None:
