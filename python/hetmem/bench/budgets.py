@@ -38,7 +38,7 @@ from hetmem.errors import UsageError
 from hetmem.output import write_atomic
 from hetmem.recommend import session
 from hetmem.recommend.decide import times
-from hetmem.run.checks import check_storage, default_storage, resolve_command
+from hetmem.run.checks import check_storage, check_threshold, default_storage, resolve_command
 from hetmem.sizes import format_size, parse_percent, parse_positive, parse_size
 from hetmem.stats import Ratio, ratio
 
@@ -74,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", default=",".join(session.MODES), metavar="LIST",
                         help=f"modes ({','.join(session.MODES)})")  # fmt: skip
     parser.add_argument("--storage", metavar="DIR", help="storage tier (default as hetmem run)")
+    parser.add_argument(
+        "--threshold",
+        metavar="SIZE",
+        help="smallest allocation on a tier, for the profile and the cache, flat and hybrid "
+        "runs (as hetmem run; default 1MiB): 256K for an application whose data is in "
+        "blocks below 1 MiB, as LAMMPS's neighbour pages are",
+    )
     parser.add_argument("-o", "--output", type=Path, metavar="DIR", help="keep files in DIR")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="[-- CMD ARGS...]")
@@ -117,12 +124,14 @@ def run(args: argparse.Namespace) -> int:
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     if not modes or any(m not in session.MODES for m in modes):
         raise UsageError(f"--modes: choose from {','.join(session.MODES)}")
+    threshold = parse_size(args.threshold, "--threshold") if args.threshold else None
+    check_threshold(threshold)
     storage = Path(args.storage or default_storage()).resolve()
     check_storage(storage, 1 << 20)
     workloads = _workloads(args, footprint)
     data = {"schema_version": SCHEMA_VERSION, "kind": "bench-budgets", "footprint": footprint,
-            "rounds": rounds, "workloads": []}  # fmt: skip
-    plan = _Plan(footprint, rounds, modes, storage)
+            "rounds": rounds, "threshold": threshold, "workloads": []}  # fmt: skip
+    plan = _Plan(footprint, rounds, modes, storage, threshold)
     if args.output is None:
         with tempfile.TemporaryDirectory(prefix="hetmem-bench-budgets-") as tmp:
             _measure(data, workloads, budgets, plan, Path(tmp))
@@ -145,6 +154,7 @@ class _Plan(NamedTuple):
     rounds: int
     modes: tuple[str, ...]
     storage: Path
+    threshold: int | None = None
 
 
 def _measure(
@@ -167,7 +177,7 @@ def _point(wname: str, argv: list[str], budget: int, plan: _Plan, work: Path) ->
          f"{plan.rounds} round(s) of {', '.join(modes)}")  # fmt: skip
     opts = session.Options(argv=argv, budget=budget, storage=plan.storage,
                            workdir=work / f"{wname}-{budget >> 20}M", time_s=1e9,
-                           rounds=plan.rounds, modes=modes)  # fmt: skip
+                           rounds=plan.rounds, modes=modes, threshold=plan.threshold)  # fmt: skip
     try:
         res = session.recommend(opts)
         runs, skipped, error = res.runs, res.choice.skipped, ""
