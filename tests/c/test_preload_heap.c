@@ -66,18 +66,14 @@ static uint64_t hm__base(const void *p, uint64_t salt) {
   return hm_sdm_mix((uintptr_t)p ^ (salt * 0x9e3779b97f4a7c15ull));
 }
 
+/* The pager tests' salted fill, salted per block. */
 static void hm__fill(void *p, size_t size, uint64_t salt) {
-  uint64_t *w = p, base = hm__base(p, salt);
-  for (size_t i = 0; i < size / 8; i++) w[i] = hm_sdm_mix(base + i);
+  hm_sdm_fill_salted(p, size / 8, hm__base(p, salt));
 }
 
 /* Words of the block that differ from hm__fill's. */
 static size_t hm__bad(const void *p, size_t size, uint64_t salt) {
-  const uint64_t *w = p;
-  uint64_t base = hm__base(p, salt);
-  size_t bad = 0;
-  for (size_t i = 0; i < size / 8; i++) bad += w[i] != hm_sdm_mix(base + i);
-  return bad;
+  return (size_t)hm_sdm_check_salted(p, size / 8, hm__base(p, salt));
 }
 
 static void *hm__malloc(size_t size) { return _hm_pl_heap_malloc(size, RA); }
@@ -206,7 +202,7 @@ static size_t hm__not_old(const void *p, size_t size, size_t *zeros) {
   size_t bad = 0;
   for (size_t i = 1; i < size / 8; i++) {
     *zeros += w[i] == 0;
-    bad += w[i] != 0 && w[i] != hm_sdm_mix(base + i);
+    bad += w[i] != 0 && w[i] != hm_sdm_mix(i * 3 + base); /* hm_sdm_fill_salted's word */
   }
   return bad;
 }
