@@ -146,6 +146,7 @@ def test_a_first_run_past_time_is_stopped_and_leaves_nothing_running(tmp_path: P
         (["--fast-budget", "16M", "--time", "soon", "--", "true"], 2, "--time"),
         (["--fast-budget", "16M", "--modes", "turbo", "--", "true"], 2, "turbo"),
         (["--fast-budget", "16M", "--rounds", "0", "--", "true"], 2, "--rounds"),
+        (["--fast-budget", "16M", "--threshold", "100", "--", "true"], 2, "at least one page"),
         (["--fast-budget", "16M", "--", "no-such-program-xyz"], 127, "not found"),
         (["--fast-budget", "16M"], 2, "no command given: hetmem recommend [OPTIONS] --"),
     ],
@@ -155,6 +156,14 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], code: int, words
     assert proc.returncode == code, proc.stderr
     assert proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_threshold_below_a_page_is_refused_before_the_folder_is_made(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    proc = run_hetmem("recommend", "--fast-budget", "16M", "--threshold", "1K", "-o", str(out),
+                      "--", "true")  # fmt: skip
+    assert proc.returncode == 2 and "--threshold must be at least one page" in proc.stderr
+    assert not out.exists()
 
 
 def test_output_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
