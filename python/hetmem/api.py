@@ -231,6 +231,7 @@ def advise(
     no_storage: bool = False,
     solver: str = "auto",
     split: bool = True,
+    for_mode: str = "flat",
 ) -> Advice:
     """Decide the tier of every allocation site (what `hetmem advise` does):
     an exact integer program (HiGHS) under the tiers' capacities, the
@@ -248,21 +249,26 @@ def advise(
         solver: "auto", "ilp" or "greedy".
         split: give the fast tier's room that whole sites leave to the first
             part of the most beneficial large sites.
+        for_mode: the mode the placement is for, "flat" or "hybrid" (which
+            counts the pager's cache: pins and heads that take more of it
+            than they save are left to the pager).
 
     Returns:
         Advice: .placement (.sites each with .tier, an index into
         .placement.tiers), .notes, .profiles.
 
     Raises:
-        UsageError: a bad budget, no profile, or a bad solver name.
+        UsageError: a bad budget, no profile, a bad solver name or mode.
         SchemaError: a profile that cannot be read.
     """
+    if for_mode not in ("flat", "hybrid"):
+        raise UsageError(f"advise: for_mode must be 'flat' or 'hybrid', not {for_mode!r}")
     budget = fast_budget if isinstance(fast_budget, int) else parse_budget(fast_budget)
     if budget < 1:
         raise UsageError("advise: fast_budget must be more than 0 bytes")
     if not profiles:
         raise UsageError("advise: give at least one profile file")
-    options = _pipeline.SolveOptions(solver=solver, split=split)
+    options = _pipeline.SolveOptions(solver=solver, split=split, for_mode=for_mode)
     got = _pipeline.advise_profiles(
         [os.fspath(p) for p in profiles],
         budget,

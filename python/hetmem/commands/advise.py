@@ -98,6 +98,15 @@ class Command:
             "leave goes to the first part of the most beneficial large sites (split placement)",
         )
         parser.add_argument(
+            "--for",
+            dest="for_mode",
+            choices=("flat", "hybrid"),
+            default="flat",
+            help="the mode the placement is for (default flat). hybrid counts the pager's "
+            "cache, which gets what tier 0's live blocks leave of the budget: pins and "
+            "heads that would take more of it than they save are left to the pager",
+        )
+        parser.add_argument(
             "--benchmark",
             nargs="?",
             type=int,
@@ -118,6 +127,7 @@ class Command:
             time_limit=args.time_limit,
             explain_top=args.explain,
             split=not args.no_split,
+            for_mode=args.for_mode,
         )
         got = pipeline.advise_profiles(
             args.profiles,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetmem._numpy import np
+from hetmem.placement import cachefit
 from hetmem.placement.fileformat import Placement, PModule, PSite, PTier
 from hetmem.placement.limits import DEFAULT_TIME_LIMIT_S, MAX_ILP_SITES
 from hetmem.placement.problem import (
@@ -177,7 +178,10 @@ def advise(
     explain_top: int = 0,
     profile_names: Sequence[str] = (),
     split: bool = True,
+    for_mode: str = "flat",
 ) -> Advice:
+    """The placement for `hetmem run --mode for_mode` (flat or hybrid: in
+    hybrid mode the pager's cache is counted, hetmem.placement.cachefit)."""
     tiers = list(tiers)
     ranks = ranks_on_nodes(merged, ranks_per_node)
     reserve = pager_reserve(tiers, fast_budget, max(ranks))
@@ -202,24 +206,29 @@ def advise(
             "give a larger --fast-budget or run in cache mode"
         )
     sol = solve(problem, solver, max_ilp_sites, time_limit)
-    hold = 0  # more of the pager's cache when there are heads (stream_floor)
-    if reserve:
-        per_proc = (fast_budget + reserve + outside) // max(max(ranks), 1)
-        hold = (stream_floor(per_proc) - PAGER_FLOOR) * max(ranks)
-    splits = split_sites(problem, sol, merged, hold) if split else {}
-    if not splits:
-        hold = 0
-    elif hold:
+    per_proc = (fast_budget + reserve + outside) // max(max(ranks), 1)
+    fit = None
+    splits = split_sites(problem, sol, merged, _hold(reserve, per_proc, ranks)) if split else {}
+    if for_mode == "hybrid" and reserve and len(tiers) == 2:
+        base = per_proc - merged.outside_peak_bytes
+        fit = cachefit.refine(problem, merged, sol.assign, splits, base, PAGER_FLOOR)
+        sol.assign, splits = fit.assign, fit.splits
+    hold = _hold(reserve, per_proc, ranks) if splits else 0
+    if hold:
         problem.notes.append(
             f"{format_size(hold)} more of it is left to the pager's cache, which the rest of "
             "the split sites streams through"
         )
+    if fit is not None:
+        problem.notes.extend(_fit_notes(fit))
     last = len(tiers) - 1
     idx = np.arange(problem.nsites)
     benefit = problem.cost[:, last] - problem.cost[idx, sol.assign]
     for i, sp in splits.items():
         benefit[i] += sp.saved_s
     placed_s = sol.objective - sum(sp.saved_s for sp in splits.values())
+    if fit is not None:
+        placed_s = fit.priced_after_s
     order = sorted(
         range(problem.nsites), key=lambda i: (-benefit[i], -merged.sites[i].est_accesses)
     )
@@ -229,7 +238,7 @@ def advise(
         symbolizer.prefetch(
             (m.key, m.path, m.build_id, off) for s in merged.sites for m, off in s.frames
         )
-    explainer = _Explainer(problem, sol, tiers, explain_top, merged, splits)
+    explainer = _Explainer(problem, sol, tiers, explain_top, merged, splits, fit)
     sites = [
         _placed_site(merged, i, sol, benefit, modules, symbolizer, explainer.reason(rank_i, i))
         for rank_i, i in enumerate(order)
@@ -249,6 +258,10 @@ def advise(
     meta["predicted_time_s"] = placed_s
     if splits:
         meta["split_sites"] = len(splits)
+    meta["for_mode"] = for_mode
+    if fit is not None:
+        meta["cache_model"] = "hybrid: the pager's cache counted (hetmem.placement.cachefit)"
+        meta["predicted_time_cache_mode_s"] = fit.priced_cache_s
     placement = Placement(meta=meta, tiers=ptiers, modules=modules.modules, sites=sites)
     return Advice(
         placement=placement,
@@ -261,6 +274,28 @@ def advise(
         time_placed_s=placed_s,
         time_fastest_s=t_fast,
     )
+
+
+def _hold(reserve: int, per_proc: int, ranks: list[int]) -> int:
+    """More of the pager's cache per node when there are heads (stream_floor)."""
+    return (stream_floor(per_proc) - PAGER_FLOOR) * max(ranks) if reserve else 0
+
+
+def _fit_notes(fit: cachefit.Refined) -> list[str]:
+    moved = len(fit.unpinned) + len(fit.heads_dropped)
+    if not moved:
+        return [
+            "hybrid: with the pager's cache counted, every pin and head saves time "
+            f"(predicted {fit.priced_after_s:.3g} s per process; cache mode "
+            f"{fit.priced_cache_s:.3g} s)"
+        ]
+    return [
+        f"hybrid: {len(fit.unpinned)} site(s) left to the pager and {len(fit.heads_dropped)} "
+        "head(s) dropped: with the pager's cache counted they saved too little of what they "
+        "took from it "
+        f"(predicted {fit.priced_before_s:.3g} -> {fit.priced_after_s:.3g} s per process; "
+        f"cache mode {fit.priced_cache_s:.3g} s)"
+    ]
 
 
 def _placement_meta(
@@ -320,9 +355,11 @@ class _Explainer:
         explain_top: int,
         merged: Merged,
         splits: dict[int, Split],
+        fit: cachefit.Refined | None = None,
     ) -> None:
         self.problem, self.sol, self.tiers, self.top = problem, sol, tiers, explain_top
         self.splits, self.merged = splits, merged
+        self.left = set(fit.unpinned + fit.heads_dropped) if fit else set()
         dens = np.array([s.accesses_per_byte for s in merged.sites])
         self.dens_rank = np.empty(problem.nsites, dtype=np.int64)
         self.dens_rank[np.argsort(-dens, kind="stable")] = np.arange(1, problem.nsites + 1)
@@ -330,6 +367,12 @@ class _Explainer:
     def reason(self, rank_i: int, i: int) -> str:
         if rank_i >= self.top:
             return ""
+        if i in self.left:
+            return (
+                f"left to the pager ({self.tiers[-1].name}), in hybrid mode: with its cache "
+                f"counted, {self.tiers[0].name} would save less than the cache it took from "
+                "the storage-tier data live beside it (--for hybrid)"
+            )
         why = explain(self.problem, self.sol, self.tiers, i, int(self.dens_rank[i]))
         sp = self.splits.get(i)
         if sp is None:

@@ -25,6 +25,7 @@ class SolveOptions:
     time_limit: float = DEFAULT_TIME_LIMIT_S
     explain_top: int = 0
     split: bool = True  # fill the fast tier's room left with prefixes of large sites
+    for_mode: str = "flat"  # hybrid: the pager's cache counted (cachefit.py)
 
 
 @dataclass
@@ -115,6 +116,7 @@ def advise_profiles(
         symbolizer=sym,
         explain_top=options.explain_top,
         split=options.split,
+        for_mode=options.for_mode,
         profile_names=names,
     )
     notes = dropped_notes + notes + res.notes
