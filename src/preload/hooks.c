@@ -343,8 +343,8 @@ static int hm__mmap_is_ours(void *addr, size_t length, int prot, int flags) {
         !_hm_pl_tls.guard))
     return 0;
   _hm_pl_ensure_prepared(); /* the mode is unset before hm__ctor */
-  /* profiling and placement leave mmap to the kernel (sites are malloc's) */
-  return _hm_pl_ctx.mode == HM_PL_M_CACHE && length >= _hm_pl_thr();
+  /* profiling and flat placement leave mmap to the kernel (route.c) */
+  return _hm_pl_mmap_paged() && length >= _hm_pl_thr();
 }
 
 void *mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset) {

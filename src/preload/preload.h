@@ -583,6 +583,7 @@ int _hm_pl_refused(void);
 /* The tier a request of size bytes at placement site `site` (-1: none)
  * wants: the site's, else tier 0 for auto_fast sizes, else the slowest. */
 int _hm_pl_place_want(int site, size_t size);
+int _hm_pl_mmap_paged(void);
 void _hm_pl_tier_account(int t, size_t req, int sign);
 /* Claims req bytes of tier t's capacity (0 = unlimited); 0 when full. */
 int _hm_pl_tier_reserve(int t, size_t req);

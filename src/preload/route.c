@@ -505,8 +505,30 @@ static void *hm__alloc_profile(const _hm_pl_req_t *req, int zero) {
   return user;
 }
 
-/* Placement mode: the tier of the call site's placement site. */
+/* Whether anonymous mmaps of at least the threshold go to the pager: in
+ * cache mode, and in hybrid mode when the slowest tier is the pager's. No
+ * profile has their sites (profiling leaves mmap to the kernel), and in
+ * hybrid mode the pager is the part of the budget that follows what the
+ * program touches: left to the kernel, hpcc's two 128 MiB OpenBLAS
+ * buffers held 12 MiB of DRAM through its FFTs, whose 128 MiB then no
+ * longer fit the pager (single FFT 0.11 Gflop/s against 0.66 with them
+ * paged, as in cache mode). Flat mode's pager is its least cache: there
+ * they stay with the kernel. */
+int _hm_pl_mmap_paged(void) {
+  const _hm_pl_ctx_t *c = &_hm_pl_ctx;
+  if (c->mode == HM_PL_M_CACHE) return 1;
+  size_t nt = _hm_pl_place_tiers();
+  return c->mode == HM_PL_M_PLACE && c->hybrid && nt > 1 && _hm_pl_place_tier(nt - 1)->numa < 0;
+}
+
+/* Placement mode: the tier of the call site's placement site; hybrid's
+ * mmaps (_hm_pl_mmap_paged) to the pager, counted as matching no site. */
 static void *hm__alloc_place(const _hm_pl_req_t *req, int zero) {
+  if (req->flags & HM_PL_FROM_MMAP) {
+    void *user = hm__place_serve(req, zero, -1, (int)_hm_pl_place_tiers() - 1);
+    if (!user && !_hm_pl_tls.refused) hm__note_fallback();
+    return user;
+  }
   _hm_pl_stack_t st;
   _hm_pl_capture(&st, _hm_pl_ctx.depth);
   int site = _hm_pl_place_match(&st);

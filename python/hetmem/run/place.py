@@ -108,19 +108,28 @@ def _merge_placement(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _note_outcomes(
-    pl: dict[str, Any] | None, fallbacks: int, fast: int, have_stats: bool, slowest: str
+    pl: dict[str, Any] | None,
+    fallbacks: int,
+    fast: int,
+    have_stats: bool,
+    slowest: str,
+    mmaps: int = 0,
 ) -> None:
     """Allocations that a full tier sent to a slower one, that no tier could
     serve, or that matched no site (and went to the slowest tier): the user
-    hears of them at the end of the run."""
+    hears of them at the end of the run. mmaps: hybrid's anonymous mmaps,
+    which the pager serves as in cache mode (no profile has their sites):
+    counted among the unmatched, not noted."""
     if not pl:
         return
     um = pl.get("unmatched") or {}
-    if um.get("allocations"):
+    n = um.get("allocations", 0) - mmaps
+    if n > 0:
+        size = "" if mmaps else f" ({format_size(sum(um.get('bytes', [])))})"
         note(
-            f"{um['allocations']} large allocation(s) ({format_size(sum(um.get('bytes', [])))}) "
-            f"matched no site of the placement and went to its slowest tier, {slowest}; a "
-            "profile of a run of this build that makes them places them"
+            f"{n} large allocation(s){size} matched no site of the placement and went to its "
+            f"slowest tier, {slowest}; a profile of a run of this build that makes them "
+            "places them"
         )
     if fallbacks:
         note(
@@ -205,6 +214,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         int(tiers[0].get("capacity") or fast),
         cfg.stats is not None,
         slowest,
+        (stats["interposer"] or {}).get("mmap_allocations", 0) if cfg.mode == "hybrid" else 0,
     )
     stats["processes"] = procs
     return rc, wall
