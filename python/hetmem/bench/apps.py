@@ -356,16 +356,22 @@ def _profile(b: Bench, app: App, params: dict[str, int], ref: dict[str, Any]) ->
     return rec
 
 
-def _advise(b: Bench, app: App, profile: str, budget: int, pct: float) -> tuple[Path | None, str]:
-    """The placement for one budget, or None and why there is none."""
+def _advise(
+    b: Bench, app: App, profile: str, budget: int, pct: float, modes: list[str]
+) -> tuple[dict[str, Path], str]:
+    """The placements for one budget by mode (flat, hybrid), or none and why."""
     if not profile:
-        return None, "no profile (the profile run failed)"
-    placement = b.outdir / "runs" / app.name / f"placement-{pct:g}.toml"
-    try:
-        place_bench.advise(Path(profile), budget, placement, app.name)
-    except HetmemError as exc:
-        return None, str(exc)
-    return placement, ""
+        return {}, "no profile (the profile run failed)"
+    out = {}
+    for mode in (m for m in ("flat", "hybrid") if m in modes):
+        suffix = "-hybrid" if mode == "hybrid" else ""
+        placement = b.outdir / "runs" / app.name / f"placement-{pct:g}{suffix}.toml"
+        try:
+            place_bench.advise(Path(profile), budget, placement, app.name, mode)
+        except HetmemError as exc:
+            return {}, str(exc)
+        out[mode] = placement
+    return out, ""
 
 
 def rotate(modes: list[str], r: int) -> list[str]:
@@ -382,7 +388,7 @@ class AppBudget(NamedTuple):
     params: dict[str, int]
     pct: float
     budget: int
-    placement: Path | None
+    placements: dict[str, Path]  # by mode: flat, hybrid
     no_placement: str
     ref: dict[str, Any]
     rss: int
@@ -393,12 +399,12 @@ def _tiered_run(b: Bench, ab: AppBudget, mode: str, r: int) -> dict[str, Any]:
     label = f"{mode}-{ab.pct:g}-{r}"
     _say(f"{app.name}: {mode} at {ab.pct:g}% = {format_size(ab.budget)} (run {r + 1})")
     rec = _base(app, mode, r, ab.pct, ab.budget) | {"size_bytes": ab.rss}
-    if mode in ("flat", "hybrid") and ab.placement is None:
+    if mode in ("flat", "hybrid") and mode not in ab.placements:
         rec |= {"exit_code": None, "wall_s": None, "timed_out": False, "output": {},
                 "error": ab.no_placement, "error_kind": "placement", "mismatches": []}  # fmt: skip
         return rec
     stats = b.outdir / "runs" / app.name / label / "stats.json"
-    pre = mode_args(b, mode, ab.budget, ab.placement, stats)
+    pre = mode_args(b, mode, ab.budget, ab.placements.get(mode), stats)
     if app.threshold and mode in ("cache", "flat", "hybrid"):
         pre += ["--threshold", str(app.threshold)]
     if app.small_blocks and mode == "cache":
@@ -427,10 +433,10 @@ def bench_app(b: Bench, app: App, modes: list[str]) -> dict[str, Any]:
         res["profile_run"] = prof
     for pct in b.opts.budgets:
         budget = max(PAGE, int(rss * pct / 100) // PAGE * PAGE)
-        placement, why = (
-            _advise(b, app, prof.get("profile", ""), budget, pct) if prof else (None, "")
+        placements, why = (
+            _advise(b, app, prof.get("profile", ""), budget, pct, tiered) if prof else ({}, "")
         )
-        ab = AppBudget(app, params, pct, budget, placement, why, ref, rss)
+        ab = AppBudget(app, params, pct, budget, placements, why, ref, rss)
         dram = [
             {**d, **_base(app, "dram", d["rep"], pct, budget), "size_bytes": rss} for d in drams
         ]

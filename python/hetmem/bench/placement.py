@@ -148,10 +148,11 @@ def written_profile(prof_file: Path, what: str) -> Path:
     return written[-1]
 
 
-def advise(profile: Path, budget: int, placement: Path, what: str) -> None:
-    """`hetmem advise PROFILE --fast-budget BUDGET -o PLACEMENT`; HetmemError
-    naming `what` when it fails."""
-    proc = _hetmem("advise", str(profile), "--fast-budget", str(budget), "-o", str(placement))
+def advise(profile: Path, budget: int, placement: Path, what: str, for_mode: str = "flat") -> None:
+    """`hetmem advise PROFILE --fast-budget BUDGET --for FOR_MODE -o PLACEMENT`;
+    HetmemError naming `what` when it fails."""
+    argv = [str(profile), "--fast-budget", str(budget), "--for", for_mode, "-o", str(placement)]
+    proc = _hetmem("advise", *argv)
     if proc.returncode != 0:
         raise HetmemError(f"{what}: hetmem advise failed: {proc.stderr.strip()}")
 
@@ -384,7 +385,8 @@ class _VariantRun:
         self.res: dict[str, Any] = {"modes": {}}
         self.prof_file = b.work / f"{v}.prof"
         self.runs: dict[str, list[dict[str, Any]]] = {m: [] for m in round_order(modes, 0)}
-        self.placement = b.work / f"{v}.toml"
+        self.placement = b.work / f"{v}.toml"  # flat's; hybrid's counts the pager's cache
+        self.placement_hybrid = b.work / f"{v}-hybrid.toml"
         self.advised = False
         self.round_gbs: list[list[float | None]] = []
 
@@ -419,6 +421,7 @@ class _VariantRun:
         self.res["sampler"] = (prof.read_header(written) or {}).get("sampler")
         if r == 0:
             advise(written, self.b.budget, self.placement, v)
+            advise(written, self.b.budget, self.placement_hybrid, v, "hybrid")
             self.advised = True
 
     def _run_mode(self, mode: str, r: int) -> dict[str, Any]:
@@ -426,7 +429,8 @@ class _VariantRun:
         base = mode.removesuffix(NOTHP)
         opts = ["--mode", base, "--fast-budget", str(b.budget), "--storage", b.storage]
         if base in ("flat", "hybrid"):
-            opts += ["--placement", str(self.placement)]
+            pl = self.placement_hybrid if base == "hybrid" else self.placement
+            opts += ["--placement", str(pl)]
         if mode == "swap":
             opts += ["--swap-size", str(2 * b.footprint)]
         stats = b.work / f"{self.v}-{mode}-{r}.json"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ RAM_SHARE = 0.7
 # Swap file: twice the data, at least the budget and 256 MiB.
 SWAP_MIN = 256 << 20
 MIB = 1 << 20
+# the placement each placed mode runs with, in the recommendation's folder
+PLACEMENT_FILES = {"flat": "placement.toml", "hybrid": "placement-hybrid.toml"}
 
 
 @dataclass
@@ -128,9 +131,11 @@ def swap_size(pilot: Pilot, budget: int) -> int:
     return -(-size // MIB) * MIB
 
 
-def profile_and_advise(setup: Setup) -> tuple[Path | None, str]:
+def profile_and_advise(setup: Setup, modes: Sequence[str]) -> tuple[dict[str, Path], str]:
     """Profiles the command once (`hetmem profile`) and advises a placement
-    at the budget (`hetmem advise`): the placement file, or None and why."""
+    at the budget for each of modes, flat and hybrid (`hetmem advise --for`:
+    hybrid's counts the pager's cache): the placement files by mode, or
+    none and why."""
     prof_dir = setup.workdir / "profile"
     prof_dir.mkdir(exist_ok=True)
     for old in prof_dir.glob("run.prof.*"):
@@ -142,22 +147,28 @@ def profile_and_advise(setup: Setup) -> tuple[Path | None, str]:
     argv = ["-o", str(tmpl), *thr, "--", *setup.argv]
     proc = _hetmem("profile", *argv, log=setup.workdir / "logs")
     if proc.returncode != 0:
-        return None, f"the profile run failed (exit {proc.returncode}; logs/profile.err)"
+        return {}, f"the profile run failed (exit {proc.returncode}; logs/profile.err)"
     profiles = sorted(str(p) for p in prof_dir.glob("run.prof.*"))
     if not profiles:
-        return None, "the profile run wrote no profile (a static binary?)"
-    placement = setup.workdir / "placement.toml"
+        return {}, "the profile run wrote no profile (a static binary?)"
     opts = ["--fast-budget", str(setup.budget), "--storage", str(setup.storage)]
-    proc = _hetmem("advise", *profiles, *opts, "-o", str(placement), log=setup.workdir / "logs")
-    if proc.returncode != 0:
-        return None, f"hetmem advise failed (exit {proc.returncode}; logs/advise.err)"
-    return placement, ""
+    out: dict[str, Path] = {}
+    for mode in modes:
+        placement = setup.workdir / PLACEMENT_FILES[mode]
+        argv = [*profiles, *opts, "--for", mode, "-o", str(placement)]
+        proc = _hetmem("advise", *argv, log=setup.workdir / "logs", name=f"advise-{mode}")
+        if proc.returncode != 0:
+            return {}, f"hetmem advise failed (exit {proc.returncode}; logs/advise-{mode}.err)"
+        out[mode] = placement
+    return out, ""
 
 
-def _hetmem(verb: str, *args: str, log: Path) -> subprocess.CompletedProcess[bytes]:
-    """`hetmem VERB ARGS` with its output in log/VERB.out and .err."""
+def _hetmem(verb: str, *args: str, log: Path, name: str = "") -> subprocess.CompletedProcess[bytes]:
+    """`hetmem VERB ARGS` with its output in log/NAME.out and .err (NAME:
+    VERB unless given)."""
+    name = name or verb
     try:
-        with open(log / f"{verb}.out", "wb") as fo, open(log / f"{verb}.err", "wb") as fe:
+        with open(log / f"{name}.out", "wb") as fo, open(log / f"{name}.err", "wb") as fe:
             return subprocess.run(
                 [sys.executable, "-m", "hetmem", verb, *args],
                 stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, check=False,

@@ -39,7 +39,8 @@ class Setup:
     storage: Path
     workdir: Path
     threshold: int | None = None
-    placement: Path | None = None
+    placement: Path | None = None  # flat mode's (`hetmem advise`)
+    placement_hybrid: Path | None = None  # hybrid's (`hetmem advise --for hybrid`)
     swap_size: int | None = None
     timeout_s: float | None = None
     budget_text: str = ""  # the budget as the user wrote it (4G), for the command line
@@ -57,8 +58,9 @@ class Setup:
             opts += ["--threshold", str(self.threshold)]
         if small:
             opts.append("--small-blocks")
-        if mode in ("flat", "hybrid") and self.placement is not None:
-            opts += ["--placement", str(self.placement)]
+        placement = self.placement_hybrid if mode == "hybrid" else self.placement
+        if mode in ("flat", "hybrid") and placement is not None:
+            opts += ["--placement", str(placement)]
         if mode == "swap" and self.swap_size is not None:
             opts += ["--swap-size", size_arg(self.swap_size)]
         return opts

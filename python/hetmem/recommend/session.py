@@ -195,12 +195,13 @@ def _placement(res: Result, say: Say) -> None:
     if not placed:
         return
     say("profile run and placement (hetmem profile, hetmem advise)")
-    path, why = plan.profile_and_advise(res.setup)
-    if path is None:
-        for m in placed:
+    paths, why = plan.profile_and_advise(res.setup, placed)
+    for m in placed:
+        if m not in paths:
             res.choice.modes.remove(m)
             res.choice.skipped[m] = why
-    res.setup.placement = path
+    res.setup.placement = paths.get("flat")
+    res.setup.placement_hybrid = paths.get("hybrid")
 
 
 def _rounds(res: Result, t0: float, say: Say) -> None:
