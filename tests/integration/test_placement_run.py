@@ -149,6 +149,8 @@ def test_hot_sites_are_served_by_the_fast_tier(
     proc = _run_place(profiled, mode, stats, None, "--exit3")
     assert proc.returncode == 3, proc.stderr
     assert '"variant":"sweep"' in proc.stdout
+    # a placement advised for flat mode, run in hybrid mode, is said to be
+    assert ("advised for flat mode" in proc.stderr) == (mode == "hybrid"), proc.stderr
     data = json.loads(stats.read_text())
     pl = data["placement"]
     assert pl["place_mode"] == mode
@@ -175,6 +177,22 @@ def test_hot_sites_are_served_by_the_fast_tier(
     assert units == {want}, (cache, units)
     if mode == "flat":
         assert want == 64 << 10  # flat's minimal 8 MiB cache
+
+
+@needs_pager
+def test_a_hybrid_placement_keeps_the_hot_sites(profiled: dict[str, Any], tmp_path: Path) -> None:
+    # advised for hybrid mode, with the pager's cache counted: the two hot
+    # arrays are denser than the swept cold ones and stay pinned; the run
+    # says nothing of flat mode
+    placement = tmp_path / "h.toml"
+    run_hetmem("advise", str(profiled["profile"]), "--fast-budget", str(3 * HOT), "--no-split",
+               "--for", "hybrid", "-o", str(placement), check=True)  # fmt: skip
+    placed = _placed(placement)
+    assert placed["alloc_hot_a"] == 0 and placed["alloc_hot_b"] == 0, placed
+    assert placement_mod.load(placement).meta["for_mode"] == "hybrid"
+    proc = _run_place(profiled, "hybrid", tmp_path / "s.json", placement)
+    assert proc.returncode == 0, proc.stderr
+    assert "advised for flat mode" not in proc.stderr
 
 
 @needs_pager

@@ -162,6 +162,12 @@ def _write_compact(cfg: RunConfig, compact: Path, stats: dict[str, Any]) -> tupl
         stats["fast_capacity"] = cfg.budget
         return [], p.tiers[-1].name
     p = placement_mod.load(cfg.placement)
+    flat_made = p.meta.get("for_mode") == "flat" and p.tiers and p.tiers[-1].kind == "storage"
+    if cfg.mode == "hybrid" and flat_made:
+        note(
+            "the placement was advised for flat mode: `hetmem advise --for hybrid` counts the "
+            "pager's cache, which hybrid mode's pins take from"
+        )
     fast = cfg.budget if cfg.mode == "flat" else pinned_bytes(p, cfg.budget)
     stats["fast_capacity"] = fast
     warnings = placement_mod.prepare_for_run(
