@@ -51,9 +51,14 @@ def test_the_profile_run_takes_the_runs_threshold(tmp_path: Path) -> None:
     # blocks of 256 KiB-1 MiB would match no site and go to the slowest tier
     out = tmp_path / "rec"
     opts = ["--fast-budget", "16M", "--storage", str(tmp_path), "-o", str(out)]
-    proc = run_hetmem("recommend", *opts, "--threshold", "256K", "--rounds", "1",
-                      "--modes", "dram,flat", "--json", "--", *_stream(tmp_path))  # fmt: skip
+    modes = ["--modes", "dram,flat,hybrid"]
+    proc = run_hetmem("recommend", *opts, "--threshold", "256K", "--rounds", "1", *modes,
+                      "--json", "--", *_stream(tmp_path))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    # each placed mode ran with its own placement (advise --for MODE)
+    for mode, name in (("flat", "placement.toml"), ("hybrid", "placement-hybrid.toml")):
+        assert f'for_mode = "{mode}"' in (out / name).read_text()
+        assert (out / "logs" / f"advise-{mode}.err").is_file()
     profiles = sorted((out / "profile").glob("run.prof.*"))
     assert profiles
     for prof in profiles:

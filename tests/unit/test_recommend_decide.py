@@ -187,3 +187,13 @@ def test_the_swap_size_is_written_as_a_user_would() -> None:
     assert "--swap-size 382M" in setup.command_line("swap")
     setup.swap_size = 3 << 30
     assert "--swap-size 3G" in setup.command_line("swap")
+
+
+def test_each_placed_mode_runs_with_its_own_placement() -> None:
+    # hybrid's placement counts the pager's cache (advise --for hybrid)
+    s = _setup()
+    s.placement_hybrid = Path("/tmp/w/placement-hybrid.toml")
+    assert "--placement /tmp/w/placement.toml" in s.command_line("flat")
+    assert "--placement /tmp/w/placement-hybrid.toml" in s.command_line("hybrid")
+    assert "--placement" not in s.command_line("cache")
+    assert plan.PLACEMENT_FILES == {"flat": "placement.toml", "hybrid": "placement-hybrid.toml"}
