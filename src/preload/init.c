@@ -232,15 +232,16 @@ static int hm__place_storage(void) {
    * cache together keep to it (1 byte: a budget below that cache leaves
    * tier 0 nothing; 0 would read as unlimited) */
   c->fast_limit = c->budget > c->pager_budget ? c->budget - c->pager_budget : 1;
-  /* hybrid: from the middle of the cache's range. Its least (the budget
-   * less the pinned sites' peaks added up) is seldom what it holds: on hpcc
-   * at half its footprint the peaks added up to more than the budget, the
-   * unit came out at 64 KiB while the cache averaged 120 MiB, and HPL's
-   * sweeps took 1.39 M faults and 108 s against cache mode's 0.46 M and
-   * 82 s (82 s at 256 KiB) */
-  uint64_t typical = c->hybrid ? c->pager_budget / 2 + c->pager_max / 2 : c->pager_budget;
+  /* hybrid: from the least cache, unless fetch_unit is set; `hetmem run`
+   * sets it from a hybrid placement's pager_cache_mean_bytes (run/place.py,
+   * the same rule): the cache the pager has on average, which the advisor
+   * knows from the profile's time axis. The least cache is seldom what it
+   * holds when the pinned sites peak apart (hpcc at half its footprint: 64
+   * KiB units while the cache averaged 120 MiB, HPL 108 s against 82 at
+   * 256 KiB), and the middle of the range was too much when they stay live
+   * (LAMMPS at 75%: 256 KiB units in a 7 MiB cache, 250 GB read) */
   if (c->ctx->opts.origin[HM_OPT_FETCH_UNIT] == HM_ORIGIN_DEFAULT)
-    c->fetch_unit = hm__place_unit(typical);
+    c->fetch_unit = hm__place_unit(c->pager_budget);
   return 0;
 }
 

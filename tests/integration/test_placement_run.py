@@ -25,6 +25,7 @@ from hetmem import _native
 from hetmem.placement import fileformat as placement_mod
 from hetmem.placement import profile as prof
 from hetmem.placement.advise import PAGER_FLOOR
+from hetmem.run.place import place_unit
 from hetmem.sizes import format_size
 
 WORKLOAD = CBUILD / "bench" / "hm-placement"
@@ -167,11 +168,9 @@ def test_hot_sites_are_served_by_the_fast_tier(
     assert pl["tiers"][0]["served_by"] == "glibc" and pl["tiers"][1]["served_by"] == "pager"
     assert data["pager"]["counters"]["faults"] > 0  # cold data went through the pager
     # the slow tier's unit follows its cache: the largest of 256/128/64 KiB
-    # of which it holds 100 (fetch_unit not set); hybrid's cache ranges from
-    # its least to the whole budget, and the unit follows the middle
+    # of which it holds 100 (fetch_unit not set; a flat placement has no
+    # pager_cache_mean_bytes for hybrid's unit)
     cache = pl["pager_budget"]
-    if mode == "hybrid":
-        cache = cache // 2 + data["budget"] // 2
     want = next((u for u in (256 << 10, 128 << 10) if cache >= 100 * u), 64 << 10)
     units = {q["pager"]["config"]["fetch_unit"] for q in data["processes"] if q.get("pager")}
     assert units == {want}, (cache, units)
@@ -193,6 +192,12 @@ def test_a_hybrid_placement_keeps_the_hot_sites(profiled: dict[str, Any], tmp_pa
     proc = _run_place(profiled, "hybrid", tmp_path / "s.json", placement)
     assert proc.returncode == 0, proc.stderr
     assert "advised for flat mode" not in proc.stderr
+    # the pager's unit follows the cache the advisor expects it to have on
+    # average, not its least (`hetmem run` sets it)
+    mean = placement_mod.load(placement).meta["pager_cache_mean_bytes"]
+    data = json.loads((tmp_path / "s.json").read_text())
+    units = {q["pager"]["config"]["fetch_unit"] for q in data["processes"] if q.get("pager")}
+    assert units == {place_unit(min(mean, 3 * HOT))}, (mean, units)
 
 
 @needs_pager

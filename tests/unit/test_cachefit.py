@@ -48,6 +48,8 @@ def test_a_pin_that_takes_a_phase_s_cache_is_left_to_the_pager():
     # priced with the cache counted: below the solver's placement and cache mode
     assert meta["predicted_time_s"] < meta["predicted_time_cache_mode_s"]
     assert any("1 site(s) left to the pager" in n for n in hyb.notes), hyb.notes
+    # the whole budget in the first half of the run, 24 MiB in the second
+    assert meta["pager_cache_mean_bytes"] == pytest.approx(44 * MIB, rel=1e-3)
 
 
 def test_a_dense_pin_stays():
@@ -58,6 +60,8 @@ def test_a_dense_pin_stays():
     ]
     hyb = A.advise(_merged(sites), _storage_tiers(), BUDGET, split=False, for_mode="hybrid")
     assert _tiers_of(hyb) == {0x10: 0, 0x20: 1}
+    # the pager's cache over time: the budget less the pinned 40 MiB
+    assert hyb.placement.meta["pager_cache_mean_bytes"] == 24 * MIB
     assert any("every pin and head saves time" in n for n in hyb.notes), hyb.notes
 
 

@@ -262,6 +262,7 @@ def advise(
     if fit is not None:
         meta["cache_model"] = "hybrid: the pager's cache counted (hetmem.placement.cachefit)"
         meta["predicted_time_cache_mode_s"] = fit.priced_cache_s
+        meta["pager_cache_mean_bytes"] = fit.cache_mean_bytes
     placement = Placement(meta=meta, tiers=ptiers, modules=modules.modules, sites=sites)
     return Advice(
         placement=placement,

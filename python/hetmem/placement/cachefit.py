@@ -67,6 +67,7 @@ class Axis:
     sites: np.ndarray  # (n,) int64
     live: np.ndarray  # (n, K) float64 bytes
     share: np.ndarray  # (n, K) float64, rows sum to 1
+    dur: np.ndarray  # (K,) float64 ns
 
 
 @dataclass
@@ -78,12 +79,16 @@ class Refined:
     priced_before_s: float = 0.0
     priced_after_s: float = 0.0
     priced_cache_s: float = 0.0  # every site through the pager (cache mode)
+    cache_mean_bytes: int = 0  # the pager's cache over time, per process
 
 
 def _cuts(series: Sequence[list[tuple[int, int]]], wall: int) -> np.ndarray:
-    times = sorted({t for s in series for t, _ in s} | {0})
-    end = max(wall, times[-1] + 1)
-    return np.array([*times, end], dtype=np.float64)
+    """Where segments begin and the last ends: every change of a live
+    series, from 0 to the profile's wall time."""
+    times = sorted({t for s in series for t, _ in s} | {0, wall})
+    if len(times) == 1:  # no time at all: one segment
+        times.append(times[0] + 1)
+    return np.array(times, dtype=np.float64)
 
 
 def _step(points: list[tuple[int, int]], starts: np.ndarray, peak: int) -> np.ndarray:
@@ -120,7 +125,7 @@ def axes(merged: Merged) -> list[Axis]:
         on = (live > 0) * dur
         tot = on.sum(axis=1, keepdims=True)
         share = np.where(tot > 0, on / np.maximum(tot, 1e-300), 1.0 / live.shape[1])
-        out.append(Axis(np.array(idx, dtype=np.int64), live, share))
+        out.append(Axis(np.array(idx, dtype=np.int64), live, share, dur))
     return out
 
 
@@ -173,6 +178,17 @@ class Pricer:
             st = _State(ax, pinned, head, frac, self.hot, self.dt)
             dev += float(_priced(st.pin, st.hot, st.miss, self.base, self.floor))
         return float(self.t0.sum()) + dev / max(len(self.axes), 1)
+
+    def mean_cache(self, assign: np.ndarray, splits: dict[int, Split]) -> float:
+        """The pager's cache per process, averaged over each profile's time
+        and over the profiles."""
+        pinned, head, frac = self._arrays(assign, splits)
+        means = []
+        for ax in self.axes:
+            st = _State(ax, pinned, head, frac, self.hot, self.dt)
+            cache = np.maximum(self.floor, self.base - st.pin)
+            means.append(float((cache * ax.dur).sum() / max(float(ax.dur.sum()), 1e-300)))
+        return sum(means) / len(means) if means else self.base
 
     def removals(
         self, assign: np.ndarray, splits: dict[int, Split], cands: list[tuple[int, bool]]
@@ -230,4 +246,5 @@ def refine(
         cur = price
     out.assign, out.splits, out.priced_after_s = assign, splits, cur
     out.priced_cache_s = pr.price(np.full_like(assign, problem.ntiers - 1), {})
+    out.cache_mean_bytes = int(pr.mean_cache(assign, splits))
     return out

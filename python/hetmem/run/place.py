@@ -149,10 +149,29 @@ def _note_outcomes(
     )
 
 
-def _write_compact(cfg: RunConfig, compact: Path, stats: dict[str, Any]) -> tuple[list[str], str]:
+def place_unit(cache: int) -> int:
+    """The pager's fetch unit for a cache of this many bytes: the largest of
+    256, 128 and 64 KiB of which it holds 100 (hm__place_unit in
+    src/preload/init.c, which applies it to the least cache)."""
+    return next((u for u in (256 << 10, 128 << 10) if cache >= 100 * u), 64 << 10)
+
+
+def _hybrid_unit(cfg: RunConfig, p: placement_mod.Placement) -> int:
+    """Hybrid mode's fetch unit from the cache the advisor expects the pager
+    to have on average (`advise --for hybrid`'s pager_cache_mean_bytes);
+    0: the interposer's own choice from its least cache."""
+    mean = p.meta.get("pager_cache_mean_bytes")
+    if cfg.mode != "hybrid" or not isinstance(mean, int) or isinstance(mean, bool) or mean <= 0:
+        return 0
+    return place_unit(min(mean, cfg.budget))
+
+
+def _write_compact(
+    cfg: RunConfig, compact: Path, stats: dict[str, Any]
+) -> tuple[list[str], str, int]:
     """The interposer's table: from --placement, else (--auto-fast alone)
-    made from this machine's tiers; returns the warnings to print and the
-    slowest tier's name."""
+    made from this machine's tiers; returns the warnings to print, the
+    slowest tier's name and hybrid's fetch unit (0: the interposer's)."""
     if cfg.placement is None:
         p, notes = autofast.machine_placement()
         p.tiers[0].capacity_bytes = cfg.budget
@@ -160,7 +179,7 @@ def _write_compact(cfg: RunConfig, compact: Path, stats: dict[str, Any]) -> tupl
         for n in notes:
             note(n)
         stats["fast_capacity"] = cfg.budget
-        return [], p.tiers[-1].name
+        return [], p.tiers[-1].name, 0
     p = placement_mod.load(cfg.placement)
     flat_made = p.meta.get("for_mode") == "flat" and p.tiers and p.tiers[-1].kind == "storage"
     if cfg.mode == "hybrid" and flat_made:
@@ -173,7 +192,7 @@ def _write_compact(cfg: RunConfig, compact: Path, stats: dict[str, Any]) -> tupl
     warnings = placement_mod.prepare_for_run(
         cfg.placement, compact, cfg.command[0], fast_capacity=fast
     )
-    return warnings, p.tiers[-1].name if p.tiers else "?"
+    return warnings, p.tiers[-1].name if p.tiers else "?", _hybrid_unit(cfg, p)
 
 
 def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> tuple[int, float]:
@@ -187,7 +206,7 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
             stats["threshold"] = cfg.threshold
     with _run_tmpdir(state) as tmp:
         compact = tmp / "placement.compact"
-        warnings, slowest = _write_compact(cfg, compact, stats)
+        warnings, slowest, unit = _write_compact(cfg, compact, stats)
         fast = stats["fast_capacity"]
         for w in warnings:
             os.write(2, f"hetmem run: warning: {w}\n".encode())
@@ -198,6 +217,8 @@ def _run_place(cfg: RunConfig, state: dict[str, Any], stats: dict[str, Any]) -> 
         env = _cache_env(cfg, lines_file)
         env["HETMEM_PLACEMENT"] = str(compact)
         env["HETMEM_PLACE_MODE"] = cfg.mode
+        if unit:  # a unit the user set stays
+            env.setdefault("HETMEM_FETCH_UNIT", str(unit))
         if cfg.auto_fast is not None:
             env["HETMEM_AUTO_FAST"] = autofast.env_value(cfg.auto_fast)
         env.pop("HETMEM_PROFILE", None)
