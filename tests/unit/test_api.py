@@ -73,3 +73,8 @@ def test_run_command_refuses_a_bad_mode_before_running() -> None:
 def test_advise_refuses_no_profiles() -> None:
     with pytest.raises(hetmem.UsageError, match="at least one profile"):
         hetmem.advise([], "1G")
+
+
+def test_advise_refuses_a_mode_it_cannot_advise_for() -> None:
+    with pytest.raises(hetmem.UsageError, match="for_mode must be 'flat' or 'hybrid', not 'cache'"):
+        hetmem.advise(["a.prof"], "1G", for_mode="cache")
