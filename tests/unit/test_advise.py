@@ -417,6 +417,9 @@ def test_placement_toml_roundtrip(tmp_path):
     assert "0x10" in path.read_text()  # offsets in hex, as tools print them
 
 
+VERSION = "schema_version = 1"
+
+
 @pytest.mark.parametrize(
     "mutate, message",
     [
@@ -429,6 +432,8 @@ def test_placement_toml_roundtrip(tmp_path):
         (lambda t: t.replace("frames = [[1, 0x30]]", "frames = []"), "'frames'"),
         (lambda t: t + "\n[[sites]]\nid = 9\n", "'tier'"),
         (lambda t: "\0\0garbage", "TOML"),
+        (lambda t: t.replace(VERSION, VERSION + "\npager_cache_mean_bytes = -5"), "'pager_cache"),
+        (lambda t: t.replace(VERSION, VERSION + '\nfor_mode = "cache"'), "'for_mode'"),
     ],
 )
 def test_bad_placements_are_one_line_schema_errors(mutate, message):

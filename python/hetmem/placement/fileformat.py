@@ -249,6 +249,11 @@ def loads(text: str, name: str = "<placement>") -> Placement:
     meta = {k: val for k, val in doc.items() if k not in ("tiers", "modules", "sites")}
     if "binary" in meta:
         v.int_(meta, "binary", "header", 0, max(0, len(modules) - 1))
+    # read by `hetmem run`: hybrid's fetch unit, and its note on flat plans
+    if "pager_cache_mean_bytes" in meta:
+        v.int_(meta, "pager_cache_mean_bytes", "header", 1, 2**63 - 1)
+    if meta.get("for_mode", "flat") not in ("flat", "hybrid"):
+        raise v.fail('header: \'for_mode\' must be "flat" or "hybrid"')
     return Placement(meta=meta, tiers=tiers, modules=modules, sites=sites)
 
 

@@ -160,8 +160,8 @@ def _hybrid_unit(cfg: RunConfig, p: placement_mod.Placement) -> int:
     """Hybrid mode's fetch unit from the cache the advisor expects the pager
     to have on average (`advise --for hybrid`'s pager_cache_mean_bytes);
     0: the interposer's own choice from its least cache."""
-    mean = p.meta.get("pager_cache_mean_bytes")
-    if cfg.mode != "hybrid" or not isinstance(mean, int) or isinstance(mean, bool) or mean <= 0:
+    mean = p.meta.get("pager_cache_mean_bytes")  # a positive int (fileformat.load)
+    if cfg.mode != "hybrid" or mean is None:
         return 0
     return place_unit(min(mean, cfg.budget))
 
