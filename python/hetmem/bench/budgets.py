@@ -6,7 +6,8 @@ sizes, not at one; this suite draws those bars on this machine. For each
 workload and each budget (25%, 50% and 75% of the footprint by default),
 one `hetmem recommend` session with a fixed number of rounds runs dram,
 swap, cache, flat and hybrid interleaved, the order rotating from round to
-round, flat and hybrid from that budget's own profile and placement. Each
+round, flat and hybrid from that budget's own profile and placements
+(hybrid's advised `--for hybrid`). Each
 mode's speed is a fraction of dram's: dram's median time over the mode's,
 with a 95% bootstrap interval (hetmem.stats).
 
