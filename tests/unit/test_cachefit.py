@@ -25,10 +25,12 @@ def _tiers_of(res):
     return {s.frames[0][1]: s.tier for s in res.placement.sites}
 
 
-def test_a_pin_that_takes_a_phase_s_cache_is_left_to_the_pager():
+def test_a_pin_that_takes_a_phase_s_cache_is_left_to_the_pager(monkeypatch):
     # phase 2 sweeps X and Y (40 MiB each, equally hot) beside a work array
     # W touched a few times. The solver pins X and W (48 of 56 MiB): with
     # the cache counted, W's 8 MiB served the pager's Y better than W.
+    # (X alone is priced within GAIN_MARGIN of cache mode: see below.)
+    monkeypatch.setattr(CF, "GAIN_MARGIN", 0.0)
     sites = [
         seg_site(0x10, [(500, 1000, 40 * MIB)], 1000),  # X
         seg_site(0x20, [(500, 1000, 40 * MIB)], 1000),  # Y
@@ -51,6 +53,10 @@ def test_a_pin_that_takes_a_phase_s_cache_is_left_to_the_pager():
     # the whole budget in the first half of the run, 24 MiB in the second,
     # where the pager works: its mean where it works is 24 MiB
     assert meta["pager_cache_mean_bytes"] == pytest.approx(24 * MIB, rel=1e-3)
+    # X's pin, priced below cache mode by less than the margin, goes too
+    monkeypatch.setattr(CF, "GAIN_MARGIN", 0.10)
+    hyb = A.advise(_merged(sites), _storage_tiers(), BUDGET, split=False, for_mode="hybrid")
+    assert set(_tiers_of(hyb).values()) == {1} and hyb.placement.meta["hybrid_as_cache"]
 
 
 def test_a_dense_pin_stays():
@@ -106,12 +112,44 @@ def test_a_head_must_keep_a_margin_of_what_the_split_credited(monkeypatch):
     assert all(not s.split_bytes for s in hyb.placement.sites)
     meta = hyb.placement.meta
     assert meta["predicted_time_s"] == pytest.approx(meta["predicted_time_cache_mode_s"])
-    # not a tie: without the margin the head stays, priced below cache mode
+    # not a tie: without the margins the head stays, priced below cache mode
     monkeypatch.setattr(CF, "HEAD_MARGIN", 0.0)
+    monkeypatch.setattr(CF, "GAIN_MARGIN", 0.0)
     keep = A.advise(_merged(sites), _storage_tiers(), BUDGET, for_mode="hybrid")
     assert any(s.split_bytes for s in keep.placement.sites)
     meta = keep.placement.meta
     assert meta["predicted_time_s"] < meta["predicted_time_cache_mode_s"]
+
+
+def test_a_placement_priced_close_to_cache_mode_runs_as_cache_mode(monkeypatch):
+    # three 40 MiB arrays swept together, X a little hotter: pinning X
+    # (40 of 56 MiB) is priced a few percent below cache mode, within the
+    # model's error, so every site goes to the pager
+    sites = [
+        seg_site(0x10, [(0, 1000, 40 * MIB)], 1100),
+        seg_site(0x20, [(0, 1000, 40 * MIB)], 1000),
+        seg_site(0x30, [(0, 1000, 40 * MIB)], 1000),
+    ]
+    hyb = A.advise(
+        _merged(sites), _storage_tiers(), BUDGET, split=False, for_mode="hybrid", explain_top=3
+    )
+    assert set(_tiers_of(hyb).values()) == {1}, _tiers_of(hyb)
+    meta = hyb.placement.meta
+    assert meta["hybrid_as_cache"] is True
+    assert meta["predicted_time_s"] == pytest.approx(meta["predicted_time_cache_mode_s"])
+    note = next(n for n in hyb.notes if "as in cache mode" in n)
+    assert "1.11x" in note, note
+    why = {s.frames[0][1]: s.reason for s in hyb.placement.sites}
+    assert "too close to cache mode" in why[0x10], why
+    # the pin itself is priced below cache mode: without the margin it stays
+    monkeypatch.setattr(CF, "GAIN_MARGIN", 0.0)
+    keep = A.advise(_merged(sites), _storage_tiers(), BUDGET, split=False, for_mode="hybrid")
+    assert _tiers_of(keep)[0x10] == 0 and "hybrid_as_cache" not in keep.placement.meta
+    kept = keep.placement.meta
+    assert kept["predicted_time_s"] < kept["predicted_time_cache_mode_s"]
+    assert kept["predicted_time_s"] > 0.9 * kept["predicted_time_cache_mode_s"]
+    # with nothing pinned the pager has the pin's 40 MiB more
+    assert meta["pager_cache_mean_bytes"] - kept["pager_cache_mean_bytes"] == 40 * MIB
 
 
 def test_memory_tiers_alone_are_not_refined():

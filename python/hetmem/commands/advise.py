@@ -104,7 +104,9 @@ class Command:
             default="flat",
             help="the mode the placement is for (default flat). hybrid counts the pager's "
             "cache, which gets what tier 0's live blocks leave of the budget: pins and "
-            "heads that would take more of it than they save are left to the pager",
+            "heads that would take more of it than they save are left to the pager, and "
+            "all of them when the placement is priced less than 1.11x better than cache "
+            "mode (the model's error)",
         )
         parser.add_argument(
             "--benchmark",

@@ -263,6 +263,8 @@ def advise(
         meta["cache_model"] = "hybrid: the pager's cache counted (hetmem.placement.cachefit)"
         meta["predicted_time_cache_mode_s"] = fit.priced_cache_s
         meta["pager_cache_mean_bytes"] = fit.cache_mean_bytes
+        if fit.as_cache:
+            meta["hybrid_as_cache"] = True
     placement = Placement(meta=meta, tiers=ptiers, modules=modules.modules, sites=sites)
     return Advice(
         placement=placement,
@@ -284,6 +286,15 @@ def _hold(reserve: int, per_proc: int, ranks: list[int]) -> int:
 
 def _fit_notes(fit: cachefit.Refined) -> list[str]:
     moved = len(fit.unpinned) + len(fit.heads_dropped)
+    if fit.as_cache:
+        gain = fit.priced_cache_s / max(fit.priced_kept_s, 1e-300)
+        return [
+            f"hybrid: every site left to the pager, as in cache mode: the best placement "
+            f"found was priced only {gain:.2f}x better than cache mode ({fit.priced_kept_s:.3g} "
+            f"against {fit.priced_cache_s:.3g} s per process), less than the "
+            f"{1 / (1 - cachefit.GAIN_MARGIN):.2f}x the model's error needs "
+            "(hetmem.placement.cachefit)"
+        ]
     if not moved:
         return [
             "hybrid: with the pager's cache counted, every pin and head saves time "
@@ -361,6 +372,7 @@ class _Explainer:
         self.problem, self.sol, self.tiers, self.top = problem, sol, tiers, explain_top
         self.splits, self.merged = splits, merged
         self.left = set(fit.unpinned + fit.heads_dropped) if fit else set()
+        self.as_cache = bool(fit and fit.as_cache)
         dens = np.array([s.accesses_per_byte for s in merged.sites])
         self.dens_rank = np.empty(problem.nsites, dtype=np.int64)
         self.dens_rank[np.argsort(-dens, kind="stable")] = np.arange(1, problem.nsites + 1)
@@ -368,6 +380,12 @@ class _Explainer:
     def reason(self, rank_i: int, i: int) -> str:
         if rank_i >= self.top:
             return ""
+        if i in self.left and self.as_cache:
+            return (
+                f"left to the pager ({self.tiers[-1].name}), in hybrid mode: the placement "
+                "as a whole was priced too close to cache mode to be worth the model's error "
+                "(--for hybrid)"
+            )
         if i in self.left:
             return (
                 f"left to the pager ({self.tiers[-1].name}), in hybrid mode: with its cache "
