@@ -53,10 +53,17 @@ def test_a_pin_that_takes_a_phase_s_cache_is_left_to_the_pager(monkeypatch):
     # the whole budget in the first half of the run, 24 MiB in the second,
     # where the pager works: its mean where it works is 24 MiB
     assert meta["pager_cache_mean_bytes"] == pytest.approx(24 * MIB, rel=1e-3)
-    # X's pin, priced below cache mode by less than the margin, goes too
+    # X's pin, priced below cache mode by less than the margin, goes too;
+    # each site says why it left
     monkeypatch.setattr(CF, "GAIN_MARGIN", 0.10)
-    hyb = A.advise(_merged(sites), _storage_tiers(), BUDGET, split=False, for_mode="hybrid")
+    hyb = A.advise(
+        _merged(sites), _storage_tiers(), BUDGET, split=False, for_mode="hybrid", explain_top=3
+    )
     assert set(_tiers_of(hyb).values()) == {1} and hyb.placement.meta["hybrid_as_cache"]
+    why = {s.frames[0][1]: s.reason for s in hyb.placement.sites}
+    # X or Y (a tie for the solver) was the pin the margin took
+    assert sum("too close to cache mode" in why[a] for a in (0x10, 0x20)) == 1, why
+    assert "would save less than the cache it took" in why[0x30], why
 
 
 def test_a_dense_pin_stays():

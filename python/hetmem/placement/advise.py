@@ -372,7 +372,7 @@ class _Explainer:
         self.problem, self.sol, self.tiers, self.top = problem, sol, tiers, explain_top
         self.splits, self.merged = splits, merged
         self.left = set(fit.unpinned + fit.heads_dropped) if fit else set()
-        self.as_cache = bool(fit and fit.as_cache)
+        self.as_cache = set(fit.as_cache_sites) if fit else set()
         dens = np.array([s.accesses_per_byte for s in merged.sites])
         self.dens_rank = np.empty(problem.nsites, dtype=np.int64)
         self.dens_rank[np.argsort(-dens, kind="stable")] = np.arange(1, problem.nsites + 1)
@@ -380,7 +380,7 @@ class _Explainer:
     def reason(self, rank_i: int, i: int) -> str:
         if rank_i >= self.top:
             return ""
-        if i in self.left and self.as_cache:
+        if i in self.as_cache:
             return (
                 f"left to the pager ({self.tiers[-1].name}), in hybrid mode: the placement "
                 "as a whole was priced too close to cache mode to be worth the model's error "

@@ -94,6 +94,7 @@ class Refined:
     priced_cache_s: float = 0.0  # every site through the pager (cache mode)
     cache_mean_bytes: int = 0  # the pager's cache over time, per process
     as_cache: bool = False  # within GAIN_MARGIN of cache mode: all left to the pager
+    as_cache_sites: list[int] = field(default_factory=list)  # the pins and heads that left
     priced_kept_s: float = 0.0  # the placement given up when as_cache
 
 
@@ -284,6 +285,7 @@ def _as_cache(
 ) -> tuple[np.ndarray, dict[int, Split]]:
     """Every remaining pin and head left to the pager (GAIN_MARGIN)."""
     for i, is_head in cands:
+        out.as_cache_sites.append(i)
         if is_head:
             del splits[i]
             out.heads_dropped.append(i)
