@@ -257,39 +257,32 @@ def refine(
         c = int(np.argmin(prices - slack))
         if prices[c] - slack[c] > cur + TIE * max(abs(cur), 1e-300):
             break
-        price = float(prices[c])
-        i, is_head = cands.pop(c)
-        if is_head:
-            del splits[i]
-            out.heads_dropped.append(i)
-        else:
-            assign[i] = problem.ntiers - 1
-            out.unpinned.append(i)
-        cur = price
+        _leave(problem, assign, splits, out, *cands.pop(c))
+        cur = float(prices[c])
     out.priced_cache_s = pr.price(np.full_like(assign, problem.ntiers - 1), {})
     if cands and cur > (1.0 - GAIN_MARGIN) * out.priced_cache_s:
         out.as_cache, out.priced_kept_s = True, cur
-        assign, splits = _as_cache(problem, assign, splits, cands, out)
+        for i, is_head in cands:
+            out.as_cache_sites.append(i)
+            _leave(problem, assign, splits, out, i, is_head)
         cur = pr.price(assign, splits)
     out.assign, out.splits, out.priced_after_s = assign, splits, cur
     out.cache_mean_bytes = int(pr.mean_cache(assign, splits))
     return out
 
 
-def _as_cache(
+def _leave(
     problem: Problem,
     assign: np.ndarray,
     splits: dict[int, Split],
-    cands: list[tuple[int, bool]],
     out: Refined,
-) -> tuple[np.ndarray, dict[int, Split]]:
-    """Every remaining pin and head left to the pager (GAIN_MARGIN)."""
-    for i, is_head in cands:
-        out.as_cache_sites.append(i)
-        if is_head:
-            del splits[i]
-            out.heads_dropped.append(i)
-        else:
-            assign[i] = problem.ntiers - 1
-            out.unpinned.append(i)
-    return assign, splits
+    i: int,
+    is_head: bool,
+) -> None:
+    """Site i's pin, or its head, left to the pager (in place)."""
+    if is_head:
+        del splits[i]
+        out.heads_dropped.append(i)
+    else:
+        assign[i] = problem.ntiers - 1
+        out.unpinned.append(i)
