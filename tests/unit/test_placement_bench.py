@@ -293,12 +293,14 @@ def test_bench_runs_every_configuration_in_each_round(hetmem) -> None:
         assert m["seconds"] == min(r[mode] for r in sp["rounds"])
     assert proc.stderr.index("dram (run 2)") > proc.stderr.index("hybrid (run 1)")
     # huge pages on the fast tier's blocks by default (6.4 MiB hot arrays:
-    # each holds an aligned huge page), none in the twins
+    # each holds an aligned huge page), none in the twins. Flat: hybrid's
+    # placement at this size is priced within 1.11x of cache mode and
+    # leaves every site to the pager (hybrid_as_cache), with no such block.
     assert sp["modes"]["flat-nothp"]["huge_page_bytes"] == 0
     assert sp["modes"]["hybrid-nothp"]["huge_page_bytes"] == 0
     thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     if thp.exists() and "[madvise]" in thp.read_text():
-        assert sp["modes"]["hybrid"]["huge_page_bytes"] > 0
+        assert sp["modes"]["flat"]["huge_page_bytes"] > 0
     ab = sp["huge_pages_ab"]
     assert set(ab) == {"flat", "hybrid"} and ab["hybrid"]["rounds"] == 2
     assert ab["hybrid"]["seconds"] > 0 and ab["hybrid"]["hot_seconds"] > 0
