@@ -192,6 +192,15 @@ def test_a_hybrid_placement_keeps_the_hot_sites(profiled: dict[str, Any], tmp_pa
     proc = _run_place(profiled, "hybrid", tmp_path / "s.json", placement)
     assert proc.returncode == 0, proc.stderr
     assert "advised for flat mode" not in proc.stderr
+    assert "cache mode in all but name" not in proc.stderr
+    # one that advise left wholly to the pager says so when run
+    text = placement.read_text().replace(
+        'for_mode = "hybrid"', 'for_mode = "hybrid"\nhybrid_as_cache = true'
+    )
+    placement.write_text(text)
+    proc = _run_place(profiled, "hybrid", tmp_path / "s2.json", placement)
+    assert proc.returncode == 0, proc.stderr
+    assert "cache mode in all but name" in proc.stderr, proc.stderr
     # the pager's unit follows the cache the advisor expects it to have on
     # average, not its least (`hetmem run` sets it)
     mean = placement_mod.load(placement).meta["pager_cache_mean_bytes"]

@@ -187,6 +187,12 @@ def _write_compact(
             "the placement was advised for flat mode: `hetmem advise --for hybrid` counts the "
             "pager's cache, which hybrid mode's pins take from"
         )
+    if cfg.mode == "hybrid" and p.meta.get("hybrid_as_cache") is True:
+        note(
+            "the placement leaves every site to the pager (`hetmem advise --for hybrid` priced "
+            "its best placement within the model's error of cache mode): this run is cache "
+            "mode in all but name"
+        )
     fast = cfg.budget if cfg.mode == "flat" else pinned_bytes(p, cfg.budget)
     stats["fast_capacity"] = fast
     warnings = placement_mod.prepare_for_run(
