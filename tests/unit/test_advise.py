@@ -434,6 +434,7 @@ VERSION = "schema_version = 1"
         (lambda t: "\0\0garbage", "TOML"),
         (lambda t: t.replace(VERSION, VERSION + "\npager_cache_mean_bytes = -5"), "'pager_cache"),
         (lambda t: t.replace(VERSION, VERSION + '\nfor_mode = "cache"'), "'for_mode'"),
+        (lambda t: t.replace(VERSION, VERSION + '\nhybrid_as_cache = "yes"'), "'hybrid_as_cache'"),
     ],
 )
 def test_bad_placements_are_one_line_schema_errors(mutate, message):

@@ -254,6 +254,8 @@ def loads(text: str, name: str = "<placement>") -> Placement:
         v.int_(meta, "pager_cache_mean_bytes", "header", 1, 2**63 - 1)
     if meta.get("for_mode", "flat") not in ("flat", "hybrid"):
         raise v.fail('header: \'for_mode\' must be "flat" or "hybrid"')
+    if not isinstance(meta.get("hybrid_as_cache", False), bool):
+        raise v.fail("header: 'hybrid_as_cache' must be true or false")
     return Placement(meta=meta, tiers=tiers, modules=modules, sites=sites)
 
 
