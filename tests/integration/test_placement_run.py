@@ -201,6 +201,12 @@ def test_a_hybrid_placement_keeps_the_hot_sites(profiled: dict[str, Any], tmp_pa
     proc = _run_place(profiled, "hybrid", tmp_path / "s2.json", placement)
     assert proc.returncode == 0, proc.stderr
     assert "cache mode in all but name" in proc.stderr, proc.stderr
+    # a hand-edited flag that is no bool: one line, exit 2, before the run
+    placement.write_text(text.replace("hybrid_as_cache = true", 'hybrid_as_cache = "yes"'))
+    proc = _run_place(profiled, "hybrid", tmp_path / "s3.json", placement)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "'hybrid_as_cache'" in proc.stderr and "Traceback" not in proc.stderr
+    placement.write_text(text)
     # the pager's unit follows the cache the advisor expects it to have on
     # average, not its least (`hetmem run` sets it)
     mean = placement_mod.load(placement).meta["pager_cache_mean_bytes"]
