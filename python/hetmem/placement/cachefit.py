@@ -93,9 +93,13 @@ class Refined:
     priced_after_s: float = 0.0
     priced_cache_s: float = 0.0  # every site through the pager (cache mode)
     cache_mean_bytes: int = 0  # the pager's cache over time, per process
-    as_cache: bool = False  # within GAIN_MARGIN of cache mode: all left to the pager
-    as_cache_sites: list[int] = field(default_factory=list)  # the pins and heads that left
+    as_cache_sites: list[int] = field(default_factory=list)  # left by GAIN_MARGIN
     priced_kept_s: float = 0.0  # the placement given up when as_cache
+
+    @property
+    def as_cache(self) -> bool:
+        """Within GAIN_MARGIN of cache mode: every site left to the pager."""
+        return bool(self.as_cache_sites)
 
 
 def _cuts(series: Sequence[list[tuple[int, int]]], wall: int) -> np.ndarray:
@@ -261,7 +265,7 @@ def refine(
         cur = float(prices[c])
     out.priced_cache_s = pr.price(np.full_like(assign, problem.ntiers - 1), {})
     if cands and cur > (1.0 - GAIN_MARGIN) * out.priced_cache_s:
-        out.as_cache, out.priced_kept_s = True, cur
+        out.priced_kept_s = cur
         for i, is_head in cands:
             out.as_cache_sites.append(i)
             _leave(problem, assign, splits, out, i, is_head)
