@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -193,20 +194,28 @@ def test_a_hybrid_placement_keeps_the_hot_sites(profiled: dict[str, Any], tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert "advised for flat mode" not in proc.stderr
     assert "cache mode in all but name" not in proc.stderr
-    # one that advise left wholly to the pager says so when run
-    text = placement.read_text().replace(
-        'for_mode = "hybrid"', 'for_mode = "hybrid"\nhybrid_as_cache = true'
-    )
+    # one that advise left wholly to the pager says so when run, and why
+    pinned = placement.read_text()
+    storage = len(placement_mod.load(placement).tiers) - 1
+    unpinned = re.sub(r"(?m)^tier = 0\b", f"tier = {storage}", pinned)
+    placement.write_text(unpinned)
+    assert placement_mod.load(placement).pins_nothing
+    proc = _run_place(profiled, "hybrid", tmp_path / "s1.json", placement)
+    assert proc.returncode == 0, proc.stderr
+    assert "cache mode in all but name" in proc.stderr, proc.stderr
+    assert "no site is on a faster tier" in proc.stderr, proc.stderr
+    text = unpinned.replace('for_mode = "hybrid"', 'for_mode = "hybrid"\nhybrid_as_cache = true')
     placement.write_text(text)
     proc = _run_place(profiled, "hybrid", tmp_path / "s2.json", placement)
     assert proc.returncode == 0, proc.stderr
     assert "cache mode in all but name" in proc.stderr, proc.stderr
+    assert "within the model's error" in proc.stderr, proc.stderr
     # a hand-edited flag that is no bool: one line, exit 2, before the run
     placement.write_text(text.replace("hybrid_as_cache = true", 'hybrid_as_cache = "yes"'))
     proc = _run_place(profiled, "hybrid", tmp_path / "s3.json", placement)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "'hybrid_as_cache'" in proc.stderr and "Traceback" not in proc.stderr
-    placement.write_text(text)
+    placement.write_text(pinned)
     # the pager's unit follows the cache the advisor expects it to have on
     # average, not its least (`hetmem run` sets it)
     mean = placement_mod.load(placement).meta["pager_cache_mean_bytes"]

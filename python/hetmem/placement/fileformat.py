@@ -84,6 +84,18 @@ class Placement:
     def binary(self) -> int:
         return int(self.meta.get("binary", 0))
 
+    @property
+    def pins_nothing(self) -> bool:
+        """Whether every site is on the storage tier, whole (no split head):
+        hybrid mode then tiers every block through the pager with the whole
+        budget, as cache mode does. True of every `hybrid_as_cache`
+        placement, and of one whose sites none fitted beside the pager's
+        least cache."""
+        if not self.tiers or self.tiers[-1].kind != "storage":
+            return False
+        last = len(self.tiers) - 1
+        return all(s.tier == last and not s.split_bytes for s in self.sites)
+
 
 # --------------------------------------------------------------------------
 # TOML writing (by hand: the standard library only reads TOML)

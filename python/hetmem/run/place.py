@@ -187,11 +187,16 @@ def _write_compact(
             "the placement was advised for flat mode: `hetmem advise --for hybrid` counts the "
             "pager's cache, which hybrid mode's pins take from"
         )
-    if cfg.mode == "hybrid" and p.meta.get("hybrid_as_cache") is True:
+    if cfg.mode == "hybrid" and p.pins_nothing:
+        why = (
+            "`hetmem advise --for hybrid` priced its best placement within the model's error "
+            "of cache mode"
+            if p.meta.get("hybrid_as_cache") is True
+            else "no site is on a faster tier, and none is split"
+        )
         note(
-            "the placement leaves every site to the pager (`hetmem advise --for hybrid` priced "
-            "its best placement within the model's error of cache mode): this run is cache "
-            "mode in all but name"
+            f"the placement leaves every site to the pager ({why}): this run is cache mode in "
+            "all but name"
         )
     fast = cfg.budget if cfg.mode == "flat" else pinned_bytes(p, cfg.budget)
     stats["fast_capacity"] = fast
