@@ -12,6 +12,8 @@ import pytest
 
 from conftest import CBUILD, needs_pager, run_hetmem
 from hetmem.bench.kernels import kernel_path
+from hetmem.placement import fileformat as placement_mod
+from hetmem.recommend import session
 
 pytestmark = needs_pager
 
@@ -99,6 +101,28 @@ def test_recommend_prints_the_answer_and_why(tmp_path: Path) -> None:
     assert "Use cache." in proc.stdout
     assert "hetmem run --mode cache --fast-budget 16M" in proc.stdout
     assert "the budget (16 MiB)" in proc.stdout
+
+
+def test_hybrid_that_pins_nothing_is_not_run_beside_cache(tmp_path: Path) -> None:
+    # STREAM's three 16 MiB arrays, swept together, at a 16 MiB budget: no
+    # pin is worth the cache it takes, so hybrid would be cache mode again
+    out = tmp_path / "rec"
+    opts = ["--fast-budget", "16M", "--storage", str(tmp_path), "-o", str(out)]
+    proc = run_hetmem("recommend", *opts, "--rounds", "1", "--modes", "cache,hybrid",
+                      "--json", "--", *_stream(tmp_path))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert placement_mod.load(out / "placement-hybrid.toml").pins_nothing
+    assert "hybrid" not in d["modes"] and "cache mode" in d["skipped"]["hybrid"]
+    assert not [r for r in d["runs"] if r["mode"] == "hybrid"]
+    assert d["answer"]["mode"] == "cache"
+    # bench budgets measures it all the same: the tie is shown, not assumed
+    o = session.Options(argv=_stream(tmp_path), budget=16 << 20, storage=tmp_path,
+                        workdir=tmp_path / "bench", rounds=1, modes=("cache", "hybrid"),
+                        hybrid_as_cache_runs=True)  # fmt: skip
+    res = session.recommend(o)
+    assert "hybrid" in res.choice.modes and "hybrid" not in res.choice.skipped
+    assert [r.ok for r in res.runs if r.mode == "hybrid"] == [True]
 
 
 def test_a_command_that_always_fails_gets_no_answer(tmp_path: Path) -> None:

@@ -178,7 +178,8 @@ def _point(wname: str, argv: list[str], budget: int, plan: _Plan, work: Path) ->
          f"{plan.rounds} round(s) of {', '.join(modes)}")  # fmt: skip
     opts = session.Options(argv=argv, budget=budget, storage=plan.storage,
                            workdir=work / f"{wname}-{budget >> 20}M", time_s=1e9,
-                           rounds=plan.rounds, modes=modes, threshold=plan.threshold)  # fmt: skip
+                           rounds=plan.rounds, modes=modes, threshold=plan.threshold,
+                           hybrid_as_cache_runs=True)  # fmt: skip
     try:
         res = session.recommend(opts)
         runs, skipped, error = res.runs, res.choice.skipped, ""
