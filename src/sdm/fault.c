@@ -338,6 +338,7 @@ void _hm_sdm_fill_finish(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res) {
   m.cpg0 = op->pg0;
   m.cnpg = op->npg;
   pthread_mutex_lock(&p->lk);
+  if (!op->zero) r->bytes_read += len; /* read_back (stats.c): an add under the lock taken */
   for (uint32_t k = 0; k < op->nu; k++) hm__fill_unit(p, op, k, dst, &m);
   hm__account(p);
   pthread_mutex_unlock(&p->lk);

@@ -253,6 +253,7 @@ static void hm__region_retire(hm_pager_t *p, _hm_sdm_region_t *r, size_t idx) {
     r->units[u].slot = -1;
   }
   _hm_sdm_pf_forget(&p->pf, r);
+  _hm_sdm_rsize_add(p->rsizes, HM_SDM_READ_SIZES, r->len, 1, r->bytes_read);
   p->seen_live -= (uint64_t)r->seen_units * p->unit;
   p->own -= r->units_bytes;
   _hm_sdm_cap_update(p);

@@ -123,6 +123,7 @@ typedef struct _hm_sdm_region_s {
    * address, not a pointer: the region there may have been unmapped since,
    * and one mapped there later is looked up afresh (pager lock). */
   uint64_t succ_addr;
+  uint64_t bytes_read; /* read from its file (pager lock; stats.c) */
 } _hm_sdm_region_t;
 
 /* Per-thread, per-region stream detector (prefetch.c). */

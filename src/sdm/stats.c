@@ -1,11 +1,64 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Statistics: hm_pager_stats (counters read with relaxed loads, the
- * budget figures under the pager lock) and hm_pager_stats_json. */
+ * budget figures under the pager lock) and hm_pager_stats_json, which adds
+ * the region lengths read back most (read_back). */
 #include <errno.h>
 
 #include "sdm/pager_int.h"
 
 static const char *const hm__dirty_names[] = {"wp_async", "wp_sync", "all"};
+
+/* A length with no entry takes a free one, or that of the length read
+ * least, whose bytes it inherits and marks as such (Metwally's space-saving
+ * count): a length read most keeps an entry even when its blocks are many
+ * and each read little (LAMMPS's neighbour list, 155 blocks of 512 KiB, 28
+ * MB each: with a plain "replace the least if larger" 16 of them were
+ * counted). Its bytes less the inherited ones are a lower bound, exact
+ * while nothing was inherited. Cost: O(n), once per region unmapped. */
+void _hm_sdm_rsize_add(_hm_sdm_rsize_t *t, size_t n, uint64_t len, uint64_t blocks,
+                       uint64_t bytes) {
+  if (bytes == 0) return;
+  size_t least = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (t[i].len == len) {
+      t[i].blocks += blocks;
+      t[i].bytes += bytes;
+      return;
+    }
+    if (t[i].bytes < t[least].bytes) least = i;
+  }
+  uint64_t had = t[least].bytes;
+  t[least] = (_hm_sdm_rsize_t){len, blocks, had + bytes, had};
+}
+
+/* The table of unmapped regions with the live ones added (pager lock). */
+static void hm__rsizes(hm_pager_t *p, _hm_sdm_rsize_t *t) {
+  memcpy(t, p->rsizes, sizeof p->rsizes);
+  for (size_t i = 0; i < p->nregs; i++)
+    _hm_sdm_rsize_add(t, HM_SDM_READ_SIZES, p->regs[i]->len, 1, p->regs[i]->bytes_read);
+}
+
+/* "read_back": the HM__READ_BACK_SHOWN lengths read most, most first. */
+#define HM__READ_BACK_SHOWN 8
+static void hm__rsizes_json(hm_pager_t *p, _hm_sb_t *sb) {
+  _hm_sdm_rsize_t t[HM_SDM_READ_SIZES];
+  pthread_mutex_lock(&p->lk);
+  hm__rsizes(p, t);
+  pthread_mutex_unlock(&p->lk);
+  _hm_sb_printf(sb, ", \"read_back\": [");
+  for (size_t k = 0; k < HM__READ_BACK_SHOWN; k++) {
+    size_t top = k;
+    for (size_t i = k + 1; i < HM_SDM_READ_SIZES; i++)
+      if (t[i].bytes - t[i].over > t[top].bytes - t[top].over) top = i;
+    _hm_sdm_rsize_t e = t[top];
+    t[top] = t[k];
+    if (e.bytes == e.over) break;
+    _hm_sb_printf(sb, "%s{\"block_bytes\": %llu, \"blocks\": %llu, \"bytes_read\": %llu}",
+                  k ? ", " : "", (unsigned long long)e.len, (unsigned long long)e.blocks,
+                  (unsigned long long)(e.bytes - e.over));
+  }
+  _hm_sb_printf(sb, "]");
+}
 
 int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   if (!p || !out || out->size < offsetof(hm_pager_stats_t, fault_ns) + sizeof(uint64_t))
@@ -82,7 +135,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       "\"own_bytes\": %llu, \"readahead_triggers\": %llu, \"successor_prefetches\": %llu, "
       "\"demand_bytes_read\": %llu, \"footprint_bytes\": %llu, \"resweep_refills\": %llu, "
       "\"budget_mean_bytes\": %llu, \"budget_low_bytes\": %llu, \"other_peak_bytes\": %llu, "
-      "\"evict_ahead\": %llu, \"writeback_stalls\": %llu}}",
+      "\"evict_ahead\": %llu, \"writeback_stalls\": %llu}",
       (unsigned long long)s.faults, (unsigned long long)s.fetches,
       (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
       (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
@@ -97,5 +150,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       (unsigned long long)s.budget_mean_bytes, (unsigned long long)s.budget_low_bytes,
       (unsigned long long)s.other_peak_bytes, (unsigned long long)s.evict_ahead,
       (unsigned long long)s.writeback_stalls);
+  hm__rsizes_json(p, &sb);
+  _hm_sb_printf(&sb, "}");
   return _hm_sb_take(&sb, out);
 }
