@@ -189,3 +189,35 @@ def test_the_suggested_budget_is_per_process_and_counts_the_rest() -> None:
     assert two is not None and "222 MiB working set" in two
     # (111 + 1 + 30 MiB) x 1.05, rounded up to a MiB
     assert "a budget of 150M would hold it (--fast-budget, per process)" in two
+
+
+def test_blocks_read_back_most_are_named_and_merged_over_processes() -> None:
+    # LAMMPS at 25% (17.7 GB read): 3 atom arrays read ~200 times each, its
+    # neighbour list 55 times, a long tail of small ones
+    atoms = {"block_bytes": 12 * MiB, "blocks": 3, "bytes_read": 3 * 200 * 12 * MiB}
+    neigh = {"block_bytes": 512 << 10, "blocks": 155, "bytes_read": 155 * 55 * (512 << 10)}
+    tail = {"block_bytes": 2 * MiB, "blocks": 1, "bytes_read": 40 * MiB}
+    total = sum(int(e["bytes_read"]) for e in (atoms, neigh, tail))
+    rank0 = {**_pager(bytes_read=total, footprint_bytes=150 * MiB), "read_back": [atoms, tail]}
+    rank1 = {**_pager(bytes_read=0, footprint_bytes=150 * MiB), "read_back": [neigh]}
+    merged = report._merge_pagers([rank0, rank1])
+    assert [e["block_bytes"] for e in merged["read_back"]] == [12 * MiB, 512 << 10, 2 * MiB]
+    s = diagnose.summarize(merged)
+    assert s is not None
+    assert s["read_back"][0]["times_read"] == 200.0
+    text = diagnose.blocks_line(s)
+    assert text is not None
+    assert text.startswith("read back most: 3 blocks of 12 MiB, 200 times each")
+    assert "155 blocks of 512 KiB, 55 times each" in text
+    # under 5% of what was read: not named
+    assert "of 2 MiB" not in text and "a block" not in text
+    # the same length in two processes adds up
+    twice = report._merge_pagers([rank0, {**rank1, "read_back": [atoms]}])
+    assert twice["read_back"][0] == {**atoms, "blocks": 6, "bytes_read": 2 * atoms["bytes_read"]}
+    # a pager before read_back, or one that read nothing: no line
+    old = diagnose.summarize(_pager(bytes_read=total, footprint_bytes=150 * MiB))
+    assert old is not None and old["read_back"] == [] and diagnose.blocks_line(old) is None
+    assert diagnose.blocks_line(diagnose.summarize(_pager())) is None
+    one = {"block_bytes": 64 * MiB, "blocks": 1, "bytes_read": 30 * 64 * MiB}
+    s1 = diagnose.summarize({**_pager(bytes_read=30 * 64 * MiB), "read_back": [one]})
+    assert diagnose.blocks_line(s1) == "read back most: a block of 64 MiB, 30 times (1.88 GiB)"

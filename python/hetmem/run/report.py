@@ -17,6 +17,9 @@ from hetmem.run import diagnose
 from hetmem.run.config import RunConfig
 from hetmem.sizes import format_size
 
+# block lengths kept in the merged `read_back` (each pager lists 8)
+READ_BACK_KEPT = 8
+
 
 def _read_interposer_stats(path: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -62,11 +65,25 @@ def _merge_pagers(pagers: list[dict[str, Any]]) -> dict[str, Any]:
                 merged["counters"][k] = sum(int(c[k]) for c in used)
     else:
         merged = _sum_numbers(pagers)
+    merged["read_back"] = _merge_read_back(pagers)
     merged["processes"] = len(pagers)
     # the processes whose pager held data: the budget is per process, so a
     # budget to suggest divides their footprint among them
     merged["data_processes"] = len(used) if counters else len(pagers)
     return merged
+
+
+def _merge_read_back(pagers: list[dict[str, Any]]) -> list[dict[str, int]]:
+    """The pagers' `read_back` entries summed by block length over the
+    processes, most read first (the pager lists its 8 lengths read most)."""
+    by_len: dict[int, dict[str, int]] = {}
+    for p in pagers:
+        for e in p.get("read_back") or []:
+            n = int(e["block_bytes"])
+            m = by_len.setdefault(n, {"block_bytes": n, "blocks": 0, "bytes_read": 0})
+            m["blocks"] += int(e["blocks"])
+            m["bytes_read"] += int(e["bytes_read"])
+    return sorted(by_len.values(), key=lambda m: -m["bytes_read"])[:READ_BACK_KEPT]
 
 
 def _merge_procs(stats: dict[str, Any], procs: list[dict[str, Any]]) -> None:
@@ -162,6 +179,9 @@ def _note_pager(stats: dict[str, Any], cfg: RunConfig) -> None:
     text = diagnose.line(summary)
     if text:
         note(text)
+        blocks = diagnose.blocks_line(summary)
+        if blocks:
+            note(blocks)
     own = int(((pager or {}).get("counters") or {}).get("own_bytes", 0))
     tip = diagnose.hint(summary, own, cfg.budget if cfg.mode == "hybrid" else None)
     if tip:
