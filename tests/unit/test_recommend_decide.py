@@ -91,6 +91,20 @@ def test_the_access_pattern_comes_from_the_cache_runs(summary: dict, words: str)
     assert any("read the data back 3.0 times" in w for w in why)
 
 
+def test_the_blocks_read_back_most_are_a_reason() -> None:
+    # a few arrays cycled through the cache: the answer says which
+    arrays = {"block_bytes": 12 << 20, "blocks": 3, "bytes_read": 3 * 200 * (12 << 20),
+              "times_read": 200.0}  # fmt: skip
+    summary = {"times_read_back": 40.0, "bytes_read": 3 * 200 * (12 << 20) + (1 << 30),
+               "read_back": [arrays]}  # fmt: skip
+    why = decide.reasons(_runs({"cache": [1.0]}, summary), "cache", BUDGET, 2 * BUDGET, False)
+    assert "in cache mode it read back most: 3 blocks of 12 MiB, 200 times each" in "\n".join(why)
+    # read back once: nothing to name
+    once = decide.reasons(_runs({"cache": [1.0]}, {**summary, "times_read_back": 1.1}),
+                          "cache", BUDGET, 2 * BUDGET, False)  # fmt: skip
+    assert not any("read back most" in w for w in once)
+
+
 def test_ratio_interval_holds_the_value_and_needs_two_runs() -> None:
     r = ratio([4.0, 4.4, 3.9], [2.0, 2.1, 1.9])
     assert r.lo is not None and r.hi is not None and r.lo <= r.value <= r.hi

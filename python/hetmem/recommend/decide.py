@@ -21,6 +21,7 @@ from typing import Any
 
 from hetmem.recommend import plan
 from hetmem.recommend.runs import SMALL, Run, Setup
+from hetmem.run import diagnose
 from hetmem.sizes import format_size
 from hetmem.stats import Ratio, ratio
 
@@ -175,6 +176,9 @@ def _pattern(s: dict[str, Any]) -> list[str]:
             f"in cache mode the pager read the data back {back:.1f} times: "
             "the data cycles through a cache smaller than it"
         )
+        blocks = diagnose.blocks_line(s)
+        if blocks:
+            out.append(f"in cache mode it {blocks}")
     return out
 
 
