@@ -37,9 +37,17 @@
  * (halves). nact/8, not nact: a row of a large table read at random came
  * back within nact fills half the time and took heat as the hot data did
  * (test_sdm_heat: 1.20 reads per lookup, 1.08 with nact/8, 1.30 without
- * heat). Only in regions read mostly at random (rnd_score): a STREAM triad
- * at 2x ran 10-15% slower when its streams' units took heat. Loops stay
- * the stream logic's. Cost: a subtraction, a compare and a flag update per
+ * heat). That window is for regions read mostly at random (rnd_score): a
+ * STREAM triad at 2x ran 10-15% slower when its streams' units took heat
+ * on it. Elsewhere a unit takes heat when it comes back in under 3/4 of
+ * the mean refill distance of such refills (an exponential mean over the
+ * last ~64), at most 8 cache-fulls: in a loop every unit comes back after
+ * about the same number of fills and none is below the mean, but LAMMPS's
+ * atom arrays (used by its force loop and four communication sweeps a
+ * step) came back within 3-4 cache-fulls while its neighbour list, swept
+ * once a step, came back after 13, and CLOCK, seeing no hit, evicted both
+ * alike: at a 25% budget the arrays were read back 200 times in 50 steps.
+ * Cost: a subtraction, two compares, a shift-add and a flag update per
  * fill. */
 static unsigned hm__judge_refill(hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_unit_t *U) {
   unsigned heat = (U->flags & HM_UF_HEAT) >> HM_UF_HEAT_SHIFT;
@@ -52,7 +60,14 @@ static unsigned hm__judge_refill(hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_uni
     if (span > r->keep_behind) r->keep_behind = span;
     HM_SDM_ADD(p, c_resweep_refills, 1);
   } else if (!(U->flags & HM_UF_MRU_OUT)) {
-    int soon = since < p->nact / 8 && r->rnd_score >= 8;
+    int soon;
+    if (r->rnd_score >= 8) {
+      soon = since < p->nact / 8;
+    } else {
+      /* below 3/4 of the mean (fixed point, x16), then into it */
+      soon = (uint64_t)since * 16 * 4 < p->refault_avg * 3 && since < 8 * p->nact;
+      p->refault_avg = p->refault_avg - p->refault_avg / 64 + (uint64_t)since * 16 / 64;
+    }
     heat = soon ? (heat < 3 ? heat + 1 : 3) : heat / 2;
   }
   U->flags &= (uint8_t)~(HM_UF_OUT | HM_UF_MRU_OUT | HM_UF_HEAT);
@@ -340,6 +355,45 @@ static void hm__see_done(_hm_sdm_handler_t *h, hm__victims_t *v) {
   v->nsee = 0;
 }
 
+/* First the cold: CLOCK's hand takes unreferenced units without heat and
+ * passes hot ones without cooling them, while hot ones are at most 3/4 of
+ * what it passed (past 32 units). Cooling hot units at every pass gave
+ * them only 3 more turns, and a stream that fills the cache many times a
+ * step (LAMMPS's neighbour list, 14 cache-fulls) wore that off before the
+ * arrays were used again; cold units are what such a stream brings in, so
+ * while there are enough of them they are the victims, and a cache that
+ * is mostly hot falls back to hm__take_clock, which cools. test_sdm_cycle:
+ * a small array used 4 times a step beside a stream 6x the cache was read
+ * 2.8 times in 24 uses, 24 times before. Cost: at most one pass over the
+ * units in use, under the lock eviction holds. */
+static void hm__take_cold(_hm_sdm_handler_t *h, hm__victims_t *v) {
+  hm_pager_t *p = h->p;
+  uint32_t hot = 0, steps = 0;
+  for (; steps < p->nact && hm__want_more(v); steps++) {
+    if (steps >= 32 && hot * 4 > steps * 3) return;
+    if (p->hand >= p->nact) p->hand = 0;
+    uint32_t idx = p->act[p->hand++];
+    _hm_sdm_slot_t *S = &p->slots[idx];
+    if (!S->used || S->pin) continue;
+    _hm_sdm_region_t *r = S->reg;
+    if (r->units[S->unit].state != HM_U_RES || r->dead) continue;
+    if (S->heat) {
+      hot++;
+      continue;
+    }
+    if (S->ref) {
+      S->ref = 0;
+      hm__see_add(h, v, r, S, (int32_t)idx);
+      continue;
+    }
+    if (S->prefetched && !S->passed) {
+      S->passed = 1;
+      continue;
+    }
+    hm__victim_add(v, r, S, (int32_t)idx);
+  }
+}
+
 /* Then CLOCK: a reference bit buys a unit one more turn, and so do each
  * degree of heat (hm__judge_refill) and being prefetched and not yet
  * passed once by the hand. */
@@ -543,6 +597,7 @@ static int hm__batch_start(_hm_sdm_handler_t *h, uint64_t need) {
   b->v.need = need < batch ? batch : need;
   hm__take_demoted(p, &p->coldq, &b->v); /* advised cold, then left behind */
   hm__take_demoted(p, &p->demq, &b->v);
+  hm__take_cold(h, &b->v);
   hm__take_clock(h, &b->v);
   pthread_mutex_unlock(&p->lk);
   if (b->v.nsee) hm__see_done(h, &b->v);

@@ -205,6 +205,7 @@ struct hm_pager_s {
    * after it was evicted as left behind is told from one read again a
    * sweep later (_hm_sdm_slot_take). */
   uint32_t fill_tick;
+  uint64_t refault_avg; /* mean fills between eviction and refill, x16 (evict.c) */
   /* Pages demand fills brought in (wraps): the cache's turnover, by which
    * a unit filled fast at random is told from one filled over a long stay
    * (hm__dense_back in fault.c). */
