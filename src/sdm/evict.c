@@ -33,7 +33,7 @@
  * accessed bits, missed 0.97 M times). One CLOCK evicted and filled again
  * within nact/8 fills would have been a hit in a slightly larger cache
  * (ARC's ghost hit, on a short list): its heat rises (to 3), and CLOCK
- * gives it as many extra turns (hm__take_clock); one back later cools
+ * gives it as many extra turns (hm__take); one back later cools
  * (halves). nact/8, not nact: a row of a large table read at random came
  * back within nact fills half the time and took heat as the hot data did
  * (test_sdm_heat: 1.20 reads per lookup, 1.08 with nact/8, 1.30 without
@@ -355,59 +355,37 @@ static void hm__see_done(_hm_sdm_handler_t *h, hm__victims_t *v) {
   v->nsee = 0;
 }
 
-/* First the cold: CLOCK's hand takes unreferenced units without heat and
- * passes hot ones without cooling them, while hot ones are at most 3/4 of
- * what it passed (past 32 units). Cooling hot units at every pass gave
- * them only 3 more turns, and a stream that fills the cache many times a
- * step (LAMMPS's neighbour list, 14 cache-fulls) wore that off before the
- * arrays were used again; cold units are what such a stream brings in, so
- * while there are enough of them they are the victims, and a cache that
- * is mostly hot falls back to hm__take_clock, which cools. test_sdm_cycle:
- * a small array used 4 times a step beside a stream 6x the cache was read
- * 2.8 times in 24 uses, 24 times before. Cost: at most one pass over the
- * units in use, under the lock eviction holds. */
-static void hm__take_cold(_hm_sdm_handler_t *h, hm__victims_t *v) {
+/* CLOCK: a reference bit buys a unit one more turn, and so do each degree
+ * of heat (hm__judge_refill) and being prefetched and not yet passed once
+ * by the hand.
+ *
+ * First the cold (cool 0): the hand takes unreferenced units without heat
+ * and passes hot ones without cooling them, while hot ones are at most 3/4
+ * of what it passed (past 32 units); then, for what is still wanted, as
+ * above (cool 1). Cooling hot units at every pass gave them only 3 more
+ * turns, and a stream that fills the cache many times a step (LAMMPS's
+ * neighbour list, 14 cache-fulls) wore that off before the arrays were
+ * used again; cold units are what such a stream brings in, so while there
+ * are enough of them they are the victims. test_sdm_cycle: a small array
+ * used 4 times a step beside a stream 6x the cache was read back 2.8 times
+ * in 24 uses, 24 times before. Cost: at most one pass over the units in
+ * use before the cooling pass, under the lock eviction holds. */
+static void hm__take(_hm_sdm_handler_t *h, hm__victims_t *v, int cool) {
   hm_pager_t *p = h->p;
-  uint32_t hot = 0, steps = 0;
-  for (; steps < p->nact && hm__want_more(v); steps++) {
-    if (steps >= 32 && hot * 4 > steps * 3) return;
+  /* a unit may need 5 turns: its reference bit, 3 of heat, a prefetch's pass */
+  uint32_t hot = 0, most = cool ? 5 * p->nact + 5 : p->nact;
+  for (uint32_t steps = 0; steps < most && hm__want_more(v); steps++) {
+    if (p->nact == 0 || (!cool && steps >= 32 && hot * 4 > steps * 3)) break;
     if (p->hand >= p->nact) p->hand = 0;
     uint32_t idx = p->act[p->hand++];
     _hm_sdm_slot_t *S = &p->slots[idx];
     if (!S->used || S->pin) continue;
     _hm_sdm_region_t *r = S->reg;
     if (r->units[S->unit].state != HM_U_RES || r->dead) continue;
-    if (S->heat) {
+    if (!cool && S->heat) {
       hot++;
       continue;
     }
-    if (S->ref) {
-      S->ref = 0;
-      hm__see_add(h, v, r, S, (int32_t)idx);
-      continue;
-    }
-    if (S->prefetched && !S->passed) {
-      S->passed = 1;
-      continue;
-    }
-    hm__victim_add(v, r, S, (int32_t)idx);
-  }
-}
-
-/* Then CLOCK: a reference bit buys a unit one more turn, and so do each
- * degree of heat (hm__judge_refill) and being prefetched and not yet
- * passed once by the hand. */
-static void hm__take_clock(_hm_sdm_handler_t *h, hm__victims_t *v) {
-  hm_pager_t *p = h->p;
-  /* a unit may need 5 turns: its reference bit, 3 of heat, a prefetch's pass */
-  for (uint32_t steps = 0; steps < 5 * p->nact + 5 && hm__want_more(v); steps++) {
-    if (p->nact == 0) break;
-    if (p->hand >= p->nact) p->hand = 0;
-    uint32_t idx = p->act[p->hand++];
-    _hm_sdm_slot_t *S = &p->slots[idx];
-    if (!S->used || S->pin) continue;
-    _hm_sdm_region_t *r = S->reg;
-    if (r->units[S->unit].state != HM_U_RES || r->dead) continue;
     if (S->ref) {
       S->ref = 0;
       hm__see_add(h, v, r, S, (int32_t)idx);
@@ -424,6 +402,7 @@ static void hm__take_clock(_hm_sdm_handler_t *h, hm__victims_t *v) {
     hm__victim_add(v, r, S, (int32_t)idx);
   }
 }
+
 
 /* ------------------------------------------------------------------------
  * Dirty pages and write-back
@@ -597,8 +576,8 @@ static int hm__batch_start(_hm_sdm_handler_t *h, uint64_t need) {
   b->v.need = need < batch ? batch : need;
   hm__take_demoted(p, &p->coldq, &b->v); /* advised cold, then left behind */
   hm__take_demoted(p, &p->demq, &b->v);
-  hm__take_cold(h, &b->v);
-  hm__take_clock(h, &b->v);
+  hm__take(h, &b->v, 0); /* the cold, then CLOCK */
+  hm__take(h, &b->v, 1);
   pthread_mutex_unlock(&p->lk);
   if (b->v.nsee) hm__see_done(h, &b->v);
   if (b->v.n == 0) return -EAGAIN;
