@@ -263,4 +263,18 @@ static inline void hm_sdm_end(hm_ctx_t *ctx, hm_pager_t *p) {
   hm_sdm_close(p, hm_sdm_scratch());
   hm_ctx_free(ctx);
 }
+/* The pager's read_back entry for regions of len bytes (hm_pager_stats_json):
+ * 1 and its blocks and bytes read, or 0 when it has none. */
+static inline int hm_sdm_read_back(const char *json, uint64_t len, uint64_t *blocks,
+                                   uint64_t *bytes) {
+  char key[64];
+  snprintf(key, sizeof key, "{\"block_bytes\": %llu, ", (unsigned long long)len);
+  const char *e = strstr(json, key);
+  unsigned long long b = 0, r = 0;
+  if (!e || sscanf(e + strlen(key), "\"blocks\": %llu, \"bytes_read\": %llu", &b, &r) != 2)
+    return 0;
+  *blocks = b;
+  *bytes = r;
+  return 1;
+}
 #endif

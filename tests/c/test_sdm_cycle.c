@@ -28,14 +28,12 @@ static uint64_t sum(const uint64_t *a, size_t len) {
 
 /* Bytes read of regions of len, from the pager's read_back. */
 static uint64_t read_of(hm_pager_t *p, uint64_t len) {
-  char *json = NULL, key[64];
+  char *json = NULL;
   if (hm_pager_stats_json(p, &json) != 0 || !json) return UINT64_MAX;
-  snprintf(key, sizeof key, "{\"block_bytes\": %llu, ", (unsigned long long)len);
-  const char *e = strstr(json, key);
-  unsigned long long b = 0, r = 0;
-  if (e) sscanf(e + strlen(key), "\"blocks\": %llu, \"bytes_read\": %llu", &b, &r);
+  uint64_t blocks = 0, bytes = 0;
+  (void)hm_sdm_read_back(json, len, &blocks, &bytes);
   hm_free(json);
-  return r;
+  return bytes;
 }
 
 int main(void) {

@@ -38,19 +38,6 @@ static void table_alone(void) {
   for (int i = 0; i < 4; i++) CHECK(t[i].len != 5 * MiB);
 }
 
-/* "block_bytes": len's entry in json: blocks and bytes read, 0 if absent. */
-static int entry(const char *json, uint64_t len, uint64_t *blocks, uint64_t *bytes) {
-  char key[64];
-  snprintf(key, sizeof key, "{\"block_bytes\": %llu, ", (unsigned long long)len);
-  const char *e = strstr(json, key);
-  unsigned long long b = 0, r = 0;
-  if (!e || sscanf(e + strlen(key), "\"blocks\": %llu, \"bytes_read\": %llu", &b, &r) != 2)
-    return 0;
-  *blocks = b;
-  *bytes = r;
-  return 1;
-}
-
 /* Writes every page of [a, a + len). */
 static void fill(char *a, size_t len, char v) {
   for (size_t i = 0; i < len; i += 4096) a[i] = v;
@@ -103,11 +90,11 @@ static void pager_figures(hm_ctx_t *ctx, const char *dir) {
   printf("%s\n", strstr(json, "\"read_back\"") ? strstr(json, "\"read_back\"") : json);
   uint64_t nb = 0, rb = 0, ns = 0, rs = 0;
   /* the big region, live: 4 sweeps read back at least 2/3 of it each */
-  CHECK(entry(json, big, &nb, &rb));
+  CHECK(hm_sdm_read_back(json, big, &nb, &rb));
   CHECK_EQ_INT(nb, 1);
   CHECK(rb >= 4 * (big - cfg.dram_budget));
   /* the others, unmapped: every one counted, each read back half at least */
-  CHECK(entry(json, small, &ns, &rs));
+  CHECK(hm_sdm_read_back(json, small, &ns, &rs));
   CHECK_EQ_INT(ns, 12);
   CHECK(rs >= 12 * (small - cfg.dram_budget));
   /* most read first: the dozen read at least 24 MiB, the big one at most
