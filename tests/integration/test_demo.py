@@ -29,7 +29,9 @@ def test_small_demo_runs_every_step_and_judges_itself(tmp_path: Path) -> None:
     assert proc.returncode == exit_status([*matrix.targets_of(report), rec is not None])
     assert [s["case"] for s in d["summary"]] == ["stream-triad"]
     assert rec is not None, proc.stderr[-3000:]
-    assert {"flat", "hybrid", "cache"} <= set(rec["modes"]), rec["skipped"]
+    assert {"flat", "cache"} <= set(rec["modes"]), rec["skipped"]
+    # hybrid too, unless its placement pins nothing (then it is cache mode)
+    assert "hybrid" in rec["modes"] or "cache mode" in rec["skipped"]["hybrid"], rec["skipped"]
     assert rec["answer"]["mode"] in rec["modes"]
     assert (out / "recommend" / "placement.toml").is_file()
     assert (out / "report.html").is_file()

@@ -187,7 +187,8 @@ def _write_compact(
             "the placement was advised for flat mode: `hetmem advise --for hybrid` counts the "
             "pager's cache, which hybrid mode's pins take from"
         )
-    if cfg.mode == "hybrid" and p.pins_nothing:
+    # (a placement without sites has the note on unmatched allocations)
+    if cfg.mode == "hybrid" and p.sites and p.pins_nothing:
         why = (
             "`hetmem advise --for hybrid` priced its best placement within the model's error "
             "of cache mode"
