@@ -30,9 +30,12 @@
 
 /* Reads one word per page of big, twice, units in a strided order: a
  * sequential sweep's units would be evicted first (test_sdm_behind). */
-static uint64_t push_out(const uint64_t *big) {
+static uint64_t push_out(hm_pager_t *p, const uint64_t *big, void *x, size_t xlen) {
   const size_t units = BBYTES / UNIT;
   uint64_t sum = 0;
+  /* x, used again after each push, may be kept resident against a sweep
+   * (evict.c, refill heat): advised cold, it goes first */
+  CHECK_EQ_INT(hm_pager_advise(p, x, xlen, HM_ADVICE_COLD), 0);
   for (int pass = 0; pass < 2; pass++)
     for (size_t j = 0; j < units; j++) {
       const volatile uint64_t *u = big + (j * 7 % units) * (UNIT / 8);
@@ -76,20 +79,20 @@ static void score_phase(hm_pager_t *p, const uint64_t *big) {
   CHECK_EQ_INT(hm_pager_map(p, first + second, (void **)&c), 0);
   if (!c) return;
   for (size_t i = 0; i < n; i++) c[i] = hm_sdm_mix(i);
-  push_out(big);
+  push_out(p, big, c, first + second);
   update(c, first + second);
-  push_out(big);
+  push_out(p, big, c, first + second);
   uint64_t *c2 = c + first / 8;
   for (int k = 0; k < 3; k++) {
     CHECK_EQ_INT(bad_words(c2, second, first / 8, 1), 0);
-    push_out(big);
+    push_out(p, big, c, first + second);
   }
   uint64_t wp[2];
   for (int k = 0; k < 2; k++) {
     hm_pager_stats_t s0 = hm_sdm_stats(p);
     update(c, first);
     wp[k] = hm_sdm_stats(p).wp_faults - s0.wp_faults;
-    push_out(big);
+    push_out(p, big, c, first + second);
   }
   printf("  after guesses found wrong elsewhere in the region, WP faults: %llu, then %llu "
          "(%u units)\n",
@@ -116,7 +119,7 @@ static void one_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
   CHECK_EQ_INT(hm_pager_map(p, BBYTES, (void **)&big), 0);
   if (!a || !big) return;
   for (size_t i = 0; i < ABYTES / 8; i++) a[i] = hm_sdm_mix(i);
-  CHECK_EQ_INT(push_out(big), 0);
+  CHECK_EQ_INT(push_out(p, big, a, ABYTES), 0);
   uint64_t wp_total = 0, wp_pass[UPDATES];
   for (int k = 0; k < UPDATES; k++) {
     hm_pager_stats_t s0 = hm_sdm_stats(p);
@@ -126,7 +129,7 @@ static void one_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
     wp_total += wp_pass[k];
     /* the array was out: each pass read most of it back */
     CHECK(s1.bytes_read - s0.bytes_read >= ABYTES * 3 / 4);
-    push_out(big);
+    push_out(p, big, a, ABYTES);
   }
   printf("  update passes, WP faults:");
   for (int k = 0; k < UPDATES; k++) printf(" %llu", (unsigned long long)wp_pass[k]);
@@ -144,7 +147,7 @@ static void one_mode(hm_ctx_t *ctx, const char *dir, uint32_t flags) {
   for (int k = 0; k < 4; k++) {
     hm_pager_stats_t s0 = hm_sdm_stats(p);
     CHECK_EQ_INT(bad_words(a, ABYTES, 0, UPDATES), 0);
-    push_out(big);
+    push_out(p, big, a, ABYTES);
     written[k] = hm_sdm_stats(p).bytes_written - s0.bytes_written;
   }
   printf("  read-only passes: written %llu %llu %llu %llu KiB\n",
