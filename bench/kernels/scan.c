@@ -11,6 +11,14 @@
  *           of LAPACK's dgetrf under OpenBLAS (an LU's trailing update, as
  *           in HPL) matches, and which reads as much per pass.
  *           Words past the last whole column are not touched (checked too).
+ *   cols:   sum of the same matrix's words read across its rows, one word
+ *           of every row per step (the source side of numpy's copy of a
+ *           transpose, or a Fortran loop along a row of a column-major
+ *           array), the threads splitting the steps: each step touches one
+ *           page of every row, the same pages for 512 steps in a row. Its
+ *           pages in use at any time are a small part of the matrix, which
+ *           Linux swap keeps; a pager that fills whole units must hold the
+ *           whole matrix. Checked against the sum of the words it covers.
  * Integers, so every check is exact. */
 #include <omp.h>
 #include <stdlib.h>
@@ -28,11 +36,22 @@ static void scan_strips(uint64_t *restrict x, size_t m, size_t cols, size_t p) {
   }
 }
 
+/* One cols repetition: the sum of the m x cols words, read down each of the
+ * cols columns of the row-major view (x[r * cols + c]), rows innermost. */
+static uint64_t scan_cols(const uint64_t *restrict x, size_t m, size_t cols) {
+  uint64_t sum = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sum)
+  for (size_t c = 0; c < cols; c++)
+    for (size_t r = 0; r < m; r++) sum += x[r * cols + c];
+  return sum;
+}
+
 int main(int argc, char **argv) {
   hmk_args_t a = {.kernel = "scan",
                   .summary = "Sequential read scan (sum) or read-modify-write scan (x[i] += 3) over 64-bit words, "
-                             "or x[i] += 3 in row strips of a column-major matrix (an LU's trailing update).",
-                  .variants = "read|rmw|strips",
+                             "or x[i] += 3 in row strips of a column-major matrix (an LU's trailing update), "
+                             "or a sum read down the columns of a row-major matrix (a transpose's source).",
+                  .variants = "read|rmw|strips|cols",
                   .variant = "read",
                   .bytes = 256ull << 20,
                   .min_bytes = 4096,
@@ -46,10 +65,11 @@ int main(int argc, char **argv) {
   int strips = strcmp(a.variant, "strips") == 0;
   if (strip_rows && !strips) hmk_fail(HMK_EXIT_USAGE, "--strip-rows applies to --variant strips only");
   if (!strip_rows) strip_rows = 512;
+  int colsum = strcmp(a.variant, "cols") == 0;
   int rmw = strips || strcmp(a.variant, "rmw") == 0;
   size_t n = (size_t)(a.bytes / 8);
-  size_t m = hmk_isqrt(n), cols = n / m; /* strips: the matrix (min_bytes: m >= 22) */
-  size_t touched = strips ? m * cols : n;
+  size_t m = hmk_isqrt(n), cols = n / m; /* strips, cols: the matrix (min_bytes: m >= 22) */
+  size_t touched = strips || colsum ? m * cols : n;
 
   hmk_result_t r;
   hmk_result_init(&r, &a);
@@ -59,8 +79,8 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < n; i++) x[i] = i;
   r.init_s = hmk_now() - t0;
 
-  /* n(n-1)/2 modulo 2^64, as the wrapping sum computes it */
-  uint64_t nn = (uint64_t)n;
+  /* t(t-1)/2 modulo 2^64 over the t words summed, as the wrapping sum computes it */
+  uint64_t nn = (uint64_t)touched;
   uint64_t expect = (nn % 2 == 0) ? (nn / 2) * (nn - 1) : nn * ((nn - 1) / 2);
   int bad_rep = -1;
   uint64_t bad_sum = 0;
@@ -72,7 +92,7 @@ int main(int argc, char **argv) {
     } else if (rmw) {
       hmk_scan_rmw(x, n);
     } else {
-      uint64_t sum = hmk_scan_read(x, n);
+      uint64_t sum = colsum ? scan_cols(x, m, cols) : hmk_scan_read(x, n);
       if (sum != expect && bad_rep < 0) {
         bad_rep = rep;
         bad_sum = sum;
@@ -105,10 +125,10 @@ int main(int argc, char **argv) {
              first_wrong);
   hmk_extra_u64(&r, "elements", n);
   hmk_extra_u64(&r, "streams", rmw ? 2 : 1);
-  if (strips) {
+  if (strips || colsum) {
     hmk_extra_u64(&r, "rows", m);
     hmk_extra_u64(&r, "columns", cols);
-    hmk_extra_u64(&r, "strip_rows", strip_rows);
+    if (strips) hmk_extra_u64(&r, "strip_rows", strip_rows);
   }
   hmk_emit(&a, &r);
   free(x);

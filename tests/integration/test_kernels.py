@@ -35,6 +35,8 @@ CASES = [
     ("scan", ["--variant", "rmw"]),
     ("scan", ["--variant", "strips"]),
     ("scan", ["--variant", "strips", "--bytes", "100000", "--strip-rows", "7"]),
+    ("scan", ["--variant", "cols"]),
+    ("scan", ["--variant", "cols", "--bytes", "100000"]),
     ("gemm", ["--variant", "blas"]),
     ("gemm", ["--variant", "naive", "--bytes", "512K"]),
     ("gemm", ["--variant", "tiled"]),
@@ -116,6 +118,18 @@ def test_strips_walk_a_square_matrix(nbytes: int, rows: int) -> None:
         assert res["strip_rows"] == int(strip)
         assert res["bytes_moved"] == 16 * rows * (n // rows)
         assert res["verified"] is True
+
+
+@pytest.mark.parametrize(("nbytes", "rows"), [(100000, 111), (2 << 20, 512)])
+def test_cols_sum_down_the_columns(nbytes: int, rows: int) -> None:
+    """cols: the same isqrt(n)-row matrix, row-major, each word read once
+    per repetition (8 bytes moved); no strip height."""
+    res = kernels.run_kernel("scan", ["--variant", "cols", "--bytes", str(nbytes), "--reps", "2"])
+    n = nbytes // 8
+    assert (res["rows"], res["columns"]) == (rows, n // rows)
+    assert "strip_rows" not in res
+    assert res["bytes_moved"] == 8 * rows * (n // rows)
+    assert res["verified"] is True
 
 
 def test_stream_counts_bytes_like_mccalpin() -> None:
@@ -211,6 +225,7 @@ BAD_ARGS = [
     ("scan", ["--variant", "strips", "--strip-rows", "0"]),
     ("scan", ["--variant", "strips", "--strip-rows", "many"]),
     ("scan", ["--variant", "rmw", "--strip-rows", "64"]),
+    ("scan", ["--variant", "cols", "--strip-rows", "64"]),
     ("scan", ["--strip-rows", "64"]),
 ]
 
@@ -237,6 +252,7 @@ INJECT = [
     ("scan", ["--variant", "read"]),
     ("scan", ["--variant", "rmw"]),
     ("scan", ["--variant", "strips", "--strip-rows", "100"]),
+    ("scan", ["--variant", "cols", "--bytes", "100000"]),
     ("gemm", ["--variant", "blas"]),
     ("gemm", ["--variant", "naive", "--bytes", "256K"]),
     ("gemm", ["--variant", "tiled", "--tile", "64", "--bytes", "1M"]),

@@ -74,6 +74,12 @@ CASES: dict[str, Case] = {
         # no suite: the pager reads each strip's matrix whole (6-7x the
         # matrix per pass at 2x), a known loss.
         Case("scan-strips", "scan", ("--variant", "strips"), group="scan"),
+        # Sums down the columns of a row-major matrix, one word of every row
+        # a pass and the same page of each row for 512 passes: how numpy
+        # copies a transposed matrix. The pager fills it page by page once
+        # it finds the sweep sparse (src/sdm/sparse.c). In no suite: a pass
+        # at 4x the budget takes seconds.
+        Case("scan-cols", "scan", ("--variant", "cols"), group="scan"),
         *[_poly("ro", d) for d in (16, 64, 256, 1024, 4096)],
         *[_poly("rw", d) for d in (16, 64, 256, 1024, 4096)],
         Case("gemm-blas", "gemm", ("--variant", "blas"), group="gemm"),
