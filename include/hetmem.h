@@ -443,7 +443,7 @@ HM_API int hm_pager_exclude_bytes(hm_pager_t *pager, int64_t delta);
 /** Writes dirty resident pages of the range back (addr NULL: every region). */
 HM_API int hm_pager_flush(hm_pager_t *pager, void *addr, size_t length);
 
-#define HM_PAGER_STATS_VERSION 6
+#define HM_PAGER_STATS_VERSION 7
 typedef struct hm_pager_stats_s {
   uint32_t size;    /* set by the caller to sizeof(hm_pager_stats_t) */
   uint32_t version; /* set by the pager */
@@ -489,6 +489,9 @@ typedef struct hm_pager_stats_s {
                                 (less than a batch was free) */
   uint64_t writeback_stalls; /* eviction batches whose write-backs a fault or a prefetch
                                 waited for: the budget was spent before they ended */
+  /* Version 7: */
+  uint64_t sparse_spells; /* times a region was found swept sparsely (a few pages of every
+                             unit, the same ones pass after pass) and filled page by page */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

@@ -535,6 +535,7 @@ static void hm__victim_free(hm_pager_t *p, int32_t s, const uint64_t *D) {
   r->units[u].flags |= (uint8_t)(HM_UF_OUT | (hm__just_left(p, S) ? HM_UF_MRU_OUT : 0));
   r->units[u].out_at = p->fill_tick;
   hm__learn_dense(&r->units[u], S);
+  _hm_sdm_sparse_out(p, r, u, S);
   r->units[u].state = HM_U_NONE;
   r->units[u].slot = -1;
   _hm_sdm_slot_put(p, s);

@@ -713,6 +713,7 @@ static _hm_sdm_op_t *hm__miss_op(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f,
   if (random && !zero) {
     hm__rnd_dense(p, &p->slots[s], npg);
     hm__rnd_count(at->r, &p->slots[s], at->pg, res, random == 2);
+    _hm_sdm_sparse_filled(at->r, &p->slots[s]);
     p->slots[s].walk_next = (uint16_t)(pg0 + npg + 1);
   }
   /* A write fault on an absent page: the thread would take a WP fault
@@ -752,6 +753,7 @@ static void hm__rnd_score(_hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *plan) {
 static int hm__miss_random(const hm_pager_t *p, const hm__at_t *at,
                            const _hm_sdm_pf_plan_t *plan) {
   if ((at->U->flags & HM_UF_RANDOM) || plan->random) return 1;
+  if (_hm_sdm_sparse_fill(at->r, at->u)) return 1;
   if (plan->trend != 0) return 0;
   if (plan->fresh && at->r->rnd_score >= 8) return 1;
   return at->U->state == HM_U_RES && p->slots[at->U->slot].walk_next != 0;
@@ -785,7 +787,7 @@ static int hm__fault_miss(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const 
   /* fed with prefetch off too: the streams it finds are what keeps a loop
    * larger than the cache partly resident (_hm_sdm_demote_behind), and what
    * tells a random miss from a sweep's; only their windows go unread */
-  if (!(at->U->flags & HM_UF_RANDOM) && !*fed) {
+  if (!(at->U->flags & HM_UF_RANDOM) && !_hm_sdm_sparse_fill(at->r, at->u) && !*fed) {
     hm__feed_at(h, f, at, 0, plan);
     hm__rnd_score(at->r, plan);
     *fed = 1;

@@ -26,6 +26,7 @@ static int hm__group_ok(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u) {
   if (r->dead || u < 0 || u >= (int64_t)r->nunits) return 0;
   _hm_sdm_unit_t *U = &r->units[u];
   if (U->state != HM_U_NONE || (U->flags & HM_UF_RANDOM)) return 0;
+  if (_hm_sdm_sparse_skip(p, r, u)) return 0; /* filled page by page (sparse.c) */
   /* Prefetch never holds more than half of the cache untouched. */
   if (p->pf_untouched + p->unit > p->cap / 2) return -ENOSPC;
   /* Every read slot is in flight: the plan waits for one (dropping it
@@ -47,6 +48,7 @@ static uint32_t hm__group_extent(hm_pager_t *p, _hm_sdm_region_t *r, int64_t u, 
   while (n < gmax && u + n < (int64_t)r->nunits) {
     _hm_sdm_unit_t *V = &r->units[u + n];
     if (V->state != HM_U_NONE || (V->flags & HM_UF_RANDOM) ||
+        _hm_sdm_sparse_fill(r, (uint32_t)(u + n)) ||
         ((V->flags ^ U->flags) & HM_UF_ONDISK) ||
         p->pf_untouched + (n + 1) * p->unit > p->cap / 2)
       break;

@@ -122,7 +122,9 @@
  * and of units advised cold. evict.c: the slot table, CLOCK, taking from
  * those queues, dirty victims and write-back. region.c: map,
  * unmap, advise, flush. stats.c: statistics and their JSON. prefetch.c:
- * the stream detector. guard.c: the budget and I/O-error guards. Every
+ * the stream detector. sparse.c: sweeps that use a few pages of every
+ * unit, the same ones each pass, found and filled page by page. guard.c:
+ * the budget and I/O-error guards. Every
  * OS call goes through prim/ (prim.h). */
 #include <errno.h>
 #include <stdio.h>

@@ -217,7 +217,7 @@ struct hm_pager_s {
   atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
       c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
       c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes, c_resweep_refills,
-      c_ev_ahead, c_wb_stalls;
+      c_ev_ahead, c_wb_stalls, c_sparse;
 };
 
 #define HM_SDM_ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)
@@ -402,6 +402,13 @@ void _hm_sdm_plan_queue(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, const _hm_sdm
 
 /* evict.c: the slot table, CLOCK, eviction and write-back. */
 int32_t _hm_sdm_slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u);
+
+/* sparse.c: sparse sweeps, filled page by page (pager lock held). */
+int _hm_sdm_sparse_fill(const _hm_sdm_region_t *r, uint32_t u);
+void _hm_sdm_sparse_filled(_hm_sdm_region_t *r, _hm_sdm_slot_t *S);
+int _hm_sdm_sparse_skip(hm_pager_t *p, _hm_sdm_region_t *r, int64_t u);
+void _hm_sdm_sparse_out(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
+                        const _hm_sdm_slot_t *S);
 void _hm_sdm_slot_put(hm_pager_t *p, int32_t s);
 /* Gives back the slot of a unit being dropped, with its bytes (pager lock
  * held). */

@@ -11,6 +11,7 @@ target_sources(hetmem_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/region.c
   ${CMAKE_CURRENT_LIST_DIR}/stats.c
   ${CMAKE_CURRENT_LIST_DIR}/prefetch.c
+  ${CMAKE_CURRENT_LIST_DIR}/sparse.c
   ${CMAKE_CURRENT_LIST_DIR}/guard.c
   ${CMAKE_CURRENT_LIST_DIR}/../prim/uffd.c
   ${CMAKE_CURRENT_LIST_DIR}/../prim/vm.c

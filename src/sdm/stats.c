@@ -87,6 +87,7 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   s.resweep_refills = HM_SDM_GET(p, c_resweep_refills);
   s.evict_ahead = HM_SDM_GET(p, c_ev_ahead);
   s.writeback_stalls = HM_SDM_GET(p, c_wb_stalls);
+  s.sparse_spells = HM_SDM_GET(p, c_sparse);
   pthread_mutex_lock(&p->lk);
   s.resident_bytes = p->resident;
   s.peak_resident_bytes = p->peak;
@@ -135,7 +136,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       "\"own_bytes\": %llu, \"readahead_triggers\": %llu, \"successor_prefetches\": %llu, "
       "\"demand_bytes_read\": %llu, \"footprint_bytes\": %llu, \"resweep_refills\": %llu, "
       "\"budget_mean_bytes\": %llu, \"budget_low_bytes\": %llu, \"other_peak_bytes\": %llu, "
-      "\"evict_ahead\": %llu, \"writeback_stalls\": %llu}",
+      "\"evict_ahead\": %llu, \"writeback_stalls\": %llu, \"sparse_spells\": %llu}",
       (unsigned long long)s.faults, (unsigned long long)s.fetches,
       (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
       (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
@@ -149,7 +150,7 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       (unsigned long long)s.footprint_bytes, (unsigned long long)s.resweep_refills,
       (unsigned long long)s.budget_mean_bytes, (unsigned long long)s.budget_low_bytes,
       (unsigned long long)s.other_peak_bytes, (unsigned long long)s.evict_ahead,
-      (unsigned long long)s.writeback_stalls);
+      (unsigned long long)s.writeback_stalls, (unsigned long long)s.sparse_spells);
   hm__rsizes_json(p, &sb);
   _hm_sb_printf(&sb, "}");
   return _hm_sb_take(&sb, out);
