@@ -19,15 +19,21 @@
  * evicted are what that stay used. A stay that used more than a quarter
  * of the unit, or filled fast (hm__rnd_dense), ends the watch: a dense
  * sweep. Otherwise the watch goes on for PROBE_STAYS stays: if together
- * they used at most half the unit, its pages are used again pass after
- * pass, and the region fills page by page, without whole-unit prefetch,
- * for SPARSE_FILLS page fills, then watches again. Not one stay against
- * the next: two threads sweeping at two column offsets each use 8 pages
- * of a unit a pass, other pages than the other thread's pass before. A
+ * they used at most a quarter of the unit, its pages are used again pass
+ * after pass; if those pages of the whole region also fit in 3/4 of the
+ * cache, the region fills page by page, without whole-unit prefetch, for
+ * SPARSE_FILLS page fills, then watches again. Not one stay against the
+ * next: two threads sweeping at two column offsets each use 8 pages of a
+ * unit a pass, other pages than the other thread's pass before. A
  * row-strip sweep (an LU's trailing update, scan-strips) also uses few
  * pages of a unit a pass, but other pages each pass (6 passes: most of the
  * unit): page fills would read as much, a read per page, so it keeps whole
- * units. While sparse, a unit that filled fast ends it at once.
+ * units. Page fills are demand reads one page at a time, 40 MB/s a thread
+ * where prefetched units come at 2 GB/s: they pay only where the pages
+ * stay resident. OpenBLAS's GEMM at 4x a 64 MiB budget packs blocks whose
+ * watched units used 33-39 of 64 pages in 6 stays; judged reused at half
+ * the unit, it took a spell now and then and ran 25% slower. While
+ * sparse, a unit that filled fast ends it at once.
  *
  * A watch that finds nothing doubles the wait before the next, from
  * PROBE_WAIT refills of the region up to PROBE_WAIT << PROBE_BACKOFF_MAX;
@@ -121,7 +127,10 @@ void _hm_sdm_sparse_out(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
   for (unsigned i = 0; i < HM_SDM_BITMAP_WORDS; i++) r->probe_bits[i] |= S->filled[i];
   r->probe_since = p->fill_tick;
   if (++r->probe_stays < PROBE_STAYS) return;
-  int reused = hm__popcount(r->probe_bits) * 2u <= p->upages;
+  /* The pages used together: no more than one stay may use, and, over the
+   * whole region, within 3/4 of the cache. */
+  uint64_t all = hm__popcount(r->probe_bits);
+  int reused = all * 4u <= p->upages && all * r->len * 4u <= (uint64_t)p->upages * p->cap * 3u;
   hm__probe_end(r, reused);
   if (reused) {
     r->sparse = 1;
