@@ -125,12 +125,12 @@ typedef struct _hm_sdm_region_s {
   uint64_t succ_addr;
   uint64_t bytes_read; /* read from its file (pager lock; stats.c) */
   /* Sparse sweeps (sparse.c): a unit refilled whole is now and then
-   * watched for two stays, filled page by page; when each stay used few of
-   * its pages, mostly the same ones, the region fills page by page
-   * (sparse) for a while (pager lock). */
-  uint64_t probe_bits[HM_SDM_BITMAP_WORDS]; /* pages the watched unit's first stay used */
+   * watched for six stays, filled page by page; when together they used
+   * few of its pages, and those pages of the region fit the cache, the
+   * region fills page by page (sparse) for a while (pager lock). */
+  uint64_t probe_bits[HM_SDM_BITMAP_WORDS]; /* pages the watched unit's stays used so far */
   uint32_t probe;       /* 1 + the unit watched, 0: none */
-  uint32_t probe_since; /* the pager's fill count when the watch began */
+  uint32_t probe_since; /* the pager's fill count when the watch began or a stay ended */
   uint32_t probe_wait;  /* refills of the region until the next watch */
   uint32_t sparse_left; /* page fills before sparse filling is checked again */
   uint8_t probe_stays;  /* stays of the watched unit seen */
