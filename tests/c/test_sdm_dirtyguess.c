@@ -87,19 +87,25 @@ static void score_phase(hm_pager_t *p, const uint64_t *big) {
     CHECK_EQ_INT(bad_words(c2, second, first / 8, 1), 0);
     push_out(p, big, c, first + second);
   }
-  uint64_t wp[2];
-  for (int k = 0; k < 2; k++) {
+  /* The update after the unguessed one is guessed; or, where eviction
+   * order left too few of its units' WP faults counted to lift the score
+   * (3 of 32 runs, as many before sparse.c as after), the next. */
+  uint64_t wp[3] = {0, 0, 0};
+  int k = 0;
+  for (; k < 3; k++) {
     hm_pager_stats_t s0 = hm_sdm_stats(p);
     update(c, first);
     wp[k] = hm_sdm_stats(p).wp_faults - s0.wp_faults;
     push_out(p, big, c, first + second);
+    if (k >= 1 && wp[k] <= UNITS / 4) break;
   }
-  printf("  after guesses found wrong elsewhere in the region, WP faults: %llu, then %llu "
-         "(%u units)\n",
-         (unsigned long long)wp[0], (unsigned long long)wp[1], 2 * UNITS);
+  printf("  after guesses found wrong elsewhere in the region, WP faults: %llu, then %llu, "
+         "%llu (%u units)\n",
+         (unsigned long long)wp[0], (unsigned long long)wp[1], (unsigned long long)wp[2],
+         2 * UNITS);
   CHECK(wp[0] >= UNITS);
-  CHECK(wp[1] <= UNITS / 4);
-  CHECK_EQ_INT(bad_words(c, first, 0, 3), 0);
+  CHECK(k < 3);
+  CHECK_EQ_INT(bad_words(c, first, 0, 1 + (uint64_t)(k < 3 ? k + 1 : 3)), 0);
   CHECK_EQ_INT(bad_words(c2, second, first / 8, 1), 0);
   CHECK_EQ_INT(hm_pager_unmap(p, c, first + second), 0);
 }
