@@ -25,14 +25,6 @@
 #define COLS 4096u /* 32 KiB rows: 8 rows to a 256 KiB unit */
 #define PASSES 256u
 
-static hm_pager_stats_t stats_of(hm_pager_t *p) {
-  hm_pager_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  CHECK_EQ_INT(hm_pager_stats(p, &s), 0);
-  return s;
-}
-
 /* Passes down columns c0..c0+n-1; the number of wrong sums. */
 static unsigned cols_pass(const uint64_t *x, unsigned c0, unsigned n, uint64_t add) {
   unsigned bad = 0;
@@ -60,9 +52,9 @@ static void check_cols(const char *dir, uint32_t flags) {
   uint64_t *x = NULL;
   CHECK_EQ_INT(hm_pager_map(p, len, (void **)&x), 0);
   for (size_t i = 0; i < len / 8; i++) x[i] = i;
-  uint64_t before = stats_of(p).bytes_read;
+  uint64_t before = hm_sdm_stats(p).bytes_read;
   CHECK_EQ_INT(cols_pass(x, 0, PASSES, 0), 0);
-  hm_pager_stats_t s = stats_of(p);
+  hm_pager_stats_t s = hm_sdm_stats(p);
   uint64_t sweep = s.bytes_read - before;
   printf("flags %u: %u passes down the columns read %.1f times the matrix; %llu sparse spell(s)\n",
          flags, PASSES, (double)sweep / (double)len, (unsigned long long)s.sparse_spells);
@@ -101,7 +93,7 @@ static void check_strips(const char *dir) {
   size_t wrong = 0;
   for (size_t i = 0; i < m * cols; i++) wrong += x[i] != 2;
   CHECK_EQ_INT(wrong, 0);
-  hm_pager_stats_t s = stats_of(p);
+  hm_pager_stats_t s = hm_sdm_stats(p);
   printf("row strips: %llu sparse spell(s), read %.1f times the matrix\n",
          (unsigned long long)s.sparse_spells, (double)s.bytes_read / (double)len);
   CHECK_EQ_INT(s.sparse_spells, 0);
