@@ -403,8 +403,12 @@ void _hm_sdm_plan_queue(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, const _hm_sdm
 /* evict.c: the slot table, CLOCK, eviction and write-back. */
 int32_t _hm_sdm_slot_take(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u);
 
-/* sparse.c: sparse sweeps, filled page by page (pager lock held). */
-int _hm_sdm_sparse_fill(const _hm_sdm_region_t *r, uint32_t u);
+/* sparse.c: sparse sweeps, filled page by page (pager lock held). Whether
+ * a miss on unit u of r fills page by page: inline, as the fault path asks
+ * it on every miss (two loads and compares). */
+static inline int _hm_sdm_sparse_fill(const _hm_sdm_region_t *r, uint32_t u) {
+  return r->sparse || r->probe == u + 1u;
+}
 void _hm_sdm_sparse_filled(_hm_sdm_region_t *r, _hm_sdm_slot_t *S);
 int _hm_sdm_sparse_skip(hm_pager_t *p, _hm_sdm_region_t *r, int64_t u);
 void _hm_sdm_sparse_out(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,

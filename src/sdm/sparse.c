@@ -69,11 +69,6 @@ static void hm__probe_end(_hm_sdm_region_t *r, int found) {
   r->probe_wait = PROBE_WAIT << r->probe_backoff;
 }
 
-/* Whether a miss on unit u of r fills page by page (pager lock held). */
-int _hm_sdm_sparse_fill(const _hm_sdm_region_t *r, uint32_t u) {
-  return r->sparse || r->probe == u + 1u;
-}
-
 /* A page-sized fill into slot S of r (pager lock held): counts down a
  * sparse spell. A watched unit takes no reference or heat from it: the
  * pager sees every use of it and of no other unit in anonymous mode, and
