@@ -109,13 +109,15 @@ def _missing_tools(name: str) -> list[str]:
     return [t for t in tools if not shutil.which(t)]
 
 
-def _boot(name: str, out: Path) -> guestvm.Result:
-    """One guest, start to end: its programs built, its profile made here,
-    then the guest's checks."""
-    _build_hbw_nodes(out)
+def _boot(name: str, out: Path, host: Path) -> guestvm.Result:
+    """One guest, start to end: the programs and profile made here copied
+    into its directory, then the guest's checks."""
+    shutil.copy2(host / "hbw_nodes", out / "hbw_nodes")
     env = {**_guest_env(), "HM_VM_CHECKS": CHECKS[name], "HM_VM_WL": shlex.join(WORKLOAD)}
     if {"advise", "placement"} & set(CHECKS[name].split()):
-        env["HM_VM_PROF"] = str(_profile_on_host(out))
+        prof = out / "w.prof.host"
+        shutil.copy2(host / "w.prof", prof)
+        env["HM_VM_PROF"] = str(prof)
     env["HM_VM_HBW_OTHER"] = "0" if name.startswith("knl") else "1"  # not the fastest node
     if name in HBW_BIG_MIB:
         env["HM_VM_HBW_BIG_MIB"] = str(HBW_BIG_MIB[name])
@@ -135,12 +137,18 @@ def _start_all(session: pytest.Session, tmp: pytest.TempPathFactory) -> None:
     if _BOOTS:
         return
     names = {getattr(i, "callspec", None) and i.callspec.params.get("guest") for i in session.items}
+    # What every guest shares is made here once, in this thread, before any
+    # guest runs: one build is enough, and a fresh CI run once failed to exec
+    # cc (EFAULT, cause not found) from a pool thread beside running guests.
+    host = tmp.mktemp("vm-host")
+    _build_hbw_nodes(host)
+    shutil.copy2(_profile_on_host(host), host / "w.prof")
     # longest first (seconds of steps, one guest alone here), so that the
     # short ones fill the end
     for name in sorted(CHECKS, key=lambda n: -GUEST_SECONDS.get(n, 0)):
         if name in names and not _missing_tools(name):
             out = tmp.mktemp(f"vm-{name}")
-            _BOOTS[name] = (out, _POOL.submit(_boot, name, out))
+            _BOOTS[name] = (out, _POOL.submit(_boot, name, out, host))
 
 
 @pytest.fixture(scope="session", autouse=True)
