@@ -198,6 +198,8 @@ int _hm_prim_vm_pidfd_self(void);
 /* MADV_DONTNEED on n (<= 64) ranges of len bytes at addr[k], in one
  * system call where pidfd >= 0 and the kernel takes it; the first error. */
 int _hm_prim_vm_dontneed_many(int pidfd, void *const *addr, size_t len, unsigned n);
+/* The same for n (<= 64) ranges of len[k] bytes each. */
+int _hm_prim_vm_dontneed_runs(int pidfd, void *const *addr, const size_t *len, unsigned n);
 int _hm_prim_vm_punch(int fd, uint64_t off, uint64_t len);
 int _hm_prim_vm_fallocate(int fd, int mode, uint64_t off, uint64_t len);
 /* A nameless file in dir (O_TMPFILE, else O_EXCL 0600 and unlinked at once);

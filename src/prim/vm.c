@@ -86,25 +86,35 @@ int _hm_prim_vm_pidfd_self(void) {
  * MADV_DONTNEED from it (6.13+ for the calling process; 6.16+ flushes the
  * TLB once for the batch: one shootdown, not one per range); madvise(2)
  * range by range for what it did not do. */
-int _hm_prim_vm_dontneed_many(int pidfd, void *const *addr, size_t len, unsigned n) {
+int _hm_prim_vm_dontneed_runs(int pidfd, void *const *addr, const size_t *len, unsigned n) {
   if (n > 64) return -EINVAL;
   unsigned done = 0;
 #ifdef SYS_process_madvise
   if (pidfd >= 0 && n > 1) {
     struct iovec iov[64];
-    for (unsigned k = 0; k < n; k++) iov[k] = (struct iovec){addr[k], len};
+    for (unsigned k = 0; k < n; k++) iov[k] = (struct iovec){addr[k], len[k]};
     long r = syscall(SYS_process_madvise, pidfd, iov, (size_t)n, MADV_DONTNEED, 0u);
-    if (r > 0) done = (unsigned)((size_t)r / len);
+    /* the ranges it did whole, in order (a range it did in part is done
+     * again by madvise: advising DONTNEED twice is harmless) */
+    for (size_t left = r > 0 ? (size_t)r : 0; done < n && left >= len[done]; done++)
+      left -= len[done];
   }
 #else
   (void)pidfd;
 #endif
   int rc = 0;
   for (unsigned k = done; k < n; k++) {
-    int e = _hm_prim_sys_madvise(addr[k], len, MADV_DONTNEED);
+    int e = _hm_prim_sys_madvise(addr[k], len[k], MADV_DONTNEED);
     if (e && !rc) rc = e;
   }
   return rc;
+}
+
+int _hm_prim_vm_dontneed_many(int pidfd, void *const *addr, size_t len, unsigned n) {
+  if (n > 64) return -EINVAL;
+  size_t lens[64];
+  for (unsigned k = 0; k < n; k++) lens[k] = len;
+  return _hm_prim_vm_dontneed_runs(pidfd, addr, lens, n);
 }
 
 int _hm_prim_vm_punch(int fd, uint64_t off, uint64_t len) {
