@@ -443,7 +443,7 @@ HM_API int hm_pager_exclude_bytes(hm_pager_t *pager, int64_t delta);
 /** Writes dirty resident pages of the range back (addr NULL: every region). */
 HM_API int hm_pager_flush(hm_pager_t *pager, void *addr, size_t length);
 
-#define HM_PAGER_STATS_VERSION 7
+#define HM_PAGER_STATS_VERSION 8
 typedef struct hm_pager_stats_s {
   uint32_t size;    /* set by the caller to sizeof(hm_pager_stats_t) */
   uint32_t version; /* set by the pager */
@@ -492,6 +492,10 @@ typedef struct hm_pager_stats_s {
   /* Version 7: */
   uint64_t sparse_spells; /* times a region was found swept sparsely (a few pages of every
                              unit, the same ones pass after pass) and filled page by page */
+  /* Version 8: */
+  uint64_t page_aheads;   /* pages read ahead along a thread's stride in such a region */
+  uint64_t trimmed_pages; /* pages dropped from units of such a region that stayed (those
+                             filled before the clock hand's last pass) */
 } hm_pager_stats_t;
 
 /** Copies the counters into *out (out->size must be set). */

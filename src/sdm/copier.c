@@ -31,7 +31,10 @@
 /* Only ring completions come here: zero fills complete where they start,
  * and a handler has a copier only in anonymous mode (pager.c). */
 int _hm_sdm_copier_take(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res) {
-  if (!h->copier || !op->prefetch) return 0;
+  /* a page fill read ahead (sparse.c) installs one page, a few us: the
+   * handler does it, and its op is free at once, where queued behind the
+   * copier on 2 CPUs the ops ran out and the reads ahead stopped */
+  if (!h->copier || !op->prefetch || op->pfill) return 0;
   op->res = res;
   op->next = NULL;
   pthread_mutex_lock(&h->qlk);

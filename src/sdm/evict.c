@@ -201,12 +201,19 @@ void _hm_sdm_drop_slot(hm_pager_t *p, int32_t s) {
  * use (hm__see_add), after the lock is dropped: up to HM__MAXSEE a batch. */
 #define HM__MAXSEE 32
 
+/* Referenced units of sparse regions whose old pages the hand drops
+ * (hm__trim_add), after the lock is dropped: up to HM__MAXTRIM a batch. */
+#define HM__MAXTRIM 16
+
 typedef struct hm__victims_s {
   int32_t slot[HM__MAXVICT];
   unsigned n;
   uint64_t freed, need;
   int32_t see[HM__MAXSEE];
   unsigned nsee;
+  int32_t trim[HM__MAXTRIM];
+  uint64_t told[HM__MAXTRIM]; /* the pages each drops (units of at most 64 pages) */
+  unsigned ntrim;
 } hm__victims_t;
 
 static int hm__want_more(const hm__victims_t *v) {
@@ -355,6 +362,26 @@ static void hm__see_done(_hm_sdm_handler_t *h, hm__victims_t *v) {
   v->nsee = 0;
 }
 
+/* A referenced unit of a sparse region keeps its newer pages and drops
+ * those filled before the hand's last pass (sparse.c, _hm_sdm_sparse_old).
+ * It goes BUSY, like a unit to see, and hm__trim_done drops the pages once
+ * the lock is dropped. 1 when queued. */
+static int hm__trim_add(_hm_sdm_handler_t *h, hm__victims_t *v, _hm_sdm_region_t *r,
+                        _hm_sdm_slot_t *S, int32_t s) {
+  if (v->ntrim == HM__MAXTRIM || !_hm_sdm_sparse_old(h->p, r, S, &v->told[v->ntrim])) return 0;
+  r->units[S->unit].state = HM_U_BUSY;
+  r->busy++;
+  v->freed += (uint64_t)__builtin_popcountll(v->told[v->ntrim]) * HM_SDM_PAGE;
+  v->trim[v->ntrim++] = s;
+  return 1;
+}
+
+/* Drops the pages hm__trim_add queued (sparse.c). */
+static void hm__trim_done(_hm_sdm_handler_t *h, hm__victims_t *v) {
+  _hm_sdm_sparse_trim(h, v->trim, v->told, v->ntrim);
+  v->ntrim = 0;
+}
+
 /* CLOCK: a reference bit buys a unit one more turn, and so do each degree
  * of heat (hm__judge_refill) and being prefetched and not yet passed once
  * by the hand.
@@ -388,7 +415,7 @@ static void hm__take(_hm_sdm_handler_t *h, hm__victims_t *v, int cool) {
     }
     if (S->ref) {
       S->ref = 0;
-      hm__see_add(h, v, r, S, (int32_t)idx);
+      if (!hm__trim_add(h, v, r, S, (int32_t)idx)) hm__see_add(h, v, r, S, (int32_t)idx);
       continue;
     }
     if (S->heat) {
@@ -565,12 +592,14 @@ struct _hm_sdm_evb_s {
 };
 
 /* Chooses victims for `need` bytes, finds their dirty pages and queues
- * their writes; -EAGAIN when every resident unit is busy. */
+ * their writes; -EAGAIN when every resident unit is busy, 1 when dropping
+ * old pages of sparse units alone made room (no batch). */
 static int hm__batch_start(_hm_sdm_handler_t *h, uint64_t need) {
   hm_pager_t *p = h->p;
   struct _hm_sdm_evb_s *b = h->evb;
   b->v.n = 0;
   b->v.nsee = 0;
+  b->v.ntrim = 0;
   b->v.freed = 0;
   pthread_mutex_lock(&p->lk);
   uint64_t batch = hm__batch_bytes(p);
@@ -581,7 +610,9 @@ static int hm__batch_start(_hm_sdm_handler_t *h, uint64_t need) {
   hm__take(h, &b->v, 1);
   pthread_mutex_unlock(&p->lk);
   if (b->v.nsee) hm__see_done(h, &b->v);
-  if (b->v.n == 0) return -EAGAIN;
+  int trimmed = b->v.ntrim > 0;
+  if (trimmed) hm__trim_done(h, &b->v);
+  if (b->v.n == 0) return trimmed ? 1 : -EAGAIN; /* room made, nothing to write */
   b->wb.inflight = b->wb.ck = b->wb.ci = 0;
   for (unsigned k = 0; k < b->v.n; k++) {
     b->wb.failed[k] = 0;
@@ -657,14 +688,18 @@ static int hm__batch_reap(_hm_sdm_handler_t *h, int wait) {
 
 int _hm_sdm_evict(_hm_sdm_handler_t *h, uint64_t need) {
   if (h->evb->active) (void)hm__batch_reap(h, 1);
-  if (hm__batch_start(h, need)) return -EAGAIN;
+  int rc = hm__batch_start(h, need);
+  if (rc) return rc < 0 ? -EAGAIN : 0;
   (void)hm__batch_reap(h, 1);
   return 0;
 }
 
 int _hm_sdm_evict_async(_hm_sdm_handler_t *h, uint64_t need) {
   struct _hm_sdm_evb_s *b = h->evb;
-  if (!b->active && hm__batch_start(h, need)) return -EAGAIN;
+  if (!b->active) {
+    int rc = hm__batch_start(h, need);
+    if (rc) return rc < 0 ? -EAGAIN : 0;
+  }
   if (hm__batch_reap(h, 0)) return 0; /* clean victims end at once */
   b->stalled = 1;
   return -EINPROGRESS;

@@ -122,6 +122,11 @@ static void hm__feed_at(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const hm
   hm__pf_feed(h, f->tid, at->r, at->u, at->pg, hit, at->seq, at->maxw, plan);
 }
 
+/* Whether page i of S is filled or being filled by a page fill. */
+static inline int hm__have(const _hm_sdm_slot_t *S, uint32_t i) {
+  return _hm_sdm_bit(S->filled, i) || _hm_sdm_infl(S, i);
+}
+
 /* The pages a random fill of a resident unit covers from pg: one, unless
  * the unit is walked page after page over time. FFT's strided pass does
  * that, each of its ~200 planes one row further per step, interleaved, so
@@ -134,7 +139,7 @@ static void hm__feed_at(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const hm
 static uint32_t hm__walk_run(const hm_pager_t *p, _hm_sdm_slot_t *S, uint32_t pg) {
   S->walk = (uint8_t)(S->walk_next == pg + 1u ? (S->walk < 4 ? S->walk + 1 : 4) : 0);
   uint32_t want = S->walk >= 2 ? 1u << S->walk : 1u, end = pg + 1;
-  while (end < p->upages && end - pg < want && !_hm_sdm_bit(S->filled, end)) end++;
+  while (end < p->upages && end - pg < want && !hm__have(S, end)) end++;
   return end - pg;
 }
 
@@ -228,7 +233,7 @@ static size_t hm__op_len(const hm_pager_t *p, const _hm_sdm_op_t *op) {
 static char *hm__fill_target(hm_pager_t *p, _hm_sdm_op_t *op) {
   if (p->memfd_mode)
     return op->reg->alias + (uint64_t)op->unit * p->unit + (uint64_t)op->pg0 * HM_SDM_PAGE;
-  return op->buf + (uint64_t)op->pg0 * HM_SDM_PAGE;
+  return op->small ? op->buf : op->buf + (uint64_t)op->pg0 * HM_SDM_PAGE;
 }
 
 static uint64_t hm__op_foff(const hm_pager_t *p, const _hm_sdm_op_t *op) {
@@ -311,6 +316,10 @@ static void hm__fill_unit(hm_pager_t *p, const _hm_sdm_op_t *op, uint32_t k, con
   S->nfilled = (uint16_t)(S->nfilled + got);
   p->resident += (uint64_t)got * HM_SDM_PAGE;
   op->reg->units[op->unit + k].state = HM_U_RES;
+  if (op->pfill) {
+    for (uint32_t i = 0; i < op->npg; i++) S->infl &= ~(1ull << (op->pg0 + i));
+    S->pfills--;
+  }
   int map = !op->prefetch || !S->prefetched; /* touched while in flight: map now */
   m->map[k] = map;
   hm__fill_anon_prefetched(p, S);
@@ -325,7 +334,7 @@ static void hm__fill_unit(hm_pager_t *p, const _hm_sdm_op_t *op, uint32_t k, con
   if (p->memfd_mode && map) S->mapped = 1;
   m->wp[k] = hm__fill_wp(p, S);
   S->pin++;
-  S->installing = !p->memfd_mode; /* until copied in: see hm__fault_hit */
+  S->installing = (uint8_t)(S->installing + !p->memfd_mode); /* until copied in: hm__fault_hit */
 }
 
 void _hm_sdm_fill_finish(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res) {
@@ -356,8 +365,9 @@ void _hm_sdm_fill_finish(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, int res) {
     hm__unprotect_late(p, &p->slots[op->slots[k]], ub + (size_t)k * p->unit,
                        m.wp[k] && (m.map[k] || !p->memfd_mode));
   for (uint32_t k = 0; k < op->nu; k++) {
-    p->slots[op->slots[k]].pin--;
-    p->slots[op->slots[k]].installing = 0;
+    _hm_sdm_slot_t *S = &p->slots[op->slots[k]];
+    S->pin = (uint16_t)(S->pin - 1u - op->pfill); /* and the page fill's own (_hm_sdm_pfill_mark) */
+    if (!p->memfd_mode) S->installing--;
   }
   r->busy--;
   pthread_cond_broadcast(&p->cv);
@@ -650,13 +660,22 @@ static void hm__rnd_count(_hm_sdm_region_t *r, const _hm_sdm_slot_t *S, uint32_t
  * about 4 k of 24 k. A unit seen fast before needs an eighth of its pages
  * (its page-sized stay after its whole refills is what relearning costs:
  * test_sdm_heat 0.944 reads per lookup, 0.971 at half). Never for an
- * advised random range: the caller said what it reads. */
-static void hm__rnd_dense(hm_pager_t *p, _hm_sdm_slot_t *S, uint32_t npg) {
+ * advised random range: the caller said what it reads. In a sparse spell
+ * (sparse.c), where page fills are the rule, the half must also hold a
+ * run of a quarter of the unit, as a dense sweep's walk fills it: a unit
+ * of 8 rows of a matrix read down its columns, evicted late in one page
+ * column and filled again, took the next page column's fills soon after,
+ * half its pages in runs of 2, and that ended the spell (hm-kernel-scan
+ * cols at 2x: 4-8 spells a pass, whole units prefetched between them,
+ * 3.9 GiB read in 4 passes of 128 MiB). */
+void _hm_sdm_rnd_dense(hm_pager_t *p, _hm_sdm_slot_t *S, uint32_t npg) {
   const _hm_sdm_unit_t *U = &S->reg->units[S->unit];
   S->rpages = (uint16_t)(S->rpages + npg);
-  uint32_t part = (U->dense & HM_DENSE_SEEN) ? 8u : 2u;
+  uint32_t part = (U->dense & HM_DENSE_SEEN) && !S->reg->sparse ? 8u : 2u;
   if (S->fast || (U->flags & HM_UF_RANDOM) || S->rpages * part < p->upages) return;
-  S->fast = p->page_tick - S->born <= (uint32_t)(p->cap / HM_SDM_PAGE / 8);
+  if (p->page_tick - S->born > (uint32_t)(p->cap / HM_SDM_PAGE / 8)) return;
+  if (S->reg->sparse && (_hm_sdm_longest_run(p, S->filled) + npg) * 4u < p->upages) return;
+  S->fast = 1;
 }
 
 /* Pages from pg a random fill of a resident unit covers: at least want,
@@ -664,7 +683,7 @@ static void hm__rnd_dense(hm_pager_t *p, _hm_sdm_slot_t *S, uint32_t npg) {
 static uint32_t hm__rnd_run(const hm_pager_t *p, const _hm_sdm_slot_t *S, uint32_t pg,
                             uint32_t want) {
   uint32_t end = pg + 1;
-  while (end < p->upages && end - pg < want && !_hm_sdm_bit(S->filled, end)) end++;
+  while (end < p->upages && end - pg < want && !hm__have(S, end)) end++;
   return end - pg;
 }
 
@@ -682,8 +701,8 @@ static void hm__miss_pages(const hm_pager_t *p, const hm__at_t *at, int random, 
     _hm_sdm_slot_t *S = &p->slots[at->U->slot];
     uint32_t lo = pg, end = pg + 1;
     if (!random || S->fast) {
-      while (lo > 0 && !_hm_sdm_bit(S->filled, lo - 1)) lo--;
-      while (end < p->upages && !_hm_sdm_bit(S->filled, end)) end++;
+      while (lo > 0 && !hm__have(S, lo - 1)) lo--;
+      while (end < p->upages && !hm__have(S, end)) end++;
     } else {
       uint32_t walk = hm__walk_run(p, S, pg);
       end = pg + hm__rnd_run(p, S, pg, walk > rn ? walk : rn);
@@ -699,10 +718,11 @@ static void hm__miss_pages(const hm_pager_t *p, const hm__at_t *at, int random, 
 }
 
 /* The demand fill of a miss, budget reserved (pager lock held). random:
- * 0 no, 1 a random fill, 2 one on the unit of the thread's last fault. */
+ * 0 no, 1 a random fill, 2 one on the unit of the thread's last fault.
+ * pfill: a page fill of a sparse spell, which leaves the unit resident. */
 static _hm_sdm_op_t *hm__miss_op(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f,
                                  const hm__at_t *at, uint32_t pg0, uint32_t npg, int zero,
-                                 int random) {
+                                 int random, int pfill) {
   hm_pager_t *p = h->p;
   _hm_sdm_unit_t *U = at->U;
   _hm_sdm_op_t *op = _hm_sdm_op_get(h);
@@ -711,7 +731,7 @@ static _hm_sdm_op_t *hm__miss_op(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f,
   p->slots[s].ref = 1;
   p->page_tick += npg;
   if (random && !zero) {
-    hm__rnd_dense(p, &p->slots[s], npg);
+    _hm_sdm_rnd_dense(p, &p->slots[s], npg);
     hm__rnd_count(at->r, &p->slots[s], at->pg, res, random == 2);
     _hm_sdm_sparse_filled(at->r, &p->slots[s]);
     p->slots[s].walk_next = (uint16_t)(pg0 + npg + 1);
@@ -724,7 +744,8 @@ static _hm_sdm_op_t *hm__miss_op(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f,
     p->slots[s].dirty = 1;
     p->slots[s].pdirty = 0; /* seen written, not only guessed */
   }
-  U->state = HM_U_FILLING;
+  U->state = pfill ? HM_U_RES : HM_U_FILLING;
+  if (pfill) _hm_sdm_pfill_mark(&p->slots[s], pg0, npg);
   at->r->busy++;
   op->reg = at->r;
   op->unit = at->u;
@@ -733,9 +754,34 @@ static _hm_sdm_op_t *hm__miss_op(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f,
   op->npg = npg;
   op->slots[0] = s;
   op->prefetch = 0;
+  op->pfill = (uint8_t)pfill;
   op->zero = (uint8_t)zero;
   op->t0 = f->t0;
   return op;
+}
+
+/* Starts the fills a fault queued (pager lock not held): its own first. */
+static void hm__start_all(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, _hm_sdm_op_t **ahead,
+                          unsigned n) {
+  if (op) _hm_sdm_fill_start(h, op);
+  for (unsigned i = 0; i < n; i++) _hm_sdm_fill_start(h, ahead[i]);
+  /* to the device now: the thread reaches these pages within microseconds,
+   * and until the handler next waits on its ring they would hold their ops */
+  if (n) (void)_hm_prim_ring_submit(h->ring);
+}
+
+/* A fault on a unit that page fills are reading (pager lock held): on a
+ * page one reads, or any page once the spell is over, it waits for their
+ * completion's wake; a strided thread that caught up with its fills reads
+ * further ahead meanwhile. */
+static int hm__fault_pending(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const hm__at_t *at) {
+  _hm_sdm_op_t *ahead[HM_SDM_AHEAD];
+  unsigned n = at->r->sparse && !(f->flags & UFFD_PAGEFAULT_FLAG_WRITE)
+                   ? _hm_sdm_sparse_ahead(h, at->r, f->tid, f->addr, ahead)
+                   : 0;
+  pthread_mutex_unlock(&h->p->lk);
+  hm__start_all(h, NULL, ahead, n);
+  return 0;
 }
 
 /* What the misses of the region were lately (hm__miss_random). */
@@ -810,14 +856,23 @@ static int hm__fault_miss(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const 
     if (_hm_sdm_evict_async(h, bytes)) return -EAGAIN;
     return 1; /* state may have changed meanwhile: look again */
   }
-  _hm_sdm_op_t *op = hm__miss_op(h, f, at, pg0, npg, zero, random && plan->same ? 2 : random);
+  /* a sparse spell's page fill leaves the unit resident, and a strided
+   * thread's next pages are read ahead of it (sparse.c) */
+  int pfill = random && at->r->sparse && !(at->U->flags & HM_UF_RANDOM) &&
+              _hm_sdm_sparse_units(p);
+  _hm_sdm_op_t *op =
+      hm__miss_op(h, f, at, pg0, npg, zero, random && plan->same ? 2 : random, pfill);
   if (whole) {
     at->U->dense--;
     p->slots[op->slots[0]].whole = 1;
   }
+  _hm_sdm_op_t *ahead[HM_SDM_AHEAD];
+  unsigned n = pfill && !(f->flags & UFFD_PAGEFAULT_FLAG_WRITE)
+                   ? _hm_sdm_sparse_ahead(h, at->r, f->tid, f->addr, ahead)
+                   : 0;
   _hm_sdm_plan_hold(at->r, plan);
   pthread_mutex_unlock(&p->lk);
-  _hm_sdm_fill_start(h, op);
+  hm__start_all(h, op, ahead, n);
   _hm_sdm_plan_queue(h, at->r, plan);
   return 0;
 }
@@ -834,6 +889,8 @@ static int hm__fault_once(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const 
     if (f->flags & UFFD_PAGEFAULT_FLAG_WP) return hm__fault_wp(p, f, at, S);
     if (_hm_sdm_bit(S->filled, at->pg)) return hm__fault_hit(h, f, at, S);
     if (hm__is_trigger(p, S, at->pg)) return hm__fault_trigger(h, f, at, S);
+    if (S->pfills && (_hm_sdm_infl(S, at->pg) || !at->r->sparse))
+      return hm__fault_pending(h, f, at);
   }
   return hm__fault_miss(h, f, at, plan, fed);
 }

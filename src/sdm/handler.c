@@ -69,6 +69,7 @@ static _hm_sdm_op_t *hm__group_op(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int
   op->pg0 = npg < p->upages ? pg0 : 0;
   op->npg = npg < p->upages ? npg : p->upages;
   op->prefetch = 1;
+  op->pfill = 0;
   op->zero = !(r->units[u].flags & HM_UF_ONDISK);
   /* Zero units are not held back: their file range may hold stale data
    * that a later partial write-back would make readable. */

@@ -261,9 +261,11 @@ static void hm__free_handlers(hm_pager_t *p) {
     if (h->wbfd >= 0) (void)_hm_prim_close(h->wbfd);
     _hm_sdm_evict_fini(h);
     free(h->ops);
+    free(h->pops);
     free(h->def);
     free(h->vec);
     if (h->bounce) (void)_hm_prim_vm_unmap(h->bounce, h->bounce_bytes);
+    if (h->pbounce) (void)_hm_prim_vm_unmap(h->pbounce, (size_t)HM_SDM_PAGE_OPS * HM_SDM_PAGE);
   }
   free(p->h);
   p->h = NULL;
@@ -320,6 +322,11 @@ static int hm__fail(hm_pager_t *p, int rc, const char *what) {
  * Features: asked for according to the flags, granted by the kernel. */
 static uint64_t hm__uffd_want(uint32_t flags) {
   uint64_t want = UFFD_FEATURE_THREAD_ID;
+#ifdef UFFD_FEATURE_EXACT_ADDRESS
+  /* 5.18+: the byte a thread faulted on, so that a sparse sweep's stride
+   * is exact where its rows are not whole pages apart (sparse.c) */
+  want |= UFFD_FEATURE_EXACT_ADDRESS;
+#endif
   if (!(flags & HM_PAGER_NO_WP)) want |= UFFD_FEATURE_PAGEFAULT_FLAG_WP;
   if ((flags & HM_PAGER_MEMFD) && !(flags & HM_PAGER_NO_MINOR)) {
     want |= UFFD_FEATURE_MINOR_SHMEM | UFFD_FEATURE_MISSING_SHMEM;
@@ -441,6 +448,7 @@ static int hm__size_cache(hm_pager_t *p, hm_pager_config_t *cfg, hm__sizing_t *z
   hm__size_slots(p, cfg->dram_budget);
   *z = hm__size_ops(p, cfg);
   p->own = p->slots_bytes + (uint64_t)p->nh * z->bounce + (p->memfd_mode ? 0 : p->unit);
+  if (!p->memfd_mode) p->own += (uint64_t)p->nh * HM_SDM_PAGE_OPS * HM_SDM_PAGE; /* page ops */
   if (cfg->dram_budget < p->own + p->unit) {
     hm_ctx_t *ctx = p->ctx;
     uint64_t own = p->own, unit = p->unit;
@@ -519,14 +527,15 @@ static int hm__handler_new(hm_pager_t *p, _hm_sdm_handler_t *h, const hm__sizing
   h->p = p;
   h->nops = z->nops;
   h->ops = calloc(z->nops, sizeof *h->ops);
+  h->pops = calloc(HM_SDM_PAGE_OPS, sizeof *h->pops);
   h->vec = calloc(HM_SDM_MAX_UNIT_PAGES, sizeof *h->vec);
-  if (!h->ops || !h->vec) return -ENOMEM;
+  if (!h->ops || !h->pops || !h->vec) return -ENOMEM;
   int rc = _hm_sdm_evict_init(h);
   if (rc) return rc;
   rc = _hm_prim_eventfd();
   if (rc < 0) return rc;
   h->wbfd = rc;
-  rc = _hm_prim_ring_new(z->nops + 4, &h->ring);
+  rc = _hm_prim_ring_new(z->nops + HM_SDM_PAGE_OPS + 4, &h->ring);
   if (!rc) rc = _hm_prim_ring_new(p->cfg.io_depth, &h->wring);
   if (!rc) rc = _hm_prim_ring_notify(h->wring, h->wbfd);
   if (rc) {
@@ -550,6 +559,17 @@ static int hm__handler_new(hm_pager_t *p, _hm_sdm_handler_t *h, const hm__sizing
   for (unsigned k = 0; k < z->nops; k++) {
     h->ops[k].buf = h->bounce ? h->bounce + (size_t)k * p->unit : NULL;
     _hm_sdm_op_put(h, &h->ops[k]);
+  }
+  if (!p->memfd_mode) {
+    void *mem = NULL;
+    rc = _hm_prim_vm_map_huge((size_t)HM_SDM_PAGE_OPS * HM_SDM_PAGE, &mem);
+    if (rc) return rc;
+    h->pbounce = mem;
+  }
+  for (unsigned k = 0; k < HM_SDM_PAGE_OPS; k++) {
+    h->pops[k].small = 1;
+    h->pops[k].buf = h->pbounce ? h->pbounce + (size_t)k * HM_SDM_PAGE : NULL;
+    _hm_sdm_op_put(h, &h->pops[k]);
   }
   return hm__copier_wanted(p) ? _hm_sdm_copier_new(h) : 0;
 }

@@ -41,6 +41,8 @@ typedef struct _hm_sdm_op_s {
   uint32_t nu;                  /* units covered: > 1 only for whole-unit prefetches */
   int32_t slots[HM_SDM_GROUP]; /* one per unit */
   uint8_t prefetch, zero;
+  uint8_t pfill; /* a page fill of a sparse spell: the unit stays resident (sparse.c) */
+  uint8_t small; /* one of the handler's page ops (pops): anonymous mode, a page's buffer */
   int8_t trigger; /* anonymous mode: hold back the stream's first page (1: forward, -1: back) */
   uint64_t t0;
   char *buf; /* anonymous mode: bounce buffer of one unit */
@@ -76,6 +78,11 @@ typedef struct _hm_sdm_handler_s {
   unsigned nops;
   char *bounce;
   size_t bounce_bytes;
+  /* Page ops, for reads ahead of one page (sparse.c), HM_SDM_PAGE_OPS of
+   * them: in anonymous mode ops are few (their buffers a unit each, at
+   * most 1/32 of the budget: 8 at 64 MiB), and reads ahead held them all. */
+  _hm_sdm_op_t *pops, *free_pops;
+  char *pbounce; /* anonymous mode: their buffers, a page each */
   _hm_sdm_fault_t *def; /* faults waiting for an op or for budget */
   unsigned ndef, capdef;
   /* Prefetch plans waiting to run: faults are served first, and plans run
@@ -131,6 +138,18 @@ typedef struct {
   uint64_t over; /* of bytes, what the length it replaced had read */
 } _hm_sdm_rsize_t;
 
+/* A thread's last faults in a sparse region (sparse.c): the stride its
+ * page fills read ahead along. */
+#define HM_SDM_STRIDERS 16
+typedef struct _hm_sdm_strider_s {
+  const void *reg;
+  uint64_t last, next; /* the last fault's address; the next to read ahead */
+  int64_t stride;      /* bytes between its last two faults */
+  uint32_t stamp;
+  int tid;
+  uint8_t conf; /* the same stride again, in a row */
+} _hm_sdm_strider_t;
+
 struct hm_pager_s {
   hm_ctx_t *ctx;
   hm_pager_config_t cfg;
@@ -179,6 +198,8 @@ struct hm_pager_s {
   uint32_t slot_fresh; /* slots at and above this index were never used (see _hm_sdm_slot_take) */
   uint64_t pf_untouched;
   _hm_sdm_pf_t pf;
+  _hm_sdm_strider_t striders[HM_SDM_STRIDERS]; /* sparse.c (pager lock) */
+  uint32_t strider_stamp;
   _hm_sdm_wq_t wq[HM_SDM_WQ];
   unsigned nwq;
   char *zeros; /* anonymous mode: one unit of zeros for UFFDIO_COPY */
@@ -217,7 +238,7 @@ struct hm_pager_s {
   atomic_ullong c_faults, c_fetches, c_pf_issued, c_pf_used, c_pf_wasted, c_evictions,
       c_writebacks, c_bytes_read, c_bytes_written, c_fault_ns, c_zero_fills, c_minor_hits,
       c_io_errors, c_wp_faults, c_ra_triggers, c_pf_succ, c_demand_bytes, c_resweep_refills,
-      c_ev_ahead, c_wb_stalls, c_sparse;
+      c_ev_ahead, c_wb_stalls, c_sparse, c_trimmed, c_page_ahead;
 };
 
 #define HM_SDM_ADD(p, c, v) atomic_fetch_add_explicit(&(p)->c, (v), memory_order_relaxed)
@@ -277,6 +298,21 @@ static inline uint32_t _hm_sdm_read_units(const hm_pager_t *p) {
   return g ? (uint32_t)g : 1;
 }
 
+/* The longest run of set bits among a unit's pages: a dense sweep's walk
+ * fills runs, a sparse one scattered pages (sparse.c). */
+static inline uint32_t _hm_sdm_longest_run(const hm_pager_t *p, const uint64_t *bits) {
+  uint32_t i = 0, n, most = 0;
+  while (i < p->upages) {
+    if (!_hm_sdm_bit(bits, i)) {
+      i++;
+      continue;
+    }
+    for (n = 0; i < p->upages && _hm_sdm_bit(bits, i); i++) n++;
+    if (n > most) most = n;
+  }
+  return most;
+}
+
 /* Reserves bytes of budget and want_slots free slots (pager lock held). */
 static inline int _hm_sdm_reserve(hm_pager_t *p, uint64_t bytes, uint32_t want_slots) {
   if (p->used + bytes > p->cap) return 0;
@@ -322,9 +358,20 @@ static inline _hm_sdm_op_t *_hm_sdm_op_get(_hm_sdm_handler_t *h) {
 }
 
 static inline void _hm_sdm_op_put(_hm_sdm_handler_t *h, _hm_sdm_op_t *op) {
+  if (op->small) {
+    op->next = h->free_pops;
+    h->free_pops = op;
+    return;
+  }
   op->next = h->free_ops;
   h->free_ops = op;
   h->plan_blocked = 0;
+}
+
+static inline _hm_sdm_op_t *_hm_sdm_pop_get(_hm_sdm_handler_t *h) {
+  _hm_sdm_op_t *op = h->free_pops;
+  if (op) h->free_pops = op->next;
+  return op;
 }
 
 int _hm_sdm_copier_reclaim(_hm_sdm_handler_t *h);
@@ -411,6 +458,34 @@ static inline int _hm_sdm_sparse_fill(const _hm_sdm_region_t *r, uint32_t u) {
 }
 void _hm_sdm_sparse_filled(_hm_sdm_region_t *r, _hm_sdm_slot_t *S);
 int _hm_sdm_sparse_skip(hm_pager_t *p, _hm_sdm_region_t *r, int64_t u);
+int _hm_sdm_sparse_old(const hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_slot_t *S,
+                       uint64_t *old);
+void _hm_sdm_sparse_trim(_hm_sdm_handler_t *h, const int32_t *slots, const uint64_t *old,
+                         unsigned n);
+unsigned _hm_sdm_sparse_ahead(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int tid, uint64_t addr,
+                              _hm_sdm_op_t **ops);
+#define HM_SDM_AHEAD 12   /* page fills a strided thread has in flight ahead of it */
+#define HM_SDM_PAGE_OPS 32 /* a handler's page ops: reads ahead of a page in flight */
+
+/* A page fill of a sparse spell marked in flight in S (pager lock held):
+ * the unit stays resident, its other pages take hits and fills of their
+ * own meanwhile, and eviction passes it by (pin) until it completes. */
+static inline void _hm_sdm_pfill_mark(_hm_sdm_slot_t *S, uint32_t pg0, uint32_t npg) {
+  for (uint32_t i = 0; i < npg; i++) S->infl |= 1ull << (pg0 + i);
+  S->pfills++;
+  S->pin++;
+}
+
+/* Whether page pg of S is being read by a page fill. */
+static inline int _hm_sdm_infl(const _hm_sdm_slot_t *S, uint32_t pg) {
+  return pg < 64 && ((S->infl >> pg) & 1u);
+}
+
+/* Whether units are small enough for page fills and trims (one word of
+ * bits: seen, infl). */
+static inline int _hm_sdm_sparse_units(const hm_pager_t *p) { return p->upages <= 64; }
+/* fault.c: a random fill's pages counted into S (pager lock held). */
+void _hm_sdm_rnd_dense(hm_pager_t *p, _hm_sdm_slot_t *S, uint32_t npg);
 void _hm_sdm_sparse_out(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
                         const _hm_sdm_slot_t *S);
 void _hm_sdm_slot_put(hm_pager_t *p, int32_t s);

@@ -71,7 +71,8 @@ typedef struct _hm_sdm_slot_s {
   uint8_t mru_victim; /* being evicted as a unit left behind (HM_UF_MRU_OUT once out) */
   uint8_t heat;       /* CLOCK turns it may still skip unreferenced (HM_UF_HEAT) */
   uint8_t walk;       /* random fills that each began where the last one ended, in a row */
-  uint8_t installing; /* anonymous mode: a fill's pages are being copied in (fault.c) */
+  uint8_t installing; /* anonymous mode: fills whose pages are being copied in (fault.c) */
+  uint8_t pfills;     /* page fills of a sparse spell in flight (infl) */
   uint16_t walk_next; /* 1 + the page after the last random fill's run, 0: none */
   uint16_t pin;       /* being mapped or unprotected: not a victim yet */
   uint16_t nfilled;
@@ -84,6 +85,11 @@ typedef struct _hm_sdm_slot_s {
   uint32_t dtag;    /* while demoted: the tag of its live ring entry (pager_int.h) */
   uint32_t dtick;   /* the pager's fill count when it was last demoted */
   uint64_t filled[HM_SDM_BITMAP_WORDS];
+  /* Sparse spells (sparse.c), for units of at most 64 pages (the default
+   * 256 KiB): a word each, where a bitmap of the largest unit would double
+   * the slot table (charged to the budget). */
+  uint64_t seen; /* pages filled when the hand last passed */
+  uint64_t infl; /* pages page fills are reading (pfills) */
 } _hm_sdm_slot_t;
 
 typedef struct _hm_sdm_region_s {
@@ -133,6 +139,7 @@ typedef struct _hm_sdm_region_s {
   uint32_t probe_since; /* the pager's fill count when the watch began or a stay ended */
   uint32_t probe_wait;  /* refills of the region until the next watch */
   uint32_t sparse_left; /* page fills before sparse filling is checked again */
+  uint32_t sparse_ok, sparse_bad; /* this spell's stays that used few pages, many */
   uint8_t probe_stays;  /* stays of the watched unit seen */
   uint8_t probe_backoff; /* watches that found no sparse sweep, in a row (log2 of the wait) */
   uint8_t sparse;       /* filling page by page */

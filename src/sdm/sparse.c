@@ -28,12 +28,20 @@
  * row-strip sweep (an LU's trailing update, scan-strips) also uses few
  * pages of a unit a pass, but other pages each pass (6 passes: most of the
  * unit): page fills would read as much, a read per page, so it keeps whole
- * units. Page fills are demand reads one page at a time, 40 MB/s a thread
- * where prefetched units come at 2 GB/s: they pay only where the pages
- * stay resident. OpenBLAS's GEMM at 4x a 64 MiB budget packs blocks whose
- * watched units used 33-39 of 64 pages in 6 stays; judged reused at half
- * the unit, it took a spell now and then and ran 25% slower. While
- * sparse, a unit that filled fast ends it at once.
+ * units. Page fills cost a read per page, where prefetched units come at 2
+ * GB/s: they pay only where the pages stay resident. While sparse, three
+ * things make them cheaper. A thread whose faults are the same stride
+ * apart (a row, down a column) has the next pages along it read ahead, a
+ * page a read, several in flight in one unit, which stays resident
+ * meanwhile (_hm_sdm_sparse_ahead). The clock hand drops a referenced
+ * unit's pages filled before its last pass instead of leaving the unit
+ * whole until it evicts it with the pages in use (_hm_sdm_sparse_old).
+ * And a spell whose page fills ran out goes on when its own stays still
+ * look sparse (hm__spell_check). OpenBLAS's GEMM at 4x a 64 MiB budget
+ * packs blocks whose watched units used 33-39 of 64 pages in 6 stays;
+ * judged reused at half the unit, it took a spell now and then and ran 25%
+ * slower. While sparse, a unit that filled fast ends it at once (fault.c:
+ * half its pages soon, a quarter in one run, as a dense sweep fills).
  *
  * A watch that finds nothing doubles the wait before the next, from
  * PROBE_WAIT refills of the region up to PROBE_WAIT << PROBE_BACKOFF_MAX;
@@ -69,6 +77,24 @@ static void hm__probe_end(_hm_sdm_region_t *r, int found) {
   r->probe_wait = PROBE_WAIT << r->probe_backoff;
 }
 
+/* A spell's page fills ran out (pager lock held): it goes on if its own
+ * stays say the sweep is still sparse, at least 8 of them and no more
+ * than one in 8 that used over a quarter of its unit; else the region
+ * watches again. A stay is a unit evicted, or one whose old pages the
+ * hand dropped (_hm_sdm_sparse_old). Ending every spell after its fills
+ * cost hm-kernel-scan cols at 2x a watch's worth of whole-unit refills
+ * (8 times the pages in use) every 2 passes. */
+static void hm__spell_check(_hm_sdm_region_t *r) {
+  int on = r->sparse_ok >= 8 && r->sparse_bad * 8 <= r->sparse_ok;
+  r->sparse_ok = r->sparse_bad = 0;
+  if (on) {
+    r->sparse_left = SPARSE_FILLS;
+    return;
+  }
+  r->sparse = 0;
+  r->probe_wait = PROBE_WAIT;
+}
+
 /* A page-sized fill into slot S of r (pager lock held): counts down a
  * sparse spell. A watched unit takes no reference or heat from it: the
  * pager sees every use of it and of no other unit in anonymous mode, and
@@ -76,10 +102,7 @@ static void hm__probe_end(_hm_sdm_region_t *r, int found) {
  * units stayed one, which made a watch take 4 times as long. */
 void _hm_sdm_sparse_filled(_hm_sdm_region_t *r, _hm_sdm_slot_t *S) {
   if (r->probe == S->unit + 1u) S->ref = S->heat = 0;
-  if (r->sparse && --r->sparse_left == 0) {
-    r->sparse = 0;
-    r->probe_wait = PROBE_WAIT;
-  }
+  if (r->sparse && --r->sparse_left == 0) hm__spell_check(r);
 }
 
 /* Whether prefetch leaves out absent unit u of r (pager lock held): the
@@ -112,6 +135,12 @@ void _hm_sdm_sparse_out(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
     r->sparse = 0;
     r->probe_wait = PROBE_WAIT << r->probe_backoff;
   }
+  if (r->sparse) {
+    if (_hm_sdm_longest_run(p, S->filled) * 4u > p->upages)
+      r->sparse_bad++;
+    else
+      r->sparse_ok++;
+  }
   if (r->probe != u + 1u) return;
   unsigned used = hm__popcount(S->filled);
   int dense = S->fast || used * 4u > p->upages;
@@ -130,6 +159,213 @@ void _hm_sdm_sparse_out(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
   if (reused) {
     r->sparse = 1;
     r->sparse_left = SPARSE_FILLS;
+    r->sparse_ok = r->sparse_bad = 0;
     HM_SDM_ADD(p, c_sparse, 1);
   }
+}
+
+/* The pages the clock hand drops from resident unit S of a sparse region
+ * as it passes it referenced (pager lock held): those filled before its
+ * last pass (old; 1 when there are any to drop). A sparse sweep uses a few
+ * pages of every unit at a time, and the pages it used before are done
+ * with, but CLOCK evicts whole units: hm-kernel-scan cols at 2x a 64 MiB
+ * budget (two threads, 16 pages of a unit in use, 8 rows of 4 pages) read
+ * its matrix 8 times a pass, the units that still held the pages in use
+ * being evicted with the old ones, where Linux swap's LRU, page by page,
+ * keeps the pages in use. The hand passes a unit about once per cache-full
+ * of fills: a page filled before its last pass was filled over a
+ * cache-full ago and, in anonymous mode, no use of it since is seen; the
+ * unit's newer pages stay. Only clean units (sync write-protect: a dirty
+ * one is written back whole), not in memfd mode (its pages are seen as
+ * they are mapped again, and it unmaps to see them), and units of at most
+ * 64 pages (one word of bits per slot). Cost: a few
+ * loads, ands and compares a word of the bitmap, per unit the hand
+ * passes, under the lock it holds. */
+int _hm_sdm_sparse_old(const hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_slot_t *S,
+                       uint64_t *old) {
+  *old = 0;
+  if (!_hm_sdm_sparse_units(p)) return 0;
+  uint64_t o = S->filled[0] & S->seen, keep = S->filled[0] & ~S->seen;
+  S->seen = S->filled[0];
+  if (!o || !keep || !r->sparse || p->memfd_mode || p->dirty_mode != HM_SDM_DIRTY_SYNC) return 0;
+  if (S->dirty || S->pdirty || S->held || S->prefetched || S->installing) return 0;
+  S->seen &= ~o;
+  *old = o;
+  r->sparse_ok++; /* a stay that used few pages, for hm__spell_check */
+  return 1;
+}
+
+/* A page fill that reads page pg of unit u of r ahead of a strided thread
+ * in a sparse spell, budget reserved (pager lock held; sparse.c). The unit
+ * is on disk and resident or absent; the page is neither filled nor being
+ * filled. */
+static _hm_sdm_op_t *hm__pfill_op(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, uint32_t u,
+                                  uint32_t pg) {
+  hm_pager_t *p = h->p;
+  _hm_sdm_unit_t *U = &r->units[u];
+  _hm_sdm_op_t *op = _hm_sdm_pop_get(h);
+  int32_t s = U->state == HM_U_RES ? U->slot : _hm_sdm_slot_take(p, r, u);
+  p->slots[s].ref = 1;
+  p->page_tick++;
+  _hm_sdm_rnd_dense(p, &p->slots[s], 1); /* a dense sweep read ahead still ends the spell */
+  _hm_sdm_sparse_filled(r, &p->slots[s]);
+  U->state = HM_U_RES;
+  _hm_sdm_pfill_mark(&p->slots[s], pg, 1);
+  r->busy++;
+  op->reg = r;
+  op->unit = u;
+  op->nu = 1;
+  op->pg0 = pg;
+  op->npg = 1;
+  op->slots[0] = s;
+  op->prefetch = 1;
+  op->pfill = 1;
+  op->zero = 0;
+  op->trigger = 0;
+  op->t0 = 0;
+  HM_SDM_ADD(p, c_page_ahead, 1);
+  return op;
+}
+
+/* Drops old[k] from the resident units of slots[k], which
+ * _hm_sdm_sparse_old chose and the hand made BUSY (pager lock not held;
+ * one process_madvise for up to 64 runs), then the units are resident
+ * again with the rest, and the threads that faulted on them meanwhile
+ * wake. The pages are clean: a fault on one fills it again from the file,
+ * or with zeros where it was never written back. */
+void _hm_sdm_sparse_trim(_hm_sdm_handler_t *h, const int32_t *slots, const uint64_t *old,
+                         unsigned n) {
+  hm_pager_t *p = h->p;
+  void *addr[64];
+  size_t len[64];
+  char *ub[64];
+  unsigned nr = 0;
+  for (unsigned k = 0; k < n && k < 64; k++) {
+    _hm_sdm_slot_t *S = &p->slots[slots[k]];
+    ub[k] = _hm_sdm_ubase(S->reg, p, S->unit);
+    unsigned i = 0, m;
+    while ((m = _hm_sdm_run(&old[k], p->upages, &i)) > 0) {
+      if (nr == 64) {
+        (void)_hm_prim_vm_dontneed_runs(p->pidfd, addr, len, nr);
+        nr = 0;
+      }
+      addr[nr] = ub[k] + (size_t)i * HM_SDM_PAGE;
+      len[nr++] = (size_t)m * HM_SDM_PAGE;
+      i += m;
+    }
+  }
+  if (nr) (void)_hm_prim_vm_dontneed_runs(p->pidfd, addr, len, nr);
+  uint64_t dropped = 0;
+  pthread_mutex_lock(&p->lk);
+  for (unsigned k = 0; k < n && k < 64; k++) {
+    _hm_sdm_slot_t *S = &p->slots[slots[k]];
+    _hm_sdm_unit_t *U = &S->reg->units[S->unit];
+    unsigned m = (unsigned)__builtin_popcountll(old[k]);
+    S->filled[0] &= ~old[k];
+    S->nfilled = (uint16_t)(S->nfilled - m);
+    p->used -= (uint64_t)m * HM_SDM_PAGE;
+    p->resident -= (uint64_t)m * HM_SDM_PAGE;
+    dropped += m;
+    U->state = HM_U_RES;
+    if (!U->waits) ub[k] = NULL;
+    U->waits = 0;
+    S->reg->busy--;
+  }
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->lk);
+  HM_SDM_ADD(p, c_trimmed, dropped);
+  for (unsigned k = 0; k < n && k < 64; k++)
+    if (ub[k]) _hm_sdm_wake(p, ub[k], p->unit);
+}
+
+/* The strider of (tid, r) (pager lock held): its own entry, or the least
+ * recently used one, made its. */
+static _hm_sdm_strider_t *hm__strider(hm_pager_t *p, int tid, const void *r) {
+  _hm_sdm_strider_t *old = &p->striders[0];
+  for (unsigned i = 0; i < HM_SDM_STRIDERS; i++) {
+    _hm_sdm_strider_t *t = &p->striders[i];
+    if (t->reg == r && t->tid == tid) {
+      t->stamp = ++p->strider_stamp;
+      return t;
+    }
+    if (t->stamp < old->stamp) old = t;
+  }
+  memset(old, 0, sizeof *old);
+  old->reg = r;
+  old->tid = tid;
+  old->stamp = ++p->strider_stamp;
+  return old;
+}
+
+/* Whether page x of r needs a read ahead: on disk, not read at random,
+ * its unit neither in transit nor holding or reading it (pager lock
+ * held). */
+static int hm__wants_page(const hm_pager_t *p, const _hm_sdm_region_t *r, uint32_t u,
+                          uint32_t pg) {
+  const _hm_sdm_unit_t *U = &r->units[u];
+  if (!(U->flags & HM_UF_ONDISK) || (U->flags & HM_UF_RANDOM)) return 0;
+  if (U->state == HM_U_NONE) return 1;
+  if (U->state != HM_U_RES) return 0;
+  const _hm_sdm_slot_t *S = &p->slots[U->slot];
+  return !_hm_sdm_bit(S->filled, pg) && !_hm_sdm_infl(S, pg);
+}
+
+/* Page fills ahead of thread tid at addr in sparse region r (pager lock
+ * held): once its last faults there were the same stride apart twice in a
+ * row, the pages one to HM_SDM_AHEAD strides further, those not read
+ * ahead already; their ops go to ops (started by the caller once the lock
+ * is dropped). A sweep down the columns of a matrix faults once per row,
+ * the same page of each: Linux swap, whose readahead reads the faulting
+ * page's neighbours in the address space, keeps ahead of it there, and
+ * the pager's page fills were demand reads one at a time, about 150 us a
+ * fault (hm-kernel-scan cols at 2x: 5 s a pass, swap 2.9 s). A fill ahead
+ * is one page, so the pages in the cache are those the sweep uses now, as
+ * with demand fills; the thread's next fault is on a page still being
+ * read, or past them, and reads further ahead. Each fill holds an op (32
+ * a handler) until it completes; at most HM_SDM_AHEAD are issued a fault.
+ * Cost: a scan of HM_SDM_STRIDERS entries and up to HM_SDM_AHEAD page
+ * lookups per fault in a spell, under the lock the fault holds. */
+unsigned _hm_sdm_sparse_ahead(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int tid, uint64_t addr,
+                              _hm_sdm_op_t **ops) {
+  hm_pager_t *p = h->p;
+  _hm_sdm_strider_t *t = hm__strider(p, tid, r);
+  /* the exact address where the kernel reports it (pager.c): a complex
+   * matrix of 3000 columns has rows 11.7 pages apart, and page-aligned
+   * faults were 11 and 12 pages apart by turns */
+  uint64_t a = addr;
+  if (a != t->last) {
+    /* a multiple of the stride within the window: the reader went over
+     * pages read ahead (in anonymous mode, installed and never seen) */
+    int64_t d = (int64_t)(a - t->last);
+    int64_t k = t->stride ? d / t->stride : 0;
+    if (t->last && k >= 1 && k <= HM_SDM_AHEAD + 1 && d == k * t->stride) {
+      if (t->conf < 2) t->conf++;
+    } else {
+      t->stride = d;
+      t->conf = 0;
+      t->next = 0;
+    }
+    t->last = a;
+  }
+  /* a stride under two pages is a walk: the walk's fills (fault.c) read it,
+   * and filling fast, it ends the spell */
+  if (t->conf == 0) return 0;
+  if (t->stride < 2 * HM_SDM_PAGE && t->stride > -2 * HM_SDM_PAGE) return 0;
+  int64_t d = t->stride;
+  uint64_t base = (uint64_t)(uintptr_t)r->base;
+  uint64_t x = a + (uint64_t)d;
+  int64_t k0 = t->next ? (int64_t)(t->next - a) / d : 0;
+  if (k0 > 1 && k0 <= HM_SDM_AHEAD) x = t->next;
+  unsigned n = 0;
+  for (; n < HM_SDM_AHEAD && (int64_t)(x - a) / d <= HM_SDM_AHEAD; x += (uint64_t)d) {
+    if (x < base || x - base >= r->len) break;
+    uint32_t u = (uint32_t)((x - base) / p->unit);
+    uint32_t pg = (uint32_t)((x - base) % p->unit / HM_SDM_PAGE);
+    if (!hm__wants_page(p, r, u, pg)) continue;
+    if (!h->free_pops || !_hm_sdm_reserve(p, HM_SDM_PAGE, r->units[u].state == HM_U_NONE))
+      break;
+    ops[n++] = hm__pfill_op(h, r, u, pg);
+  }
+  t->next = x;
+  return n;
 }

@@ -88,6 +88,8 @@ int hm_pager_stats(hm_pager_t *p, hm_pager_stats_t *out) {
   s.evict_ahead = HM_SDM_GET(p, c_ev_ahead);
   s.writeback_stalls = HM_SDM_GET(p, c_wb_stalls);
   s.sparse_spells = HM_SDM_GET(p, c_sparse);
+  s.page_aheads = HM_SDM_GET(p, c_page_ahead);
+  s.trimmed_pages = HM_SDM_GET(p, c_trimmed);
   pthread_mutex_lock(&p->lk);
   s.resident_bytes = p->resident;
   s.peak_resident_bytes = p->peak;
@@ -136,7 +138,8 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       "\"own_bytes\": %llu, \"readahead_triggers\": %llu, \"successor_prefetches\": %llu, "
       "\"demand_bytes_read\": %llu, \"footprint_bytes\": %llu, \"resweep_refills\": %llu, "
       "\"budget_mean_bytes\": %llu, \"budget_low_bytes\": %llu, \"other_peak_bytes\": %llu, "
-      "\"evict_ahead\": %llu, \"writeback_stalls\": %llu, \"sparse_spells\": %llu}",
+      "\"evict_ahead\": %llu, \"writeback_stalls\": %llu, \"sparse_spells\": %llu, "
+      "\"page_aheads\": %llu, \"trimmed_pages\": %llu}",
       (unsigned long long)s.faults, (unsigned long long)s.fetches,
       (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used,
       (unsigned long long)s.prefetch_wasted, (unsigned long long)s.evictions,
@@ -150,7 +153,8 @@ int hm_pager_stats_json(hm_pager_t *p, char **out) {
       (unsigned long long)s.footprint_bytes, (unsigned long long)s.resweep_refills,
       (unsigned long long)s.budget_mean_bytes, (unsigned long long)s.budget_low_bytes,
       (unsigned long long)s.other_peak_bytes, (unsigned long long)s.evict_ahead,
-      (unsigned long long)s.writeback_stalls, (unsigned long long)s.sparse_spells);
+      (unsigned long long)s.writeback_stalls, (unsigned long long)s.sparse_spells,
+      (unsigned long long)s.page_aheads, (unsigned long long)s.trimmed_pages);
   hm__rsizes_json(p, &sb);
   _hm_sb_printf(&sb, "}");
   return _hm_sb_take(&sb, out);
