@@ -347,13 +347,9 @@ static void hm__see_done(_hm_sdm_handler_t *h, hm__victims_t *v) {
   pthread_mutex_lock(&p->lk);
   for (unsigned k = 0; k < v->nsee; k++) {
     _hm_sdm_slot_t *S = &p->slots[v->see[k]];
-    _hm_sdm_unit_t *U = &S->reg->units[S->unit];
     if (ok[k]) S->mapped = 0;
     if (ok[k] && hm__any(W[k])) S->dirty = 1;
-    U->state = HM_U_RES;
-    if (!U->waits) ub[k] = NULL;
-    U->waits = 0;
-    S->reg->busy--;
+    if (!_hm_sdm_unbusy(S)) ub[k] = NULL;
   }
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->lk);

@@ -476,6 +476,19 @@ static inline void _hm_sdm_pfill_mark(_hm_sdm_slot_t *S, uint32_t pg0, uint32_t 
   S->pin++;
 }
 
+/* A unit the eviction batch made BUSY for a moment (to see its use, or to
+ * drop old pages) is resident again (pager lock held); 1 when a thread
+ * faulted on it meanwhile and waits for a wake (U->waits, set under the
+ * lock by the fault path: most units have none, and a wake is an ioctl). */
+static inline int _hm_sdm_unbusy(_hm_sdm_slot_t *S) {
+  _hm_sdm_unit_t *U = &S->reg->units[S->unit];
+  int waits = U->waits;
+  U->state = HM_U_RES;
+  U->waits = 0;
+  S->reg->busy--;
+  return waits;
+}
+
 /* Whether page pg of S is being read by a page fill. */
 static inline int _hm_sdm_infl(const _hm_sdm_slot_t *S, uint32_t pg) {
   return pg < 64 && ((S->infl >> pg) & 1u);

@@ -259,17 +259,13 @@ void _hm_sdm_sparse_trim(_hm_sdm_handler_t *h, const int32_t *slots, const uint6
   pthread_mutex_lock(&p->lk);
   for (unsigned k = 0; k < n && k < 64; k++) {
     _hm_sdm_slot_t *S = &p->slots[slots[k]];
-    _hm_sdm_unit_t *U = &S->reg->units[S->unit];
     unsigned m = (unsigned)__builtin_popcountll(old[k]);
     S->filled[0] &= ~old[k];
     S->nfilled = (uint16_t)(S->nfilled - m);
     p->used -= (uint64_t)m * HM_SDM_PAGE;
     p->resident -= (uint64_t)m * HM_SDM_PAGE;
     dropped += m;
-    U->state = HM_U_RES;
-    if (!U->waits) ub[k] = NULL;
-    U->waits = 0;
-    S->reg->busy--;
+    if (!_hm_sdm_unbusy(S)) ub[k] = NULL;
   }
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->lk);
