@@ -301,14 +301,10 @@ static inline uint32_t _hm_sdm_read_units(const hm_pager_t *p) {
 /* The longest run of set bits among a unit's pages: a dense sweep's walk
  * fills runs, a sparse one scattered pages (sparse.c). */
 static inline uint32_t _hm_sdm_longest_run(const hm_pager_t *p, const uint64_t *bits) {
-  uint32_t i = 0, n, most = 0;
-  while (i < p->upages) {
-    if (!_hm_sdm_bit(bits, i)) {
-      i++;
-      continue;
-    }
-    for (n = 0; i < p->upages && _hm_sdm_bit(bits, i); i++) n++;
+  unsigned i = 0, n, most = 0;
+  while ((n = _hm_sdm_run(bits, p->upages, &i)) > 0) {
     if (n > most) most = n;
+    i += n;
   }
   return most;
 }

@@ -317,8 +317,9 @@ static int hm__wants_page(const hm_pager_t *p, const _hm_sdm_region_t *r, uint32
  * fault (hm-kernel-scan cols at 2x: 5 s a pass, swap 2.9 s). A fill ahead
  * is one page, so the pages in the cache are those the sweep uses now, as
  * with demand fills; the thread's next fault is on a page still being
- * read, or past them, and reads further ahead. Each fill holds an op (32
- * a handler) until it completes; at most HM_SDM_AHEAD are issued a fault.
+ * read, or past them, and reads further ahead. Each fill holds a page op
+ * (HM_SDM_PAGE_OPS a handler) until it completes; at most HM_SDM_AHEAD
+ * are issued a fault.
  * Cost: a scan of HM_SDM_STRIDERS entries and up to HM_SDM_AHEAD page
  * lookups per fault in a spell, under the lock the fault holds. */
 unsigned _hm_sdm_sparse_ahead(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int tid, uint64_t addr,
