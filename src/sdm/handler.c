@@ -19,14 +19,18 @@
  * Prefetch reads
  * ------------------------------------------------------------------------ */
 
+#define HM__PF_FWD 1u   /* going forward: one read may cover several units */
+#define HM__PF_WATCH 2u /* a sparse watch may begin here (sparse.c) */
+
 /* Whether unit u of r may be prefetched now (pager lock held): 1 yes, 0
  * nothing to do there, < 0 to stop the plan. */
-static int hm__group_ok(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u) {
+static int hm__group_ok(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u, unsigned how) {
   hm_pager_t *p = h->p;
   if (r->dead || u < 0 || u >= (int64_t)r->nunits) return 0;
   _hm_sdm_unit_t *U = &r->units[u];
   if (U->state != HM_U_NONE || (U->flags & HM_UF_RANDOM)) return 0;
-  if (_hm_sdm_sparse_skip(p, r, u)) return 0; /* filled page by page (sparse.c) */
+  /* filled page by page (sparse.c) */
+  if (_hm_sdm_sparse_skip(p, r, u, (how & HM__PF_WATCH) != 0)) return 0;
   /* Prefetch never holds more than half of the cache untouched. */
   if (p->pf_untouched + p->unit > p->cap / 2) return -ENOSPC;
   /* Every read slot is in flight: the plan waits for one (dropping it
@@ -87,22 +91,24 @@ static _hm_sdm_op_t *hm__group_op(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int
   return op;
 }
 
-/* Issues a prefetch of unit u and, going forward (dir 1), of up to max - 1
- * more absent units after it in the same read (pager lock held, released
- * on return). Returns the number of units it covered (0: u needed
- * nothing), -EBUSY to try again later (no op free), another < 0 to stop. */
+/* Issues a prefetch of unit u and, going forward (HM__PF_FWD in how), of
+ * up to max - 1 more absent units after it in the same read (pager lock
+ * held, released on return). Returns the number of units it covered (0: u
+ * needed nothing), -EBUSY to try again later (no op free), another < 0 to
+ * stop. */
 static int hm__prefetch_locked(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u,
-                               uint32_t max, int dir, int trigger, uint32_t pg0, uint32_t npg) {
+                               uint32_t max, unsigned how, int trigger, uint32_t pg0,
+                               uint32_t npg) {
   hm_pager_t *p = h->p;
   /* At most two tries, the second after eviction made room: every path
    * of the second returns (reserved, or -EAGAIN). */
   for (int attempt = 0;; attempt++) {
-    int ok = hm__group_ok(h, r, u);
+    int ok = hm__group_ok(h, r, u, how);
     if (ok <= 0) {
       pthread_mutex_unlock(&p->lk);
       return ok;
     }
-    uint32_t n = hm__group_extent(p, r, u, max, dir);
+    uint32_t n = hm__group_extent(p, r, u, max, (how & HM__PF_FWD) ? 1 : 0);
     uint64_t bytes = npg < p->upages ? (uint64_t)npg * HM_SDM_PAGE : (uint64_t)n * p->unit;
     if (_hm_sdm_reserve(p, bytes, n)) {
       _hm_sdm_op_t *op = hm__group_op(h, r, u, n, trigger, pg0, npg);
@@ -124,9 +130,9 @@ static int hm__prefetch_locked(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_
 
 /* hm__prefetch_locked, taking the lock. */
 static int hm__prefetch_group(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t u, uint32_t max,
-                              int dir, int trigger, uint32_t pg0, uint32_t npg) {
+                              unsigned how, int trigger, uint32_t pg0, uint32_t npg) {
   pthread_mutex_lock(&h->p->lk);
-  return hm__prefetch_locked(h, r, u, max, dir, trigger, pg0, npg);
+  return hm__prefetch_locked(h, r, u, max, how, trigger, pg0, npg);
 }
 
 /* ------------------------------------------------------------------------
@@ -135,9 +141,13 @@ static int hm__prefetch_group(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int64_t
 
 /* Queues a plan; the caller took a busy reference on r (_hm_sdm_plan_hold)
  * so that an unmap cannot free r before the plan has run (or been
- * dropped). */
+ * dropped). A sparse watch begins only in a stream's own plan: a watched
+ * unit is left out and its reader fills it page by page (about 6 faults),
+ * which a WILLNEED range was promised not to cost, nor a successor's head
+ * (test_sdm_successor: a watch there made 5-6 demand fetches of a head the
+ * pager had read for the reader, 1 run in 5 under ASan). */
 static void hm__queue_plan(_hm_sdm_handler_t *h, _hm_sdm_region_t *r,
-                           const _hm_sdm_pf_plan_t *pl) {
+                           const _hm_sdm_pf_plan_t *pl, int watch) {
   if (pl->stride == 0 || pl->count == 0) return;
   if (h->nplans == sizeof h->plans / sizeof h->plans[0]) {
     _hm_sdm_release(h->p, h->plans[0].reg); /* the oldest is the least useful */
@@ -153,16 +163,17 @@ static void hm__queue_plan(_hm_sdm_handler_t *h, _hm_sdm_region_t *r,
   q->pg = pl->pg;
   q->first = pl->first;
   q->tid = pl->tid;
+  q->watch = watch;
   q->k = 0;
   h->nplans++;
 }
 
 void _hm_sdm_plan_queue(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, const _hm_sdm_pf_plan_t *pl) {
-  hm__queue_plan(h, r, pl);
+  hm__queue_plan(h, r, pl, pl->tid >= 0);
   if (h->succ_reg) {
     _hm_sdm_region_t *q = h->succ_reg;
     h->succ_reg = NULL;
-    hm__queue_plan(h, q, &h->succ);
+    hm__queue_plan(h, q, &h->succ, 0);
   }
 }
 
@@ -205,7 +216,8 @@ static int hm__plan_step(_hm_sdm_handler_t *h) {
   int64_t u = pl->from + (int64_t)pl->k * pl->stride;
   uint32_t pg0, npg;
   _hm_sdm_sub(p, pl->stride, pl->pg, &pg0, &npg);
-  int n = hm__prefetch_locked(h, pl->reg, u, pl->count - pl->k, pl->stride == 1,
+  unsigned how = (pl->stride == 1 ? HM__PF_FWD : 0u) | (pl->watch ? HM__PF_WATCH : 0u);
+  int n = hm__prefetch_locked(h, pl->reg, u, pl->count - pl->k, how,
                               u == pl->trigger ? (pl->stride > 0 ? 1 : -1) : 0, pg0, npg);
   if (n == -EBUSY) {
     h->plan_blocked = 1;
@@ -267,7 +279,7 @@ static void hm__retry_deferred(_hm_sdm_handler_t *h) {
 static void hm__willneed(_hm_sdm_handler_t *h, const _hm_sdm_wq_t *w) {
   hm_pager_t *p = h->p;
   for (uint32_t u = w->u0; u < w->u1;) {
-    int n = hm__prefetch_group(h, w->reg, u, w->u1 - u, 1, 0, 0, p->upages);
+    int n = hm__prefetch_group(h, w->reg, u, w->u1 - u, HM__PF_FWD, 0, 0, p->upages);
     if (n == -EBUSY) {
       /* Out of read slots: the rest becomes a plan, run as slots free. */
       _hm_sdm_pf_plan_t pl = {

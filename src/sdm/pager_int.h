@@ -63,6 +63,7 @@ typedef struct _hm_sdm_qplan_s {
   uint32_t pg;       /* strided plans: the page (within a unit) the stream touches */
   int64_t first;     /* the pass of the stream that made it (_hm_sdm_pf_passed) */
   int tid;           /* that stream's thread, -1: none */
+  int watch;         /* a sparse watch may begin in it (sparse.c) */
 } _hm_sdm_qplan_t;
 
 typedef struct _hm_sdm_handler_s {
@@ -453,7 +454,7 @@ static inline int _hm_sdm_sparse_fill(const _hm_sdm_region_t *r, uint32_t u) {
   return r->sparse || r->probe == u + 1u;
 }
 void _hm_sdm_sparse_filled(_hm_sdm_region_t *r, _hm_sdm_slot_t *S);
-int _hm_sdm_sparse_skip(hm_pager_t *p, _hm_sdm_region_t *r, int64_t u);
+int _hm_sdm_sparse_skip(hm_pager_t *p, _hm_sdm_region_t *r, int64_t u, int watch);
 int _hm_sdm_sparse_old(const hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_slot_t *S,
                        uint64_t *old);
 void _hm_sdm_sparse_trim(_hm_sdm_handler_t *h, const int32_t *slots, const uint64_t *old,

@@ -107,15 +107,16 @@ void _hm_sdm_sparse_filled(_hm_sdm_region_t *r, _hm_sdm_slot_t *S) {
 
 /* Whether prefetch leaves out absent unit u of r (pager lock held): the
  * region fills page by page, or u is watched, or a watch begins on it (a
- * unit refilled, in a region not read at random, whose wait is over). */
-int _hm_sdm_sparse_skip(hm_pager_t *p, _hm_sdm_region_t *r, int64_t u) {
+ * unit refilled, in a region not read at random, whose wait is over,
+ * where the caller lets one begin: watch). */
+int _hm_sdm_sparse_skip(hm_pager_t *p, _hm_sdm_region_t *r, int64_t u, int watch) {
   if (r->sparse || r->probe == (uint32_t)u + 1u) return 1;
   if (r->probe) {
     if (p->fill_tick - r->probe_since <= PROBE_PATIENCE * p->nact + 64) return 0;
     hm__probe_end(r, 0); /* the reader left it */
   }
   const _hm_sdm_unit_t *U = &r->units[u];
-  if (!(U->flags & HM_UF_OUT) || !(U->flags & HM_UF_ONDISK) || r->rnd_score >= 8) return 0;
+  if (!watch || !(U->flags & HM_UF_OUT) || !(U->flags & HM_UF_ONDISK) || r->rnd_score >= 8) return 0;
   if (r->probe_wait == 0 && r->probe_backoff == 0) r->probe_wait = PROBE_WAIT;
   if (--r->probe_wait > 0) return 0;
   r->probe = (uint32_t)u + 1u;

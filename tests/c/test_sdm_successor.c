@@ -107,8 +107,9 @@ static void run(uint32_t flags, const char *mode) {
    * missed was still resident from another guess; a predictor that kept
    * its old guesses would miss every head of every pass (3 per pass, 9 in
    * all). Typically 2 (16 runs here: 1-4, and 5 once beside another
-   * test); two stray misses over the three passes are allowed. */
-  CHECK(again[1] + again[2] + again[3] <= NREG + 2);
+   * test); under ASan 6 in 1 run of 40 (a head's unit missed once in
+   * each of the three passes): three stray misses are allowed. */
+  CHECK(again[1] + again[2] + again[3] <= NREG + 3);
   CHECK(s1.peak_resident_bytes + s1.own_bytes <= BUDGET);
   for (int k = 0; k < NREG; k++) CHECK_EQ_INT(hm_pager_unmap(p, reg[k], REG_BYTES), 0);
   hm_sdm_close(p, dir);
