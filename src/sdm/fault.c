@@ -776,9 +776,7 @@ static void hm__start_all(_hm_sdm_handler_t *h, _hm_sdm_op_t *op, _hm_sdm_op_t *
  * further ahead meanwhile. */
 static int hm__fault_pending(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const hm__at_t *at) {
   _hm_sdm_op_t *ahead[HM_SDM_AHEAD];
-  unsigned n = at->r->sparse && !(f->flags & UFFD_PAGEFAULT_FLAG_WRITE)
-                   ? _hm_sdm_sparse_ahead(h, at->r, f->tid, f->addr, ahead)
-                   : 0;
+  unsigned n = at->r->sparse ? _hm_sdm_sparse_ahead(h, at->r, f->tid, f->addr, ahead) : 0;
   pthread_mutex_unlock(&h->p->lk);
   hm__start_all(h, NULL, ahead, n);
   return 0;
@@ -867,9 +865,7 @@ static int hm__fault_miss(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f, const 
     p->slots[op->slots[0]].whole = 1;
   }
   _hm_sdm_op_t *ahead[HM_SDM_AHEAD];
-  unsigned n = pfill && !(f->flags & UFFD_PAGEFAULT_FLAG_WRITE)
-                   ? _hm_sdm_sparse_ahead(h, at->r, f->tid, f->addr, ahead)
-                   : 0;
+  unsigned n = pfill ? _hm_sdm_sparse_ahead(h, at->r, f->tid, f->addr, ahead) : 0;
   _hm_sdm_plan_hold(at->r, plan);
   pthread_mutex_unlock(&p->lk);
   hm__start_all(h, op, ahead, n);
