@@ -724,12 +724,9 @@ static _hm_sdm_op_t *hm__miss_op(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f,
                                  const hm__at_t *at, uint32_t pg0, uint32_t npg, int zero,
                                  int random, int pfill) {
   hm_pager_t *p = h->p;
-  _hm_sdm_unit_t *U = at->U;
   _hm_sdm_op_t *op = _hm_sdm_op_get(h);
-  int res = U->state != HM_U_NONE;
-  int32_t s = res ? U->slot : _hm_sdm_slot_take(p, at->r, at->u);
-  p->slots[s].ref = 1;
-  p->page_tick += npg;
+  int res = at->U->state != HM_U_NONE;
+  int32_t s = _hm_sdm_fill_slot(p, at->r, at->u, npg);
   if (random && !zero) {
     _hm_sdm_rnd_dense(p, &p->slots[s], npg);
     hm__rnd_count(at->r, &p->slots[s], at->pg, res, random == 2);
@@ -744,17 +741,8 @@ static _hm_sdm_op_t *hm__miss_op(_hm_sdm_handler_t *h, const _hm_sdm_fault_t *f,
     p->slots[s].dirty = 1;
     p->slots[s].pdirty = 0; /* seen written, not only guessed */
   }
-  U->state = pfill ? HM_U_RES : HM_U_FILLING;
-  if (pfill) _hm_sdm_pfill_mark(&p->slots[s], pg0, npg);
-  at->r->busy++;
-  op->reg = at->r;
-  op->unit = at->u;
-  op->nu = 1;
-  op->pg0 = pg0;
-  op->npg = npg;
-  op->slots[0] = s;
+  _hm_sdm_op_pages(op, &p->slots[s], at->r, at->u, s, pg0, npg, pfill);
   op->prefetch = 0;
-  op->pfill = (uint8_t)pfill;
   op->zero = (uint8_t)zero;
   op->t0 = f->t0;
   return op;

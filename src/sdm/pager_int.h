@@ -473,6 +473,39 @@ static inline void _hm_sdm_pfill_mark(_hm_sdm_slot_t *S, uint32_t pg0, uint32_t 
   S->pin++;
 }
 
+/* The slot a fill of npg pages of unit u of r goes to (pager lock held):
+ * the unit's own where it is resident (a fill of missing pages), else a
+ * free one; referenced, and the pages counted as filled. */
+static inline int32_t _hm_sdm_fill_slot(hm_pager_t *p, _hm_sdm_region_t *r, uint32_t u,
+                                        uint32_t npg) {
+  const _hm_sdm_unit_t *U = &r->units[u];
+  int32_t s = U->state != HM_U_NONE ? U->slot : _hm_sdm_slot_take(p, r, u);
+  p->slots[s].ref = 1;
+  p->page_tick += npg;
+  return s;
+}
+
+/* Op fills pages [pg0, pg0 + npg) of unit u of r into slot s (pager lock
+ * held): the unit is FILLING until it completes, or, for a page fill of a
+ * sparse spell (pfill), stays resident with the pages marked in flight.
+ * The caller sets prefetch, zero and t0. Shared by demand misses (fault.c)
+ * and pages read ahead (sparse.c). */
+static inline void _hm_sdm_op_pages(_hm_sdm_op_t *op, _hm_sdm_slot_t *S, _hm_sdm_region_t *r,
+                                    uint32_t u, int32_t s, uint32_t pg0, uint32_t npg,
+                                    int pfill) {
+  r->units[u].state = pfill ? HM_U_RES : HM_U_FILLING;
+  if (pfill) _hm_sdm_pfill_mark(S, pg0, npg);
+  r->busy++;
+  op->reg = r;
+  op->unit = u;
+  op->nu = 1;
+  op->pg0 = pg0;
+  op->npg = npg;
+  op->slots[0] = s;
+  op->pfill = (uint8_t)pfill;
+  op->trigger = 0;
+}
+
 /* A unit the eviction batch made BUSY for a moment (to see its use, or to
  * drop old pages) is resident again (pager lock held); 1 when a thread
  * faulted on it meanwhile and waits for a wake (U->waits, set under the

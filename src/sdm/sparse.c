@@ -203,26 +203,13 @@ int _hm_sdm_sparse_old(const hm_pager_t *p, _hm_sdm_region_t *r, _hm_sdm_slot_t 
 static _hm_sdm_op_t *hm__pfill_op(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, uint32_t u,
                                   uint32_t pg) {
   hm_pager_t *p = h->p;
-  _hm_sdm_unit_t *U = &r->units[u];
   _hm_sdm_op_t *op = _hm_sdm_pop_get(h);
-  int32_t s = U->state == HM_U_RES ? U->slot : _hm_sdm_slot_take(p, r, u);
-  p->slots[s].ref = 1;
-  p->page_tick++;
+  int32_t s = _hm_sdm_fill_slot(p, r, u, 1);
   _hm_sdm_rnd_dense(p, &p->slots[s], 1); /* a dense sweep read ahead still ends the spell */
   _hm_sdm_sparse_filled(r, &p->slots[s]);
-  U->state = HM_U_RES;
-  _hm_sdm_pfill_mark(&p->slots[s], pg, 1);
-  r->busy++;
-  op->reg = r;
-  op->unit = u;
-  op->nu = 1;
-  op->pg0 = pg;
-  op->npg = 1;
-  op->slots[0] = s;
+  _hm_sdm_op_pages(op, &p->slots[s], r, u, s, pg, 1, 1);
   op->prefetch = 1;
-  op->pfill = 1;
   op->zero = 0;
-  op->trigger = 0;
   op->t0 = 0;
   HM_SDM_ADD(p, c_page_ahead, 1);
   return op;
