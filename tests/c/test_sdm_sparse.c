@@ -55,9 +55,14 @@ static void *cols_thread(void *a) {
 /* Stores down columns c0..c0+511 without reading them first, as numpy's
  * FFT along axis 0 writes its output: every store to an absent page is a
  * write fault that must read the page before the store lands. */
+typedef struct store_arg_s {
+  uint64_t *x;
+  unsigned c0;
+} store_arg_t;
+
 static void *cols_store_thread(void *a) {
-  cols_arg_t *c = a;
-  uint64_t *x = (uint64_t *)(uintptr_t)c->x;
+  store_arg_t *c = a;
+  uint64_t *x = c->x;
   for (unsigned col = c->c0; col < c->c0 + 512; col++)
     for (unsigned r = 0; r < ROWS; r++) x[(size_t)r * COLS + col] = (uint64_t)r * COLS + col + 3;
   return NULL;
@@ -98,7 +103,7 @@ static void check_cols_threads(hm_pager_t *p, const uint64_t *x, size_t len, uin
  * The stored words must read back. */
 static void check_cols_stores(hm_pager_t *p, uint64_t *x, uint32_t flags) {
   hm_pager_stats_t s0 = hm_sdm_stats(p);
-  cols_arg_t a[2] = {{x, 1536, 0}, {x, 3584, 0}};
+  store_arg_t a[2] = {{x, 1536}, {x, 3584}};
   pthread_t t[2];
   for (int i = 0; i < 2; i++)
     CHECK_EQ_INT(pthread_create(&t[i], NULL, cols_store_thread, &a[i]), 0);
