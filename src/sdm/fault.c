@@ -317,7 +317,7 @@ static void hm__fill_unit(hm_pager_t *p, const _hm_sdm_op_t *op, uint32_t k, con
   p->resident += (uint64_t)got * HM_SDM_PAGE;
   op->reg->units[op->unit + k].state = HM_U_RES;
   if (op->pfill) {
-    for (uint32_t i = 0; i < op->npg; i++) S->infl &= ~(1ull << (op->pg0 + i));
+    S->infl &= ~_hm_sdm_page_bits(op->pg0, op->npg);
     S->pfills--;
   }
   int map = !op->prefetch || !S->prefetched; /* touched while in flight: map now */

@@ -464,11 +464,17 @@ unsigned _hm_sdm_sparse_ahead(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int tid
 #define HM_SDM_AHEAD 12   /* page fills a strided thread has in flight ahead of it */
 #define HM_SDM_PAGE_OPS 32 /* a handler's page ops: reads ahead of a page in flight */
 
+/* Pages [pg0, pg0 + npg) of a unit of at most 64 pages as one word of
+ * bits (seen, infl). */
+static inline uint64_t _hm_sdm_page_bits(uint32_t pg0, uint32_t npg) {
+  return (npg >= 64 ? ~0ull : (1ull << npg) - 1u) << pg0;
+}
+
 /* A page fill of a sparse spell marked in flight in S (pager lock held):
  * the unit stays resident, its other pages take hits and fills of their
  * own meanwhile, and eviction passes it by (pin) until it completes. */
 static inline void _hm_sdm_pfill_mark(_hm_sdm_slot_t *S, uint32_t pg0, uint32_t npg) {
-  for (uint32_t i = 0; i < npg; i++) S->infl |= 1ull << (pg0 + i);
+  S->infl |= _hm_sdm_page_bits(pg0, npg);
   S->pfills++;
   S->pin++;
 }

@@ -332,10 +332,10 @@ unsigned _hm_sdm_sparse_ahead(_hm_sdm_handler_t *h, _hm_sdm_region_t *r, int tid
                               _hm_sdm_op_t **ops) {
   hm_pager_t *p = h->p;
   _hm_sdm_strider_t *t = hm__strider(p, tid, r);
-  /* the exact address where the kernel reports it (pager.c): a complex
+  /* addr is exact where the kernel reports it (pager.c): a complex
    * matrix of 3000 columns has rows 11.7 pages apart, and page-aligned
    * faults were 11 and 12 pages apart by turns */
-  uint64_t a = addr;
+  const uint64_t a = addr;
   if (a != t->last) {
     /* a multiple of the stride within the window: the reader went over
      * pages read ahead (in anonymous mode, installed and never seen) */
