@@ -374,6 +374,15 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
 
 double wtime(void);
 
+/* the driver's fields (fields.c): lat_die ends every rank with one line on
+ * rank 0 and exit code 2 (collective: every rank calls it) */
+void lat_die(const char *msg);
+void lat_fill_random(const geom_t *g, cplx *v, uint64_t seed, uint64_t stream);
+void lat_make_rhs(const geom_t *g, const params_t *p, cplx *b, int k);
+void lat_make_gauge(gauge_t *G, const geom_t *g, const params_t *p);
+/* self-test `name` (selftest.c): 0 passed, 1 a check failed, -1 no such test */
+int lat_selftest(const geom_t *g, const params_t *p, const char *name);
+
 /* hot loops get an AVX2+FMA clone beside the baseline one on x86-64 (ifunc) */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define LAT_FAST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
