@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* 8 floats, loaded from any float's address (the coarse kernel's rows) */
+typedef float lat_v8f __attribute__((vector_size(32), aligned(4)));
 
 #define WT float
 #define DCFIELD L->Dc
