@@ -103,6 +103,12 @@ KCYCLE_BENCH = REPO / "apps" / "lattice" / "tests" / "kcycle_bench.sh"
         ([], {}, "usage: kcycle_bench.sh"),
         (["/nonexistent.cfg", "-0.7", "1", "OUT"], {"HM_LATTICE": "/bin/true"}, "cannot read"),
         (["GAUGE", "-0.7", "1", "OUT"], {"HM_LATTICE": "/nonexistent"}, "no hm-lattice at"),
+        (["GAUGE", "-0.7", "0", "OUT"], {"HM_LATTICE": "/bin/true"}, "ROUNDS must be"),
+        (
+            ["GAUGE", "-0.7", "2", "OUT"],
+            {"HM_LATTICE": "/bin/true", "HM_COARSE_SETUP": "x"},
+            "HM_COARSE_SETUP must be",
+        ),
     ],
 )
 def test_kcycle_bench_refuses_bad_input(

@@ -6,7 +6,9 @@
 # each run, the medians and the per-round ratio. Wrap it in
 # `flock /tmp/hetmem-timing.lock` on a shared machine.
 # Usage: kcycle_bench.sh GAUGEFILE M0 ROUNDS OUTDIR  (HM_LATTICE: the binary;
-# default the one `make` builds, build/c/bench/hm-lattice)
+# default the one `make` builds, build/c/bench/hm-lattice; HM_COARSE_SETUP:
+# `coarse setup`, which only three levels use, default 0: lighter masses
+# need 1)
 if [ $# -ne 4 ]; then
   echo "usage: kcycle_bench.sh GAUGEFILE M0 ROUNDS OUTDIR" >&2
   exit 2
@@ -15,6 +17,9 @@ G=$1; M0=$2; R=$3; OUT=$4
 B=${HM_LATTICE:-build/c/bench/hm-lattice}
 [ -x "$B" ] || { echo "kcycle_bench.sh: no hm-lattice at $B (set HM_LATTICE)" >&2; exit 2; }
 [ -r "$G" ] || { echo "kcycle_bench.sh: cannot read the gauge file $G" >&2; exit 2; }
+case $R in ''|*[!0-9]*|0) echo "kcycle_bench.sh: ROUNDS must be a positive integer, not '$R'" >&2; exit 2 ;; esac
+CS=${HM_COARSE_SETUP:-0}
+case $CS in ''|*[!0-9]*) echo "kcycle_bench.sh: HM_COARSE_SETUP must be a non-negative integer, not '$CS'" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 for r in $(seq 1 "$R"); do
@@ -22,6 +27,7 @@ for r in $(seq 1 "$R"); do
     mpirun -n 2 "$B" --set 'lattice=16 16 16 16' --set gauge=file --set "gauge file=$G" --set "m0=$M0" \
       --set csw=1.0 --set 'block=4 4 4 4' --set 'test vectors=20' --set 'setup iter=3' --set 'restart=25' \
       --set 'tolerance=1e-10' --set 'dirac reps=1' --set "levels=$lv" --set 'level 3 test vectors=16' \
+      --set "coarse setup=$CS" \
       --json "$OUT/r$r-l$lv.json" >/dev/null 2>"$OUT/r$r-l$lv.err" || echo "run $r levels $lv failed"
   done
 done
