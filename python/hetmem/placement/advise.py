@@ -183,37 +183,18 @@ def advise(
     """The placement for `hetmem run --mode for_mode` (flat or hybrid: in
     hybrid mode the pager's cache is counted, hetmem.placement.cachefit)."""
     tiers = list(tiers)
-    ranks = ranks_on_nodes(merged, ranks_per_node)
-    reserve = pager_reserve(tiers, fast_budget, max(ranks))
-    outside = outside_reserve(merged, fast_budget - reserve, max(ranks)) if reserve else 0
-    fast_budget -= reserve + outside
-    problem = build_problem(merged, tiers, fast_budget, ranks_per_node)
-    if reserve:
-        problem.notes.append(
-            f"{format_size(reserve)} of the fast budget per node is left to the pager's cache "
-            "in front of the storage tier's sites"
-        )
-    if outside:
-        problem.notes.append(
-            f"{format_size(outside)} of it is left to the rest of the process "
-            f"({format_size(merged.outside_peak_bytes)} at most outside its sites in the "
-            "profile: small blocks, libraries' data, stacks), which the budget bounds too"
-        )
-    if len(tiers) > 1 and fast_budget // max(max(ranks), 1) <= 0:
-        problem.notes.append(
-            "the fast budget leaves no room for allocation sites after the pager's cache and "
-            "the rest of the process: every site goes to a slower tier, as in cache mode; "
-            "give a larger --fast-budget or run in cache mode"
-        )
+    b = _budget_problem(merged, tiers, fast_budget, ranks_per_node)
+    problem = b.problem
     sol = solve(problem, solver, max_ilp_sites, time_limit)
-    per_proc = (fast_budget + reserve + outside) // max(max(ranks), 1)
     fit = None
-    splits = split_sites(problem, sol, merged, _hold(reserve, per_proc, ranks)) if split else {}
-    if for_mode == "hybrid" and reserve and len(tiers) == 2:
-        base = per_proc - merged.outside_peak_bytes
+    splits = (
+        split_sites(problem, sol, merged, _hold(b.reserve, b.per_proc, b.ranks)) if split else {}
+    )
+    if for_mode == "hybrid" and b.reserve and len(tiers) == 2:
+        base = b.per_proc - merged.outside_peak_bytes
         fit = cachefit.refine(problem, merged, sol.assign, splits, base, PAGER_FLOOR)
         sol.assign, splits = fit.assign, fit.splits
-    hold = _hold(reserve, per_proc, ranks) if splits else 0
+    hold = _hold(b.reserve, b.per_proc, b.ranks) if splits else 0
     if hold:
         problem.notes.append(
             f"{format_size(hold)} more of it is left to the pager's cache, which the rest of "
@@ -232,39 +213,13 @@ def advise(
     order = sorted(
         range(problem.nsites), key=lambda i: (-benefit[i], -merged.sites[i].est_accesses)
     )
-    modules = _ModuleTable()
-    modules.index(merged.profiles[0].binary)
-    if symbolizer is not None:
-        symbolizer.prefetch(
-            (m.key, m.path, m.build_id, off) for s in merged.sites for m, off in s.frames
-        )
     explainer = _Explainer(problem, sol, tiers, explain_top, merged, splits, fit)
-    sites = [
-        _placed_site(merged, i, sol, benefit, modules, symbolizer, explainer.reason(rank_i, i))
-        for rank_i, i in enumerate(order)
-    ]
-    for ps in sites:
-        if ps.id in splits:
-            ps.split_bytes = splits[ps.id].bytes
-    ptiers = _placement_tiers(tiers, fast_budget, max(ranks))
+    modules, sites = _placed_sites(merged, sol, benefit, order, symbolizer, explainer, splits)
     t_slow = float(problem.cost[:, last].sum())
     t_fast = float(problem.cost.min(axis=1).sum())
-    meta = _placement_meta(
-        merged, sol, fast_budget + reserve + outside, max(ranks), profile_names, t_slow, t_fast
-    )
-    meta["pager_reserve_node_bytes"] = reserve + hold
-    meta["outside_node_bytes"] = outside
-    meta["predicted_time_saved_s"] = t_slow - placed_s
-    meta["predicted_time_s"] = placed_s
-    if splits:
-        meta["split_sites"] = len(splits)
-    meta["for_mode"] = for_mode
-    if fit is not None:
-        meta["cache_model"] = "hybrid: the pager's cache counted (hetmem.placement.cachefit)"
-        meta["predicted_time_cache_mode_s"] = fit.priced_cache_s
-        meta["pager_cache_mean_bytes"] = fit.cache_mean_bytes
-        if fit.as_cache:
-            meta["hybrid_as_cache"] = True
+    meta = _placement_meta(merged, sol, b.whole_budget, max(b.ranks), profile_names, t_slow, t_fast)
+    _advice_meta(meta, b, hold, t_slow, placed_s, splits, for_mode, fit)
+    ptiers = _placement_tiers(tiers, b.sites_budget, max(b.ranks))
     placement = Placement(meta=meta, tiers=ptiers, modules=modules.modules, sites=sites)
     return Advice(
         placement=placement,
@@ -277,6 +232,110 @@ def advise(
         time_placed_s=placed_s,
         time_fastest_s=t_fast,
     )
+
+
+@dataclass
+class _Budget:
+    """The fast budget divided: the pager's reserve, the rest of the process
+    (outside), what the sites may take, per node and per process."""
+
+    problem: Problem
+    ranks: list[int]
+    reserve: int
+    outside: int
+    sites_budget: int
+    whole_budget: int
+    per_proc: int
+
+
+def _budget_problem(
+    merged: Merged, tiers: list[Tier], fast_budget: int, ranks_per_node: int | None
+) -> _Budget:
+    """The assignment problem on what the budget leaves the sites, with
+    notes saying what was set aside and why."""
+    ranks = ranks_on_nodes(merged, ranks_per_node)
+    reserve = pager_reserve(tiers, fast_budget, max(ranks))
+    outside = outside_reserve(merged, fast_budget - reserve, max(ranks)) if reserve else 0
+    sites_budget = fast_budget - reserve - outside
+    problem = build_problem(merged, tiers, sites_budget, ranks_per_node)
+    if reserve:
+        problem.notes.append(
+            f"{format_size(reserve)} of the fast budget per node is left to the pager's cache "
+            "in front of the storage tier's sites"
+        )
+    if outside:
+        problem.notes.append(
+            f"{format_size(outside)} of it is left to the rest of the process "
+            f"({format_size(merged.outside_peak_bytes)} at most outside its sites in the "
+            "profile: small blocks, libraries' data, stacks), which the budget bounds too"
+        )
+    if len(tiers) > 1 and sites_budget // max(max(ranks), 1) <= 0:
+        problem.notes.append(
+            "the fast budget leaves no room for allocation sites after the pager's cache and "
+            "the rest of the process: every site goes to a slower tier, as in cache mode; "
+            "give a larger --fast-budget or run in cache mode"
+        )
+    return _Budget(
+        problem=problem,
+        ranks=ranks,
+        reserve=reserve,
+        outside=outside,
+        sites_budget=sites_budget,
+        whole_budget=fast_budget,
+        per_proc=fast_budget // max(max(ranks), 1),
+    )
+
+
+def _placed_sites(
+    merged: Merged,
+    sol: Solution,
+    benefit: np.ndarray,
+    order: list[int],
+    symbolizer: Symbolizer | None,
+    explainer: _Explainer,
+    splits: dict[int, Split],
+) -> tuple[_ModuleTable, list[PSite]]:
+    """The placement's sites, largest benefit first, named and explained."""
+    modules = _ModuleTable()
+    modules.index(merged.profiles[0].binary)
+    if symbolizer is not None:
+        symbolizer.prefetch(
+            (m.key, m.path, m.build_id, off) for s in merged.sites for m, off in s.frames
+        )
+    sites = [
+        _placed_site(merged, i, sol, benefit, modules, symbolizer, explainer.reason(rank_i, i))
+        for rank_i, i in enumerate(order)
+    ]
+    for ps in sites:
+        if ps.id in splits:
+            ps.split_bytes = splits[ps.id].bytes
+    return modules, sites
+
+
+def _advice_meta(
+    meta: dict[str, Any],
+    b: _Budget,
+    hold: int,
+    t_slow: float,
+    placed_s: float,
+    splits: dict[int, Split],
+    for_mode: str,
+    fit: cachefit.Refined | None,
+) -> None:
+    """What the advisor set aside and predicted, in the placement's meta."""
+    meta["pager_reserve_node_bytes"] = b.reserve + hold
+    meta["outside_node_bytes"] = b.outside
+    meta["predicted_time_saved_s"] = t_slow - placed_s
+    meta["predicted_time_s"] = placed_s
+    if splits:
+        meta["split_sites"] = len(splits)
+    meta["for_mode"] = for_mode
+    if fit is not None:
+        meta["cache_model"] = "hybrid: the pager's cache counted (hetmem.placement.cachefit)"
+        meta["predicted_time_cache_mode_s"] = fit.priced_cache_s
+        meta["pager_cache_mean_bytes"] = fit.cache_mean_bytes
+        if fit.as_cache:
+            meta["hybrid_as_cache"] = True
 
 
 def _hold(reserve: int, per_proc: int, ranks: list[int]) -> int:
