@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 void params_default(params_t *p)
@@ -147,154 +148,181 @@ static int level_key(const char *key, const char *what, int *lev)
     return 1;
 }
 
-int params_set(params_t *p, const char *key, const char *val, char *err, size_t n)
+/* ---- the keys ---- */
+typedef enum { P_INT, P_INTS4, P_DBL, P_TOL, P_FLAG, P_STR } pkind_t;
+
+typedef struct {
+    const char *key;
+    pkind_t kind;
+    size_t off, size;            /* the field in params_t; size: strings' buffer */
+    int min, max;                /* P_INT: range (max 0: none); a bounded one names it */
+    const char *unit;            /* after the range in the message, or NULL */
+    const char *const *allowed;  /* P_STR: the words allowed, or NULL: any */
+} pdef_t;
+
+static const char *const hm__maps[] = {"lexicographic", "node-blocked", "file", NULL};
+static const char *const hm__gauges[] = {"unit", "random", "heatbath", "smeared", "file", NULL};
+static const char *const hm__solvers[] = {"cgnr", "bicgstab", "amg", "all", NULL};
+static const char *const hm__rhss[] = {"random", "point", "ones", NULL};
+
+#define F(f) offsetof(params_t, f), sizeof(((params_t *)0)->f)
+#define INT(k, f, lo) {k, P_INT, F(f), lo, 0, NULL, NULL}
+#define STR(k, f, words) {k, P_STR, F(f), 0, 0, NULL, words}
+static const pdef_t hm__keys[] = {
+    {"lattice", P_INTS4, F(L), 0, 0, NULL, NULL},
+    {"process grid", P_INTS4, F(grid), 0, 0, NULL, NULL},
+    {"block", P_INTS4, F(block), 0, 0, NULL, NULL},
+    STR("mapping", mapping, hm__maps),
+    STR("mapping file", mapfile, NULL),
+    INT("ranks per node", ranks_per_node, 1),
+    {"m0", P_DBL, F(m0), 0, 0, NULL, NULL},
+    {"csw", P_DBL, F(csw), 0, 0, NULL, NULL},
+    STR("gauge", gauge, hm__gauges),
+    STR("gauge file", gauge_file, NULL),
+    STR("gauge write", gauge_write, NULL),
+    {"beta", P_DBL, F(beta), 0, 0, NULL, NULL},
+    INT("sweeps", sweeps, 0),
+    INT("smear steps", smear, 0),
+    {"smear alpha", P_DBL, F(smear_alpha), 0, 0, NULL, NULL},
+    STR("solver", solver, hm__solvers),
+    {"tolerance", P_TOL, F(tol), 0, 0, NULL, NULL},
+    INT("max iterations", maxit, 1),
+    INT("restart", restart, 1),
+    {"test vectors", P_INT, F(ntv), 1, LAT_KMAX / 2, NULL, NULL},
+    INT("setup iter", setup_iter, 0),
+    INT("post smooth", post_smooth, 0),
+    INT("block mr", block_mr, 1),
+    INT("setup sap", setup_sap, 1),
+    {"block oddeven", P_FLAG, F(block_oddeven), 0, 0, NULL, NULL},
+    {"coarse tolerance", P_TOL, F(coarse_tol), 0, 0, NULL, NULL},
+    INT("coarse max iterations", coarse_maxit, 1),
+    INT("coarse restart", coarse_restart, 1),
+    {"coarse oddeven", P_FLAG, F(coarse_oddeven), 0, 0, NULL, NULL},
+    /* the LU holds n^2 complex doubles on every rank: 1 GiB at 8192 */
+    {"coarse direct", P_INT, F(coarse_direct), 0, 8192, " dof", NULL},
+    {"levels", P_INT, F(levels), 2, LAT_MAXLEV, NULL, NULL},
+    INT("kcycle restart", kc_restart, 1),
+    INT("kcycle max iterations", kc_maxit, 1),
+    {"kcycle tolerance", P_TOL, F(kc_tol), 0, 0, NULL, NULL},
+    INT("coarse smooth", coarse_smooth, 0),
+    INT("coarse setup", coarse_setup, 0),
+    INT("coarse setup iterations", coarse_setup_it, 1),
+    STR("rhs", rhs, hm__rhss),
+    INT("nrhs", nrhs, 1),
+    INT("dirac reps", dirac_reps, 1),
+    STR("fast", fast, NULL),
+    INT("fast node", fast_node, -1),
+};
+#undef F
+#undef INT
+#undef STR
+
+/* val into the field d describes: 0, or -1 when it is no value of it */
+static int set_field(params_t *p, const pdef_t *d, const char *val)
 {
-    static const char *const maps[] = {"lexicographic", "node-blocked", "file", NULL};
-    static const char *const gauges[] = {"unit", "random", "heatbath", "smeared", "file", NULL};
-    static const char *const solvers[] = {"cgnr", "bicgstab", "amg", "all", NULL};
-    static const char *const rhss[] = {"random", "point", "ones", NULL};
-    int rc = -1, tmp;
-    if (!strcmp(key, "lattice"))
-        rc = ints(val, p->L, 4);
-    else if (!strcmp(key, "process grid"))
-        rc = ints(val, p->grid, 4);
-    else if (!strcmp(key, "block"))
-        rc = ints(val, p->block, 4);
-    else if (!strcmp(key, "mapping"))
-        rc = str(val, p->mapping, sizeof p->mapping, maps);
-    else if (!strcmp(key, "mapping file"))
-        rc = str(val, p->mapfile, sizeof p->mapfile, NULL);
-    else if (!strcmp(key, "ranks per node"))
-        rc = int1(val, &p->ranks_per_node, 1);
-    else if (!strcmp(key, "m0"))
-        rc = dbl(val, &p->m0);
-    else if (!strcmp(key, "csw"))
-        rc = dbl(val, &p->csw);
-    else if (!strcmp(key, "gauge"))
-        rc = str(val, p->gauge, sizeof p->gauge, gauges);
-    else if (!strcmp(key, "gauge file"))
-        rc = str(val, p->gauge_file, sizeof p->gauge_file, NULL);
-    else if (!strcmp(key, "gauge write"))
-        rc = str(val, p->gauge_write, sizeof p->gauge_write, NULL);
-    else if (!strcmp(key, "beta"))
-        rc = dbl(val, &p->beta);
-    else if (!strcmp(key, "sweeps"))
-        rc = int1(val, &p->sweeps, 0);
-    else if (!strcmp(key, "smear steps"))
-        rc = int1(val, &p->smear, 0);
-    else if (!strcmp(key, "smear alpha"))
-        rc = dbl(val, &p->smear_alpha);
-    else if (!strcmp(key, "seed"))
-        rc = int1(val, &tmp, 0), p->seed = (uint64_t)tmp;
-    else if (!strcmp(key, "solver"))
-        rc = str(val, p->solver, sizeof p->solver, solvers);
-    else if (!strcmp(key, "tolerance"))
-        rc = tol1(val, &p->tol);
-    else if (!strcmp(key, "max iterations"))
-        rc = int1(val, &p->maxit, 1);
-    else if (!strcmp(key, "restart"))
-        rc = int1(val, &p->restart, 1);
-    else if (!strcmp(key, "test vectors"))
-    {
-        if (int1(val, &tmp, 1) || tmp > LAT_KMAX / 2) {
-            snprintf(err, n, "bad value '%s' for parameter 'test vectors' (1..%d)", val, LAT_KMAX / 2);
+    char *f = (char *)p + d->off;
+    switch (d->kind) {
+    case P_INTS4:
+        return ints(val, (int *)(void *)f, 4);
+    case P_DBL:
+        return dbl(val, (double *)(void *)f);
+    case P_TOL:
+        return tol1(val, (double *)(void *)f);
+    case P_FLAG:
+        return flag(val, (int *)(void *)f);
+    case P_STR:
+        return str(val, f, d->size, d->allowed);
+    case P_INT: {
+        int x;
+        if (int1(val, &x, d->min) || (d->max && x > d->max))
             return -1;
-        }
-        p->ntv = tmp;
-        rc = 0;
+        *(int *)(void *)f = x;
+        return 0;
     }
-    else if (!strcmp(key, "setup iter"))
-        rc = int1(val, &p->setup_iter, 0);
-    else if (!strcmp(key, "post smooth"))
-        rc = int1(val, &p->post_smooth, 0);
-    else if (!strcmp(key, "block mr"))
-        rc = int1(val, &p->block_mr, 1);
-    else if (!strcmp(key, "storage")) {
-        static const char *const stor[] = {"single", "half", NULL};
-        char s[16];
-        rc = str(val, s, sizeof s, stor);
-        if (!rc)
-            p->half = !strcmp(s, "half");
+    }
+    return -1;
+}
+
+/* storage = single | half; half needs _Float16 and, on x86-64, F16C, AVX2
+ * and FMA: refused here, before any work, rather than when the operator is
+ * converted */
+static int set_storage(params_t *p, const char *val, char *err, size_t n)
+{
+    static const char *const stor[] = {"single", "half", NULL};
+    char s[16];
+    if (str(val, s, sizeof s, stor)) {
+        snprintf(err, n, "bad value '%s' for parameter 'storage'", val);
+        return -1;
+    }
+    p->half = !strcmp(s, "half");
 #ifndef LAT_HAVE_HALF
-        if (!rc && p->half) {
-            snprintf(err, n, "storage = half: this compiler has no 16-bit float (_Float16)");
-            return -1;
-        }
+    if (p->half) {
+        snprintf(err, n, "storage = half: this compiler has no 16-bit float (_Float16)");
+        return -1;
+    }
 #endif
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-        /* refused here, before any work, rather than when the operator is converted */
-        if (!rc && p->half &&
-            (!__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))) {
-            snprintf(err, n, "storage = half: this CPU lacks F16C, AVX2 or FMA");
-            return -1;
-        }
-#endif
-    } else if (!strcmp(key, "setup sap"))
-        rc = int1(val, &p->setup_sap, 1);
-    else if (!strcmp(key, "block oddeven"))
-        rc = flag(val, &p->block_oddeven);
-    else if (!strcmp(key, "coarse tolerance"))
-        rc = tol1(val, &p->coarse_tol);
-    else if (!strcmp(key, "coarse max iterations"))
-        rc = int1(val, &p->coarse_maxit, 1);
-    else if (!strcmp(key, "coarse restart"))
-        rc = int1(val, &p->coarse_restart, 1);
-    else if (!strcmp(key, "coarse oddeven"))
-        rc = flag(val, &p->coarse_oddeven);
-    else if (!strcmp(key, "coarse direct")) {
-        /* the LU holds n^2 complex doubles on every rank: 1 GiB at 8192 */
-        if (int1(val, &p->coarse_direct, 0) || p->coarse_direct > 8192) {
-            snprintf(err, n, "bad value '%s' for parameter 'coarse direct' (0..8192 dof)", val);
-            return -1;
-        }
-        rc = 0;
+    if (p->half && (!__builtin_cpu_supports("f16c") || !__builtin_cpu_supports("avx2") ||
+                    !__builtin_cpu_supports("fma"))) {
+        snprintf(err, n, "storage = half: this CPU lacks F16C, AVX2 or FMA");
+        return -1;
     }
-    else if (!strcmp(key, "levels")) {
-        if (int1(val, &tmp, 1) || tmp < 2 || tmp > LAT_MAXLEV) {
-            snprintf(err, n, "bad value '%s' for parameter 'levels' (2..%d)", val, LAT_MAXLEV);
-            return -1;
-        }
-        p->levels = tmp;
-        rc = 0;
-    } else if (level_key(key, "block", &tmp))
-        rc = ints(val, p->lblock[tmp], 4);
-    else if (level_key(key, "test vectors", &tmp)) {
+#endif
+    return 0;
+}
+
+/* the keys that are no plain field: seed (64 bits), storage, "level L
+ * block" and "level L test vectors"; 1 when key is none of them */
+static int set_special(params_t *p, const char *key, const char *val, char *err, size_t n)
+{
+    int tmp;
+    if (!strcmp(key, "seed")) {
+        if (int1(val, &tmp, 0))
+            goto bad;
+        p->seed = (uint64_t)tmp;
+        return 0;
+    }
+    if (!strcmp(key, "storage"))
+        return set_storage(p, val, err, n);
+    if (level_key(key, "block", &tmp)) {
+        if (ints(val, p->lblock[tmp], 4))
+            goto bad;
+        return 0;
+    }
+    if (level_key(key, "test vectors", &tmp)) {
         if (int1(val, &p->lntv[tmp], 1) || p->lntv[tmp] > LAT_KMAX / 2) {
             snprintf(err, n, "bad value '%s' for parameter '%s' (1..%d)", val, key, LAT_KMAX / 2);
             return -1;
         }
-        rc = 0;
-    } else if (!strcmp(key, "kcycle restart"))
-        rc = int1(val, &p->kc_restart, 1);
-    else if (!strcmp(key, "kcycle max iterations"))
-        rc = int1(val, &p->kc_maxit, 1);
-    else if (!strcmp(key, "kcycle tolerance"))
-        rc = tol1(val, &p->kc_tol);
-    else if (!strcmp(key, "coarse smooth"))
-        rc = int1(val, &p->coarse_smooth, 0);
-    else if (!strcmp(key, "coarse setup"))
-        rc = int1(val, &p->coarse_setup, 0);
-    else if (!strcmp(key, "coarse setup iterations"))
-        rc = int1(val, &p->coarse_setup_it, 1);
-    else if (!strcmp(key, "rhs"))
-        rc = str(val, p->rhs, sizeof p->rhs, rhss);
-    else if (!strcmp(key, "nrhs"))
-        rc = int1(val, &p->nrhs, 1);
-    else if (!strcmp(key, "dirac reps"))
-        rc = int1(val, &p->dirac_reps, 1);
-    else if (!strcmp(key, "fast"))
-        rc = str(val, p->fast, sizeof p->fast, NULL);
-    else if (!strcmp(key, "fast node"))
-        rc = int1(val, &p->fast_node, -1);
-    else {
+        return 0;
+    }
+    return 1;
+bad:
+    snprintf(err, n, "bad value '%s' for parameter '%s'", val, key);
+    return -1;
+}
+
+int params_set(params_t *p, const char *key, const char *val, char *err, size_t n)
+{
+    for (size_t i = 0; i < sizeof hm__keys / sizeof hm__keys[0]; i++) {
+        const pdef_t *d = &hm__keys[i];
+        if (strcmp(key, d->key))
+            continue;
+        if (!set_field(p, d, val))
+            return 0;
+        if (d->kind == P_INT && d->max)
+            snprintf(err, n, "bad value '%s' for parameter '%s' (%d..%d%s)", val, key, d->min, d->max,
+                     d->unit ? d->unit : "");
+        else
+            snprintf(err, n, "bad value '%s' for parameter '%s'", val, key);
+        return -1;
+    }
+    int rc = set_special(p, key, val, err, n);
+    if (rc == 1) {
         snprintf(err, n, "unknown parameter '%s'", key);
         return -1;
     }
-    if (rc) {
-        snprintf(err, n, "bad value '%s' for parameter '%s'", val, key);
-        return -1;
-    }
-    return 0;
+    return rc;
 }
 
 static char *trim(char *s)
