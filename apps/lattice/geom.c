@@ -142,60 +142,66 @@ int geom_map(const params_t *p, int size, int (*coords)[4], char *err, size_t n)
     return 0;
 }
 
-int geom_init(geom_t *g, const params_t *p, MPI_Comm comm, char *err, size_t n)
+/* the process grid (chosen when not given) in q->grid, matching the ranks */
+static int hm__grid(geom_t *g, params_t *q, char *err, size_t n)
 {
-    memset(g, 0, sizeof *g);
-    g->comm = comm;
-    MPI_Comm_rank(comm, &g->rank);
-    MPI_Comm_size(comm, &g->size);
-    params_t q = *p;
-    if (!q.grid[0]) {
-        if (hm__auto_grid(p, g->size, q.grid)) {
-            snprintf(err, n, "cannot split lattice %dx%dx%dx%d over %d ranks", p->L[0], p->L[1],
-                     p->L[2], p->L[3], g->size);
-            return -1;
-        }
+    if (!q->grid[0] && hm__auto_grid(q, g->size, q->grid)) {
+        snprintf(err, n, "cannot split lattice %dx%dx%dx%d over %d ranks", q->L[0], q->L[1], q->L[2], q->L[3],
+                 g->size);
+        return -1;
     }
     int prod = 1;
     for (int m = 0; m < 4; m++) {
-        prod *= q.grid[m];
-        g->L[m] = q.L[m];
-        g->grid[m] = q.grid[m];
+        prod *= q->grid[m];
+        g->L[m] = q->L[m];
+        g->grid[m] = q->grid[m];
     }
     if (prod != g->size) {
-        snprintf(err, n, "process grid %dx%dx%dx%d needs %d ranks, have %d", q.grid[0], q.grid[1],
-                 q.grid[2], q.grid[3], prod, g->size);
+        snprintf(err, n, "process grid %dx%dx%dx%d needs %d ranks, have %d", q->grid[0], q->grid[1], q->grid[2],
+                 q->grid[3], prod, g->size);
         return -1;
     }
+    return 0;
+}
+
+/* the local dimensions, each checked against what the even-odd order,
+ * the SAP blocks and their red-black colouring need (not on coarse
+ * levels: q->nocheck) */
+static int hm__local_dims(geom_t *g, const params_t *q, char *err, size_t n)
+{
     static const char dn[] = "xyzt";
-    for (int m = 0; m < 4 && q.nocheck; m++)
-        g->l[m] = q.L[m] / q.grid[m];
-    for (int m = 0; m < 4 && !q.nocheck; m++) {
-        if (q.L[m] % q.grid[m]) {
-            snprintf(err, n, "lattice dimension %c=%d not divisible by process grid %d", dn[m],
-                     q.L[m], q.grid[m]);
+    for (int m = 0; m < 4; m++) {
+        g->l[m] = q->L[m] / q->grid[m];
+        if (q->nocheck)
+            continue;
+        if (q->L[m] % q->grid[m]) {
+            snprintf(err, n, "lattice dimension %c=%d not divisible by process grid %d", dn[m], q->L[m],
+                     q->grid[m]);
             return -1;
         }
-        g->l[m] = q.L[m] / q.grid[m];
         if (g->l[m] % 2) {
             snprintf(err, n, "local lattice dimension %c=%d must be even", dn[m], g->l[m]);
             return -1;
         }
-        if (g->l[m] % q.block[m]) {
-            snprintf(err, n, "local lattice dimension %c=%d not divisible by block size %d", dn[m],
-                     g->l[m], q.block[m]);
+        if (g->l[m] % q->block[m]) {
+            snprintf(err, n, "local lattice dimension %c=%d not divisible by block size %d", dn[m], g->l[m],
+                     q->block[m]);
             return -1;
         }
-        if ((q.L[m] / q.block[m]) % 2) {
+        if ((q->L[m] / q->block[m]) % 2) {
             snprintf(err, n, "lattice dimension %c=%d over block size %d gives an odd number of "
-                     "blocks (red-black needs even)", dn[m], q.L[m], q.block[m]);
+                     "blocks (red-black needs even)", dn[m], q->L[m], q->block[m]);
             return -1;
         }
     }
-    if (!q.nocheck && lvl_check(&q, g->l, err, n))
-        return -1;
+    return q->nocheck ? 0 : lvl_check(q, g->l, err, n);
+}
+
+/* this rank's grid position, origin and the ranks of its 8 neighbours */
+static int hm__place_rank(geom_t *g, const params_t *q, char *err, size_t n)
+{
     int(*coords)[4] = malloc(sizeof(int[4]) * (size_t)g->size);
-    if (geom_map(&q, g->size, coords, err, n)) {
+    if (geom_map(q, g->size, coords, err, n)) {
         free(coords);
         return -1;
     }
@@ -216,13 +222,26 @@ int geom_init(geom_t *g, const params_t *p, MPI_Comm comm, char *err, size_t n)
     }
     free(coords);
     free(inv);
+    return 0;
+}
 
+/* global parity of local site x: the same as the local one on the fine
+ * lattice (even local dimensions), and it keeps coarse levels with odd
+ * local dimensions bipartite for their odd-even reduction */
+static int hm__parity(const geom_t *g, const int x[4])
+{
+    return (g->origin[0] + x[0] + g->origin[1] + x[1] + g->origin[2] + x[2] + g->origin[3] + x[3]) & 1;
+}
+
+/* the sites in even-odd order: lex2eo, their coordinates and global index */
+static void hm__order_sites(geom_t *g)
+{
     int V = g->V = g->l[0] * g->l[1] * g->l[2] * g->l[3];
     g->Vh = 0;
     for (int i = 0; i < V; i++) {
         int x[4];
         hm__unlex(i, g->l, x);
-        g->Vh += !((g->origin[0] + x[0] + g->origin[1] + x[1] + g->origin[2] + x[2] + g->origin[3] + x[3]) & 1);
+        g->Vh += !hm__parity(g, x);
     }
     g->lex2eo = malloc(sizeof(int) * (size_t)V);
     g->lc = malloc(sizeof(int) * 4 * (size_t)V);
@@ -231,10 +250,7 @@ int geom_init(geom_t *g, const params_t *p, MPI_Comm comm, char *err, size_t n)
     for (int i = 0; i < V; i++) {
         int x[4];
         hm__unlex(i, g->l, x);
-        /* global parity: the same as the local one on the fine lattice (even
-         * local dimensions), and it keeps coarse levels with odd local
-         * dimensions bipartite for their odd-even reduction */
-        int par = (g->origin[0] + x[0] + g->origin[1] + x[1] + g->origin[2] + x[2] + g->origin[3] + x[3]) & 1;
+        int par = hm__parity(g, x);
         int e = par * g->Vh + cnt[par]++;
         g->lex2eo[i] = e;
         memcpy(g->lc + 4 * e, x, sizeof x);
@@ -243,6 +259,44 @@ int geom_init(geom_t *g, const params_t *p, MPI_Comm comm, char *err, size_t n)
             gi = gi * g->L[m] + g->origin[m] + x[m];
         g->gidx[e] = gi;
     }
+}
+
+/* site e's neighbours in direction m (nb: local, or -(1 + face index) in
+ * the halo) and its place on the faces sent to other ranks */
+static void hm__link_site(geom_t *g, int e, int m)
+{
+    const int *x = g->lc + 4 * e;
+    int d[3], y[3], k = 0;
+    for (int o = 0; o < 4; o++)
+        if (o != m) {
+            d[k] = g->l[o];
+            y[k++] = x[o];
+        }
+    int fp = y[0] + d[0] * (y[1] + d[1] * y[2]);
+    for (int s = 0; s < 2; s++) {
+        int z[4];
+        memcpy(z, x, sizeof z);
+        z[m] += s ? -1 : 1;
+        int out = z[m] < 0 || z[m] >= g->l[m];
+        if (out && g->grid[m] > 1) {
+            g->nb[8 * e + 2 * m + s] = -(1 + fp);
+        } else {
+            z[m] = (z[m] + g->l[m]) % g->l[m];
+            g->nb[8 * e + 2 * m + s] = g->lex2eo[hm__lex(z, g->l)];
+        }
+    }
+    if (g->nface[m]) {
+        if (x[m] == 0)
+            g->face[m][0][fp] = e;
+        if (x[m] == g->l[m] - 1)
+            g->face[m][1][fp] = e;
+    }
+}
+
+/* neighbour table, halo faces and the extended-lattice index of each site */
+static void hm__link_sites(geom_t *g)
+{
+    int V = g->V;
     for (int m = 0; m < 4; m++) {
         g->nface[m] = g->grid[m] > 1 ? V / g->l[m] : 0;
         if (g->nface[m]) {
@@ -251,42 +305,28 @@ int geom_init(geom_t *g, const params_t *p, MPI_Comm comm, char *err, size_t n)
         }
     }
     g->nb = malloc(sizeof(int) * 8 * (size_t)V);
-    for (int e = 0; e < V; e++) {
-        const int *x = g->lc + 4 * e;
-        for (int m = 0; m < 4; m++) {
-            int d[3], y[3], k = 0;
-            for (int o = 0; o < 4; o++)
-                if (o != m) {
-                    d[k] = g->l[o];
-                    y[k++] = x[o];
-                }
-            int fp = y[0] + d[0] * (y[1] + d[1] * y[2]);
-            for (int s = 0; s < 2; s++) {
-                int z[4];
-                memcpy(z, x, sizeof z);
-                z[m] += s ? -1 : 1;
-                int out = z[m] < 0 || z[m] >= g->l[m];
-                if (out && g->grid[m] > 1) {
-                    g->nb[8 * e + 2 * m + s] = -(1 + fp);
-                } else {
-                    z[m] = (z[m] + g->l[m]) % g->l[m];
-                    g->nb[8 * e + 2 * m + s] = g->lex2eo[hm__lex(z, g->l)];
-                }
-            }
-            if (g->nface[m]) {
-                if (x[m] == 0)
-                    g->face[m][0][fp] = e;
-                if (x[m] == g->l[m] - 1)
-                    g->face[m][1][fp] = e;
-            }
-        }
-    }
+    for (int e = 0; e < V; e++)
+        for (int m = 0; m < 4; m++)
+            hm__link_site(g, e, m);
     for (int m = 0; m < 4; m++)
         g->e[m] = g->l[m] + 2;
     g->Ve = g->e[0] * g->e[1] * g->e[2] * g->e[3];
     g->eo2ext = malloc(sizeof(int) * (size_t)V);
     for (int e = 0; e < V; e++)
         g->eo2ext[e] = ext_index(g, g->lc + 4 * e);
+}
+
+int geom_init(geom_t *g, const params_t *p, MPI_Comm comm, char *err, size_t n)
+{
+    memset(g, 0, sizeof *g);
+    g->comm = comm;
+    MPI_Comm_rank(comm, &g->rank);
+    MPI_Comm_size(comm, &g->size);
+    params_t q = *p;
+    if (hm__grid(g, &q, err, n) || hm__local_dims(g, &q, err, n) || hm__place_rank(g, &q, err, n))
+        return -1;
+    hm__order_sites(g);
+    hm__link_sites(g);
     return 0;
 }
 
