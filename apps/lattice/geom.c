@@ -43,82 +43,88 @@ static int hm__auto_grid(const params_t *p, int size, int *grid)
     return 0;
 }
 
-int geom_map(const params_t *p, int size, int (*coords)[4], char *err, size_t n)
+/* node-blocked: ranks_per_node consecutive ranks fill a block of the grid
+ * (factors given to the longest remaining dimension first) */
+static int hm__map_node_blocked(const params_t *p, int size, int (*coords)[4], char *err, size_t n)
 {
     const int *grid = p->grid;
-    if (!strcmp(p->mapping, "lexicographic")) {
-        for (int r = 0; r < size; r++)
-            hm__unlex(r, grid, coords[r]);
-    } else if (!strcmp(p->mapping, "node-blocked")) {
-        int R = p->ranks_per_node, bd[4] = {1, 1, 1, 1}, s = R;
-        if (size % R) {
-            snprintf(err, n, "ranks per node %d does not divide %d ranks", R, size);
-            return -1;
-        }
-        for (int f = 2; s > 1;) {
-            if (s % f) {
-                f++;
-                continue;
-            }
-            int best = -1;
-            for (int m = 0; m < 4; m++)
-                if ((grid[m] / bd[m]) % f == 0 && (best < 0 || grid[m] / bd[m] > grid[best] / bd[best]))
-                    best = m;
-            if (best < 0) {
-                snprintf(err, n, "ranks per node %d does not tile process grid %dx%dx%dx%d", R,
-                         grid[0], grid[1], grid[2], grid[3]);
-                return -1;
-            }
-            bd[best] *= f;
-            s /= f;
-        }
-        int ng[4];
-        for (int m = 0; m < 4; m++)
-            ng[m] = grid[m] / bd[m];
-        for (int r = 0; r < size; r++) {
-            int nc[4], bc[4];
-            hm__unlex(r / R, ng, nc);
-            hm__unlex(r % R, bd, bc);
-            for (int m = 0; m < 4; m++)
-                coords[r][m] = nc[m] * bd[m] + bc[m];
-        }
-    } else {
-        FILE *f = fopen(p->mapfile, "r");
-        if (!f) {
-            snprintf(err, n, "cannot open mapping file '%s'", p->mapfile);
-            return -1;
-        }
-        int *seen = calloc((size_t)size, sizeof(int)), r, c[4], cnt = 0;
-        char line[256];
-        /* lines "rank x y z t" (process-grid coordinates); '#' starts a comment */
-        while (fgets(line, sizeof line, f)) {
-            char *h = strchr(line, '#');
-            if (h)
-                *h = 0;
-            int got = sscanf(line, "%d %d %d %d %d", &r, &c[0], &c[1], &c[2], &c[3]);
-            if (got <= 0)
-                continue;
-            int ok = got == 5 && r >= 0 && r < size && !seen[r];
-            for (int m = 0; m < 4; m++)
-                ok = ok && c[m] >= 0 && c[m] < grid[m];
-            if (!ok) {
-                snprintf(err, n, "mapping file '%s': bad or repeated line for rank %d", p->mapfile, r);
-                fclose(f);
-                free(seen);
-                return -1;
-            }
-            seen[r] = 1;
-            memcpy(coords[r], c, sizeof c);
-            cnt++;
-        }
-        fclose(f);
-        free(seen);
-        if (cnt != size) {
-            snprintf(err, n, "mapping file '%s' names %d of %d ranks", p->mapfile, cnt, size);
-            return -1;
-        }
+    int R = p->ranks_per_node, bd[4] = {1, 1, 1, 1}, s = R;
+    if (size % R) {
+        snprintf(err, n, "ranks per node %d does not divide %d ranks", R, size);
+        return -1;
     }
-    /* every grid position exactly once */
+    for (int f = 2; s > 1;) {
+        if (s % f) {
+            f++;
+            continue;
+        }
+        int best = -1;
+        for (int m = 0; m < 4; m++)
+            if ((grid[m] / bd[m]) % f == 0 && (best < 0 || grid[m] / bd[m] > grid[best] / bd[best]))
+                best = m;
+        if (best < 0) {
+            snprintf(err, n, "ranks per node %d does not tile process grid %dx%dx%dx%d", R, grid[0], grid[1],
+                     grid[2], grid[3]);
+            return -1;
+        }
+        bd[best] *= f;
+        s /= f;
+    }
+    int ng[4];
+    for (int m = 0; m < 4; m++)
+        ng[m] = grid[m] / bd[m];
+    for (int r = 0; r < size; r++) {
+        int nc[4], bc[4];
+        hm__unlex(r / R, ng, nc);
+        hm__unlex(r % R, bd, bc);
+        for (int m = 0; m < 4; m++)
+            coords[r][m] = nc[m] * bd[m] + bc[m];
+    }
+    return 0;
+}
+
+/* file: lines "rank x y z t" (process-grid coordinates), every rank once;
+ * '#' starts a comment */
+static int hm__map_file(const params_t *p, int size, int (*coords)[4], char *err, size_t n)
+{
+    FILE *f = fopen(p->mapfile, "r");
+    if (!f) {
+        snprintf(err, n, "cannot open mapping file '%s'", p->mapfile);
+        return -1;
+    }
+    int *seen = calloc((size_t)size, sizeof(int)), r, c[4], cnt = 0, rc = 0;
+    char line[256];
+    while (!rc && fgets(line, sizeof line, f)) {
+        char *h = strchr(line, '#');
+        if (h)
+            *h = 0;
+        int got = sscanf(line, "%d %d %d %d %d", &r, &c[0], &c[1], &c[2], &c[3]);
+        if (got <= 0)
+            continue;
+        int ok = got == 5 && r >= 0 && r < size && !seen[r];
+        for (int m = 0; m < 4; m++)
+            ok = ok && c[m] >= 0 && c[m] < p->grid[m];
+        if (!ok) {
+            snprintf(err, n, "mapping file '%s': bad or repeated line for rank %d", p->mapfile, r);
+            rc = -1;
+            break;
+        }
+        seen[r] = 1;
+        memcpy(coords[r], c, sizeof c);
+        cnt++;
+    }
+    fclose(f);
+    free(seen);
+    if (!rc && cnt != size) {
+        snprintf(err, n, "mapping file '%s' names %d of %d ranks", p->mapfile, cnt, size);
+        rc = -1;
+    }
+    return rc;
+}
+
+/* every grid position exactly once */
+static int hm__map_unique(const int *grid, int size, int (*coords)[4], char *err, size_t n)
+{
     if (size < 1) {
         snprintf(err, n, "no ranks to map");
         return -1;
@@ -128,18 +134,31 @@ int geom_map(const params_t *p, int size, int (*coords)[4], char *err, size_t n)
         snprintf(err, n, "out of memory mapping %d ranks", size);
         return -1;
     }
-    for (int r = 0; r < size; r++) {
+    int rc = 0;
+    for (int r = 0; r < size && !rc; r++) {
         int i = hm__lex(coords[r], grid);
         if (used[i]) {
-            snprintf(err, n, "mapping puts two ranks on grid position %d %d %d %d", coords[r][0],
-                     coords[r][1], coords[r][2], coords[r][3]);
-            free(used);
-            return -1;
+            snprintf(err, n, "mapping puts two ranks on grid position %d %d %d %d", coords[r][0], coords[r][1],
+                     coords[r][2], coords[r][3]);
+            rc = -1;
         }
         used[i] = 1;
     }
     free(used);
-    return 0;
+    return rc;
+}
+
+int geom_map(const params_t *p, int size, int (*coords)[4], char *err, size_t n)
+{
+    int rc = 0;
+    if (!strcmp(p->mapping, "lexicographic"))
+        for (int r = 0; r < size; r++)
+            hm__unlex(r, p->grid, coords[r]);
+    else if (!strcmp(p->mapping, "node-blocked"))
+        rc = hm__map_node_blocked(p, size, coords, err, n);
+    else
+        rc = hm__map_file(p, size, coords, err, n);
+    return rc ? rc : hm__map_unique(p->grid, size, coords, err, n);
 }
 
 /* the process grid (chosen when not given) in q->grid, matching the ranks */

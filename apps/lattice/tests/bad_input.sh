@@ -75,6 +75,18 @@ expect missing-file "cannot open input file '$T/nonesuch.in'" "$T/nonesuch.in"
 # output files are checked before any work (they are written at the end)
 expect json-unwritable "cannot write the --json file '$T/no/r.json'" --json "$T/no/r.json"
 expect gauge-write-unwritable "cannot write the 'gauge write' file '$T/no/g.cfg'" --set "gauge write=$T/no/g.cfg"
+# rank mappings: a file naming two ranks at one grid position, one naming
+# too few, a missing one, and node blocks that do not divide the ranks
+printf '0 0 0 0 0\n1 0 0 0 0\n' >"$T/map-twice"
+expect map-twice "mapping puts two ranks on grid position 0 0 0 0" --set "lattice=4 4 4 8" \
+    --set "block=2 2 2 2" --set "process grid=1 1 1 2" --set mapping=file --set "mapping file=$T/map-twice"
+printf '0 0 0 0 0\n' >"$T/map-short"
+expect map-short "names 1 of 2 ranks" --set "lattice=4 4 4 8" --set "block=2 2 2 2" \
+    --set "process grid=1 1 1 2" --set mapping=file --set "mapping file=$T/map-short"
+expect map-missing "cannot open mapping file '$T/nonesuch.map'" --set "lattice=4 4 4 8" \
+    --set "block=2 2 2 2" --set mapping=file --set "mapping file=$T/nonesuch.map"
+expect map-node-blocks "ranks per node 3 does not divide 2 ranks" --set "lattice=4 4 4 8" \
+    --set "block=2 2 2 2" --set mapping=node-blocked --set "ranks per node=3"
 # an option without its value, last on the line
 expect set-no-value "option --set needs a value" --set
 expect json-no-value "option --json needs a value" --json
