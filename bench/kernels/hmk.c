@@ -84,6 +84,80 @@ static uint64_t hmk__count(const char *flag, const char *v, uint64_t min, uint64
   return x;
 }
 
+/* --flag=value or --flag: the flag into flag[64], the value (or NULL) */
+static const char *hmk__split(const char *arg, char flag[64]) {
+  if (strncmp(arg, "--", 2) != 0) hmk_fail(HMK_EXIT_USAGE, "unexpected argument '%s'", arg);
+  const char *eq = strchr(arg, '=');
+  size_t flen = eq ? (size_t)(eq - arg) : strlen(arg);
+  if (flen >= 64) hmk_fail(HMK_EXIT_USAGE, "unknown option '%s'", arg);
+  memcpy(flag, arg, flen);
+  flag[flen] = '\0';
+  return eq ? eq + 1 : NULL;
+}
+
+static int hmk__common(const hmk_args_t *a, const char *flag) {
+  return !strcmp(flag, "--bytes") || !strcmp(flag, "--threads") || !strcmp(flag, "--reps") ||
+         !strcmp(flag, "--min-time") || !strcmp(flag, "--stat") || (a->variants && !strcmp(flag, "--variant"));
+}
+
+static double hmk__seconds(const char *val) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(val, &end);
+  if (end == val || *end || errno == ERANGE || !isfinite(v) || v < 0 || v > 3600)
+    hmk_fail(HMK_EXIT_USAGE, "--min-time: '%s' is not a number of seconds in [0, 3600]", val);
+  return v;
+}
+
+/* one of the options every kernel takes (hmk__common) */
+static void hmk__set_common(hmk_args_t *a, const char *flag, const char *val) {
+  if (!strcmp(flag, "--bytes")) {
+    if (hmk_parse_size(val, &a->bytes) != 0)
+      hmk_fail(HMK_EXIT_USAGE, "--bytes: '%s' is not a size (e.g. 4096, 64K, 512MiB, 4G)", val);
+  } else if (!strcmp(flag, "--threads")) {
+    a->threads = (int)hmk__count(flag, val, 1, 4096);
+  } else if (!strcmp(flag, "--reps")) {
+    a->reps = (int)hmk__count(flag, val, 1, 100000);
+  } else if (!strcmp(flag, "--min-time")) {
+    a->min_time = hmk__seconds(val);
+  } else if (!strcmp(flag, "--stat")) {
+    if (!hmk__in_choices("best|median", val))
+      hmk_fail(HMK_EXIT_USAGE, "--stat: '%s' is not one of best|median", val);
+    a->stat = val;
+  } else { /* --variant */
+    if (!hmk__in_choices(a->variants, val))
+      hmk_fail(HMK_EXIT_USAGE, "--variant: '%s' is not one of %s", val, a->variants);
+    a->variant = val;
+  }
+}
+
+/* one of the kernel's own options (not a flag) */
+static void hmk__set_opt(const hmk_opt_t *o, const char *flag, const char *val) {
+  if (o->kind == HMK_OPT_SIZE) {
+    if (hmk_parse_size(val, (uint64_t *)o->dst) != 0) hmk_fail(HMK_EXIT_USAGE, "%s: '%s' is not a size", flag, val);
+  } else if (o->kind == HMK_OPT_COUNT) {
+    *(uint64_t *)o->dst = hmk__count(flag, val, o->min, o->max);
+  } else { /* HMK_OPT_CHOICE */
+    if (!hmk__in_choices(o->choices, val)) hmk_fail(HMK_EXIT_USAGE, "%s: '%s' is not one of %s", flag, val, o->choices);
+    *(const char **)o->dst = val;
+  }
+}
+
+static const hmk_opt_t *hmk__find(const hmk_opt_t *opts, size_t nopts, const char *flag) {
+  const hmk_opt_t *o = NULL;
+  for (size_t k = 0; k < nopts; k++)
+    if (strcmp(opts[k].name, flag) == 0) o = &opts[k];
+  return o;
+}
+
+static void hmk__check(const hmk_args_t *a) {
+  if (a->bytes < a->min_bytes)
+    hmk_fail(HMK_EXIT_USAGE, "--bytes %llu is too small (at least %llu for %s)", (unsigned long long)a->bytes,
+             (unsigned long long)a->min_bytes, a->kernel);
+  if (a->max_reps > 0 && a->reps > a->max_reps)
+    hmk_fail(HMK_EXIT_USAGE, "--reps must be <= %d for %s", a->max_reps, a->kernel);
+}
+
 void hmk_parse(hmk_args_t *a, int argc, char **argv, const hmk_opt_t *opts, size_t nopts) {
   hmk__name = a->kernel;
   a->threads = omp_get_max_threads();
@@ -96,77 +170,26 @@ void hmk_parse(hmk_args_t *a, int argc, char **argv, const hmk_opt_t *opts, size
       hmk__usage(a, opts, nopts);
       exit(0);
     }
-    if (strncmp(arg, "--", 2) != 0) hmk_fail(HMK_EXIT_USAGE, "unexpected argument '%s'", arg);
-    /* --flag=value or --flag value */
     char flag[64];
-    const char *val = NULL;
-    const char *eq = strchr(arg, '=');
-    size_t flen = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (flen >= sizeof flag) hmk_fail(HMK_EXIT_USAGE, "unknown option '%s'", arg);
-    memcpy(flag, arg, flen);
-    flag[flen] = '\0';
-    if (eq) val = eq + 1;
-
-    if (strcmp(flag, "--inject-error") == 0) {
-      if (val) hmk_fail(HMK_EXIT_USAGE, "--inject-error takes no value");
-      a->inject_error = 1;
-      continue;
-    }
-    const hmk_opt_t *o = NULL;
-    for (size_t k = 0; k < nopts; k++)
-      if (strcmp(opts[k].name, flag) == 0) o = &opts[k];
-    int is_flag = o && o->kind == HMK_OPT_FLAG;
-    int known = o || !strcmp(flag, "--bytes") || !strcmp(flag, "--threads") || !strcmp(flag, "--reps") ||
-                 !strcmp(flag, "--min-time") ||
-                !strcmp(flag, "--stat") || (a->variants && !strcmp(flag, "--variant"));
-    if (!known) hmk_fail(HMK_EXIT_USAGE, "unknown option '%s' (see --help)", flag);
+    const char *val = hmk__split(arg, flag);
+    const hmk_opt_t *o = hmk__find(opts, nopts, flag);
+    int is_flag = !strcmp(flag, "--inject-error") || (o && o->kind == HMK_OPT_FLAG);
+    if (!is_flag && !o && !hmk__common(a, flag)) hmk_fail(HMK_EXIT_USAGE, "unknown option '%s' (see --help)", flag);
     if (is_flag) {
       if (val) hmk_fail(HMK_EXIT_USAGE, "%s takes no value", flag);
-      *(int *)o->dst = 1;
+      *(o ? (int *)o->dst : &a->inject_error) = 1;
       continue;
     }
     if (!val) {
       if (i + 1 >= argc) hmk_fail(HMK_EXIT_USAGE, "%s needs a value", flag);
       val = argv[++i];
     }
-    if (!strcmp(flag, "--bytes")) {
-      if (hmk_parse_size(val, &a->bytes) != 0)
-        hmk_fail(HMK_EXIT_USAGE, "--bytes: '%s' is not a size (e.g. 4096, 64K, 512MiB, 4G)", val);
-    } else if (!strcmp(flag, "--threads")) {
-      a->threads = (int)hmk__count(flag, val, 1, 4096);
-    } else if (!strcmp(flag, "--reps")) {
-      a->reps = (int)hmk__count(flag, val, 1, 100000);
-    } else if (!strcmp(flag, "--min-time")) {
-      char *end = NULL;
-      errno = 0;
-      double v = strtod(val, &end);
-      if (end == val || *end || errno == ERANGE || !isfinite(v) || v < 0 || v > 3600)
-        hmk_fail(HMK_EXIT_USAGE, "--min-time: '%s' is not a number of seconds in [0, 3600]", val);
-      a->min_time = v;
-    } else if (!strcmp(flag, "--stat")) {
-      if (!hmk__in_choices("best|median", val))
-        hmk_fail(HMK_EXIT_USAGE, "--stat: '%s' is not one of best|median", val);
-      a->stat = val;
-    } else if (!strcmp(flag, "--variant")) {
-      if (!hmk__in_choices(a->variants, val))
-        hmk_fail(HMK_EXIT_USAGE, "--variant: '%s' is not one of %s", val, a->variants);
-      a->variant = val;
-    } else if (o->kind == HMK_OPT_SIZE) {
-      if (hmk_parse_size(val, (uint64_t *)o->dst) != 0)
-        hmk_fail(HMK_EXIT_USAGE, "%s: '%s' is not a size", flag, val);
-    } else if (o->kind == HMK_OPT_COUNT) {
-      *(uint64_t *)o->dst = hmk__count(flag, val, o->min, o->max);
-    } else { /* HMK_OPT_CHOICE */
-      if (!hmk__in_choices(o->choices, val))
-        hmk_fail(HMK_EXIT_USAGE, "%s: '%s' is not one of %s", flag, val, o->choices);
-      *(const char **)o->dst = val;
-    }
+    if (hmk__common(a, flag))
+      hmk__set_common(a, flag, val);
+    else
+      hmk__set_opt(o, flag, val);
   }
-  if (a->bytes < a->min_bytes)
-    hmk_fail(HMK_EXIT_USAGE, "--bytes %llu is too small (at least %llu for %s)",
-             (unsigned long long)a->bytes, (unsigned long long)a->min_bytes, a->kernel);
-  if (a->max_reps > 0 && a->reps > a->max_reps)
-    hmk_fail(HMK_EXIT_USAGE, "--reps must be <= %d for %s", a->max_reps, a->kernel);
+  hmk__check(a);
   omp_set_dynamic(0);
   omp_set_num_threads(a->threads);
 }
