@@ -237,115 +237,185 @@ void mg_free(mg_t *M)
 
 void mg_coarse_apply(mg_t *M, cplxf *out, const cplxf *in) { lvl_apply(M->lv, out, in); }
 
+/* FGMRES(m) workspace: the Krylov basis V (double), the V-cycle outputs Z
+ * (single precision, exact, half the traffic of the final update), the
+ * Hessenberg matrix H with its Givens rotations (cs, sn), the rotated
+ * right-hand side gv and the solution y of the small system */
+typedef struct {
+    const geom_t *g;
+    long n;
+    int m;
+    cplx *V, *w, *zd, *H, *gv, *cs, *sn, *y;
+    cplxf *Z, *rf;
+} fgmres_t;
+
+static void fgmres_alloc(fgmres_t *F, const geom_t *g, int m)
+{
+    F->g = g;
+    F->n = 12L * g->V;
+    F->m = m;
+    size_t sz = sizeof(cplx) * (size_t)F->n;
+    F->V = lat_alloc_krylov(sz * (size_t)(m + 1));
+    F->w = lat_alloc_krylov(sz);
+    F->zd = lat_alloc_krylov(sz);
+    F->Z = lat_alloc_krylov(sizeof(cplxf) * (size_t)F->n * (size_t)m);
+    F->H = calloc((size_t)(m + 1) * m + 4 * (size_t)m + 4, sizeof(cplx));
+    F->gv = F->H + (size_t)(m + 1) * m;
+    F->cs = F->gv + m + 1;
+    F->sn = F->cs + m;
+    F->y = F->sn + m;
+    F->rf = lat_alloc_vectors(sizeof(cplxf) * (size_t)F->n);
+}
+
+static void fgmres_free(fgmres_t *F)
+{
+    lat_free(F->V), lat_free(F->Z), lat_free(F->w), lat_free(F->zd), lat_free(F->rf);
+    free(F->H);
+}
+
+/* Arnoldi step j: z_j = C v_j (the V-cycle), w = D z_j orthogonalised
+ * against v_0..v_j (modified Gram-Schmidt) into column j of H, v_{j+1} */
+static void fgmres_arnoldi(fgmres_t *F, mg_t *M, int j)
+{
+    long n = F->n;
+    int m = F->m;
+    cplx *vj = F->V + (size_t)j * n, *w = F->w, *zd = F->zd;
+    cplxf *zj = F->Z + (size_t)j * n, *rf = F->rf;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++)
+        rf[i] = (cplxf)vj[i];
+    mg_vcycle(M, zj, rf);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++)
+        zd[i] = zj[i];
+    dirac_apply(M->D, w, zd);
+    for (int i = 0; i <= j; i++) {
+        cplx h = vdot(F->g, F->V + (size_t)i * n, w, n);
+        F->H[(size_t)i * m + j] = h;
+        const cplx *vi = F->V + (size_t)i * n;
+#pragma omp parallel for schedule(static)
+        for (long l = 0; l < n; l++)
+            w[l] -= h * vi[l];
+    }
+    double hn = sqrt(vnorm2(F->g, w, n));
+    F->H[(size_t)(j + 1) * m + j] = hn;
+    cplx *vn = F->V + (size_t)(j + 1) * n;
+#pragma omp parallel for schedule(static)
+    for (long l = 0; l < n; l++)
+        vn[l] = w[l] / hn;
+}
+
+/* column j of H rotated by the earlier rotations and a new one that zeroes
+ * H[j+1][j]; returns the residual norm |gv[j+1]| */
+static double fgmres_givens(fgmres_t *F, int j)
+{
+    int m = F->m;
+    cplx *H = F->H, *cs = F->cs, *sn = F->sn, *gv = F->gv;
+    for (int i = 0; i < j; i++) {
+        cplx a = H[(size_t)i * m + j], bb = H[(size_t)(i + 1) * m + j];
+        H[(size_t)i * m + j] = cs[i] * a + sn[i] * bb;
+        H[(size_t)(i + 1) * m + j] = -conj(sn[i]) * a + cs[i] * bb;
+    }
+    cplx a = H[(size_t)j * m + j], bb = H[(size_t)(j + 1) * m + j];
+    double na = cabs(a), nr = sqrt(na * na + creal(bb * conj(bb)));
+    cs[j] = na == 0 ? 0 : na / nr;
+    sn[j] = na == 0 ? 1 : (a / na) * conj(bb) / nr;
+    H[(size_t)j * m + j] = cs[j] * a + sn[j] * bb;
+    gv[j + 1] = -conj(sn[j]) * gv[j];
+    gv[j] = cs[j] * gv[j];
+    return cabs(gv[j + 1]);
+}
+
+/* x += Z y, y from the j x j triangular system H y = gv */
+static void fgmres_update(fgmres_t *F, cplx *x, int j)
+{
+    int m = F->m;
+    long n = F->n;
+    for (int i = j - 1; i >= 0; i--) {
+        cplx s = F->gv[i];
+        for (int l = i + 1; l < j; l++)
+            s -= F->H[(size_t)i * m + l] * F->y[l];
+        F->y[i] = s / F->H[(size_t)i * m + i];
+    }
+    for (int i = 0; i < j; i++) {
+        const cplxf *zi = F->Z + (size_t)i * n;
+        cplx yi = F->y[i];
+#pragma omp parallel for schedule(static)
+        for (long l = 0; l < n; l++)
+            x[l] += yi * zi[l];
+    }
+}
+
+/* v_0 = (b - D x) / |b - D x|; returns |b - D x| */
+static double fgmres_restart(fgmres_t *F, mg_t *M, cplx *x, const cplx *b)
+{
+    long n = F->n;
+    cplx *V = F->V;
+    dirac_apply(M->D, V, x);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++)
+        V[i] = b[i] - V[i];
+    double beta = sqrt(vnorm2(F->g, V, n));
+    if (beta > 0) {
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < n; i++)
+            V[i] /= beta;
+    }
+    memset(F->gv, 0, sizeof(cplx) * (size_t)(F->m + 1));
+    F->gv[0] = beta;
+    return beta;
+}
+
+static void fgmres_info(solve_info_t *si, mg_t *M, const double *t0, long ci0, cplx *x, const cplx *b,
+                        double tol)
+{
+    si->time = wtime() - t0[0];
+    si->t_coarse = M->t_coarse - t0[1];
+    si->coarse_iters = M->coarse_iters - ci0;
+    si->t_smooth = M->t_smooth - t0[2];
+    si->t_restrict = M->t_restrict - t0[3];
+    si->t_prolong = M->t_prolong - t0[4];
+    si->t_csolve = M->t_csolve - t0[5];
+    si->t_outer = si->time - si->t_smooth - si->t_restrict - si->t_prolong - si->t_csolve;
+    si->true_relres = true_residual(M->D, x, b);
+    si->converged = si->true_relres <= tol * 10;
+}
+
 /* FGMRES(restart) in double, right-preconditioned by the single V-cycle */
 void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int restart,
                      solve_info_t *si)
 {
     const geom_t *g = M->g;
-    long n = 12L * g->V;
-    int m = restart;
-    size_t sz = sizeof(cplx) * (size_t)n;
-    /* Z holds the V-cycle outputs, which are single precision: stored as
-     * such (exact), half the traffic of the final update */
-    cplx *V = lat_alloc_krylov(sz * (size_t)(m + 1)), *w = lat_alloc_krylov(sz), *zd = lat_alloc_krylov(sz);
-    cplxf *Z = lat_alloc_krylov(sizeof(cplxf) * (size_t)n * (size_t)m);
-    cplx *H = calloc((size_t)(m + 1) * m + 4 * (size_t)m + 4, sizeof(cplx));
-    cplx *gv = H + (size_t)(m + 1) * m, *cs = gv + m + 1, *sn = cs + m, *y = sn + m;
-    cplxf *rf = lat_alloc_vectors(sizeof(cplxf) * (size_t)n);
-    double t0 = wtime(), tc0 = M->t_coarse, tv0[4] = {M->t_smooth, M->t_restrict, M->t_prolong, M->t_csolve};
+    fgmres_t F;
+    fgmres_alloc(&F, g, restart);
+    double t0[6] = {wtime(), M->t_coarse, M->t_smooth, M->t_restrict, M->t_prolong, M->t_csolve};
     long ci0 = M->coarse_iters;
     memset(si, 0, sizeof *si);
-    double bn = sqrt(vnorm2(g, b, n)), res = 0;
+    double bn = sqrt(vnorm2(g, b, F.n)), res = 0;
     int it = 0, verbose = getenv("HM_LATTICE_VERBOSE") != NULL;
     while (it < maxit) {
-        dirac_apply(M->D, V, x);
-#pragma omp parallel for schedule(static)
-        for (long i = 0; i < n; i++)
-            V[i] = b[i] - V[i];
-        double beta = sqrt(vnorm2(g, V, n));
-        res = beta;
-        if (beta <= tol * bn)
+        res = fgmres_restart(&F, M, x, b);
+        if (res <= tol * bn)
             break;
-#pragma omp parallel for schedule(static)
-        for (long i = 0; i < n; i++)
-            V[i] /= beta;
-        memset(gv, 0, sizeof(cplx) * (size_t)(m + 1));
-        gv[0] = beta;
         int j;
-        for (j = 0; j < m && it < maxit; j++) {
-            cplx *vj = V + (size_t)j * n;
-            cplxf *zj = Z + (size_t)j * n;
-#pragma omp parallel for schedule(static)
-            for (long i = 0; i < n; i++)
-                rf[i] = (cplxf)vj[i];
-            mg_vcycle(M, zj, rf);
-#pragma omp parallel for schedule(static)
-            for (long i = 0; i < n; i++)
-                zd[i] = zj[i];
-            dirac_apply(M->D, w, zd);
-            for (int i = 0; i <= j; i++) {
-                cplx h = vdot(g, V + (size_t)i * n, w, n);
-                H[(size_t)i * m + j] = h;
-                const cplx *vi = V + (size_t)i * n;
-#pragma omp parallel for schedule(static)
-                for (long l = 0; l < n; l++)
-                    w[l] -= h * vi[l];
-            }
-            double hn = sqrt(vnorm2(g, w, n));
-            H[(size_t)(j + 1) * m + j] = hn;
-            cplx *vn = V + (size_t)(j + 1) * n;
-#pragma omp parallel for schedule(static)
-            for (long l = 0; l < n; l++)
-                vn[l] = w[l] / hn;
-            for (int i = 0; i < j; i++) {
-                cplx a = H[(size_t)i * m + j], bb = H[(size_t)(i + 1) * m + j];
-                H[(size_t)i * m + j] = cs[i] * a + sn[i] * bb;
-                H[(size_t)(i + 1) * m + j] = -conj(sn[i]) * a + cs[i] * bb;
-            }
-            cplx a = H[(size_t)j * m + j], bb = H[(size_t)(j + 1) * m + j];
-            double na = cabs(a), nr = sqrt(na * na + creal(bb * conj(bb)));
-            cs[j] = na == 0 ? 0 : na / nr;
-            sn[j] = na == 0 ? 1 : (a / na) * conj(bb) / nr;
-            H[(size_t)j * m + j] = cs[j] * a + sn[j] * bb;
-            gv[j + 1] = -conj(sn[j]) * gv[j];
-            gv[j] = cs[j] * gv[j];
-            res = cabs(gv[j + 1]);
+        for (j = 0; j < F.m && it < maxit; j++) {
+            fgmres_arnoldi(&F, M, j);
+            res = fgmres_givens(&F, j);
             it++;
             if (verbose && g->rank == 0)
                 fprintf(stderr, "fgmres %d: relres %.3e, coarse iterations so far %ld, %.2f s\n", it,
-                        res / bn, M->coarse_iters - ci0, wtime() - t0);
+                        res / bn, M->coarse_iters - ci0, wtime() - t0[0]);
             if (res <= tol * bn) {
                 j++;
                 break;
             }
         }
-        for (int i = j - 1; i >= 0; i--) {
-            cplx s = gv[i];
-            for (int l = i + 1; l < j; l++)
-                s -= H[(size_t)i * m + l] * y[l];
-            y[i] = s / H[(size_t)i * m + i];
-        }
-        for (int i = 0; i < j; i++) {
-            const cplxf *zi = Z + (size_t)i * n;
-#pragma omp parallel for schedule(static)
-            for (long l = 0; l < n; l++)
-                x[l] += y[i] * zi[l];
-        }
+        fgmres_update(&F, x, j);
         if (res <= tol * bn)
             break;
     }
     si->iters = it;
     si->relres = res / bn;
-    si->time = wtime() - t0;
-    si->t_coarse = M->t_coarse - tc0;
-    si->coarse_iters = M->coarse_iters - ci0;
-    si->t_smooth = M->t_smooth - tv0[0];
-    si->t_restrict = M->t_restrict - tv0[1];
-    si->t_prolong = M->t_prolong - tv0[2];
-    si->t_csolve = M->t_csolve - tv0[3];
-    si->t_outer = si->time - si->t_smooth - si->t_restrict - si->t_prolong - si->t_csolve;
-    si->true_relres = true_residual(M->D, x, b);
-    si->converged = si->true_relres <= tol * 10;
-    lat_free(V), lat_free(Z), lat_free(w), lat_free(zd), lat_free(rf);
-    free(H);
+    fgmres_info(si, M, t0, ci0, x, b, tol);
+    fgmres_free(&F);
 }
