@@ -373,6 +373,10 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
                      solve_info_t *si);
 
 double wtime(void);
+/* GMRES's Givens step (mg_coarse.c): the earlier rotations applied to
+ * column j of the (m+1) x m Hessenberg H, a new one zeroing H[j+1][j],
+ * the rotated right-hand side gv updated; returns |gv[j+1]| */
+double lat_givens(cplx *H, int m, int j, cplx *cs, cplx *sn, cplx *gv);
 
 /* the driver's fields (fields.c): lat_die ends every rank with one line on
  * rank 0 and exit code 2 (collective: every rank calls it) */

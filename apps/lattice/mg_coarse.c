@@ -212,7 +212,7 @@ static void coarse_schur(mgl_t *L, cplxf *out, const cplxf *in)
 
 /* applies the earlier Givens rotations to column j of H, makes the new one
  * and updates the residual vector gv; returns |residual| */
-static double givens(cplx *H, int m, int j, cplx *cs, cplx *sn, cplx *gv)
+double lat_givens(cplx *H, int m, int j, cplx *cs, cplx *sn, cplx *gv)
 {
     for (int i = 0; i < j; i++) {
         cplx a = H[(size_t)i * m + j], bb = H[(size_t)(i + 1) * m + j];
@@ -307,7 +307,7 @@ int lvl_gmres(mgl_t *L, const kry_t *K, cplxf *x, const cplxf *b, long n, double
             }
             op(L, w, d);
             arnoldi(cg, V, w, H, m, j, n);
-            res = givens(H, m, j, cs, sn, gv);
+            res = lat_givens(H, m, j, cs, sn, gv);
             if (res <= tol * bn) {
                 j++;
                 it++;

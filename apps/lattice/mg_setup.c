@@ -305,27 +305,6 @@ static void fgmres_arnoldi(fgmres_t *F, mg_t *M, int j)
         vn[l] = w[l] / hn;
 }
 
-/* column j of H rotated by the earlier rotations and a new one that zeroes
- * H[j+1][j]; returns the residual norm |gv[j+1]| */
-static double fgmres_givens(fgmres_t *F, int j)
-{
-    int m = F->m;
-    cplx *H = F->H, *cs = F->cs, *sn = F->sn, *gv = F->gv;
-    for (int i = 0; i < j; i++) {
-        cplx a = H[(size_t)i * m + j], bb = H[(size_t)(i + 1) * m + j];
-        H[(size_t)i * m + j] = cs[i] * a + sn[i] * bb;
-        H[(size_t)(i + 1) * m + j] = -conj(sn[i]) * a + cs[i] * bb;
-    }
-    cplx a = H[(size_t)j * m + j], bb = H[(size_t)(j + 1) * m + j];
-    double na = cabs(a), nr = sqrt(na * na + creal(bb * conj(bb)));
-    cs[j] = na == 0 ? 0 : na / nr;
-    sn[j] = na == 0 ? 1 : (a / na) * conj(bb) / nr;
-    H[(size_t)j * m + j] = cs[j] * a + sn[j] * bb;
-    gv[j + 1] = -conj(sn[j]) * gv[j];
-    gv[j] = cs[j] * gv[j];
-    return cabs(gv[j + 1]);
-}
-
 /* x += Z y, y from the j x j triangular system H y = gv */
 static void fgmres_update(fgmres_t *F, cplx *x, int j)
 {
@@ -400,7 +379,7 @@ void solve_fgmres_mg(mg_t *M, cplx *x, const cplx *b, double tol, int maxit, int
         int j;
         for (j = 0; j < F.m && it < maxit; j++) {
             fgmres_arnoldi(&F, M, j);
-            res = fgmres_givens(&F, j);
+            res = lat_givens(F.H, F.m, j, F.cs, F.sn, F.gv);
             it++;
             if (verbose && g->rank == 0)
                 fprintf(stderr, "fgmres %d: relres %.3e, coarse iterations so far %ld, %.2f s\n", it,
