@@ -87,6 +87,7 @@ expect map-missing "cannot open mapping file '$T/nonesuch.map'" --set "lattice=4
     --set "block=2 2 2 2" --set mapping=file --set "mapping file=$T/nonesuch.map"
 expect map-node-blocks "ranks per node 3 does not divide 2 ranks" --set "lattice=4 4 4 8" \
     --set "block=2 2 2 2" --set mapping=node-blocked --set "ranks per node=3"
+expect selftest-unknown "unknown self-test 'nope'" --set "lattice=4 4 4 8" --set "block=2 2 2 2" --selftest nope
 # an option without its value, last on the line
 expect set-no-value "option --set needs a value" --set
 expect json-no-value "option --json needs a value" --json
