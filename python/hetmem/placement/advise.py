@@ -237,15 +237,21 @@ def advise(
 @dataclass
 class _Budget:
     """The fast budget divided: the pager's reserve, the rest of the process
-    (outside), what the sites may take, per node and per process."""
+    (outside) and what is left to the sites, per node."""
 
     problem: Problem
     ranks: list[int]
     reserve: int
     outside: int
-    sites_budget: int
     whole_budget: int
-    per_proc: int
+
+    @property
+    def sites_budget(self) -> int:
+        return self.whole_budget - self.reserve - self.outside
+
+    @property
+    def per_proc(self) -> int:
+        return self.whole_budget // max(max(self.ranks), 1)
 
 
 def _budget_problem(
@@ -276,13 +282,7 @@ def _budget_problem(
             "give a larger --fast-budget or run in cache mode"
         )
     return _Budget(
-        problem=problem,
-        ranks=ranks,
-        reserve=reserve,
-        outside=outside,
-        sites_budget=sites_budget,
-        whole_budget=fast_budget,
-        per_proc=fast_budget // max(max(ranks), 1),
+        problem=problem, ranks=ranks, reserve=reserve, outside=outside, whole_budget=fast_budget
     )
 
 
