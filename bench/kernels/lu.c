@@ -183,6 +183,101 @@ static void tiled_solve(const mat_t *m, double *x) {
   }
 }
 
+/* The tile size and count (tiled variant) and the matrix order n, a
+ * whole number of tiles. */
+static void choose_layout(mat_t *m, const hmk_args_t *a, uint64_t tile_opt, uint64_t budget) {
+  size_t n = hmk_isqrt((size_t)(a->bytes / 8));
+  if (m->tiled && budget && !tile_opt) {
+    m->nb = hmk_tile_for(budget, n, &m->nt);
+    n = m->nt * m->nb;
+  } else if (m->tiled) {
+    size_t nb = tile_opt ? (size_t)tile_opt : 256;
+    if (!tile_opt && n < 4 * nb) nb = n / 4 / 8 * 8 < 8 ? 8 : n / 4 / 8 * 8;
+    if (nb > n) hmk_fail(HMK_EXIT_USAGE, "--tile %zu is larger than the matrix (n = %zu)", nb, n);
+    m->nb = nb;
+    m->nt = n / nb;
+    n = m->nt * nb;
+  }
+  /* the tiled variant is parallel over tiles, each GEMM on one thread */
+  openblas_set_num_threads(m->tiled ? 1 : a->threads);
+  m->n = n;
+}
+
+/* One factorization, in place. */
+static void factor(mat_t *m, lapack_int *ipiv) {
+  if (m->tiled) {
+    tiled_lu(m);
+    return;
+  }
+  lapack_int n = (lapack_int)m->n;
+  lapack_int info = LAPACKE_dgetrf(LAPACK_COL_MAJOR, n, n, m->a, n, ipiv);
+  if (info != 0) hmk_fail(HMK_EXIT_VERIFY, "verification failed: dgetrf returned info=%d", (int)info);
+}
+
+/* b = A * 1 (row sums, so the solution is near all ones); returns ||A||_inf. */
+static double row_sums(size_t n, double *b) {
+  double norm_a = 0.0;
+#pragma omp parallel for schedule(static) reduction(max : norm_a)
+  for (size_t i = 0; i < n; i++) {
+    long double s = 0.0L, abs_s = 0.0L;
+    for (size_t j = 0; j < n; j++) {
+      double v = aij(i, j, n);
+      s += v;
+      abs_s += fabs(v);
+    }
+    b[i] = (double)s;
+    if ((double)abs_s > norm_a) norm_a = (double)abs_s;
+  }
+  return norm_a;
+}
+
+/* x <- A^-1 x with the factors. */
+static void solve(const mat_t *m, const lapack_int *ipiv, double *x) {
+  if (m->tiled) {
+    tiled_solve(m, x);
+    return;
+  }
+  lapack_int n = (lapack_int)m->n;
+  lapack_int info = LAPACKE_dgetrs(LAPACK_COL_MAJOR, 'N', n, 1, m->a, n, ipiv, x, n);
+  if (info != 0) hmk_fail(HMK_EXIT_VERIFY, "verification failed: dgetrs returned info=%d", (int)info);
+}
+
+/* HPL's scaled residual ||Ax-b|| / (eps (||A|| ||x|| + ||b||) n), A
+ * regenerated (not the factored copy); NaN counts as infinitely large. */
+static double scaled_residual(size_t n, const double *x, const double *b, double norm_a, double *norm_r_out) {
+  double norm_r = 0.0, norm_x = 0.0, norm_b = 0.0;
+#pragma omp parallel for schedule(static) reduction(max : norm_r, norm_x, norm_b)
+  for (size_t i = 0; i < n; i++) {
+    long double s = -(long double)b[i];
+    for (size_t j = 0; j < n; j++) s += (long double)aij(i, j, n) * x[j];
+    double e = fabs((double)s);
+    if (!(e <= norm_r)) norm_r = isnan(e) ? INFINITY : e;
+    if (fabs(x[i]) > norm_x || isnan(x[i])) norm_x = isnan(x[i]) ? INFINITY : fabs(x[i]);
+    if (fabs(b[i]) > norm_b) norm_b = fabs(b[i]);
+  }
+  *norm_r_out = norm_r;
+  return norm_r / (DBL_EPSILON * (norm_a * norm_x + norm_b) * (double)n);
+}
+
+/* Solve A x = A 1 with the factors and check the residual. */
+static void verify(const mat_t *m, const lapack_int *ipiv, hmk_result_t *r) {
+  size_t n = m->n;
+  double v0 = hmk_now();
+  double *x = hmk_alloc(n * sizeof(double)), *b = hmk_alloc(n * sizeof(double));
+  double norm_a = row_sums(n, b), norm_r;
+  memcpy(x, b, n * sizeof(double));
+  solve(m, ipiv, x);
+  double scaled = scaled_residual(n, x, b, norm_a, &norm_r);
+  r->verify_s = hmk_now() - v0;
+  if (!(scaled < 16.0))
+    hmk_fail(HMK_EXIT_VERIFY, "verification failed: scaled residual %.3g (limit 16, ||Ax-b|| = %.3g)", scaled,
+             norm_r);
+  hmk_extra_num(r, "scaled_residual", scaled);
+  hmk_extra_num(r, "residual_inf", norm_r);
+  free(x);
+  free(b);
+}
+
 int main(int argc, char **argv) {
   uint64_t tile_opt = 0, budget = 0;
   int no_hints = 0;
@@ -206,25 +301,10 @@ int main(int argc, char **argv) {
   if (!m.tiled && (tile_opt || budget || no_hints))
     hmk_fail(HMK_EXIT_USAGE, "%s applies to --variant tiled only",
              tile_opt ? "--tile" : budget ? "--tile-budget" : "--no-hints");
-  size_t n = hmk_isqrt((size_t)(a.bytes / 8));
   m.threads = a.threads;
   m.hints = !no_hints;
-  if (m.tiled && budget && !tile_opt) {
-    m.nb = hmk_tile_for(budget, n, &m.nt);
-    n = m.nt * m.nb;
-    openblas_set_num_threads(1); /* parallel over tiles instead */
-  } else if (m.tiled) {
-    size_t nb = tile_opt ? (size_t)tile_opt : 256;
-    if (!tile_opt && n < 4 * nb) nb = n / 4 / 8 * 8 < 8 ? 8 : n / 4 / 8 * 8;
-    if (nb > n) hmk_fail(HMK_EXIT_USAGE, "--tile %zu is larger than the matrix (n = %zu)", nb, n);
-    m.nb = nb;
-    m.nt = n / nb;
-    n = m.nt * nb;
-    openblas_set_num_threads(1); /* parallel over tiles instead */
-  } else {
-    openblas_set_num_threads(a.threads);
-  }
-  m.n = n;
+  choose_layout(&m, &a, tile_opt, budget);
+  size_t n = m.n;
 
   hmk_result_t r;
   hmk_result_init(&r, &a);
@@ -233,69 +313,21 @@ int main(int argc, char **argv) {
   lapack_int *ipiv = hmk_alloc(n * sizeof(lapack_int));
   fill(&m);
   r.init_s = hmk_now() - t0;
-
   for (int rep = 0; hmk_more(&a, &r); rep++) {
     if (rep > 0) fill(&m); /* factorization is in place: start again, untimed */
     double s = hmk_now();
-    if (m.tiled) {
-      tiled_lu(&m);
-    } else {
-      lapack_int info = LAPACKE_dgetrf(LAPACK_COL_MAJOR, (lapack_int)n, (lapack_int)n, m.a, (lapack_int)n, ipiv);
-      if (info != 0) hmk_fail(HMK_EXIT_VERIFY, "verification failed: dgetrf returned info=%d", (int)info);
-    }
+    factor(&m, ipiv);
     r.times[r.n++] = hmk_now() - s;
   }
   double nd = (double)n;
   r.flops = 2.0 / 3.0 * nd * nd * nd;
   r.bytes_moved = nd * nd * 8.0; /* compulsory: the matrix once */
-
   if (a.inject_error) *at(&m, n / 2, n / 3) += 1.0;
-  double v0 = hmk_now();
-  /* b = A * 1 (row sums), so the solution is near all ones */
-  double *x = hmk_alloc(n * sizeof(double)), *b = hmk_alloc(n * sizeof(double));
-  double norm_a = 0.0;
-#pragma omp parallel for schedule(static) reduction(max : norm_a)
-  for (size_t i = 0; i < n; i++) {
-    long double s = 0.0L, abs_s = 0.0L;
-    for (size_t j = 0; j < n; j++) {
-      double v = aij(i, j, n);
-      s += v;
-      abs_s += fabs(v);
-    }
-    b[i] = (double)s;
-    if ((double)abs_s > norm_a) norm_a = (double)abs_s;
-  }
-  memcpy(x, b, n * sizeof(double));
-  if (m.tiled) {
-    tiled_solve(&m, x);
-  } else {
-    lapack_int info = LAPACKE_dgetrs(LAPACK_COL_MAJOR, 'N', (lapack_int)n, 1, m.a, (lapack_int)n, ipiv, x,
-                                     (lapack_int)n);
-    if (info != 0) hmk_fail(HMK_EXIT_VERIFY, "verification failed: dgetrs returned info=%d", (int)info);
-  }
-  double norm_r = 0.0, norm_x = 0.0, norm_b = 0.0;
-#pragma omp parallel for schedule(static) reduction(max : norm_r, norm_x, norm_b)
-  for (size_t i = 0; i < n; i++) {
-    long double s = -(long double)b[i];
-    for (size_t j = 0; j < n; j++) s += (long double)aij(i, j, n) * x[j];
-    double e = fabs((double)s);
-    if (!(e <= norm_r)) norm_r = isnan(e) ? INFINITY : e;
-    if (fabs(x[i]) > norm_x || isnan(x[i])) norm_x = isnan(x[i]) ? INFINITY : fabs(x[i]);
-    if (fabs(b[i]) > norm_b) norm_b = fabs(b[i]);
-  }
-  double scaled = norm_r / (DBL_EPSILON * (norm_a * norm_x + norm_b) * nd);
-  r.verify_s = hmk_now() - v0;
-  if (!(scaled < 16.0))
-    hmk_fail(HMK_EXIT_VERIFY, "verification failed: scaled residual %.3g (limit 16, ||Ax-b|| = %.3g)", scaled,
-             norm_r);
   hmk_extra_u64(&r, "n", n);
   if (m.tiled) hmk_extra_u64(&r, "tile", m.nb);
-  hmk_extra_num(&r, "scaled_residual", scaled);
-  hmk_extra_num(&r, "residual_inf", norm_r);
+  verify(&m, ipiv, &r);
   hmk_emit(&a, &r);
   free(m.a);
   free(ipiv);
-  free(x);
-  free(b);
   return 0;
 }
