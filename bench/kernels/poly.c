@@ -140,6 +140,68 @@ static long double power_sum_ld(long double x, int d) {
   return s;
 }
 
+/* The timed passes. ro keeps the first pass's sum (checked later) and how
+ * far the others strayed from it. */
+static void timed_passes(hmk_args_t *a, hmk_result_t *r, const double *x, double *y, size_t nblk, const double *c,
+                         int d, double *first_total, double *total_spread) {
+  *first_total = 0.0;
+  *total_spread = 0.0;
+  for (int rep = 0; hmk_more(a, r); rep++) {
+    double s = hmk_now();
+    if (y) {
+      horner_rw(x, y, nblk, c, d);
+    } else {
+      double tot = horner_ro(x, nblk, c, d);
+      if (rep == 0) *first_total = tot;
+      *total_spread = fmax(*total_spread, fabs(tot - *first_total));
+    }
+    r->times[r->n++] = hmk_now() - s;
+  }
+}
+
+/* 64 sampled elements against a long double evaluation of the original
+ * data: checks the double evaluation itself. Largest error. */
+static double sampled_error(const double *x, const double *y, size_t n, const double *c, int d) {
+  double worst = 0.0;
+  for (int s = 0; s < 64; s++) {
+    size_t i = (size_t)(hmk_mix((uint64_t)s) % n);
+    double got = y ? y[i] : horner1(x[i], c, d);
+    double ref = (double)power_sum_ld((long double)x_init(i), d);
+    double e = fabs(got - ref);
+    if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+  }
+  return worst;
+}
+
+/* The checks: sampled elements, then the whole array against the direct
+ * power sum (rw: every y[i]; ro: the total and the passes' agreement). */
+static void verify(hmk_result_t *r, const double *x, const double *y, size_t n, const double *c, int d,
+                   double first_total, double total_spread) {
+  double v0 = hmk_now();
+  double elem_tol = (4.0 * d + 16.0) * DBL_EPSILON;
+  double sample_err = sampled_error(x, y, n, c, d), maxerr = 0.0;
+  double ref_total = direct_pass(x, y, n / PB, c, d, &maxerr);
+  r->verify_s = hmk_now() - v0;
+  if (!(sample_err <= elem_tol))
+    hmk_fail(HMK_EXIT_VERIFY, "verification failed: sampled element off by %g (limit %g)", sample_err, elem_tol);
+  double rel_total = 0.0;
+  if (y) {
+    if (!(maxerr <= elem_tol))
+      hmk_fail(HMK_EXIT_VERIFY, "verification failed: y[i] off by up to %g (limit %g)", maxerr, elem_tol);
+  } else {
+    double tol = 1e-11 + elem_tol;
+    rel_total = fabs(first_total - ref_total) / fabs(ref_total);
+    if (!(rel_total <= tol))
+      hmk_fail(HMK_EXIT_VERIFY, "verification failed: sum %.17g, reference %.17g (relative %g, limit %g)",
+               first_total, ref_total, rel_total, tol);
+    if (!(total_spread <= 1e-11 * fabs(ref_total)))
+      hmk_fail(HMK_EXIT_VERIFY, "verification failed: repetitions disagree by %g", total_spread);
+  }
+  if (!y) hmk_extra_num(r, "sum", first_total);
+  hmk_extra_num(r, "max_abs_err", y ? fmax(maxerr, sample_err) : sample_err);
+  if (!y) hmk_extra_num(r, "sum_rel_err", rel_total);
+}
+
 int main(int argc, char **argv) {
   uint64_t degree = 16;
   hmk_args_t a = {.kernel = "poly",
@@ -175,67 +237,22 @@ int main(int argc, char **argv) {
     }
   r.init_s = hmk_now() - t0;
 
-  double first_total = 0.0, total_spread = 0.0;
-  for (int rep = 0; hmk_more(&a, &r); rep++) {
-    double s = hmk_now();
-    if (rw) {
-      horner_rw(x, y, nblk, c, d);
-    } else {
-      double tot = horner_ro(x, nblk, c, d);
-      if (rep == 0) first_total = tot;
-      total_spread = fmax(total_spread, fabs(tot - first_total));
-    }
-    r.times[r.n++] = hmk_now() - s;
-  }
+  double first_total, total_spread;
+  timed_passes(&a, &r, x, y, nblk, c, d, &first_total, &total_spread);
   r.flops = 2.0 * (double)d * (double)n;
   r.bytes_moved = (rw ? 16.0 : 8.0) * (double)n;
-
   if (a.inject_error) {
     if (rw)
       y[n / 2] += 1.0;
     else
       x[n / 2] = x[n / 2] < 0 ? 0.99 : -0.99; /* the reference now sees other data */
   }
-  double v0 = hmk_now();
-  const double eps = DBL_EPSILON;
-  double elem_tol = (4.0 * d + 16.0) * eps;
-  /* 1. sample against long double (checks the double evaluation itself) */
-  double sample_err = 0.0;
-  for (int s = 0; s < 64; s++) {
-    size_t i = (size_t)(hmk_mix((uint64_t)s) % n);
-    double got = rw ? y[i] : horner1(x[i], c, d);
-    double ref = (double)power_sum_ld((long double)x_init(i), d);
-    double e = fabs(got - ref);
-    if (!(e <= sample_err)) sample_err = isnan(e) ? INFINITY : e;
-  }
-  /* 2. the full array against the direct power sum */
-  double maxerr = 0.0;
-  double ref_total = direct_pass(x, y, nblk, c, d, &maxerr);
-  r.verify_s = hmk_now() - v0;
-  if (!(sample_err <= elem_tol))
-    hmk_fail(HMK_EXIT_VERIFY, "verification failed: sampled element off by %g (limit %g)", sample_err, elem_tol);
-  double rel_total = 0.0;
-  if (rw) {
-    if (!(maxerr <= elem_tol))
-      hmk_fail(HMK_EXIT_VERIFY, "verification failed: y[i] off by up to %g (limit %g)", maxerr, elem_tol);
-  } else {
-    double tol = 1e-11 + elem_tol;
-    rel_total = fabs(first_total - ref_total) / fabs(ref_total);
-    if (!(rel_total <= tol))
-      hmk_fail(HMK_EXIT_VERIFY, "verification failed: sum %.17g, reference %.17g (relative %g, limit %g)",
-               first_total, ref_total, rel_total, tol);
-    if (!(total_spread <= 1e-11 * fabs(ref_total)))
-      hmk_fail(HMK_EXIT_VERIFY, "verification failed: repetitions disagree by %g", total_spread);
-  }
-
   hmk_extra_u64(&r, "degree", (uint64_t)d);
   hmk_extra_u64(&r, "elements", n);
   hmk_extra_u64(&r, "streams", rw ? 2 : 1);
   hmk_extra_num(&r, "ai_eq1", 2.0 * d / (double)sizeof(double));
   hmk_extra_num(&r, "ai_moved", r.flops / r.bytes_moved);
-  if (!rw) hmk_extra_num(&r, "sum", first_total);
-  hmk_extra_num(&r, "max_abs_err", rw ? fmax(maxerr, sample_err) : sample_err);
-  if (!rw) hmk_extra_num(&r, "sum_rel_err", rel_total);
+  verify(&r, x, y, n, c, d, first_total, total_spread);
   hmk_emit(&a, &r);
   free(x);
   free(y);

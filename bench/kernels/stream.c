@@ -48,6 +48,62 @@ static double max_rel_err(const double *x, size_t n, double expect) {
   return worst;
 }
 
+static const double words[4] = {2, 2, 3, 3}; /* words moved per element, as STREAM counts */
+static const char *const names[4] = {"copy", "scale", "add", "triad"};
+
+/* The operations first..last in each repetition; each one's best time. */
+static void timed_ops(hmk_args_t *a, hmk_result_t *r, double *A, double *B, double *C, size_t n, int first, int last,
+                      double op_best[4]) {
+  for (int rep = 0; hmk_more(a, r); rep++) {
+    double total = 0.0;
+    for (int k = first; k <= last; k++) {
+      double s = hmk_now();
+      switch (k) {
+      case 0: op_copy(C, A, n); break;
+      case 1: op_scale(B, C, n); break;
+      case 2: op_add(C, A, B, n); break;
+      default: op_triad(A, B, C, n); break;
+      }
+      double dt = hmk_now() - s;
+      total += dt;
+      if (dt < op_best[k]) op_best[k] = dt;
+    }
+    r->times[r->n++] = total;
+  }
+}
+
+/* Expected values of a, b and c: the same recurrence run on scalars. */
+static void expected(int reps, int first, int last, double e[3]) {
+  double ea = 1.0, eb = 2.0, ec = 0.0;
+  for (int rep = 0; rep < reps; rep++)
+    for (int k = first; k <= last; k++) switch (k) {
+      case 0: ec = ea; break;
+      case 1: eb = SCALAR * ec; break;
+      case 2: ec = ea + eb; break;
+      default: ea = eb + SCALAR * ec; break;
+      }
+  e[0] = ea;
+  e[1] = eb;
+  e[2] = ec;
+}
+
+/* Each operation's best time and rate as a JSON object. */
+static void ops_json(char *ops, size_t cap, size_t n, int first, int last, const double op_best[4]) {
+  size_t len = 0;
+  ops[len++] = '{';
+  for (int k = first; k <= last; k++) {
+    double bytes = words[k] * 8.0 * (double)n;
+    len += (size_t)snprintf(ops + len, cap - len, "%s\"%s\":{\"time_best_s\":%.9g,\"gbs\":%.9g}",
+                            k == first ? "" : ",", names[k], op_best[k], bytes / op_best[k] / 1e9);
+  }
+  snprintf(ops + len, cap - len, "}");
+}
+
+/* Which operation --op names (0..3); all runs 0..3. */
+static int op_index(const char *op) {
+  return !strcmp(op, "copy") ? 0 : !strcmp(op, "scale") ? 1 : !strcmp(op, "add") ? 2 : 3;
+}
+
 int main(int argc, char **argv) {
   const char *op = "all";
   hmk_args_t a = {.kernel = "stream",
@@ -82,64 +138,30 @@ int main(int argc, char **argv) {
   r.init_s = hmk_now() - t0;
 
   double op_best[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
-  double words[4] = {2, 2, 3, 3};
-  const char *names[4] = {"copy", "scale", "add", "triad"};
-  int first = all ? 0 : (!strcmp(op, "copy") ? 0 : !strcmp(op, "scale") ? 1 : !strcmp(op, "add") ? 2 : 3);
-  int last = all ? 3 : first;
-  for (int rep = 0; hmk_more(&a, &r); rep++) {
-    double total = 0.0;
-    for (int k = first; k <= last; k++) {
-      double s = hmk_now();
-      switch (k) {
-      case 0: op_copy(C, A, n); break;
-      case 1: op_scale(B, C, n); break;
-      case 2: op_add(C, A, B, n); break;
-      default: op_triad(A, B, C, n); break;
-      }
-      double dt = hmk_now() - s;
-      total += dt;
-      if (dt < op_best[k]) op_best[k] = dt;
-    }
-    r.times[r.n++] = total;
-  }
-  r.bytes_moved = 0;
+  int first = all ? 0 : op_index(op), last = all ? 3 : first;
+  timed_ops(&a, &r, A, B, C, n, first, last, op_best);
   const double flops_per_elem[4] = {0, 1, 1, 2};
+  r.bytes_moved = 0;
   for (int k = first; k <= last; k++) {
     r.bytes_moved += words[k] * 8.0 * (double)n;
     r.flops += flops_per_elem[k] * (double)n;
   }
-
-  /* Expected values by running the same recurrence on scalars. */
-  double ea = 1.0, eb = 2.0, ec = 0.0;
-  for (int rep = 0; rep < a.reps; rep++)
-    for (int k = first; k <= last; k++) switch (k) {
-      case 0: ec = ea; break;
-      case 1: eb = SCALAR * ec; break;
-      case 2: ec = ea + eb; break;
-      default: ea = eb + SCALAR * ec; break;
-      }
+  double e[3];
+  expected(a.reps, first, last, e);
   if (a.inject_error) {
     double *target = (first == 0 || first == 2) ? C : first == 1 ? B : A;
     /* Relative, so it shows however large many repetitions made the values. */
     target[n / 2] += 1.0 + 1e-9 * fabs(target[n / 2]);
   }
   double v0 = hmk_now();
-  double ea_err = max_rel_err(A, n, ea), eb_err = max_rel_err(B, n, eb), ec_err = max_rel_err(C, n, ec);
+  double ea_err = max_rel_err(A, n, e[0]), eb_err = max_rel_err(B, n, e[1]), ec_err = max_rel_err(C, n, e[2]);
   r.verify_s = hmk_now() - v0;
   const double eps = 1e-13;
   if (!(ea_err <= eps && eb_err <= eps && ec_err <= eps))
     hmk_fail(HMK_EXIT_VERIFY, "verification failed: max relative error a=%g b=%g c=%g (limit %g)", ea_err,
              eb_err, ec_err, eps);
-
   char ops[512];
-  size_t len = 0;
-  ops[len++] = '{';
-  for (int k = first; k <= last; k++) {
-    double bytes = words[k] * 8.0 * (double)n;
-    len += (size_t)snprintf(ops + len, sizeof ops - len, "%s\"%s\":{\"time_best_s\":%.9g,\"gbs\":%.9g}",
-                            k == first ? "" : ",", names[k], op_best[k], bytes / op_best[k] / 1e9);
-  }
-  snprintf(ops + len, sizeof ops - len, "}");
+  ops_json(ops, sizeof ops, n, first, last, op_best);
   hmk_extra_u64(&r, "elements", n);
   hmk_extra_num(&r, "scalar", SCALAR);
   hmk_extra_raw(&r, "ops", ops);
