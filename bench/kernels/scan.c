@@ -46,6 +46,62 @@ static uint64_t scan_cols(const uint64_t *restrict x, size_t m, size_t cols) {
   return sum;
 }
 
+/* One scan's data and shape; touched: the words the variant reads (the
+ * matrix variants leave a tail of fewer than m words alone). */
+typedef struct {
+  uint64_t *x;
+  size_t n, m, cols, strip_rows, touched;
+  int strips, rmw, colsum;
+} scan_t;
+
+/* The timed scans. Read scans check each repetition's sum against
+ * t(t-1)/2 modulo 2^64 over the t words summed (as the wrapping sum
+ * computes it) and fail, after the timings, on the first that differs. */
+static void timed_scans(hmk_args_t *a, hmk_result_t *r, const scan_t *sc) {
+  uint64_t nn = (uint64_t)sc->touched;
+  uint64_t expect = (nn % 2 == 0) ? (nn / 2) * (nn - 1) : nn * ((nn - 1) / 2);
+  int bad_rep = -1;
+  uint64_t bad_sum = 0;
+  for (int rep = 0; hmk_more(a, r); rep++) {
+    if (!sc->rmw && a->inject_error && rep == a->reps - 1) sc->x[sc->n / 2] += 1; /* a word changes under us */
+    double s = hmk_now();
+    if (sc->strips) {
+      scan_strips(sc->x, sc->m, sc->cols, sc->strip_rows);
+    } else if (sc->rmw) {
+      hmk_scan_rmw(sc->x, sc->n);
+    } else {
+      uint64_t sum = sc->colsum ? scan_cols(sc->x, sc->m, sc->cols) : hmk_scan_read(sc->x, sc->n);
+      if (sum != expect && bad_rep < 0) {
+        bad_rep = rep;
+        bad_sum = sum;
+      }
+    }
+    r->times[r->n++] = hmk_now() - s;
+  }
+  if (bad_rep >= 0)
+    hmk_fail(HMK_EXIT_VERIFY, "verification failed: repetition %d summed to %llu, expected %llu", bad_rep,
+             (unsigned long long)bad_sum, (unsigned long long)expect);
+}
+
+/* Read-modify-write scans: every touched word is its index plus what the
+ * repetitions added, every other word its index. */
+static void check_rmw(const hmk_args_t *a, const scan_t *sc) {
+  if (a->inject_error) sc->x[sc->n / 2] ^= 1;
+  uint64_t add = (uint64_t)a->reps * HMK_SCAN_INC;
+  size_t wrong = 0, first_wrong = sc->n;
+  const uint64_t *x = sc->x;
+  size_t n = sc->n, touched = sc->touched;
+#pragma omp parallel for schedule(static) reduction(+ : wrong) reduction(min : first_wrong)
+  for (size_t i = 0; i < n; i++)
+    if (x[i] != (uint64_t)i + (i < touched ? add : 0)) {
+      wrong++;
+      if (i < first_wrong) first_wrong = i;
+    }
+  if (wrong)
+    hmk_fail(HMK_EXIT_VERIFY, "verification failed: %zu words wrong after the scans (first at index %zu)", wrong,
+             first_wrong);
+}
+
 int main(int argc, char **argv) {
   hmk_args_t a = {.kernel = "scan",
                   .summary = "Sequential read scan (sum) or read-modify-write scan (x[i] += 3) over 64-bit words, "
@@ -79,50 +135,14 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < n; i++) x[i] = i;
   r.init_s = hmk_now() - t0;
 
-  /* t(t-1)/2 modulo 2^64 over the t words summed, as the wrapping sum computes it */
-  uint64_t nn = (uint64_t)touched;
-  uint64_t expect = (nn % 2 == 0) ? (nn / 2) * (nn - 1) : nn * ((nn - 1) / 2);
-  int bad_rep = -1;
-  uint64_t bad_sum = 0;
-  for (int rep = 0; hmk_more(&a, &r); rep++) {
-    if (!rmw && a.inject_error && rep == a.reps - 1) x[n / 2] += 1; /* a word changes under us */
-    double s = hmk_now();
-    if (strips) {
-      scan_strips(x, m, cols, (size_t)strip_rows);
-    } else if (rmw) {
-      hmk_scan_rmw(x, n);
-    } else {
-      uint64_t sum = colsum ? scan_cols(x, m, cols) : hmk_scan_read(x, n);
-      if (sum != expect && bad_rep < 0) {
-        bad_rep = rep;
-        bad_sum = sum;
-      }
-    }
-    r.times[r.n++] = hmk_now() - s;
-  }
+  scan_t sc = {.x = x, .n = n, .m = m, .cols = cols, .strip_rows = (size_t)strip_rows, .strips = strips,
+               .rmw = rmw, .colsum = colsum, .touched = touched};
+  timed_scans(&a, &r, &sc);
   r.bytes_moved = (rmw ? 16.0 : 8.0) * (double)touched;
   r.flops = (double)touched;
-
   double v0 = hmk_now();
-  size_t wrong = 0, first_wrong = 0;
-  if (rmw) {
-    if (a.inject_error) x[n / 2] ^= 1;
-    uint64_t add = (uint64_t)a.reps * HMK_SCAN_INC;
-    first_wrong = n;
-#pragma omp parallel for schedule(static) reduction(+ : wrong) reduction(min : first_wrong)
-    for (size_t i = 0; i < n; i++)
-      if (x[i] != (uint64_t)i + (i < touched ? add : 0)) {
-        wrong++;
-        if (i < first_wrong) first_wrong = i;
-      }
-  }
+  if (rmw) check_rmw(&a, &sc);
   r.verify_s = hmk_now() - v0;
-  if (bad_rep >= 0)
-    hmk_fail(HMK_EXIT_VERIFY, "verification failed: repetition %d summed to %llu, expected %llu", bad_rep,
-             (unsigned long long)bad_sum, (unsigned long long)expect);
-  if (wrong)
-    hmk_fail(HMK_EXIT_VERIFY, "verification failed: %zu words wrong after the scans (first at index %zu)", wrong,
-             first_wrong);
   hmk_extra_u64(&r, "elements", n);
   hmk_extra_u64(&r, "streams", rmw ? 2 : 1);
   if (strips || colsum) {
