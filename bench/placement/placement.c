@@ -350,85 +350,122 @@ static void small_free(void **b, size_t bytes) {
   free(b);
 }
 
-int main(int argc, char **argv) {
-  const char *variant = "sparse";
-  size_t footprint = (size_t)256 << 20;
-  int iters = 4, hot_passes = 8, threads = 2, exit3 = 0, policies = 0, huge = 0, ab_slices = 0;
-  int scratch = 0;
-  size_t small = 0;
-  const char *maps_to = NULL;
-  size_t stride_pages = 2048;
-  uint64_t pairs = 10000000;
+/* Command-line settings; defaults as set in main. */
+typedef struct {
+  const char *variant, *maps_to;
+  size_t footprint, small, stride_pages;
+  uint64_t pairs;
+  int iters, hot_passes, threads, exit3, policies, huge, ab_slices, scratch;
+} popts_t;
+
+/* A whole number in [lo, hi] (decimal, or hex with 0x), or a one-line
+ * error: garbage read as 0 would quietly test nothing. */
+static int num_arg(const char *flag, const char *what, const char *text, unsigned long long lo,
+                   unsigned long long hi, unsigned long long *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 0);
+  if (errno || *end || text[0] == '-' || end == text || v < lo || v > hi) {
+    fprintf(stderr, "hm-placement: %s takes %s (%llu..%llu), not '%s'\n", flag, what, lo, hi, text);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: hm-placement [--variant sweep|sparse|even|mixed|alloc] [--footprint BYTES] "
+                  "[--iters N] [--hot-passes N] [--stride PAGES] [--pairs N] [--threads N] "
+                  "[--ab SLICES] [--exit3] [--numa-policies] [--numa-maps FILE] [--huge-pages] "
+                  "[--scratch-b] [--small BYTES]\n");
+  return 2;
+}
+
+/* An option with a numeric value: its bounds and where it goes (int or
+ * size_t/uint64_t field). */
+typedef struct {
+  const char *flag, *what;
+  unsigned long long lo, hi;
+  int *as_int;
+  size_t *as_size;
+  uint64_t *as_u64;
+} pnum_t;
+
+/* Fills o from argv; 0, or 2 after a one-line message. */
+static int parse_args(int argc, char **argv, popts_t *o) {
+  const pnum_t nums[] = {
+      {"--footprint", "a byte count", 4096, (size_t)1 << 44, NULL, &o->footprint, NULL},
+      {"--iters", "a number of iterations", 1, 1000000, &o->iters, NULL, NULL},
+      {"--hot-passes", "a number of passes", 0, 1000000, &o->hot_passes, NULL, NULL},
+      {"--stride", "a number of pages", 1, (size_t)1 << 32, NULL, &o->stride_pages, NULL},
+      {"--pairs", "a number of pairs", 1, UINT64_MAX, NULL, NULL, &o->pairs},
+      {"--threads", "a number of threads", 1, 1024, &o->threads, NULL, NULL},
+      {"--ab", "a number of slices", 1, 1000000, &o->ab_slices, NULL, NULL},
+      {"--small", "a byte count", 0, (size_t)1 << 40, NULL, &o->small, NULL},
+  };
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--variant") && v) variant = argv[++i];
-    else if (!strcmp(a, "--footprint") && v) footprint = (size_t)strtoull(argv[++i], NULL, 0);
-    else if (!strcmp(a, "--iters") && v) iters = atoi(argv[++i]);
-    else if (!strcmp(a, "--hot-passes") && v) hot_passes = atoi(argv[++i]);
-    else if (!strcmp(a, "--stride") && v) stride_pages = (size_t)strtoull(argv[++i], NULL, 0);
-    else if (!strcmp(a, "--pairs") && v) pairs = strtoull(argv[++i], NULL, 0);
-    else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
-    else if (!strcmp(a, "--ab") && v) {
-      char *end;
-      long n = strtol(argv[++i], &end, 10);
-      if (*end || n < 1 || n > 1000000) {
-        fprintf(stderr, "hm-placement: --ab takes a number of slices (1..1000000), not '%s'\n",
-                argv[i]);
-        return 2;
-      }
-      ab_slices = (int)n;
-    }
-    else if (!strcmp(a, "--exit3")) exit3 = 1;
-    else if (!strcmp(a, "--numa-policies")) policies = 1;
-    else if (!strcmp(a, "--numa-maps") && v) maps_to = argv[++i];
-    else if (!strcmp(a, "--huge-pages")) huge = 1;
-    else if (!strcmp(a, "--scratch-b")) scratch = 1;
-    else if (!strcmp(a, "--small") && v) {
-      char *end;
-      errno = 0;
-      unsigned long long b = strtoull(argv[++i], &end, 0);
-      /* a size in bytes; garbage read as 0 would quietly test nothing */
-      if (errno || *end || argv[i][0] == '-' || end == argv[i] || b > ((size_t)1 << 40)) {
-        fprintf(stderr, "hm-placement: --small takes a byte count (0..1099511627776), not '%s'\n",
-                argv[i]);
-        return 2;
-      }
-      small = (size_t)b;
-    }
-    else {
-      fprintf(stderr,
-              "usage: hm-placement [--variant sweep|sparse|even|mixed|alloc] [--footprint BYTES] "
-              "[--iters N] [--hot-passes N] [--stride PAGES] [--pairs N] [--threads N] "
-              "[--ab SLICES] [--exit3] [--numa-policies] [--numa-maps FILE] [--huge-pages] "
-              "[--scratch-b] [--small BYTES]\n");
-      return 2;
-    }
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    const pnum_t *num = NULL;
+    for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)
+      if (!strcmp(a, nums[k].flag)) num = &nums[k];
+    unsigned long long x;
+    if (num && v) {
+      if (num_arg(a, num->what, argv[++i], num->lo, num->hi, &x)) return 2;
+      if (num->as_int) *num->as_int = (int)x;
+      if (num->as_size) *num->as_size = (size_t)x;
+      if (num->as_u64) *num->as_u64 = (uint64_t)x;
+    } else if (!strcmp(a, "--variant") && v) o->variant = argv[++i];
+    else if (!strcmp(a, "--numa-maps") && v) o->maps_to = argv[++i];
+    else if (!strcmp(a, "--exit3")) o->exit3 = 1;
+    else if (!strcmp(a, "--numa-policies")) o->policies = 1;
+    else if (!strcmp(a, "--huge-pages")) o->huge = 1;
+    else if (!strcmp(a, "--scratch-b")) o->scratch = 1;
+    else return usage();
   }
-  if (!strcmp(variant, "alloc")) {
-    int rc = run_alloc(pairs, threads, ab_slices);
-    return rc ? rc : exit3 ? 3 : 0;
+  return 0;
+}
+
+/* The hot and cold arrays of sweep and sparse, as the tail of the JSON
+ * line: NUMA policies and pages per node (--numa-policies), huge-page KiB
+ * (--huge-pages). */
+static void print_arrays(const popts_t *o, double *const arrays[5], size_t nh, size_t nc) {
+  static const char *const names[5] = {"hot_a", "hot_b", "cold_x", "cold_y", "cold_z"};
+  size_t len[5] = {nh, nh, nc, nc, nc};
+  if (o->policies) {
+    char pol[5][64] = {{0}};
+    for (int k = 0; k < 5; k++)
+      if (arrays[k]) numa_policy(arrays[k], pol[k], sizeof pol[k]); /* hot_b: NULL, --scratch-b */
+    printf(",\"numa_policies\":{");
+    for (int k = 0; k < 5; k++) printf("%s\"%s\":\"%s\"", k ? "," : "", names[k], pol[k]);
+    printf("},\"numa_pages\":{");
+    for (int k = 0; k < 5; k++) print_node_pages(names[k], arrays[k], len[k] * sizeof(double), k == 4);
+    printf("}");
   }
-  if (!strcmp(variant, "even") || !strcmp(variant, "mixed"))
-    return run_even(footprint, iters, hot_passes, !strcmp(variant, "mixed"));
-  if (strcmp(variant, "sweep") && strcmp(variant, "sparse")) {
-    fprintf(stderr, "hm-placement: unknown variant '%s'\n", variant);
-    return 2;
+  if (o->huge) {
+    printf(",\"huge_kib\":{");
+    for (int k = 0; k < 5; k++)
+      printf("%s\"%s\":%llu", k ? "," : "", names[k], huge_kib(arrays[k], len[k] * sizeof(double)));
+    printf("}");
   }
-  void **blocks = small_make(small);
-  size_t n = footprint / sizeof(double);
+}
+
+/* sweep and sparse: the hot passes over hot_a and hot_b, then the cold
+ * arrays swept or touched sparsely, --iters times. */
+static int run_hot_cold(const popts_t *o) {
+  void **blocks = small_make(o->small);
+  size_t n = o->footprint / sizeof(double);
   size_t nh = n / 10, nc = (n - 2 * nh) / 3; /* hot 2 x 10%, cold 3 x ~26.7% */
-  double *ha = alloc_hot_a(nh), *hb = scratch ? NULL : alloc_hot_b(nh);
+  double *ha = alloc_hot_a(nh), *hb = o->scratch ? NULL : alloc_hot_b(nh);
   double *cx = alloc_cold_x(nc), *cy = alloc_cold_y(nc), *cz = alloc_cold_z(nc);
-  int sw = !strcmp(variant, "sweep");
-  size_t stride = stride_pages * 4096 / sizeof(double);
+  int sw = !strcmp(o->variant, "sweep");
+  size_t stride = o->stride_pages * 4096 / sizeof(double);
   double check = 0, t0 = now_s(), hot_s = 0;
-  for (int it = 0; it < iters; it++) {
+  for (int it = 0; it < o->iters; it++) {
     double th = now_s();
-    if (scratch) hb = alloc_hot_b(nh); /* one site, made here each time */
-    for (int p = 0; p < hot_passes; p++)
+    if (o->scratch) hb = alloc_hot_b(nh); /* one site, made here each time */
+    for (int p = 0; p < o->hot_passes; p++)
       for (size_t i = 0; i < nh; i++) ha[i] = 0.5 * ha[i] + 0.25 * hb[i] + 1.0;
-    if (scratch) {
+    if (o->scratch) {
       free(hb);
       hb = NULL;
     }
@@ -441,41 +478,39 @@ int main(int argc, char **argv) {
   double t = now_s() - t0;
   check += sweep(ha, nh);
   size_t cold_touched = sw ? 3 * nc * sizeof(double) : 3 * (nc / stride + 1) * 4096;
-  char pol[5][64] = {{0}};
-  const double *arrays[5] = {ha, hb, cx, cy, cz};
-  for (int k = 0; policies && k < 5; k++)
-    if (arrays[k]) numa_policy(arrays[k], pol[k], sizeof pol[k]); /* hot_b: NULL, --scratch-b */
-  if (maps_to) copy_numa_maps(maps_to, arrays);
+  double *arrays[5] = {ha, hb, cx, cy, cz};
+  if (o->maps_to) copy_numa_maps(o->maps_to, (const double *const *)arrays);
   printf("{\"variant\":\"%s\",\"seconds\":%.6f,\"hot_seconds\":%.6f,\"footprint\":%zu,"
          "\"hot_bytes\":%zu,\"cold_bytes\":%zu,\"cold_touched_per_iter\":%zu,\"iters\":%d,"
          "\"checksum\":%.6e",
-         variant, t, hot_s, footprint, 2 * nh * sizeof(double), 3 * nc * sizeof(double),
-         cold_touched, iters, check);
-  if (policies)
-    printf(",\"numa_policies\":{\"hot_a\":\"%s\",\"hot_b\":\"%s\",\"cold_x\":\"%s\","
-           "\"cold_y\":\"%s\",\"cold_z\":\"%s\"}",
-           pol[0], pol[1], pol[2], pol[3], pol[4]);
-  if (policies) {
-    printf(",\"numa_pages\":{");
-    print_node_pages("hot_a", ha, nh * sizeof(double), 0);
-    print_node_pages("hot_b", hb, nh * sizeof(double), 0);
-    print_node_pages("cold_x", cx, nc * sizeof(double), 0);
-    print_node_pages("cold_y", cy, nc * sizeof(double), 0);
-    print_node_pages("cold_z", cz, nc * sizeof(double), 1);
-    printf("}");
-  }
-  if (huge)
-    printf(",\"huge_kib\":{\"hot_a\":%llu,\"hot_b\":%llu,\"cold_x\":%llu,\"cold_y\":%llu,"
-           "\"cold_z\":%llu}",
-           huge_kib(ha, nh * sizeof(double)), huge_kib(hb, nh * sizeof(double)),
-           huge_kib(cx, nc * sizeof(double)), huge_kib(cy, nc * sizeof(double)),
-           huge_kib(cz, nc * sizeof(double)));
+         o->variant, t, hot_s, o->footprint, 2 * nh * sizeof(double), 3 * nc * sizeof(double), cold_touched,
+         o->iters, check);
+  print_arrays(o, arrays, nh, nc);
   printf("}\n");
-  free(ha);
-  free(hb);
-  free(cx);
-  free(cy);
-  free(cz);
-  small_free(blocks, small);
-  return exit3 ? 3 : 0;
+  for (int k = 0; k < 5; k++) free(arrays[k]);
+  small_free(blocks, o->small);
+  return o->exit3 ? 3 : 0;
+}
+
+int main(int argc, char **argv) {
+  popts_t o = {.variant = "sparse",
+               .footprint = (size_t)256 << 20,
+               .iters = 4,
+               .hot_passes = 8,
+               .threads = 2,
+               .stride_pages = 2048,
+               .pairs = 10000000};
+  int rc = parse_args(argc, argv, &o);
+  if (rc) return rc;
+  if (!strcmp(o.variant, "alloc")) {
+    rc = run_alloc(o.pairs, o.threads, o.ab_slices);
+    return rc ? rc : o.exit3 ? 3 : 0;
+  }
+  if (!strcmp(o.variant, "even") || !strcmp(o.variant, "mixed"))
+    return run_even(o.footprint, o.iters, o.hot_passes, !strcmp(o.variant, "mixed"));
+  if (strcmp(o.variant, "sweep") && strcmp(o.variant, "sparse")) {
+    fprintf(stderr, "hm-placement: unknown variant '%s'\n", o.variant);
+    return 2;
+  }
+  return run_hot_cold(&o);
 }

@@ -806,6 +806,26 @@ def test_alloc_slices_refuse_a_bad_count(bad: str) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("flag", "bad", "what"),
+    [
+        ("--iters", "x", "a number of iterations (1..1000000)"),
+        ("--iters", "0", "a number of iterations (1..1000000)"),
+        ("--stride", "0", "a number of pages (1..4294967296)"),
+        ("--footprint", "8k", "a byte count (4096..17592186044416)"),
+        ("--threads", "-2", "a number of threads (1..1024)"),
+        ("--hot-passes", "2.5", "a number of passes (0..1000000)"),
+    ],
+)
+def test_numeric_options_refuse_what_is_out_of_range(flag: str, bad: str, what: str) -> None:
+    """Read with atoi, these once ran as 0 (no iterations, or a division by
+    a zero stride) instead of refusing."""
+    proc = subprocess.run([str(WORKLOAD), flag, bad], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.strip() == f"hm-placement: {flag} takes {what}, not '{bad}'"
+
+
 def test_advise_with_one_tier_puts_every_site_there(tmp_path: Path) -> None:
     """--no-storage on a machine with one memory node leaves one tier: no
     choice to make, and the integer program was never to be built (it
