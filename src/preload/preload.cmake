@@ -8,6 +8,7 @@ add_library(hetmem_preload SHARED
   $<TARGET_OBJECTS:hetmem_core>
   ${HM_PRELOAD_DIR}/init.c
   ${HM_PRELOAD_DIR}/hooks.c
+  ${HM_PRELOAD_DIR}/dio.c
   ${HM_PRELOAD_DIR}/route.c
   ${HM_PRELOAD_DIR}/heap.c
   ${HM_PRELOAD_DIR}/fork.c
@@ -77,6 +78,9 @@ if(HETMEM_BUILD_TESTS)
   add_executable(hm_segv_target ${PROJECT_SOURCE_DIR}/tests/c/segv_target.c)
   target_compile_options(hm_segv_target PRIVATE ${HM_WARNINGS})
   target_compile_definitions(hm_segv_target PRIVATE _GNU_SOURCE)
+  add_executable(hm_dio_target ${PROJECT_SOURCE_DIR}/tests/c/dio_target.c)
+  target_compile_options(hm_dio_target PRIVATE ${HM_WARNINGS})
+  target_compile_definitions(hm_dio_target PRIVATE _GNU_SOURCE)
   add_executable(hm_full_target ${PROJECT_SOURCE_DIR}/tests/c/full_target.c)
   target_compile_options(hm_full_target PRIVATE ${HM_WARNINGS})
   add_executable(hm_preload_bench ${PROJECT_SOURCE_DIR}/tests/c/preload_bench.c)

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "hetmem.h"
 #include "internal.h"
@@ -49,7 +50,23 @@
   X(int, pthread_create,                                                                 \
     (pthread_t * thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg))  \
   X(int, sigaction, (int sig, const struct sigaction *act, struct sigaction *old))         \
-  X(__sighandler_t, signal, (int sig, __sighandler_t handler))
+  X(__sighandler_t, signal, (int sig, __sighandler_t handler))                           \
+  HM_PL_READ_HOOKS(X)
+
+/* The read family (dio.c): direct reads into the pager's memory go through
+ * a bounce buffer. */
+#define HM_PL_READ_HOOKS(X)                                                              \
+  X(ssize_t, read, (int fd, void *buf, size_t count))                                    \
+  X(ssize_t, pread, (int fd, void *buf, size_t count, off_t offset))                     \
+  X(ssize_t, pread64, (int fd, void *buf, size_t count, off_t offset))                   \
+  X(ssize_t, __read_chk, (int fd, void *buf, size_t nbytes, size_t buflen))              \
+  X(ssize_t, __pread_chk, (int fd, void *buf, size_t nbytes, off_t offset, size_t buflen)) \
+  X(ssize_t, __pread64_chk, (int fd, void *buf, size_t nbytes, off_t offset, size_t buflen)) \
+  X(ssize_t, readv, (int fd, const struct iovec *iov, int iovcnt))                       \
+  X(ssize_t, preadv, (int fd, const struct iovec *iov, int iovcnt, off_t offset))        \
+  X(ssize_t, preadv64, (int fd, const struct iovec *iov, int iovcnt, off_t offset))      \
+  X(ssize_t, preadv2, (int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags)) \
+  X(ssize_t, preadv64v2, (int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags))
 
 /* Backends that can own a large block. Index 0 is glibc (never in the
  * table). Placement adds tiers here (a NUMA node bound with mbind, ...). */
@@ -450,6 +467,8 @@ typedef struct _hm_pl_ctx_s {
   int have_key;
   size_t (*libc_usable)(void *);
   int (*real_pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+  void *_Atomic dio_real[5]; /* dio.c: glibc's read family, found on first use */
+  _Atomic uint64_t dio_reads, dio_bytes; /* dio.c: direct reads bounced, their bytes */
   _hm_pl_table_t table;      /* live large blocks */
   /* backends */
   _Atomic int state;         /* HM_PL_NONE .. HM_PL_FORKED */

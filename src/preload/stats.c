@@ -97,6 +97,7 @@ static void hm__stats_json(_hm_sb_t *sb) {
                 "\"mmap_allocations\":%llu,\"fallbacks\":%llu,\"realloc_moves\":%llu,"
                 "\"small_allocations\":%llu,\"fork_copies\":%llu,\"fork_copied_bytes\":%llu,"
                 "\"fork_copy_largest_bytes\":%llu,\"forks_without_copy\":%llu,"
+                "\"direct_reads_bounced\":%llu,\"direct_bytes_bounced\":%llu,"
                 "\"table_capacity\":%zu,\"hooks\":[",
                 _hm_pl_thr(), (unsigned long long)_hm_pl_ctx.budget,
                 (unsigned long long)atomic_load(&_hm_pl_ctx.large_allocs),
@@ -110,7 +111,9 @@ static void hm__stats_json(_hm_sb_t *sb) {
                 (unsigned long long)_hm_pl_ctx.fork_copies,
                 (unsigned long long)_hm_pl_ctx.fork_copied_bytes,
                 (unsigned long long)_hm_pl_ctx.fork_largest,
-                (unsigned long long)_hm_pl_ctx.forks_uncopied, _hm_pl_table_capacity());
+                (unsigned long long)_hm_pl_ctx.forks_uncopied,
+                (unsigned long long)atomic_load(&_hm_pl_ctx.dio_reads),
+                (unsigned long long)atomic_load(&_hm_pl_ctx.dio_bytes), _hm_pl_table_capacity());
   const char *sep = "";
 #define HM__NAME(ret, name, params) _hm_sb_printf(sb, "%s\"" #name "\"", sep), sep = ",";
   HM_PL_HOOKS(HM__NAME)

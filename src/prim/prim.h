@@ -236,6 +236,12 @@ int _hm_prim_sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
                       void **out);
 int _hm_prim_sys_munmap(void *addr, size_t len);
 int _hm_prim_sys_madvise(void *addr, size_t len, int advice);
+/* preadv2(2) of one buffer at off (-1: at the file position, which it
+ * advances), with RWF_* flags: never seen by the interposer's read hooks,
+ * and not a cancellation point. The count or -errno. */
+ssize_t _hm_prim_sys_pread(int fd, void *buf, size_t len, off_t off, int rwf);
+/* fcntl(fd, F_GETFL): the file status flags or -errno. */
+int _hm_prim_sys_fd_flags(int fd);
 /* Which pages of [addr, addr + len) are resident: one byte per page. */
 int _hm_prim_sys_mincore(void *addr, size_t len, unsigned char *vec);
 int _hm_prim_sys_mprotect(void *addr, size_t len, int prot);

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +30,19 @@ int _hm_prim_sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
   if (r == -1) return -errno;
   *out = (void *)r;
   return 0;
+}
+
+ssize_t _hm_prim_sys_pread(int fd, void *buf, size_t len, off_t off, int rwf) {
+  struct iovec iov = {buf, len};
+  /* the kernel takes the offset as two longs (low, high); on LP64 the low
+   * one holds it all, and -1 there means the file position */
+  long r = syscall(SYS_preadv2, fd, &iov, 1, (long)off, 0L, rwf);
+  return r < 0 ? -errno : (ssize_t)r;
+}
+
+int _hm_prim_sys_fd_flags(int fd) {
+  long r = syscall(SYS_fcntl, fd, F_GETFL);
+  return r < 0 ? -errno : (int)r;
 }
 
 int _hm_prim_sys_munmap(void *addr, size_t len) {

@@ -396,10 +396,16 @@ def test_swap_mode_interrupted_cleans_up(storage: Path) -> None:
 # the interposer
 # ---------------------------------------------------------------------------
 def _hooks_in_header() -> list[str]:
+    """HM_PL_HOOKS's entries, with those of the lists it includes."""
     text = (REPO / "src" / "preload" / "preload.h").read_text()
-    block = text[text.index("#define HM_PL_HOOKS(X)") :]
-    block = block[: block.index("\n\n")]
-    return re.findall(r"X\([^,]+,\s*(\w+),", block)
+
+    def entries(macro: str) -> list[str]:
+        block = text[text.index(f"#define {macro}(X)") :]
+        block = block[: block.index("\n\n")]
+        inner = re.findall(r"^\s*(HM_PL_\w+)\(X\)", block, re.M)
+        return re.findall(r"X\([^,]+,\s*(\w+),", block) + [h for m in inner for h in entries(m)]
+
+    return entries("HM_PL_HOOKS")
 
 
 def test_preload_exports_exactly_the_hooks() -> None:
