@@ -46,7 +46,8 @@ void __chk_fail(void) __attribute__((noreturn)); /* glibc's, for the _chk hooks 
 
 typedef void (*hm__fn_t)(void); /* any function; cast back to its type to call */
 
-/* glibc's functions, found on first use (before start-up too). */
+/* glibc's functions: found at start-up (_hm_pl_dio_resolve), or on first
+ * use by a read that comes before it. */
 enum { HM__READ, HM__PREAD, HM__READV, HM__PREADV, HM__PREADV2, HM__NREAL };
 static const char *const hm__names[HM__NREAL] = {"read", "pread64", "readv", "preadv64", "preadv2"};
 
@@ -61,6 +62,10 @@ static hm__fn_t hm__real(int i) {
   hm__fn_t fn;
   memcpy(&fn, &f, sizeof fn); /* object -> function pointer, as ISO C allows */
   return fn;
+}
+
+void _hm_pl_dio_resolve(void) {
+  for (int i = 0; i < HM__NREAL; i++) (void)hm__real(i);
 }
 
 /* A buffer that may be the pager's: in a granule with a large block, while

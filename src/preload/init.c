@@ -116,6 +116,7 @@ static int hm__prepare_common(uint64_t thr) {
    * allocation, both after libc and the loader are up. */
   _hm_pl_resolve_libc_usable();
   _hm_pl_resolve_signals();
+  _hm_pl_dio_resolve();
   atomic_store(&_hm_pl_threshold, (size_t)thr);
   return 0;
 }

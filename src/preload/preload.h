@@ -614,6 +614,9 @@ size_t _hm_pl_thp_advise_size(const char *root);
 /* hooks.c: the real functions, looked up once with dlsym. */
 void _hm_pl_resolve_libc_usable(void);
 void _hm_pl_resolve_signals(void);
+/* dio.c: glibc's read family, so that a first read in a signal handler
+ * (read is async-signal-safe) finds them without dlsym. */
+void _hm_pl_dio_resolve(void);
 
 /* heap.c: the small-block heap (see there). The allocation functions
  * return NULL when glibc is to serve the request. */
