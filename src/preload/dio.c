@@ -50,6 +50,7 @@ typedef void (*hm__fn_t)(void); /* any function; cast back to its type to call *
  * use by a read that comes before it. */
 enum { HM__READ, HM__PREAD, HM__READV, HM__PREADV, HM__PREADV2, HM__NREAL };
 static const char *const hm__names[HM__NREAL] = {"read", "pread64", "readv", "preadv64", "preadv2"};
+_Static_assert(HM__NREAL == HM_PL_DIO_NREAL, "the context holds one pointer per name");
 
 static hm__fn_t hm__real(int i) {
   void *f = atomic_load_explicit(&_hm_pl_ctx.dio_real[i], memory_order_acquire);

@@ -54,7 +54,8 @@
   HM_PL_READ_HOOKS(X)
 
 /* The read family (dio.c): direct reads into the pager's memory go through
- * a bounce buffer. */
+ * a bounce buffer. The glibc functions they pass to: HM_PL_DIO_NREAL. */
+#define HM_PL_DIO_NREAL 5
 #define HM_PL_READ_HOOKS(X)                                                              \
   X(ssize_t, read, (int fd, void *buf, size_t count))                                    \
   X(ssize_t, pread, (int fd, void *buf, size_t count, off_t offset))                     \
@@ -467,7 +468,7 @@ typedef struct _hm_pl_ctx_s {
   int have_key;
   size_t (*libc_usable)(void *);
   int (*real_pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
-  void *_Atomic dio_real[5]; /* dio.c: glibc's read family, found on first use */
+  void *_Atomic dio_real[HM_PL_DIO_NREAL]; /* dio.c: glibc's read family */
   _Atomic uint64_t dio_reads, dio_bytes; /* dio.c: direct reads bounced, their bytes */
   _hm_pl_table_t table;      /* live large blocks */
   /* backends */
