@@ -34,89 +34,9 @@ class Command:
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("profiles", nargs="*", metavar="PROFILE", help="profile files")
-        parser.add_argument(
-            "--fast-budget",
-            metavar="SIZE",
-            help="fast-tier bytes per node (e.g. 4G, 512MiB); at most this machine's memory "
-            "unless HETMEM_BUDGET_OVER_RAM=1",
-        )
-        parser.add_argument("-o", "--output", metavar="FILE", help="write the placement here")
-        parser.add_argument("--json", action="store_true", help="print JSON")
-        parser.add_argument(
-            "--explain",
-            nargs="?",
-            type=int,
-            const=10,
-            default=0,
-            metavar="N",
-            help="say why each of the N (default 10) most beneficial sites went where it did",
-        )
-        parser.add_argument(
-            "--tiers", metavar="FILE", help="tier characteristics as JSON instead of this machine's"
-        )
-        parser.add_argument(
-            "--storage",
-            metavar="DIR",
-            help="the storage tier is this directory (as `hetmem run --storage DIR` will use), "
-            "with its `hetmem probe --storage DIR` figures where they were measured; default: "
-            "the default storage directory",
-        )
-        parser.add_argument(
-            "--no-storage",
-            action="store_true",
-            help="place on this machine's memory tiers only (flat mode on an HBM or CXL "
-            "machine: cold sites go to the slowest NUMA node, never to the pager)",
-        )
-        parser.add_argument(
-            "--ranks-per-node", type=int, metavar="N", help="ranks sharing a node's budget"
-        )
-        parser.add_argument(
-            "--solver", choices=("auto", "ilp", "greedy"), default="auto", help="default: auto"
-        )
-        parser.add_argument(
-            "--max-ilp-sites",
-            type=int,
-            default=limits.MAX_ILP_SITES,
-            metavar="N",
-            help=f"auto uses the greedy beyond N sites (default {limits.MAX_ILP_SITES})",
-        )
-        parser.add_argument(
-            "--time-limit",
-            type=float,
-            default=limits.DEFAULT_TIME_LIMIT_S,
-            metavar="S",
-            help="HiGHS time limit; the best solution found is used after it",
-        )
-        parser.add_argument(
-            "--no-symbols", action="store_true", help="do not symbolize frames (faster)"
-        )
-        parser.add_argument(
-            "--no-split",
-            action="store_true",
-            help="place whole sites only: by default the fast tier's room that whole sites "
-            "leave goes to the first part of the most beneficial large sites (split placement)",
-        )
-        parser.add_argument(
-            "--for",
-            dest="for_mode",
-            choices=("flat", "hybrid"),
-            default="flat",
-            help="the mode the placement is for (default flat). hybrid counts the pager's "
-            "cache, which gets what tier 0's live blocks leave of the budget: pins and "
-            "heads that would take more of it than they save are left to the pager, and "
-            "all of them when the placement is priced less than 1.11x better than cache "
-            "mode (the model's error)",
-        )
-        parser.add_argument(
-            "--benchmark",
-            nargs="?",
-            type=int,
-            const=limits.MAX_ILP_SITES,
-            metavar="SITES",
-            help="time the exact solver on a synthetic instance (default 10000 sites, 3 tiers) "
-            "against the 2 s target, beside the greedy",
-        )
+        _add_io_arguments(parser)
+        _add_tier_arguments(parser)
+        _add_solver_arguments(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         if args.benchmark is not None:
@@ -307,3 +227,98 @@ def _print_sites(got: pipeline.ProfilesAdvice, explain: int) -> None:
     )
     for s in placement.sites[:explain]:
         output.console().print(f"site {s.id}: {s.reason}", markup=False)
+
+
+def _add_io_arguments(parser: argparse.ArgumentParser) -> None:
+    """The profiles read, the budget, and what is written or printed."""
+    parser.add_argument("profiles", nargs="*", metavar="PROFILE", help="profile files")
+    parser.add_argument(
+        "--fast-budget",
+        metavar="SIZE",
+        help="fast-tier bytes per node (e.g. 4G, 512MiB); at most this machine's memory "
+        "unless HETMEM_BUDGET_OVER_RAM=1",
+    )
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the placement here")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--explain",
+        nargs="?",
+        type=int,
+        const=10,
+        default=0,
+        metavar="N",
+        help="say why each of the N (default 10) most beneficial sites went where it did",
+    )
+
+
+def _add_tier_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which tiers the placement may use, and who shares the budget."""
+    parser.add_argument(
+        "--tiers", metavar="FILE", help="tier characteristics as JSON instead of this machine's"
+    )
+    parser.add_argument(
+        "--storage",
+        metavar="DIR",
+        help="the storage tier is this directory (as `hetmem run --storage DIR` will use), "
+        "with its `hetmem probe --storage DIR` figures where they were measured; default: "
+        "the default storage directory",
+    )
+    parser.add_argument(
+        "--no-storage",
+        action="store_true",
+        help="place on this machine's memory tiers only (flat mode on an HBM or CXL "
+        "machine: cold sites go to the slowest NUMA node, never to the pager)",
+    )
+    parser.add_argument(
+        "--ranks-per-node", type=int, metavar="N", help="ranks sharing a node's budget"
+    )
+
+
+def _add_solver_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the placement is solved and what it is for."""
+    parser.add_argument(
+        "--solver", choices=("auto", "ilp", "greedy"), default="auto", help="default: auto"
+    )
+    parser.add_argument(
+        "--max-ilp-sites",
+        type=int,
+        default=limits.MAX_ILP_SITES,
+        metavar="N",
+        help=f"auto uses the greedy beyond N sites (default {limits.MAX_ILP_SITES})",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=limits.DEFAULT_TIME_LIMIT_S,
+        metavar="S",
+        help="HiGHS time limit; the best solution found is used after it",
+    )
+    parser.add_argument(
+        "--no-symbols", action="store_true", help="do not symbolize frames (faster)"
+    )
+    parser.add_argument(
+        "--no-split",
+        action="store_true",
+        help="place whole sites only: by default the fast tier's room that whole sites "
+        "leave goes to the first part of the most beneficial large sites (split placement)",
+    )
+    parser.add_argument(
+        "--for",
+        dest="for_mode",
+        choices=("flat", "hybrid"),
+        default="flat",
+        help="the mode the placement is for (default flat). hybrid counts the pager's "
+        "cache, which gets what tier 0's live blocks leave of the budget: pins and "
+        "heads that would take more of it than they save are left to the pager, and "
+        "all of them when the placement is priced less than 1.11x better than cache "
+        "mode (the model's error)",
+    )
+    parser.add_argument(
+        "--benchmark",
+        nargs="?",
+        type=int,
+        const=limits.MAX_ILP_SITES,
+        metavar="SITES",
+        help="time the exact solver on a synthetic instance (default 10000 sites, 3 tiers) "
+        "against the 2 s target, beside the greedy",
+    )

@@ -64,74 +64,10 @@ class Command:
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parser))
         sub.required = True
-        p = sub.add_parser("run", help="run a workflow spec once")
-        p.add_argument("spec", help="spec file, or the name of a shipped spec")
-        p.add_argument("--mode", choices=specmod.MODES, help="execution mode (default: the spec's)")
-        p.add_argument(
-            "--channel", type=tier_arg, metavar="TIER", help="channel tier (default: the spec's)"
-        )
-        p.add_argument("--ranks", type=int, help="ranks per component (default: the spec's)")
-        p.add_argument("--launcher", choices=("process", "mpirun"), help="how ranks start")
-        p.add_argument("--json", action="store_true", help="print JSON")
-        p = sub.add_parser("calibrate", help="measure per-tier costs for the model (cached)")
-        p.add_argument(
-            "--tier", type=tier_arg, action="append", help="tier to measure (repeatable)"
-        )
-        p.add_argument("--max-streams", type=int, default=2, help="concurrent streams up to N")
-        p.add_argument("--json", action="store_true", help="print JSON")
-        within = f"{runoff.RUNOFF_WITHIN:.0%}".replace("%", "%%")  # argparse expands %
-        p = sub.add_parser(
-            "advise",
-            help=f"rank every configuration by predicted iteration time; near ties (within"
-            f" {within}) are settled by {runoff.RUNOFF_RUNS} short runs of each",
-        )
-        p.add_argument("spec")
-        p.add_argument("--max-ranks", type=int, default=2, help="concurrency up to N ranks")
-        p.add_argument("--json", action="store_true", help="print JSON")
-        p = sub.add_parser(
-            "sweep",
-            help="run every configuration: predicted against measured, and check the advisor",
-            description=SWEEP_DESCRIPTION,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        p.add_argument(
-            "spec",
-            nargs="*",
-            help="spec files or shipped spec names (default: the reduced set, "
-            + ", ".join(sweep.REDUCED_SPECS)
-            + ")",
-        )
-        p.add_argument(
-            "--full",
-            action="store_true",
-            help="every shipped spec, 3 rounds, advised again when the load moves"
-            " (about 15 minutes on 2 cores)",
-        )
-        p.add_argument("--max-ranks", type=int, default=2, help="concurrency up to N ranks")
-        p.add_argument(
-            "--repeat",
-            type=int,
-            help=f"runs per configuration, interleaved (median; at least {sweep.MIN_REPEAT};"
-            f" default {sweep.REDUCED_REPEAT}, with --full {sweep.FULL_REPEAT})",
-        )
-        p.add_argument(
-            "--decide",
-            type=int,
-            default=sweep.DECIDE,
-            metavar="N",
-            help="more rounds for the best configuration and those whose runs overlap"
-            f" its runs (default {sweep.DECIDE}; 0: none)",
-        )
-        p.add_argument(
-            "--calibrate", action="store_true", help="calibrate first (the machine as it is now)"
-        )
-        p.add_argument("--json", action="store_true", help="print JSON")
-        p.add_argument(
-            "-o",
-            "--output",
-            help="also write the JSON to this file (the advisor's inputs included:"
-            " python -m hetmem.flow.replay judges a model change against it)",
-        )
+        _add_run_parser(sub)
+        _add_calibrate_parser(sub)
+        _add_advise_parser(sub)
+        _add_sweep_parser(sub)
         p = sub.add_parser("bench", help="the channel against ADIOS2 SST and BP5")
         add_bench_arguments(p)
 
@@ -401,4 +337,86 @@ def _print_sweep_summary(results: list[dict[str, Any]], s: dict[str, Any]) -> No
         f"runs {sum(r['runs_s'] for r in results):.0f} s",
         markup=False,
         highlight=False,
+    )
+
+
+def _add_run_parser(sub: Any) -> None:
+    """`hetmem flow run`: one spec, once."""
+    p = sub.add_parser("run", help="run a workflow spec once")
+    p.add_argument("spec", help="spec file, or the name of a shipped spec")
+    p.add_argument("--mode", choices=specmod.MODES, help="execution mode (default: the spec's)")
+    p.add_argument(
+        "--channel", type=tier_arg, metavar="TIER", help="channel tier (default: the spec's)"
+    )
+    p.add_argument("--ranks", type=int, help="ranks per component (default: the spec's)")
+    p.add_argument("--launcher", choices=("process", "mpirun"), help="how ranks start")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_calibrate_parser(sub: Any) -> None:
+    """`hetmem flow calibrate`: the model's per-tier costs."""
+    p = sub.add_parser("calibrate", help="measure per-tier costs for the model (cached)")
+    p.add_argument("--tier", type=tier_arg, action="append", help="tier to measure (repeatable)")
+    p.add_argument("--max-streams", type=int, default=2, help="concurrent streams up to N")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_advise_parser(sub: Any) -> None:
+    """`hetmem flow advise`: configurations ranked by predicted time."""
+    within = f"{runoff.RUNOFF_WITHIN:.0%}".replace("%", "%%")  # argparse expands %
+    p = sub.add_parser(
+        "advise",
+        help=f"rank every configuration by predicted iteration time; near ties (within"
+        f" {within}) are settled by {runoff.RUNOFF_RUNS} short runs of each",
+    )
+    p.add_argument("spec")
+    p.add_argument("--max-ranks", type=int, default=2, help="concurrency up to N ranks")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_sweep_parser(sub: Any) -> None:
+    """`hetmem flow sweep`: every configuration measured against the advisor."""
+    p = sub.add_parser(
+        "sweep",
+        help="run every configuration: predicted against measured, and check the advisor",
+        description=SWEEP_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "spec",
+        nargs="*",
+        help="spec files or shipped spec names (default: the reduced set, "
+        + ", ".join(sweep.REDUCED_SPECS)
+        + ")",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="every shipped spec, 3 rounds, advised again when the load moves"
+        " (about 15 minutes on 2 cores)",
+    )
+    p.add_argument("--max-ranks", type=int, default=2, help="concurrency up to N ranks")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        help=f"runs per configuration, interleaved (median; at least {sweep.MIN_REPEAT};"
+        f" default {sweep.REDUCED_REPEAT}, with --full {sweep.FULL_REPEAT})",
+    )
+    p.add_argument(
+        "--decide",
+        type=int,
+        default=sweep.DECIDE,
+        metavar="N",
+        help="more rounds for the best configuration and those whose runs overlap"
+        f" its runs (default {sweep.DECIDE}; 0: none)",
+    )
+    p.add_argument(
+        "--calibrate", action="store_true", help="calibrate first (the machine as it is now)"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "-o",
+        "--output",
+        help="also write the JSON to this file (the advisor's inputs included:"
+        " python -m hetmem.flow.replay judges a model change against it)",
     )

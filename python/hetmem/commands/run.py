@@ -52,87 +52,9 @@ class Command:
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--mode",
-            choices=MODES,
-            help="memory mode (cache; dram when a NUMA policy is given alone)",
-        )
-        parser.add_argument(
-            "--fast-budget",
-            metavar="SIZE",
-            help="DRAM the command may use (default $HETMEM_FAST_BUDGET), per process: the "
-            "pager's cache gets what the rest of the process leaves of it, measured every "
-            "100 ms; at most this machine's memory unless HETMEM_BUDGET_OVER_RAM=1",
-        )
-        parser.add_argument(
-            "--storage",
-            metavar="DIR",
-            type=Path,
-            help="storage-tier directory for backing or swap files "
-            "(default $HETMEM_STORAGE, else $TMPDIR, else /var/tmp)",
-        )
-        parser.add_argument(
-            "--stats", metavar="FILE", type=Path, help="write run statistics as JSON to FILE"
-        )
-        parser.add_argument(
-            "--threshold",
-            metavar="SIZE",
-            help="cache, flat, hybrid: smallest allocation served from a tier (default 1MiB; "
-            "smaller blocks count against the budget outside the pager: a program with much "
-            "memory in them wants less, as the end-of-run note says)",
-        )
-        parser.add_argument(
-            "--small-blocks",
-            action="store_true",
-            help="cache mode: page blocks below the threshold too (up to 1 MiB, from a heap "
-            "in the pager's memory), for programs whose memory is mostly small blocks; a "
-            "process forked without exec cannot use its parent's (default "
-            "$HETMEM_SMALL_BLOCKS)",
-        )
-        parser.add_argument(
-            "--swap-size",
-            metavar="SIZE",
-            help="swap mode: swap file size (default 4x the budget, at least 8G, "
-            "at most 90%% of the free space)",
-        )
-        parser.add_argument(
-            "--placement",
-            metavar="FILE",
-            type=Path,
-            help="flat and hybrid modes: placement TOML written by `hetmem advise`",
-        )
-        parser.add_argument(
-            "--storage-full",
-            choices=STORAGE_FULL_POLICIES,
-            help="cache, flat, hybrid: when the storage tier cannot back a large "
-            "allocation, fail it with a one-line error (error, the default) or serve it "
-            "from DRAM beyond the budget, counted in the end-of-run summary (fallback); "
-            "default $HETMEM_STORAGE_FULL",
-        )
-        parser.add_argument(
-            "--auto-fast",
-            metavar="MIN[:MAX]",
-            help="flat and hybrid modes: allocations of MIN..MAX bytes that match no placement "
-            "site go to the fastest memory tier within --fast-budget, without a profile "
-            "(memkind's AUTO_HBW_SIZE; --placement optional; implies --mode flat)",
-        )
-        numa = parser.add_argument_group(
-            "NUMA policy of the whole command, as numactl sets it",
-            "NODES in numactl's syntax: 0,2-3, all, !1 (all but 1), +1 (relative to the "
-            "nodes this process may use). In flat and hybrid modes the placement's own "
-            "bindings take precedence for the sites it places.",
-        ).add_mutually_exclusive_group()
-        for flag, what in (
-            ("membind", "allocate only from NODES"),
-            ("interleave", "interleave pages over NODES"),
-            ("preferred", "prefer NODE, fall back to others"),
-            ("preferred-many", "prefer NODES, fall back to others (Linux 5.15+)"),
-            ("weighted-interleave", "interleave by the system's per-node weights (Linux 6.9+; "
-             "/sys/kernel/mm/mempolicy/weighted_interleave)"),
-        ):  # fmt: skip
-            numa.add_argument(
-                f"--{flag}", metavar="NODE" if flag == "preferred" else "NODES", help=what
-            )
+        _add_mode_arguments(parser)
+        _add_tier_arguments(parser)
+        _add_numa_arguments(parser)
         parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -190,3 +112,96 @@ def _storage_full(flag_value: str | None) -> str | None:
 def _size(text: str | None, flag: str, parse: Callable[[str, str], int]) -> int | None:
     """An optional size option: None when not given; given but empty is an error."""
     return None if text is None else parse(text, flag)
+
+
+def _add_mode_arguments(parser: argparse.ArgumentParser) -> None:
+    """What runs where: the mode, the budget, the storage tier, the statistics."""
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        help="memory mode (cache; dram when a NUMA policy is given alone)",
+    )
+    parser.add_argument(
+        "--fast-budget",
+        metavar="SIZE",
+        help="DRAM the command may use (default $HETMEM_FAST_BUDGET), per process: the "
+        "pager's cache gets what the rest of the process leaves of it, measured every "
+        "100 ms; at most this machine's memory unless HETMEM_BUDGET_OVER_RAM=1",
+    )
+    parser.add_argument(
+        "--storage",
+        metavar="DIR",
+        type=Path,
+        help="storage-tier directory for backing or swap files "
+        "(default $HETMEM_STORAGE, else $TMPDIR, else /var/tmp)",
+    )
+    parser.add_argument(
+        "--stats", metavar="FILE", type=Path, help="write run statistics as JSON to FILE"
+    )
+
+
+def _add_tier_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the tiers serve: the threshold, small blocks, swap, placement, a full storage tier."""
+    parser.add_argument(
+        "--threshold",
+        metavar="SIZE",
+        help="cache, flat, hybrid: smallest allocation served from a tier (default 1MiB; "
+        "smaller blocks count against the budget outside the pager: a program with much "
+        "memory in them wants less, as the end-of-run note says)",
+    )
+    parser.add_argument(
+        "--small-blocks",
+        action="store_true",
+        help="cache mode: page blocks below the threshold too (up to 1 MiB, from a heap "
+        "in the pager's memory), for programs whose memory is mostly small blocks; a "
+        "process forked without exec cannot use its parent's (default "
+        "$HETMEM_SMALL_BLOCKS)",
+    )
+    parser.add_argument(
+        "--swap-size",
+        metavar="SIZE",
+        help="swap mode: swap file size (default 4x the budget, at least 8G, "
+        "at most 90%% of the free space)",
+    )
+    parser.add_argument(
+        "--placement",
+        metavar="FILE",
+        type=Path,
+        help="flat and hybrid modes: placement TOML written by `hetmem advise`",
+    )
+    parser.add_argument(
+        "--storage-full",
+        choices=STORAGE_FULL_POLICIES,
+        help="cache, flat, hybrid: when the storage tier cannot back a large "
+        "allocation, fail it with a one-line error (error, the default) or serve it "
+        "from DRAM beyond the budget, counted in the end-of-run summary (fallback); "
+        "default $HETMEM_STORAGE_FULL",
+    )
+    parser.add_argument(
+        "--auto-fast",
+        metavar="MIN[:MAX]",
+        help="flat and hybrid modes: allocations of MIN..MAX bytes that match no placement "
+        "site go to the fastest memory tier within --fast-budget, without a profile "
+        "(memkind's AUTO_HBW_SIZE; --placement optional; implies --mode flat)",
+    )
+
+
+def _add_numa_arguments(parser: argparse.ArgumentParser) -> None:
+    """The whole command's NUMA policy, as numactl sets it."""
+    numa = parser.add_argument_group(
+        "NUMA policy of the whole command, as numactl sets it",
+        "NODES in numactl's syntax: 0,2-3, all, !1 (all but 1), +1 (relative to the "
+        "nodes this process may use). In flat and hybrid modes the placement's own "
+        "bindings take precedence for the sites it places.",
+    ).add_mutually_exclusive_group()
+    for flag, what in (
+        ("membind", "allocate only from NODES"),
+        ("interleave", "interleave pages over NODES"),
+        ("preferred", "prefer NODE, fall back to others"),
+        ("preferred-many", "prefer NODES, fall back to others (Linux 5.15+)"),
+        ("weighted-interleave", "interleave by the system's per-node weights (Linux 6.9+; "
+         "/sys/kernel/mm/mempolicy/weighted_interleave)"),
+    ):  # fmt: skip
+        numa.add_argument(
+            f"--{flag}", metavar="NODE" if flag == "preferred" else "NODES", help=what
+        )
