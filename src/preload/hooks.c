@@ -81,7 +81,7 @@ static inline _hm_pl_block_t *hm__find(const void *p) {
   return _hm_pl_table_find(&_hm_pl_ctx.table, p);
 }
 
-__attribute__((noinline, cold)) static void hm__register_thread(void) {
+__attribute__((noinline, cold)) void _hm_pl_register_thread(void) {
   /* First small allocation of this thread: have its count flushed when it
    * exits (keys below 32 need no allocation in glibc). */
   if (_hm_pl_ctx.have_key && !_hm_pl_tls.registered) {
@@ -100,7 +100,7 @@ __attribute__((noinline, cold)) static void hm__register_thread(void) {
  * profiling. Out of line, so that the common case stays a few instructions
  * (malloc saves one register and ends in a jump to glibc). */
 __attribute__((noinline)) static void hm__count_small_slow(void *ra, size_t size, int first) {
-  if (first) hm__register_thread();
+  if (first) _hm_pl_register_thread();
   if (atomic_load_explicit(&_hm_pl_profiling, memory_order_relaxed) && !_hm_pl_tls.guard)
     _hm_pl_prof_small((uintptr_t)ra, size);
 }

@@ -75,6 +75,7 @@ static void hm__thread_exit(void *unused) {
   atomic_fetch_add_explicit(&_hm_pl_ctx.small_exited, _hm_pl_tls.small, memory_order_relaxed);
   _hm_pl_tls.small = 0;
   _hm_pl_heap_thread_exit();
+  _hm_pl_dio_thread_exit();
   _hm_pl_tls.registered = 0;
 }
 

@@ -56,6 +56,7 @@
 /* The read family (dio.c): direct reads into the pager's memory go through
  * a bounce buffer. The glibc functions they pass to: HM_PL_DIO_NREAL. */
 #define HM_PL_DIO_NREAL 5
+#define HM_PL_DIO_KEEP ((size_t)256 << 10) /* the bounce buffer a thread keeps */
 #define HM_PL_READ_HOOKS(X)                                                              \
   X(ssize_t, read, (int fd, void *buf, size_t count))                                    \
   X(ssize_t, pread, (int fd, void *buf, size_t count, off_t offset))                     \
@@ -513,6 +514,8 @@ typedef struct _hm_pl_tls_s {
   unsigned refused; /* the last large request failed by policy (full.c): no glibc fallback */
   uint64_t small;
   _hm_pl_heap_tcache_t heap[HM_PL_HEAP_CLASSES]; /* heap.c's free lists of this thread */
+  char *dio_buf; /* dio.c: this thread's kept bounce buffer (HM_PL_DIO_KEEP bytes), or NULL */
+  int dio_busy;  /* dio.c: in use (a read in a signal handler then maps its own) */
 } _hm_pl_tls_t;
 extern HM_PL_HIDDEN __thread _hm_pl_tls_t _hm_pl_tls __attribute__((tls_model("initial-exec")));
 
@@ -618,6 +621,10 @@ void _hm_pl_resolve_signals(void);
 /* dio.c: glibc's read family, so that a first read in a signal handler
  * (read is async-signal-safe) finds them without dlsym. */
 void _hm_pl_dio_resolve(void);
+/* dio.c: the thread's kept bounce buffer goes (at thread exit). */
+void _hm_pl_dio_thread_exit(void);
+/* hooks.c: have this thread's state flushed at its exit (once). */
+void _hm_pl_register_thread(void);
 
 /* heap.c: the small-block heap (see there). The allocation functions
  * return NULL when glibc is to serve the request. */

@@ -8,7 +8,8 @@
  * other bytes (posix_memalign, page-aligned): read, pread, readv, preadv, preadv2, preadv2cur (offset -1,
  * at the file position), read_chk (glibc's fortified entry), short (asks
  * for twice the file: a short read), buffered (read without O_DIRECT: the
- * kernel copies, nothing to bounce). Checks every byte and prints
+ * kernel copies, nothing to bounce), chunks (two threads, each reading its
+ * half in 64 KiB preads: the bounce buffer a thread keeps). Checks every byte and prints
  * "CALL ok BYTES" (exit 0), or where it differs (exit 1). odd: a length the
  * kernel refuses for O_DIRECT; prints "odd EINVAL" when it was refused.
  * Exit 77 when the filesystem refuses O_DIRECT.
@@ -18,6 +19,7 @@
  * bounce buffer (src/preload/dio.c) those bytes come back stale. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,34 @@ static int write_file(const char *path, size_t bytes) {
   return fsync(fd) || close(fd) ? -1 : 0;
 }
 
+typedef struct {
+  int fd;
+  char *buf;
+  size_t from, to;
+  ssize_t got;
+} chunk_job_t;
+
+/* 64 KiB preads of [from, to) into the same offsets of buf. */
+static void *chunk_reader(void *p) {
+  chunk_job_t *j = p;
+  j->got = 0;
+  for (size_t at = j->from; at < j->to; at += 65536) {
+    ssize_t n = pread(j->fd, j->buf + at, 65536, (off_t)at);
+    if (n != 65536) return NULL;
+    j->got += n;
+  }
+  return NULL;
+}
+
+static ssize_t two_threads(int fd, char *buf, size_t len) {
+  chunk_job_t j[2] = {{fd, buf, 0, len / 2, -1}, {fd, buf, len / 2, len, -1}};
+  pthread_t t;
+  if (pthread_create(&t, NULL, chunk_reader, &j[1])) return -1;
+  chunk_reader(&j[0]);
+  pthread_join(t, NULL);
+  return j[0].got + j[1].got;
+}
+
 static ssize_t one_call(const char *call, int fd, char *buf, size_t len) {
   size_t half = len / 2;
   struct iovec iov[2] = {{buf, half}, {buf + half, len - half}};
@@ -51,6 +81,7 @@ static ssize_t one_call(const char *call, int fd, char *buf, size_t len) {
   if (!strcmp(call, "preadv2")) return preadv2(fd, iov, 2, 0, 0);
   if (!strcmp(call, "preadv2cur")) return preadv2(fd, iov, 2, -1, 0);
   if (!strcmp(call, "read_chk")) return __read_chk(fd, buf, len, len);
+  if (!strcmp(call, "chunks")) return two_threads(fd, buf, len);
   errno = EINVAL;
   return -2;
 }
