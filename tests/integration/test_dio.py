@@ -79,6 +79,10 @@ def test_direct_read_into_the_pager_reads_back_exactly(tmp_path: Path, call: str
     # its thread keeps, so the buffer's earlier contents must never leak)
     bounced = {"chunks": (64 << 20) // 65536}.get(call, 2 if call in VECTORS else 1)
     assert ip["direct_reads_bounced"] == bounced
+    assert (
+        f"hetmem run: note: {bounced} direct (O_DIRECT) read(s) into the pager's memory went "
+        "through a bounce buffer, 64 MiB copied in" in proc.stderr
+    )
     assert ip["direct_bytes_bounced"] == 64 << 20
 
 
@@ -86,6 +90,7 @@ def test_buffered_reads_and_refused_lengths_pass_through(tmp_path: Path) -> None
     proc, ip = _run(tmp_path, "buffered")
     assert proc.returncode == 0 and proc.stdout == f"buffered ok {64 << 20}\n", proc.stderr
     assert ip["direct_reads_bounced"] == 0
+    assert "bounce buffer" not in proc.stderr
     # a length O_DIRECT refuses: refused as without hetmem, nothing read
     proc, ip = _run(tmp_path, "odd")
     assert proc.returncode == 0 and proc.stdout == "odd EINVAL\n", proc.stderr

@@ -103,6 +103,19 @@ def _note_tiers(stats: dict[str, Any], procs: list[dict[str, Any]], cfg: RunConf
     _note_pager(stats, cfg)
     _note_statics(procs)
     _note_forks(stats.get("interposer") or {})
+    _note_direct_reads(stats.get("interposer") or {})
+
+
+def _note_direct_reads(ip: dict[str, Any]) -> None:
+    """Direct (O_DIRECT) reads that the interposer read through a bounce
+    buffer (dio.c): safe from eviction, at the cost of one copy each."""
+    reads = int(ip.get("direct_reads_bounced") or 0)
+    if reads:
+        note(
+            f"{reads} direct (O_DIRECT) read(s) into the pager's memory went through a bounce "
+            f"buffer, {format_size(int(ip.get('direct_bytes_bounced') or 0))} copied in, so that "
+            "an eviction could not lose what the device wrote"
+        )
 
 
 def _note_forks(ip: dict[str, Any]) -> None:
