@@ -103,6 +103,7 @@ static char *hm__buffer(size_t cap, int *kept) {
     }
     if (_hm_pl_tls.dio_buf) {
       _hm_pl_tls.dio_busy = *kept = 1;
+      atomic_signal_fence(memory_order_seq_cst); /* marked before a handler's read can see it used */
       return _hm_pl_tls.dio_buf;
     }
   }
@@ -113,10 +114,12 @@ static char *hm__buffer(size_t cap, int *kept) {
 }
 
 static void hm__unbuffer(char *bb, size_t cap, int kept) {
-  if (kept)
+  if (kept) {
+    atomic_signal_fence(memory_order_seq_cst); /* the copy out is done before it is free */
     _hm_pl_tls.dio_busy = 0;
-  else
+  } else {
     (void)_hm_prim_sys_munmap(bb, cap);
+  }
 }
 
 void _hm_pl_dio_thread_exit(void) {
