@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "../numa_pages.h"
+#include "size.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -358,14 +359,12 @@ typedef struct {
   int iters, hot_passes, threads, exit3, policies, huge, ab_slices, scratch;
 } popts_t;
 
-/* A whole number in [lo, hi] (decimal, or hex with 0x), or a one-line
+/* A whole number in [lo, hi], with a size suffix if wanted, or a one-line
  * error: garbage read as 0 would quietly test nothing. */
 static int num_arg(const char *flag, const char *what, const char *text, unsigned long long lo,
                    unsigned long long hi, unsigned long long *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(text, &end, 0);
-  if (errno || *end || text[0] == '-' || end == text || v < lo || v > hi) {
+  uint64_t v = 0; /* hetmem's own reader: 4096, 64K, 256MiB, 1.5G alike */
+  if (_hm_parse_size(text, &v) != 0 || v < lo || v > hi) {
     fprintf(stderr, "hm-placement: %s takes %s (%llu..%llu), not '%s'\n", flag, what, lo, hi, text);
     return -1;
   }

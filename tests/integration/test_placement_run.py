@@ -782,7 +782,7 @@ def test_alloc_slices_alternate_the_interposer_and_glibc(tmp_path: Path) -> None
     assert 40000 <= small < 40000 + 1000
 
 
-@pytest.mark.parametrize("bad", ["x", "-4", "8k", "", "2000000000000"])
+@pytest.mark.parametrize("bad", ["x", "-4", "8q", "", "2000000000000", "1.5"])
 def test_small_memory_refuses_a_bad_size(bad: str) -> None:
     proc = subprocess.run([str(WORKLOAD), "--small", bad], capture_output=True, text=True)
     assert proc.returncode == 2
@@ -792,7 +792,7 @@ def test_small_memory_refuses_a_bad_size(bad: str) -> None:
     )
 
 
-@pytest.mark.parametrize("bad", ["x", "0", "-4", "8k"])
+@pytest.mark.parametrize("bad", ["x", "0", "-4", "8q", "2000000"])
 def test_alloc_slices_refuse_a_bad_count(bad: str) -> None:
     proc = subprocess.run(
         [str(WORKLOAD), "--variant", "alloc", "--pairs", "1000", "--ab", bad],
@@ -812,7 +812,8 @@ def test_alloc_slices_refuse_a_bad_count(bad: str) -> None:
         ("--iters", "x", "a number of iterations (1..1000000)"),
         ("--iters", "0", "a number of iterations (1..1000000)"),
         ("--stride", "0", "a number of pages (1..4294967296)"),
-        ("--footprint", "8k", "a byte count (4096..17592186044416)"),
+        ("--footprint", "8q", "a byte count (4096..17592186044416)"),
+        ("--footprint", "2k", "a byte count (4096..17592186044416)"),
         ("--threads", "-2", "a number of threads (1..1024)"),
         ("--hot-passes", "2.5", "a number of passes (0..1000000)"),
     ],
