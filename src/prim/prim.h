@@ -255,7 +255,8 @@ int _hm_prim_sys_set_mempolicy(int mode, const unsigned long *mask, unsigned lon
 int _hm_prim_page_nodes(void **pages, int *status, size_t n);
 /* One write(2) to standard error, result ignored: async-signal-safe. */
 void _hm_prim_stderr(const char *buf, size_t len);
-/* read(2)/write(2) retried on EINTR; the count or -errno. */
+/* read(2) (the raw system call, past the interposer's read hook) and write(2),
+ * retried on EINTR; the count or -errno. */
 ssize_t _hm_prim_read(int fd, void *buf, size_t len);
 ssize_t _hm_prim_write(int fd, const void *buf, size_t len);
 /* O_RDONLY|O_CLOEXEC of a real path (not under a root); the descriptor. */

@@ -89,8 +89,8 @@ void _hm_prim_stderr(const char *buf, size_t len) {
 }
 
 ssize_t _hm_prim_read(int fd, void *buf, size_t len) {
-  ssize_t r;
-  do r = read(fd, buf, len);
+  ssize_t r; /* raw, as _hm_prim_uffd_read: past the interposer's read hook */
+  do r = (ssize_t)syscall(SYS_read, fd, buf, len);
   while (r < 0 && errno == EINTR);
   return r < 0 ? -errno : r;
 }
