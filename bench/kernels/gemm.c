@@ -66,8 +66,7 @@ static void tiled_fill(const tiled_t *t) {
  * says so: at 2x a 1 GiB budget, cache mode read 6.3 GB without it and
  * 4.9 GB with it (B stays while the rows of A and C pass). */
 static void done_with(const tiled_t *t, void *p, size_t bytes) {
-  uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, e = ((uintptr_t)p + bytes) & ~(uintptr_t)4095;
-  if (t->hints && e > a) (void)madvise((void *)a, e - a, MADV_COLD);
+  if (t->hints) hmk_done_with(p, bytes);
 }
 
 /* Step x of the product: C tile (ti, tj) += A (ti, tk) B (tk, tj), C's

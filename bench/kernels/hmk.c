@@ -327,6 +327,13 @@ size_t hmk_tile_for(uint64_t budget, size_t n, size_t *nt) {
   return nb;
 }
 
+void hmk_done_with(const void *p, size_t bytes) {
+  /* whole pages inside the range only: the pages at its ends may hold
+   * neighbouring data still in use */
+  uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, e = ((uintptr_t)p + bytes) & ~(uintptr_t)4095;
+  if (e > a) (void)madvise((void *)a, e - a, MADV_COLD);
+}
+
 void hmk_will_need(const void *p, size_t bytes) {
   /* page-rounded outward: allocators return blocks inside pages */
   uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, e = ((uintptr_t)p + bytes + 4095) & ~(uintptr_t)4095;

@@ -140,6 +140,10 @@ size_t hmk_tile_for(uint64_t budget, size_t n, size_t *nt);
  * reads them in the background; on anonymous DRAM it does nothing. The
  * out-of-core kernels give it a task ahead, as their users would. */
 void hmk_will_need(const void *p, size_t bytes);
+/* MADV_COLD on the whole pages of [p, p + bytes): done with for now, so
+ * evicted first where memory is short (the kernel's LRU and hetmem's pager
+ * both take it). */
+void hmk_done_with(const void *p, size_t bytes);
 
 /* Prints the JSON line (verified: true) and frees the result. Call only
  * after verification passed; a failed check calls hmk_fail(HMK_EXIT_VERIFY). */

@@ -12,7 +12,9 @@
  *           2/3 n^3 flops, nb / 8 flops per byte. Each task advises the
  *           tiles of the task one per thread ahead MADV_WILLNEED
  *           (--no-hints: not); each step updates the next step's panel
- *           last (trail_tile).
+ *           last (trail_tile). --order left: the left-looking order
+ *           (tiled_lu_left), the same reads with each tile written about
+ *           once (8 n^2 bytes) instead of once a step.
  * The matrix is random in [-1, 1] plus n on the diagonal (diagonally
  * dominant, so LU without pivoting is stable) and a pure function of (i, j),
  * so the check regenerates it: solve A x = b with the factors and require
@@ -37,6 +39,7 @@ typedef struct {
   size_t n, nb, nt;
   int tiled, threads;
   int hints; /* tiled: MADV_WILLNEED on the tiles of the next tasks */
+  int left;  /* tiled: the left-looking order (tiled_lu_left) */
 } mat_t;
 
 /* address of element (i, j) in either layout */
@@ -172,6 +175,89 @@ static void tiled_lu(const mat_t *m) {
   }
 }
 
+/* The L tile that task (k, i) of column j's left-looking update reads,
+ * `ahead` tasks on: tile (i, k), with i = k for the trsm of U_kj and
+ * i > k for the updates of tile (i, j); NULL past the column's last. */
+static double *left_ahead(const mat_t *m, size_t j, size_t k, size_t i, size_t ahead) {
+  size_t nt = m->nt;
+  for (i += ahead; k < j && i >= nt; k++) i = i - nt + k + 1;
+  return k < j ? tile(m, i, k) : NULL;
+}
+
+static void left_ask(const mat_t *m, size_t j, size_t k, size_t i) {
+  double *t = m->hints ? left_ahead(m, j, k, i, (size_t)m->threads) : NULL;
+  if (t) hmk_will_need(t, m->nb * m->nb * sizeof(double));
+}
+
+/* An L tile this column is done with: the next column reads it again,
+ * after every other L tile, so the cache should keep the column instead. */
+static void left_done(const mat_t *m, double *t) {
+  if (m->hints) hmk_done_with(t, m->nb * m->nb * sizeof(double));
+}
+
+/* U_kj <- L_kk^-1 A_kj: tile (k, j) once every update from the columns
+ * before k is in. */
+static void left_solve_u(const mat_t *m, size_t j, size_t k) {
+  int b = (int)m->nb;
+  double *lkk = tile(m, k, k);
+  left_ask(m, j, k, k);
+  cblas_dtrsm(CblasColMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, b, b, 1.0, lkk, b, tile(m, k, j), b);
+  left_done(m, lkk);
+}
+
+/* Column j brought up to date by columns 0..j-1, as tasks ordered by tile:
+ * A_ij -= L_ik U_kj for i > k. The update that completes tile (k+1, j)
+ * also solves it for U_(k+1)j, so the next round's updates are ready at
+ * once and both threads stay busy across rounds. The column stays in fast
+ * memory while the L tiles stream past it in column order. */
+static void left_update(const mat_t *m, size_t j) {
+  size_t nt = m->nt;
+  int b = (int)m->nb;
+  if (j > 0) left_solve_u(m, j, 0);
+#pragma omp parallel
+#pragma omp single
+  for (size_t k = 0; k < j; k++) {
+    double *akj = tile(m, k, j);
+    for (size_t i = k + 1; i < nt; i++) {
+      double *a = tile(m, i, j), *lik = tile(m, i, k);
+#pragma omp task depend(in : akj[0]) depend(inout : a[0])
+      {
+        left_ask(m, j, k, i);
+        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, b, b, b, -1.0, lik, b, akj, b, 1.0, a, b);
+        left_done(m, lik);
+        if (i == k + 1 && i < j) left_solve_u(m, j, i);
+      }
+    }
+  }
+}
+
+/* Left-looking tile LU (--order left): column by column, each first
+ * updated by all the columns before it (left_update), then its diagonal
+ * tile factored and the tiles below it solved. The same flops and the
+ * same update order per tile as the right-looking order (the factors agree
+ * to the bit), about the same tile reads when the matrix is larger than
+ * fast memory (1/3 nt^3), but each tile is written about once instead of
+ * once a step, and the L tiles read are advised cold once used so that the
+ * column stays. At 4x a 1 GiB budget (4 GiB, 2304-wide tiles): 8.8 GB
+ * written back instead of 19 GB, 21 GB read either way. */
+static void tiled_lu_left(const mat_t *m) {
+  size_t nt = m->nt, nb = m->nb;
+  int b = (int)nb;
+  for (size_t j = 0; j < nt; j++) {
+    if (m->hints)
+      for (size_t i = 0; i < nt; i++) ask(m, i, j);
+    left_update(m, j);
+    double *ajj = tile(m, j, j);
+    openblas_set_num_threads(m->threads);
+    getrf_nopiv(ajj, nb);
+    openblas_set_num_threads(1);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t i = j + 1; i < nt; i++) /* L_ij <- A_ij U_jj^-1 */
+      cblas_dtrsm(CblasColMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, b, b, 1.0, ajj, b,
+                  tile(m, i, j), b);
+  }
+}
+
 /* x <- U^-1 L^-1 x for the tiled (unpivoted) factors */
 static void tiled_solve(const mat_t *m, double *x) {
   size_t n = m->n;
@@ -206,7 +292,10 @@ static void choose_layout(mat_t *m, const hmk_args_t *a, uint64_t tile_opt, uint
 /* One factorization, in place. */
 static void factor(mat_t *m, lapack_int *ipiv) {
   if (m->tiled) {
-    tiled_lu(m);
+    if (m->left)
+      tiled_lu_left(m);
+    else
+      tiled_lu(m);
     return;
   }
   lapack_int n = (lapack_int)m->n;
@@ -281,6 +370,7 @@ static void verify(const mat_t *m, const lapack_int *ipiv, hmk_result_t *r) {
 int main(int argc, char **argv) {
   uint64_t tile_opt = 0, budget = 0;
   int no_hints = 0;
+  const char *order = NULL;
   hmk_args_t a = {.kernel = "lu",
                   .summary = "LU factorization: LAPACK dgetrf, or a tiled right-looking LU (tile layout).",
                   .variants = "lapack|tiled",
@@ -293,14 +383,18 @@ int main(int argc, char **argv) {
        "tile size nb of the tiled variant (default 256, smaller for small matrices)"},
       {"--tile-budget", HMK_OPT_SIZE, &budget, NULL, 0, 0, "tiled: size the tiles for this much fast memory"},
       {"--no-hints", HMK_OPT_FLAG, &no_hints, NULL, 0, 0, "tiled: no MADV_WILLNEED on the next tasks' tiles"},
+      {"--order", HMK_OPT_CHOICE, &order, "right|left", 0, 0,
+       "tiled: right-looking (each step updates the trailing matrix; default) or left-looking (each column "
+       "updated by those before it: each tile written about once)"},
   };
-  hmk_parse(&a, argc, argv, opts, 3);
+  hmk_parse(&a, argc, argv, opts, 4);
   mat_t m = {0};
   m.tiled = strcmp(a.variant, "tiled") == 0;
   /* options of the tiled variant only: given to dgetrf they changed nothing */
-  if (!m.tiled && (tile_opt || budget || no_hints))
+  if (!m.tiled && (tile_opt || budget || no_hints || order))
     hmk_fail(HMK_EXIT_USAGE, "%s applies to --variant tiled only",
-             tile_opt ? "--tile" : budget ? "--tile-budget" : "--no-hints");
+             tile_opt ? "--tile" : budget ? "--tile-budget" : no_hints ? "--no-hints" : "--order");
+  m.left = order && strcmp(order, "left") == 0;
   m.threads = a.threads;
   m.hints = !no_hints;
   choose_layout(&m, &a, tile_opt, budget);
@@ -324,7 +418,10 @@ int main(int argc, char **argv) {
   r.bytes_moved = nd * nd * 8.0; /* compulsory: the matrix once */
   if (a.inject_error) *at(&m, n / 2, n / 3) += 1.0;
   hmk_extra_u64(&r, "n", n);
-  if (m.tiled) hmk_extra_u64(&r, "tile", m.nb);
+  if (m.tiled) {
+    hmk_extra_u64(&r, "tile", m.nb);
+    hmk_extra_str(&r, "order", m.left ? "left" : "right");
+  }
   verify(&m, ipiv, &r);
   hmk_emit(&a, &r);
   free(m.a);

@@ -45,6 +45,7 @@ CASES = [
     ("lu", ["--variant", "tiled"]),
     ("lu", ["--variant", "tiled", "--tile", "32", "--bytes", "1M"]),
     ("lu", ["--variant", "tiled", "--tile-budget", "1M", "--bytes", "4M"]),
+    ("lu", ["--variant", "tiled", "--order", "left", "--tile", "32", "--bytes", "1M"]),
     ("fft", []),
     ("chase", []),
     ("chase", ["--loads", "1000"]),
@@ -196,6 +197,19 @@ def test_tiles_follow_the_budget(name: str, per_matrix: int) -> None:
     assert big["tile"] > nb
 
 
+@pytest.mark.parametrize("tile", ["16", "48"])
+def test_lu_orders_compute_the_same_factors(tile: str) -> None:
+    """Left- and right-looking tile LU apply each tile's updates in the same
+    order (k ascending), so their factors agree to the bit: the same
+    residual, and a wrong update order or a missed tile would change it."""
+    args = ["--variant", "tiled", "--bytes", "2M", "--reps", "1", "--tile", tile]
+    right = kernels.run_kernel("lu", [*args, "--order", "right"])
+    left = kernels.run_kernel("lu", [*args, "--order", "left"])
+    assert right["order"] == "right" and left["order"] == "left"
+    assert left["n"] == right["n"] and left["n"] // int(tile) >= 8
+    assert left["residual_inf"] == right["residual_inf"] > 0
+
+
 BAD_ARGS = [
     ("stream", ["--frobnicate"]),
     ("stream", ["--bytes", "12XB"]),
@@ -217,6 +231,8 @@ BAD_ARGS = [
     ("lu", ["--tile", "4"]),
     ("lu", ["--tile", "64"]),
     ("lu", ["--variant", "lapack", "--tile-budget", "1M"]),
+    ("lu", ["--variant", "lapack", "--order", "left"]),
+    ("lu", ["--variant", "tiled", "--order", "up"]),
     ("gemm", ["--tile", "64"]),
     ("gemm", ["--variant", "naive", "--no-hints"]),
     ("fft", ["stray"]),
@@ -258,6 +274,7 @@ INJECT = [
     ("gemm", ["--variant", "tiled", "--tile", "64", "--bytes", "1M"]),
     ("lu", ["--variant", "lapack"]),
     ("lu", ["--variant", "tiled"]),
+    ("lu", ["--variant", "tiled", "--order", "left"]),
     ("fft", []),
     ("chase", []),
     ("chase", ["--loads", "77"]),
