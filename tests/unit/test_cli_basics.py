@@ -81,6 +81,24 @@ def test_bad_env_value_is_one_line_error(hetmem):
     assert "HETMEM_IO_DEPTH='deep'" in proc.stderr
 
 
+def test_a_verb_loads_its_own_module_only():
+    # `hetmem run` is the parent of the user's command, and scripts (and
+    # the TCG guests of tests/vm) start it many times: it imports run's
+    # module, not the other verbs' (half its start-up time)
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hetmem.cli\n"
+        "try:\n    hetmem.cli.main(['run', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('hetmem.commands.')), "
+        "file=sys.stderr)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "usage: hetmem run" in proc.stdout
+    assert proc.stderr.strip() == "['hetmem.commands.run']", proc.stderr
+
+
 def test_start_up_does_not_load_numpy():
     # `hetmem run` builds every verb's parser at start-up; numpy (and the
     # OpenBLAS threads it starts, which spin for a while) belongs to the
