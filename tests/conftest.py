@@ -144,3 +144,14 @@ def _record(case, mult, mode, rep, t, error="", result=None):
         "error": error,
         "result": result,
     }
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The QEMU guests of tests/vm start as soon as the tests are known, so
+    that their minutes under TCG run beside the other tests, not after them
+    (tests/vm/test_vm.py: start_guests_early)."""
+    for item in session.items:
+        start = getattr(getattr(item, "module", None), "start_guests_early", None)
+        if start is not None:
+            start(session)
+            return

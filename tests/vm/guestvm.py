@@ -29,6 +29,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,6 +277,25 @@ def _accel(kvm: bool) -> list[str]:
     return ["-accel", "kvm", "-cpu", "host"] if kvm else ["-accel", "tcg", "-cpu", "max"]
 
 
+def _qemu(cmd: list[str], timeout: float, stop: threading.Event | None) -> str:
+    """Runs QEMU to its end, `timeout` or `stop` (checked every second);
+    returns its console."""
+    deadline = time.monotonic() + timeout
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+        stdin=subprocess.DEVNULL,
+    ) as p:  # fmt: skip
+        while True:
+            try:
+                return p.communicate(timeout=1.0)[0]
+            except subprocess.TimeoutExpired:
+                ended = stop is not None and stop.is_set()
+                if ended or time.monotonic() > deadline:
+                    p.kill()
+                    why = "stopped: the test session ended" if ended else "timed out"
+                    return p.communicate()[0] + f"\n[hm-vm: {why}]"
+
+
 def run(
     shape: Shape,
     script: str,
@@ -285,6 +305,7 @@ def run(
     cwd: str | None = None,
     timeout: float = 600,
     kvm: bool | None = None,
+    stop: threading.Event | None = None,
 ) -> Result:
     """Boots `shape`, runs `script` (sh) in the guest, returns its result."""
     out.mkdir(parents=True, exist_ok=True)
@@ -317,14 +338,7 @@ def run(
         cmd += ["-drive", f"file={img},format=raw,if=virtio,cache=none"]
     cmd += shape.device_args()
     t0 = time.monotonic()
-    try:
-        p = subprocess.run(
-            cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        console = p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        console = (e.stdout or b"").decode(errors="replace") + "\n[hm-vm: timed out]"
+    console = _qemu(cmd, timeout, stop)
     rc_file, log_file = out / "rc", out / "log"
     rc = int(rc_file.read_text()) if rc_file.exists() else None
     log = log_file.read_text(errors="replace") if log_file.exists() else ""

@@ -19,7 +19,9 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -123,49 +125,96 @@ def _boot(name: str, out: Path, host: Path) -> guestvm.Result:
         env["HM_VM_HBW_BIG_MIB"] = str(HBW_BIG_MIB[name])
     script = f"sh {REPO / 'tests/vm/guest_checks.sh'}\n"
     return guestvm.run(guestvm.SHAPES[name], script, out, env=env, cwd=str(REPO),
-                       timeout=BOOT_TIMEOUT)  # fmt: skip
+                       timeout=BOOT_TIMEOUT, stop=_STOP)  # fmt: skip
 
 
-# Guests run two at a time: most of a guest's time is one emulated CPU busy
-# (Python starting, 9p reads), so a second guest uses the other core.
+class _Gate:
+    """How many guests run at once. One while the rest of the suite runs
+    beside it (guests start when collection ends, so their minutes under
+    TCG overlap the other tests instead of following them), two once the
+    guests' own tests are reached: most of a guest's time is one emulated
+    CPU busy (Python starting, 9p reads), so a second guest uses the other
+    core."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._running = 0
+        self._width = 1
+
+    def widen(self) -> None:
+        with self._cv:
+            self._width = 2
+            self._cv.notify_all()
+
+    def run(self, fn: Callable[[], guestvm.Result]) -> guestvm.Result:
+        with self._cv:
+            self._cv.wait_for(lambda: self._running < self._width)
+            self._running += 1
+        try:
+            return fn()
+        finally:
+            with self._cv:
+                self._running -= 1
+                self._cv.notify_all()
+
+
 _BOOTS: dict[str, tuple[Path, Future[guestvm.Result]]] = {}
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hm-vm")
+_GATE = _Gate()
+_STOP = threading.Event()  # the session ended: running guests are killed
 
 
-def _start_all(session: pytest.Session, tmp: pytest.TempPathFactory) -> None:
-    """Every guest the selected tests need, started once, in test order."""
+def _start_all(session: pytest.Session) -> None:
+    """Every guest the selected tests need, started once, longest first."""
     if _BOOTS:
         return
     names = {getattr(i, "callspec", None) and i.callspec.params.get("guest") for i in session.items}
+    names = {n for n in names if n in CHECKS and not _missing_tools(n)}
+    if not names or WHY_NOT:
+        return
+    base = Path(tempfile.mkdtemp(prefix="hetmem-vm-"))
+    session.config.pluginmanager.register(_SessionEnd(base), "hetmem-vm-end")
     # What every guest shares is made here once, in this thread, before any
     # guest runs: one build is enough, and a fresh CI run once failed to exec
     # cc (EFAULT, cause not found) from a pool thread beside running guests.
-    host = tmp.mktemp("vm-host")
+    host = base / "host"
+    host.mkdir()
     _build_hbw_nodes(host)
     shutil.copy2(_profile_on_host(host), host / "w.prof")
     # longest first (seconds of steps, one guest alone here), so that the
     # short ones fill the end
-    for name in sorted(CHECKS, key=lambda n: -GUEST_SECONDS.get(n, 0)):
-        if name in names and not _missing_tools(name):
-            out = tmp.mktemp(f"vm-{name}")
-            _BOOTS[name] = (out, _POOL.submit(_boot, name, out, host))
+    for name in sorted(names, key=lambda n: -GUEST_SECONDS.get(n, 0)):
+        out = base / name
+        out.mkdir()
+        _BOOTS[name] = (out, _POOL.submit(_GATE.run, lambda n=name, o=out: _boot(n, o, host)))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _guests_end_with_the_session() -> Iterator[None]:
-    """Guests not yet started when the session ends (-x, Ctrl-C) never are;
-    a running one ends at its own timeout."""
-    yield
-    _POOL.shutdown(wait=True, cancel_futures=True)
+def start_guests_early(session: pytest.Session) -> None:
+    """Called by tests/conftest.py when collection ends."""
+    _start_all(session)
+
+
+class _SessionEnd:
+    """Guests not yet started when the session ends (-x, Ctrl-C) never
+    are, a running one is killed, and their directories go."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    def pytest_sessionfinish(self) -> None:
+        _STOP.set()
+        _POOL.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def guest(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def guest(request: pytest.FixtureRequest) -> Iterator:
     name = request.param
     lack = _missing_tools(name)
     if lack:
         pytest.skip(f"{name}: {', '.join(lack)} not installed (apt install ndctl daxctl)")
-    _start_all(request.session, tmp_path_factory)
+    _start_all(request.session)
+    _GATE.widen()
     out, boot = _BOOTS[name]
     r = boot.result()
     assert r.rc == 0, f"guest {name}: rc {r.rc}\n{r.log[-3000:]}\n{r.console[-3000:]}"
