@@ -173,14 +173,18 @@ def _start_all(session: pytest.Session) -> None:
     if not names or WHY_NOT:
         return
     base = Path(tempfile.mkdtemp(prefix="hetmem-vm-"))
-    session.config.pluginmanager.register(_SessionEnd(base), "hetmem-vm-end")
     # What every guest shares is made here once, in this thread, before any
     # guest runs: one build is enough, and a fresh CI run once failed to exec
     # cc (EFAULT, cause not found) from a pool thread beside running guests.
     host = base / "host"
-    host.mkdir()
-    _build_hbw_nodes(host)
-    shutil.copy2(_profile_on_host(host), host / "w.prof")
+    try:
+        host.mkdir()
+        _build_hbw_nodes(host)
+        shutil.copy2(_profile_on_host(host), host / "w.prof")
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    session.config.pluginmanager.register(_SessionEnd(base), "hetmem-vm-end")
     # longest first (seconds of steps, one guest alone here), so that the
     # short ones fill the end
     for name in sorted(names, key=lambda n: -GUEST_SECONDS.get(n, 0)):
@@ -190,8 +194,12 @@ def _start_all(session: pytest.Session) -> None:
 
 
 def start_guests_early(session: pytest.Session) -> None:
-    """Called by tests/conftest.py when collection ends."""
-    _start_all(session)
+    """Called by tests/conftest.py when collection ends. What fails here
+    fails the guests' own tests, which try again, never the session."""
+    try:
+        _start_all(session)
+    except Exception:
+        return
 
 
 class _SessionEnd:
