@@ -132,13 +132,9 @@ int _hm_prim_uffd_wp(int uffd, void *addr, size_t len, int protect) {
 }
 
 ssize_t _hm_prim_uffd_read(int uffd, void *msgs, size_t bytes) {
-  ssize_t n;
-  do {
-    /* the raw call: inside the interposer libc's read is its own hook
-     * (preload/dio.c), which the fault path has no need to pass */
-    n = (ssize_t)syscall(SYS_read, uffd, msgs, bytes);
-  } while (n < 0 && errno == EINTR);
-  return n < 0 ? -errno : n;
+  /* the raw call (_hm_prim_read): inside the interposer libc's read is its
+   * own hook (preload/dio.c), which the fault path has no need to pass */
+  return _hm_prim_read(uffd, msgs, bytes);
 }
 
 int _hm_prim_pagemap_open(void) {
