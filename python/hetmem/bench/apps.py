@@ -42,17 +42,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hetmem import __version__, output
+from hetmem import __version__, child, output
 from hetmem.bench import exit_status
 from hetmem.bench import placement as place_bench
 from hetmem.bench.apps_programs import APPS, App
@@ -170,56 +167,13 @@ def _available(modes: list[str]) -> tuple[list[str], dict[str, str]]:
     return [m for m in modes if m not in skipped], skipped
 
 
-class Spawned(NamedTuple):
-    exit_code: int
-    wall_s: float
-    max_rss: int  # bytes: the largest process of the command's tree
-    timed_out: bool
-
-
-def spawn(argv: list[str], cwd: Path, timeout: float) -> Spawned:
+def spawn(argv: list[str], cwd: Path, timeout: float) -> child.Finished:
     """Runs argv in cwd, stdout and stderr into files there; stops it after
-    timeout seconds (SIGTERM, which hetmem run forwards and cleans up after;
-    SIGKILL to its process group 30 s later)."""
+    timeout seconds as hetmem.child does (SIGTERM, which hetmem run passes
+    on and cleans up after; SIGKILL to its process group if it is still
+    there after the grace period)."""
     with open(cwd / "stdout.txt", "wb") as out, open(cwd / "stderr.txt", "wb") as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            argv, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            status, ru = _wait(proc.pid, t0 + timeout)
-        except BaseException:  # Ctrl-C: hetmem run still removes its swap file
-            status, ru = _stop(proc.pid)
-            raise
-        timed_out = status is None
-        if status is None:
-            status, ru = _stop(proc.pid)
-        wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return Spawned(proc.returncode, wall, ru.ru_maxrss * 1024, timed_out)
-
-
-def _stop(pid: int) -> tuple[int, Any]:
-    """SIGTERM to hetmem run (it forwards it and cleans up), SIGKILL to the
-    whole process group if it is still there 30 s later; its wait status."""
-    os.kill(pid, signal.SIGTERM)
-    status, ru = _wait(pid, time.perf_counter() + 30)
-    if status is None:
-        os.killpg(pid, signal.SIGKILL)
-        _, status, ru = os.wait4(pid, 0)
-    return status, ru
-
-
-def _wait(pid: int, deadline: float) -> tuple[int | None, Any]:
-    """(wait status, rusage) of pid, or (None, None) at the deadline."""
-    while True:
-        got, status, ru = os.wait4(pid, os.WNOHANG)
-        if got:
-            return status, ru
-        if time.perf_counter() >= deadline:
-            return None, None
-        time.sleep(0.02)
+        return child.run(argv, timeout=timeout, cwd=cwd, stdout=out, stderr=err)
 
 
 class Bench(NamedTuple):
@@ -250,7 +204,7 @@ def run_app(
         "command": argv,
         "hetmem": pre,
         "dir": str(work),
-        "exit_code": got.exit_code,
+        "exit_code": got.returncode,
         "wall_s": got.wall_s,
         "max_rss_bytes": got.max_rss,
         "timed_out": got.timed_out,

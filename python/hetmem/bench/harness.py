@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetmem import __version__, _native, sizes
+from hetmem import __version__, _native, child, sizes
 from hetmem.bench import machine
 from hetmem.bench.kernels import kernel_path
 from hetmem.errors import EnvironmentProblem, UsageError
@@ -341,16 +340,9 @@ def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) ->
         ]
         env = dict(os.environ, OMP_NUM_THREADS=str(plan.threads))
         t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(
-                [*cmd, "--", *kcmd],
-                capture_output=True,
-                text=True,
-                timeout=plan.timeout_s,
-                env=env,
-            )
-            rc, out, err = proc.returncode, proc.stdout, proc.stderr
-        except subprocess.TimeoutExpired:
+        got = child.run([*cmd, "--", *kcmd], timeout=plan.timeout_s, env=env)
+        rc, out, err = got.returncode, got.stdout, got.stderr
+        if got.timed_out:
             rc, out, err = -1, "", f"timed out after {plan.timeout_s:.0f} s"
         wall = time.perf_counter() - t0
         stats = _read_stats(stats_file)

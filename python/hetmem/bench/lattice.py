@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hetmem import __version__, output
+from hetmem import __version__, child, output
 from hetmem.bench import exit_status, find_program, harness
 from hetmem.bench.harness import available_modes
 from hetmem.bench.kernels import run_kernel
@@ -145,12 +144,9 @@ def run_lattice(
         cmd = mpirun_command(
             ranks, [*settings_args(settings), *(extra or []), "--json", str(out)], threads
         )
-        try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, env=mpi_env(threads), timeout=timeout
-            )
-        except subprocess.TimeoutExpired:
-            raise HetmemError(f"hm-lattice timed out after {timeout} s") from None
+        proc = child.run(cmd, env=mpi_env(threads), timeout=timeout)
+        if proc.timed_out:
+            raise HetmemError(f"hm-lattice timed out after {timeout} s")
         if proc.returncode != 0:
             lines = [ln for ln in proc.stderr.splitlines() if "hm-lattice" in ln]
             msg = lines[0] if lines else f"hm-lattice exit code {proc.returncode}"
@@ -409,11 +405,10 @@ def _lattice_cmd(settings: dict[str, str], json_path: Path) -> list[str]:
     return [str(lattice_binary()), *settings_args(settings), "--json", str(json_path)]
 
 
-def _run_checked(cmd: list[str], what: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(1), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise HetmemError(f"{what} timed out after {timeout:.0f} s") from None
+def _run_checked(cmd: list[str], what: str, timeout: float) -> child.Finished:
+    proc = child.run(cmd, env=mpi_env(1), timeout=timeout)
+    if proc.timed_out:
+        raise HetmemError(f"{what} timed out after {timeout:.0f} s")
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
         raise HetmemError(f"{what} failed: {last}")
@@ -578,9 +573,7 @@ def _modes_exec(
         kcmd = _lattice_cmd(settings, res_path)
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(
-                _hetmem([*cmd, "--", *kcmd]), capture_output=True, text=True, env=mpi_env(1)
-            )
+            proc = child.run(_hetmem([*cmd, "--", *kcmd]), env=mpi_env(1))
             rc, err = proc.returncode, proc.stderr
         except OSError as e:
             rc, err = -1, str(e)

@@ -70,13 +70,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hetmem import output
+from hetmem import child, output
 from hetmem import probe as probe_mod
 from hetmem._native import Context
 from hetmem.bench import exit_status, find_program, sdm
@@ -127,15 +126,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
-def _hetmem(
-    *args: str, capture: bool = True, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hetmem", *args],
-        capture_output=capture,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **env} if env else None,
+def _hetmem(*args: str, env: dict[str, str] | None = None) -> child.Finished:
+    return child.run(
+        [sys.executable, "-m", "hetmem", *args], env={**os.environ, **env} if env else None
     )
 
 
@@ -157,7 +150,7 @@ def advise(profile: Path, budget: int, placement: Path, what: str, for_mode: str
         raise HetmemError(f"{what}: hetmem advise failed: {proc.stderr.strip()}")
 
 
-def _program_result(proc: subprocess.CompletedProcess[str], what: str) -> dict[str, Any]:
+def _program_result(proc: child.Finished, what: str) -> dict[str, Any]:
     if proc.returncode != 0:
         tail = (proc.stderr or "").strip().splitlines()[-1:] or ["(no output)"]
         raise HetmemError(f"{what} failed ({proc.returncode}): {tail[0]}")
@@ -399,7 +392,7 @@ class _VariantRun:
         for mode in this_round:
             _say(f"{v}: {mode} (run {r + 1})")
             if mode == "dram":
-                proc = subprocess.run(self.argv, capture_output=True, text=True)
+                proc = child.run(self.argv)
                 self.runs["dram"].append(_program_result(proc, f"{v} dram"))
                 continue
             if mode == "profile":
@@ -547,7 +540,7 @@ def _alloc_whole_runs(
         _say(f"alloc: no preload / flat (run {r + 1})")
         for kind in ("none", "flat") if r % 2 == 0 else ("flat", "none"):
             if kind == "none":
-                proc = subprocess.run(argv, capture_output=True, text=True)
+                proc = child.run(argv)
                 none.append(_program_result(proc, "alloc")["seconds"])
             else:
                 flat.append(_program_result(_hetmem(*flat_argv, *argv), "alloc flat")["seconds"])
@@ -561,7 +554,7 @@ def _alloc_ab_runs(argv: list[str], flat_argv: list[str]) -> dict[str, Any]:
         _say(f"alloc: slices of malloc against glibc's own, no preload / flat (run {r + 1})")
         for kind in ("control", "flat") if r % 2 == 0 else ("flat", "control"):
             if kind == "control":
-                proc = subprocess.run(ab_argv, capture_output=True, text=True)
+                proc = child.run(ab_argv)
             else:
                 proc = _hetmem(*flat_argv, *ab_argv)
             res = _program_result(proc, f"alloc --ab {kind}")["ab"]

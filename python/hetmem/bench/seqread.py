@@ -49,14 +49,13 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from hetmem import __version__, output
+from hetmem import __version__, child, output
 from hetmem.bench import exit_status, find_program, machine
 from hetmem.bench.harness import (
     add_output_arguments,
@@ -242,11 +241,8 @@ def run_scan(p: dict[str, Any]) -> dict[str, Any]:
         env = dict(os.environ, OMP_NUM_THREADS=str(p["threads"]))
         before = _device_counters(p)
         t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, env=env, timeout=p["timeout"]
-            )
-        except subprocess.TimeoutExpired:
+        proc = child.run(cmd, env=env, timeout=p["timeout"])
+        if proc.timed_out:
             return {"side": "pager", "error": f"timed out after {p['timeout']:.0f} s"}
         rec: dict[str, Any] = {"side": "pager", "command": cmd, "exit_code": proc.returncode,
                                "wall_s": time.perf_counter() - t0}  # fmt: skip

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hetmem import __version__, output
+from hetmem import __version__, child, output
 from hetmem.bench import exit_status, find_program
 from hetmem.bench.harness import (
     add_output_arguments,
@@ -217,12 +217,9 @@ def execute(p: dict[str, Any], rep: int, pattern: str, mult: float, who: str) ->
         stats_file = Path(tmp) / "stats.json"
         cmd, env = command(p, pattern, size, who, stats_file if who == "hetmem" else None)
         t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, env=env, timeout=p["timeout"]
-            )
-            rc, out, err = proc.returncode, proc.stdout, proc.stderr
-        except subprocess.TimeoutExpired:
+        proc = child.run(cmd, env=env, timeout=p["timeout"])
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+        if proc.timed_out:
             rc, out, err = -1, "", f"timed out after {p['timeout']:.0f} s"
         wall = time.perf_counter() - t0
         pager = _pager_figures(stats_file)

@@ -16,13 +16,13 @@ bytes the pager saw touched). From that:
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetmem import child
 from hetmem.bench import harness
 from hetmem.errors import HetmemError
 from hetmem.recommend.runs import Run, Setup
@@ -163,15 +163,12 @@ def profile_and_advise(setup: Setup, modes: Sequence[str]) -> tuple[dict[str, Pa
     return out, ""
 
 
-def _hetmem(verb: str, *args: str, log: Path, name: str = "") -> subprocess.CompletedProcess[bytes]:
+def _hetmem(verb: str, *args: str, log: Path, name: str = "") -> child.Finished:
     """`hetmem VERB ARGS` with its output in log/NAME.out and .err (NAME:
     VERB unless given)."""
     name = name or verb
     try:
         with open(log / f"{name}.out", "wb") as fo, open(log / f"{name}.err", "wb") as fe:
-            return subprocess.run(
-                [sys.executable, "-m", "hetmem", verb, *args],
-                stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, check=False,
-            )  # fmt: skip
+            return child.run([sys.executable, "-m", "hetmem", verb, *args], stdout=fo, stderr=fe)
     except OSError as exc:
         raise HetmemError(f"cannot write the logs in '{log}': {exc.strerror}") from None

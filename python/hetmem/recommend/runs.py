@@ -12,16 +12,13 @@ file per mode (the last run of each), so a failure can be read afterwards.
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import signal
-import subprocess
 import sys
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from hetmem import child
 from hetmem.errors import HetmemError
 from hetmem.sizes import size_arg
 
@@ -123,50 +120,16 @@ def run_once(setup: Setup, mode: str, rnd: int) -> Run:
     stats.unlink(missing_ok=True)
     try:
         with open(out, "wb") as fo, open(err, "wb") as fe:
-            rc = _wait(_hetmem_argv(setup, mode, stats), fo, fe, setup.timeout_s)
+            got = child.run(
+                _hetmem_argv(setup, mode, stats), timeout=setup.timeout_s, stdout=fo, stderr=fe
+            )
     except OSError as exc:
         raise HetmemError(f"cannot write the run logs in '{logs}': {exc.strerror}") from None
-    if rc is None:
+    if got.timed_out:
         # what `hetmem run` wrote when stopped: the data seen so far
         limit = f"over the time limit ({setup.timeout_s:.0f} s)"
         return Run(mode, rnd, -1, None, limit, "timeout", _read_json(stats))
-    return _outcome(mode, rnd, rc, _read_json(stats), err)
-
-
-# After SIGTERM, `hetmem run` stops the command and removes what it made (a
-# swap file, a memory cgroup, backing files); this is how long it may take.
-TERM_GRACE_S = 60.0
-
-
-def _wait(argv: list[str], fo: IO[bytes], fe: IO[bytes], timeout: float | None) -> int | None:
-    """The exit status of argv, or None when it ran past `timeout` and was
-    stopped: SIGTERM first, so that `hetmem run` cleans up, SIGKILL only
-    when it does not end within TERM_GRACE_S. Then whatever is left of the
-    run's process group is killed: `hetmem run` passes SIGTERM to the
-    command, and a script's shell dies of it while the program it started
-    ran on (`sh -c '...; prog'`), taking a CPU from every run after it."""
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, start_new_session=True
-    )
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        return None
-    except BaseException:
-        _stop(proc)  # Ctrl-C: the same clean stop, then pass it on
-        raise
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=TERM_GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    return _outcome(mode, rnd, got.returncode, _read_json(stats), err)
 
 
 def _outcome(mode: str, rnd: int, rc: int, st: dict[str, Any], err: Path) -> Run:
