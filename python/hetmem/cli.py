@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol
 
-from hetmem import __version__
+from hetmem import __version__, child
 from hetmem.errors import HetmemError
 
 # Verb modules, in the order `hetmem --help` lists them.
@@ -101,7 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is not None:
         sys.argv = [outer[0] if outer else "hetmem", *argv]
     try:
-        return command.run(args)
+        # SIGTERM and SIGHUP (a batch system's time limit, a closed
+        # terminal) stop the verb through its clean-up: commands it runs
+        # are stopped, temporary files removed (hetmem.child)
+        with child.stop_on_signals():
+            return command.run(args)
     except HetmemError as exc:
         sys.stderr.write(f"hetmem {command.name}: error: {one_line(str(exc))}\n")
         return exc.exit_code

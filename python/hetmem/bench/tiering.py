@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from hetmem import output
+from hetmem import child, output
 from hetmem.bench import exit_status
 from hetmem.errors import EnvironmentProblem, UsageError
 from hetmem.sizes import format_size, parse_budget
@@ -88,34 +85,6 @@ def _write(path: Path, value: str) -> None:
         ) from None
 
 
-class Stopped(Exception):
-    """SIGTERM or SIGHUP arrived while root's settings were changed."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _stop(signum: int, _frame: object) -> None:
-    raise Stopped(signum)
-
-
-@contextmanager
-def _stoppable() -> Any:
-    """SIGTERM and SIGHUP raise Stopped (by default they end the process
-    with no clean-up, leaving demotion and tiering mode on for everyone);
-    subprocess.run kills its child on the way out."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 @contextmanager
 def kernel_tiering() -> Any:
     """Demotion on and NUMA balancing in tiering mode; restored after."""
@@ -126,7 +95,7 @@ def kernel_tiering() -> Any:
             f"this kernel has no memory tiering controls ({exc.filename}: {exc.strerror})"
         ) from None
     try:
-        with _stoppable():
+        with child.stop_on_signals():
             _write(DEMOTION, "true")
             _write(BALANCING, "2")
             yield
@@ -152,9 +121,9 @@ def _one(config: str, args: argparse.Namespace, cmd: list[str]) -> dict[str, Any
     t0 = time.perf_counter()
     if config == "kernel":
         with kernel_tiering():
-            proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            proc = child.run(argv)
     else:
-        proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        proc = child.run(argv)
     wall = time.perf_counter() - t0
     after = vmstat()
     if proc.returncode != 0:
@@ -196,10 +165,10 @@ def run(args: argparse.Namespace) -> int:
         for r in range(args.repeat):
             for i in range(len(configs)):
                 runs.append({"round": r, **_one(configs[(i + r) % len(configs)], args, cmd)})
-    except Stopped as stop:
-        print(f"hetmem bench tiering: stopped by {stop}; demotion_enabled and numa_balancing "
+    except child.Interrupted as stop:
+        print(f"hetmem bench tiering: {stop}; demotion_enabled and numa_balancing "
               "restored", file=sys.stderr)  # fmt: skip
-        return 128 + stop.signum
+        return stop.exit_code
     result = {
         "schema_version": SCHEMA_VERSION,
         "kind": "hetmem-bench-tiering",

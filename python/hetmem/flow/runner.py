@@ -19,11 +19,11 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from hetmem import child
 from hetmem.errors import EnvironmentProblem, HetmemError
 from hetmem.flow import channel as chan
 from hetmem.flow import kernels, locality
@@ -47,26 +47,6 @@ class FlowInterrupted(HetmemError):
 
 
 _STOP = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-
-
-@contextmanager
-def _stop_signals() -> Iterator[None]:
-    """SIGTERM, SIGHUP and SIGINT raise FlowInterrupted in the main thread,
-    so that the run's clean-up runs (by default SIGTERM and SIGHUP end
-    Python without it)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise FlowInterrupted(signum)
-
-    old = {sig: signal.signal(sig, handler) for sig in _STOP}
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 def resolve(spec: Spec) -> dict[str, Any]:
@@ -130,7 +110,7 @@ def run(
     pw, pr = spec.writer.ranks, spec.reader.ranks
     tag = f"flow-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     ack = f"{tag}-ack" if mode == "serial" else ""
-    with _stop_signals(), supervise.Supervisor() as sup:
+    with child.stop_on_signals(_STOP, FlowInterrupted), supervise.Supervisor() as sup:
         sync = Path(tempfile.mkdtemp(prefix="hetmem-flow-"))
         sup.add(trees=[str(sync)])
         created: list[tuple[str, str]] = []
