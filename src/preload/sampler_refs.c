@@ -79,8 +79,24 @@
  * long run. */
 #define HM__REFS_EARLY 8u
 #define HM__REFS_EARLY_DUTY 11u
-/* The first short window lasts at least this long (hm__short). */
+/* The first short window lasts at least this long (hm__short); at least
+ * HM__SHORT_BUSY_NS after a pair in which tasks waited for a CPU (PSI's
+ * cpu "some" time, HM__REFS_PSI) more than HM__BUSY_SHARE of its span
+ * (hm__contended). There the sampler's own reads and other work take the
+ * program off its CPU for part of a window: in windows of a millisecond
+ * or two a sweep's pages grew in one and stalled in the next, which reads
+ * as reuse. Beside one busy loop on 2 CPUs the test program's swept array
+ * read as reused in 5 of 16 profiles; with 5 ms windows after a contended
+ * pair, 1 of 16 (5 ms always: 0 of 16). Measuring the windows in the
+ * program's CPU time instead (its threads' clocks) did not help (6 of 16):
+ * a gather given little CPU in the first window had not yet touched its
+ * pages again. A quiet machine keeps the short windows: their reuse is the
+ * stronger lower bound (touched again within ~2 ms, not 5), and waits of
+ * 5% of a pair are rare there (1 pair in 27 here). */
 #define HM__SHORT_MIN_NS 1000000u
+#define HM__SHORT_BUSY_NS 5000000u
+#define HM__BUSY_SHARE 0.05
+#define HM__REFS_PSI "/proc/pressure/cpu"
 /* Calibration pages: more than the TLB covers, or the cost hides (2 MiB
  * showed 5 ns a page here, 8 MiB and more 300-470 ns) */
 #define HM__REFS_CAL_PAGES 4096u
@@ -108,6 +124,8 @@ struct _hm_smp_refs_s {
   uint64_t shorts, short_ns, short2_ns; /* short window pairs read, their summed lengths */
   uint64_t short_cost_ns;                /* what reading them took, waits left out */
   uint64_t short_half_ns;                /* half the last window read's time */
+  uint64_t busy_pairs;                   /* pairs read with long windows (hm__short) */
+  int busy;                              /* the last pair was contended */
   uint64_t rng;                          /* xorshift state of the intervals' jitter */
   char *flush;                           /* HM__REFS_FLUSH_PAGES pages, see hm__clear */
   _hm_smp_rss_t rss_prev, rss_cur;       /* mappings' Rss at the last drain, and this one's */
@@ -439,6 +457,24 @@ static uint64_t hm__sleep_until(uint64_t want, uint64_t half) {
   return _hm_prim_now_ns() - now; /* a late wake-up is waiting too, not reading */
 }
 
+/* Microseconds tasks have waited for a CPU (PSI: the first line of
+ * HM__REFS_PSI, "some ... total=US"), or -1 where the kernel has no PSI.
+ * Cost: one small /proc read (~10 us). */
+static int64_t hm__cpu_wait_us(const _hm_smp_refs_t *r) {
+  char buf[256];
+  if (_hm_prim_read_text(r->root, HM__REFS_PSI, buf, sizeof buf) <= 0) return -1;
+  const char *t = strncmp(buf, "some ", 5) == 0 ? strstr(buf, "total=") : NULL;
+  return t ? (int64_t)strtoll(t + 6, NULL, 10) : -1;
+}
+
+/* Whether tasks waited for a CPU more than HM__BUSY_SHARE of the time
+ * since `since` (ns), given the wait `w0` read then. */
+static int hm__contended(const _hm_smp_refs_t *r, int64_t w0, uint64_t since) {
+  int64_t w1 = w0 < 0 ? -1 : hm__cpu_wait_us(r);
+  uint64_t span = _hm_prim_now_ns() - since;
+  return w1 >= w0 && w0 >= 0 && (double)(w1 - w0) * 1e3 > HM__BUSY_SHARE * (double)span;
+}
+
 /* The short windows, read right after the clear: smaps once (window w1,
  * about the time one read takes, at least HM__SHORT_MIN_NS), then again
  * when three times as long has passed since the clear. The interval's samples count a page
@@ -460,7 +496,10 @@ static uint64_t hm__short(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm_s
    * 0.25-0.5 us), so a window of one quick read (0.28 ms for a small
    * process on a fast machine) holds at most a thousand pages of a
    * gather, which then grew with the window like a sweep's. */
-  uint64_t slept = hm__sleep_until(c1 + HM__SHORT_MIN_NS, r->short_half_ns);
+  int long_windows = r->busy;
+  int64_t wait0 = hm__cpu_wait_us(r);
+  uint64_t slept = hm__sleep_until(c1 + (long_windows ? HM__SHORT_BUSY_NS : HM__SHORT_MIN_NS),
+                                   r->short_half_ns);
   if (respan) respan(spans);
   uint64_t half = 0, m1 = hm__window(r, spans, sink, HM_SMP_SHORT, &half);
   if (!m1) return slept;
@@ -472,7 +511,9 @@ static uint64_t hm__short(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, const _hm_s
   uint64_t m2 = hm__window(r, spans, sink, HM_SMP_SHORT2, &half);
   if (!m2) return slept;
   uint64_t w2 = m2 - c1;
+  r->busy = hm__contended(r, wait0, c1);
   if (sink->pair) sink->pair(sink->arg, w2 > w1 ? (double)w1 / (double)(w2 - w1) : 0.0);
+  r->busy_pairs += (uint64_t)long_windows;
   r->shorts++;
   r->short_ns += w1;
   r->short2_ns += m2 - c1;
@@ -554,7 +595,8 @@ void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len) {
            "\"drain_max_us\":%.1f,\"touch_ns_per_page\":%.1f,\"referenced_pages\":%llu,"
            "\"touch_cost_ns\":%llu,\"errors\":%llu,"
            "\"short_windows\":%llu,\"short_window_us\":[%.1f,%.1f],\"sampled_us\":%.0f,"
-           "\"short_cost_us\":%.0f,\"first_touch_pages\":%llu",
+           "\"short_cost_us\":%.0f,\"first_touch_pages\":%llu,"
+           "\"short_windows_busy\":%llu",
            (unsigned long long)r->mappings,
            (double)(r->last_clear - r->first_clear) / (double)d / 1e3,
            (double)r->cost_sum_ns / (double)d / 1e3, (double)r->max_cost_ns / 1e3, r->touch_ns,
@@ -563,7 +605,7 @@ void _hm_smp_refs_describe(const _hm_smp_refs_t *r, char *out, size_t len) {
            r->shorts ? (double)r->short_ns / (double)r->shorts / 1e3 : 0.0,
            r->shorts ? (double)r->short2_ns / (double)r->shorts / 1e3 : 0.0,
            (double)(r->last_clear - r->first_clear) / 1e3, (double)r->short_cost_ns / 1e3,
-           (unsigned long long)r->fresh_pages);
+           (unsigned long long)r->fresh_pages, (unsigned long long)r->busy_pairs);
   size_t k = strlen(out);
   if (k < len) _hm_smp_wr_describe(r->wr, r->wr_why, out + k, len - k);
 }

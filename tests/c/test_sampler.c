@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -688,6 +689,54 @@ static void test_live_software_event(void) {
   _hm_smp_perf_stop(p);
 }
 
+/* Writes PSI's cpu file under root with `some` total us (NULL: removed). */
+static void write_psi(const char *root, const char *text) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/proc/pressure/cpu", root);
+  if (!text) {
+    (void)unlink(path);
+    return;
+  }
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+/* A pair is contended when PSI's cpu "some" time grew by more than
+ * HM__BUSY_SHARE of its span; no PSI (or a file without the line): never. */
+static void test_refs_contended(void) {
+  char root[] = "/tmp/hm-test-psi-XXXXXX", sub[64];
+  CHECK(mkdtemp(root) != NULL);
+  snprintf(sub, sizeof sub, "%s/proc", root);
+  CHECK(mkdir(sub, 0700) == 0);
+  snprintf(sub, sizeof sub, "%s/proc/pressure", root);
+  CHECK(mkdir(sub, 0700) == 0);
+  _hm_smp_refs_t r;
+  memset(&r, 0, sizeof r);
+  r.root = root;
+  const char *full = "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+  char text[256];
+  snprintf(text, sizeof text, "some avg10=1.00 avg60=0.50 avg300=0.10 total=1000\n%s", full);
+  write_psi(root, text);
+  CHECK(hm__cpu_wait_us(&r) == 1000);
+  uint64_t since = _hm_prim_now_ns() - 10000000u; /* a pair of 10 ms */
+  snprintf(text, sizeof text, "some avg10=1.00 avg60=0.50 avg300=0.10 total=1300\n%s", full);
+  write_psi(root, text); /* 0.3 ms waited: 3% */
+  CHECK(!hm__contended(&r, 1000, since));
+  snprintf(text, sizeof text, "some avg10=1.00 avg60=0.50 avg300=0.10 total=2500\n%s", full);
+  write_psi(root, text); /* 1.5 ms: 15% */
+  CHECK(hm__contended(&r, 1000, since));
+  write_psi(root, full); /* no "some" line */
+  CHECK(hm__cpu_wait_us(&r) == -1 && !hm__contended(&r, 1000, since));
+  write_psi(root, NULL);
+  CHECK(hm__cpu_wait_us(&r) == -1 && !hm__contended(&r, -1, since));
+  CHECK(rmdir(sub) == 0);
+  snprintf(sub, sizeof sub, "%s/proc", root);
+  CHECK(rmdir(sub) == 0 && rmdir(root) == 0);
+}
+
 int main(void) {
   test_parse();
   test_ibs();
@@ -698,6 +747,7 @@ int main(void) {
   test_refs_text();
   test_refs_first_touch();
   test_refs_live();
+  test_refs_contended();
   test_live_software_event();
   return hm_test_done("test_sampler");
 }
