@@ -114,7 +114,7 @@ def run(
     captures that stream and returns it as text. Any exception while it
     runs (KeyboardInterrupt, a signal turned into one) stops it the same
     way and is raised again. OSError when argv cannot be started."""
-    with _stream(stdout) as out, _stream(stderr) as err:
+    with _Stream(stdout) as out, _Stream(stderr) as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
             list(argv), cwd=cwd, env=None if env is None else dict(env),
@@ -124,8 +124,10 @@ def run(
         try:
             status, ru = _wait(proc.pid, deadline)
         except BaseException:
-            stop(proc.pid, grace_s)
-            proc.returncode = -signal.SIGKILL  # reaped: Popen must not wait again
+            try:
+                stop(proc.pid, grace_s)
+            finally:
+                proc.returncode = -signal.SIGKILL  # reaped: Popen must not wait again
             raise
         timed_out = status is None
         if status is None:
@@ -191,7 +193,7 @@ def _wait(pid: int, deadline: float | None) -> tuple[int | None, Any]:
             os.close(fd)
 
 
-class _stream:
+class _Stream:
     """The caller's file, or a temporary one that captures the stream."""
 
     def __init__(self, given: IO[bytes] | None) -> None:
