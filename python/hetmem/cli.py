@@ -106,6 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # are stopped, temporary files removed (hetmem.child)
         with child.stop_on_signals():
             return command.run(args)
+    except child.Interrupted as exc:
+        # not an error of the user's: said as the shell would, after the clean-up
+        sys.stderr.write(f"hetmem {command.name}: {exc}\n")
+        return exc.exit_code
     except HetmemError as exc:
         sys.stderr.write(f"hetmem {command.name}: error: {one_line(str(exc))}\n")
         return exc.exit_code

@@ -75,8 +75,8 @@ def test_a_stopped_bench_stops_its_kernel_and_removes_its_files(
         want = 130 if sig == signal.SIGINT else 128 + sig
         assert bench.returncode == want, err
         last = err.strip().splitlines()[-1]
-        word = "interrupted" if sig == signal.SIGINT else "stopped by SIGTERM"
-        assert last.startswith("hetmem bench") and word in last, err
+        said = "interrupted" if sig == signal.SIGINT else "stopped by SIGTERM"
+        assert last == f"hetmem bench: {said}", err
         # nothing of it runs on, and its temporary folders are gone
         end = time.monotonic() + 10
         while _with_env(str(tmp)) and time.monotonic() < end:
