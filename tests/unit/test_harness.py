@@ -107,9 +107,9 @@ def test_each_run_asks_the_kernel_for_its_minimum_time(tmp_path, monkeypatch):
     def fake_run(cmd, **kw):
         seen.append(cmd)
         out = json.dumps({"verified": True, "time_s": 0.5, "time_best_s": 0.25})
-        return harness.subprocess.CompletedProcess(cmd, 0, out + "\n", "")
+        return harness.child.Finished(0, out + "\n", "", 0.5, 0, False)
 
-    monkeypatch.setattr(harness.subprocess, "run", fake_run)
+    monkeypatch.setattr(harness.child, "run", fake_run)
     plan = _plan(tmp_path, kernel_reps=2, kernel_min_time=0.75)
     rec = harness.execute_one(plan, plan.cases[0], 0.5, "dram", 0)
     kcmd = rec["command"]
