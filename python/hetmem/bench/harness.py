@@ -339,12 +339,11 @@ def execute_one(plan: Plan, case: Case, multiple: float, mode: str, rep: int) ->
             *(("--tile-budget", str(plan.budget)) if case.budget_tiles else ()),
         ]
         env = dict(os.environ, OMP_NUM_THREADS=str(plan.threads))
-        t0 = time.perf_counter()
         got = child.run([*cmd, "--", *kcmd], timeout=plan.timeout_s, env=env)
         rc, out, err = got.returncode, got.stdout, got.stderr
         if got.timed_out:
             rc, out, err = -1, "", f"timed out after {plan.timeout_s:.0f} s"
-        wall = time.perf_counter() - t0
+        wall = got.wall_s
         stats = _read_stats(stats_file)
     result = _kernel_json(out)
     error, error_kind = _run_error(rc, err, result, mode, stats)

@@ -240,12 +240,11 @@ def run_scan(p: dict[str, Any]) -> dict[str, Any]:
         cmd = scan_command(p, stats_file)
         env = dict(os.environ, OMP_NUM_THREADS=str(p["threads"]))
         before = _device_counters(p)
-        t0 = time.perf_counter()
         proc = child.run(cmd, env=env, timeout=p["timeout"])
         if proc.timed_out:
             return {"side": "pager", "error": f"timed out after {p['timeout']:.0f} s"}
         rec: dict[str, Any] = {"side": "pager", "command": cmd, "exit_code": proc.returncode,
-                               "wall_s": time.perf_counter() - t0}  # fmt: skip
+                               "wall_s": proc.wall_s}  # fmt: skip
         result = verified_line(proc.stdout)
         try:
             pager = json.loads(stats_file.read_text()).get("pager") or {}

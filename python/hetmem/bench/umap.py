@@ -216,12 +216,11 @@ def execute(p: dict[str, Any], rep: int, pattern: str, mult: float, who: str) ->
     with tempfile.TemporaryDirectory(prefix="hetmem-bench-umap-") as tmp:
         stats_file = Path(tmp) / "stats.json"
         cmd, env = command(p, pattern, size, who, stats_file if who == "hetmem" else None)
-        t0 = time.perf_counter()
         proc = child.run(cmd, env=env, timeout=p["timeout"])
         rc, out, err = proc.returncode, proc.stdout, proc.stderr
         if proc.timed_out:
             rc, out, err = -1, "", f"timed out after {p['timeout']:.0f} s"
-        wall = time.perf_counter() - t0
+        wall = proc.wall_s
         pager = _pager_figures(stats_file)
     result = verified_line(out)
     error = ""
