@@ -520,13 +520,30 @@ typedef struct spin_s {
   volatile char *base;
   size_t n, page;
   atomic_int stop;
+  atomic_ulong passes; /* whole sweeps over the pages */
 } spin_t;
 
 static void *spinner(void *arg) {
   spin_t *t = arg;
-  while (!atomic_load(&t->stop))
+  while (!atomic_load(&t->stop)) {
     for (size_t i = 0; i < t->n; i++) t->base[i * t->page]++;
+    atomic_fetch_add(&t->passes, 1);
+  }
   return NULL;
+}
+
+/* Busy for at least `ns`, and until the spinner has swept all its pages
+ * twice since the call (so once wholly after the last drain's clear): on
+ * a loaded machine the spinner may be off its CPU for a whole interval,
+ * and what is checked is the sampler, not the scheduler. A hang guard of
+ * 10 s. */
+static void hm__spin_interval(spin_t *t, uint64_t ns) {
+  unsigned long p0 = atomic_load(&t->passes);
+  uint64_t t0 = _hm_prim_now_ns();
+  for (;;) {
+    uint64_t dt = _hm_prim_now_ns() - t0;
+    if ((dt >= ns && atomic_load(&t->passes) >= p0 + 2) || dt > 10000000000ull) return;
+  }
 }
 
 /* A thread touching a's pages over and over: each interval sees all of
@@ -534,7 +551,7 @@ static void *spinner(void *arg) {
  * idle b's. */
 static void hm__spin_live(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, char *a, size_t n,
                           size_t page) {
-  spin_t t = {a, n, page, 0};
+  spin_t t = {a, n, page, 0, 0};
   pthread_t th;
   CHECK(pthread_create(&th, NULL, spinner, &t) == 0);
   credits_t c;
@@ -547,20 +564,22 @@ static void hm__spin_live(_hm_smp_refs_t *r, _hm_smp_spans_t *spans, char *a, si
     memset(&c, 0, sizeof c);
     /* an interval (the spinner's passes take 10-100 us), busy: a thread
      * asleep here would let the spinner move to a CPU with a cold TLB */
-    for (uint64_t t0 = _hm_prim_now_ns(); _hm_prim_now_ns() - t0 < 2000000u;) {
-    }
+    hm__spin_interval(&t, 2000000u);
     _hm_smp_refs_drain(r, spans, &sk, NULL);
     whole += c.loads[1] >= n / 2 * HM_SMP_FIX;
     CHECK_EQ_INT(c.loads[2], 0);
   }
   memset(&c, 0, sizeof c);
-  /* the spinner may be off its CPU for one window on a busy machine */
+  /* the spinner may be off its CPU for many windows on a busy machine:
+   * drains until both short windows saw it (a hang guard of 10 s) */
   int k = 0;
-  for (; k < 200 && !(c.shorts[1] && c.shorts2[1]); k++)
+  for (uint64_t t0 = _hm_prim_now_ns(); !(c.shorts[1] && c.shorts2[1]) &&
+                                        _hm_prim_now_ns() - t0 < 10000000000ull;
+       k++)
     _hm_smp_refs_drain(r, spans, &sk, NULL);
   atomic_store(&t.stop, 1);
   pthread_join(th, NULL);
-  CHECK(whole >= 10); /* the spinner may be off its CPU now and then */
+  CHECK(whole >= 10); /* each interval held two whole sweeps: TLB slack only */
   CHECK(c.shorts[1] > 0 && c.shorts2[1] > 0);
   CHECK_EQ_INT(c.shorts[2] + c.shorts2[2], 0);
   /* the windows' end reaches the sink as a pair, never as a credit */
