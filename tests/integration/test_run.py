@@ -724,18 +724,20 @@ def test_processes_that_outlive_the_command_are_waited_for(tmp_path: Path) -> No
     assert "still run" not in proc.stderr
     exes = [os.path.basename(str(q.get("exe"))) for q in json.loads(stats.read_text())["processes"]]
     assert "true" in exes, exes
-    lingering = "(sleep 6 </dev/null >/dev/null 2>&1) & exit 0"
-    t0 = time.monotonic()
+    # the run ends while the process still sleeps (not a timing check: a
+    # loaded machine once made a bound on the run's own time too tight)
+    lingering = "(sleep 60 </dev/null >/dev/null 2>&1) & exit 0"
     proc = run_hetmem("run", "--mode", "cache", "--fast-budget", "16M", "--storage",
                       str(tmp_path), "--", "sh", "-c", lingering)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     m = re.search(r"note: 1 process\(es\) the command started still run 2 s after it ended "
                   r"\(pid (\d+)\)", proc.stderr)  # fmt: skip
-    if m:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(m.group(1)), signal.SIGKILL)
     assert m, proc.stderr
-    assert time.monotonic() - t0 < 5.5
+    pid = int(m.group(1))
+    alive = Path(f"/proc/{pid}").exists()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    assert alive, "hetmem run waited for the lingering process to end"
 
 
 def test_stats_give_the_commands_peak_resident_memory(tmp_path):

@@ -16,6 +16,11 @@ import pytest
 
 from hetmem import child
 
+# A command's time limit in the timeout tests: long enough for Python to
+# start and install its handler on a loaded machine (a SIGTERM before that
+# kills it with -15 and no clean-up), short enough to keep the tests quick.
+TIMEOUT_S = 5.0
+
 # Traps SIGTERM: writes `term` in its folder and exits 7. Starts a
 # grandchild first that ignores SIGTERM and records its pid.
 TRAPS = r"""
@@ -64,7 +69,7 @@ def _gone(pid: int, within: float = 5.0) -> bool:
 
 
 def test_a_timed_out_command_gets_sigterm_and_its_group_is_killed(tmp_path: Path) -> None:
-    got = child.run([sys.executable, "-c", TRAPS, str(tmp_path), "trap"], timeout=2.0)
+    got = child.run([sys.executable, "-c", TRAPS, str(tmp_path), "trap"], timeout=TIMEOUT_S)
     assert got.timed_out and got.returncode == 7, got
     assert (tmp_path / "term").exists()  # it had its clean-up
     # the grandchild that ignored SIGTERM was killed with the group
@@ -74,7 +79,7 @@ def test_a_timed_out_command_gets_sigterm_and_its_group_is_killed(tmp_path: Path
 def test_a_command_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
     t0 = time.monotonic()
     got = child.run(
-        [sys.executable, "-c", TRAPS, str(tmp_path), "ignore"], timeout=2.0, grace_s=0.5
+        [sys.executable, "-c", TRAPS, str(tmp_path), "ignore"], timeout=TIMEOUT_S, grace_s=0.5
     )
     assert got.timed_out and got.returncode == -signal.SIGKILL, got
     assert time.monotonic() - t0 < 30

@@ -92,10 +92,13 @@ for c in $HM_VM_CHECKS; do
       >"$O/tiering_after.txt"
     # SIGTERM while the kernel's tiering is on: root's settings come back
     "$PY" -m hetmem bench tiering --configs kernel --placement "$O/w.toml" --fast-budget 1G \
-      -- sleep 120 >"$O/tiering_term.out" 2>"$O/tiering_term.err" &
+      -- sleep 600 >"$O/tiering_term.out" 2>"$O/tiering_term.err" &
     pid=$!
-    for i in $(seq 300); do
+    # up to 300 s for Python to start and switch tiering on: under TCG beside
+    # other work a start took 15 s and more (a hang guard, not a speed check)
+    for i in $(seq 3000); do
       [ "$(cat /proc/sys/kernel/numa_balancing)" = 2 ] && break
+      kill -0 $pid 2>/dev/null || break # it ended (an error): judged by its rc
       sleep 0.1
     done
     cat /sys/kernel/mm/numa/demotion_enabled /proc/sys/kernel/numa_balancing \
