@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import c_program, placed_tiers, profile_and_show, run_hetmem, shown_site
 
 MIB = 1 << 20
@@ -63,18 +65,41 @@ int main(int argc, char **argv) {
 """
 
 
-def test_short_windows_send_the_gathered_array_to_the_fast_tier(tmp_path: Path) -> None:
-    exe = c_program(tmp_path / "gather", GATHER_SRC)
-    proc, path, show = profile_and_show(tmp_path, "g", str(exe), options=("--sampler", "refs"))
-    assert proc.returncode == 0, proc.stderr
+def _told_apart(show: dict) -> str:
+    """'' when the profile tells the gathered array from the swept one, or
+    what it got wrong."""
     sampler = show["header"]["sampler"]
-    assert sampler["name"] == "refs" and sampler["short_windows"] >= 3, sampler
+    if sampler["name"] != "refs" or sampler["short_windows"] < 3:
+        return f"sampler {sampler}"
     g, w = shown_site(show, "gathered"), shown_site(show, "swept")
-    # both are touched whole every interval: the larger swept one has more samples
-    assert w["samples"]["loads"] > g["samples"]["loads"], (g, w)
-    # but only the gathered one is touched again and again within a window
-    assert g["reuse_pages"] > 10 * g["samples"]["loads"], (g, w)
-    assert w["reuse_pages"] < 0.1 * g["reuse_pages"], (g, w)
+    # both are touched whole every interval: the larger swept one has more
+    # samples; but only the gathered one is touched again and again within
+    # a window
+    ok = w["samples"]["loads"] > g["samples"]["loads"]
+    ok = ok and g["reuse_pages"] > 10 * g["samples"]["loads"]
+    ok = ok and w["reuse_pages"] < 0.1 * g["reuse_pages"]
+    return "" if ok else f"gathered {g}, swept {w}, sampler {sampler}"
+
+
+def test_short_windows_send_the_gathered_array_to_the_fast_tier(tmp_path: Path) -> None:
+    """Up to three profiles, the first that tells the arrays apart counts:
+    the short windows are wall-clock time, and on a busy machine the
+    program can be off its CPU for a whole one (beside a busy loop 1 of 16
+    profiles misjudged the swept array); a sampler that cannot tell them
+    apart fails all three."""
+    exe = c_program(tmp_path / "gather", GATHER_SRC)
+    wrong = []
+    for attempt in range(3):
+        proc, path, show = profile_and_show(
+            tmp_path, f"g{attempt}", str(exe), options=("--sampler", "refs")
+        )
+        assert proc.returncode == 0, proc.stderr
+        why = _told_apart(show)
+        if not why:
+            break
+        wrong.append(why)
+    else:
+        pytest.fail("; ".join(wrong))
     # the table shows the reused pages: a number for the gathered array only
     table = run_hetmem("profile", "show", str(path), env={"COLUMNS": "200"}, check=True).stdout
     assert "reused pages" in table, table
