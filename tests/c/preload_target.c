@@ -292,8 +292,8 @@ static int hold(const char *mib_arg, const char *marker) {
 
 /* The budget bounds the process: small_mib in 64 KiB blocks (below the
  * threshold: plain memory), held while big_mib in one large block is
- * written and read twice (through the pager). Waits 300 ms in between so
- * that the pager has measured the small blocks. Prints "outside ok". */
+ * written and read twice (through the pager). Waits 1 s in between so
+ * that the pager has measured the small blocks (every 100 ms). Prints "outside ok". */
 static int outside(const char *small_arg, const char *big_arg) {
   size_t small = (size_t)strtoul(small_arg, NULL, 10) * 16, big = strtoul(big_arg, NULL, 10) * MIB;
   char **blocks = calloc(small, sizeof *blocks);
@@ -303,7 +303,7 @@ static int outside(const char *small_arg, const char *big_arg) {
     if (!(blocks[i] = malloc(64 << 10))) return 1;
     fill(blocks[i], 64 << 10, 500 + i);
   }
-  struct timespec ts = {0, 300 * 1000 * 1000};
+  struct timespec ts = {1, 0}; /* 10 of the pager's measures: margin for a busy machine */
   nanosleep(&ts, NULL);
   if (!(b = malloc(big))) return 1;
   fill(b, big, 77);
