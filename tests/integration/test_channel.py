@@ -188,13 +188,18 @@ def test_dead_writer_is_reported(name):
 
 
 def test_bench_reports_consistent_figures():
-    res = ch.bench("dram", objects=200, object_bytes=4608, steps=3, streams=1)
-    assert res["objects"] == 200 and res["object_bytes"] == 4608
-    for k in ("put_ns_per_object", "get_view_ns_per_object", "memcpy_ns_per_object"):
-        assert res[k] > 0
     # a copy out of the channel moves the object's bytes, so it cannot be
-    # cheaper than looking up its view
-    assert res["get_copy_ns_per_object"] >= res["get_view_ns_per_object"] * 0.5
+    # cheaper than looking up its view; one preemption in the view's
+    # lookups can make it seem so on a busy machine: up to three benches
+    for _ in range(3):
+        res = ch.bench("dram", objects=200, object_bytes=4608, steps=3, streams=1)
+        assert res["objects"] == 200 and res["object_bytes"] == 4608
+        for k in ("put_ns_per_object", "get_view_ns_per_object", "memcpy_ns_per_object"):
+            assert res[k] > 0
+        if res["get_copy_ns_per_object"] >= res["get_view_ns_per_object"] * 0.5:
+            break
+    else:
+        pytest.fail(f"a copy cost less than half a view's lookup: {res}")
     mixed = ch.bench("dram", objects=50, object_bytes=65536, steps=4, streams=2, mix=True)
     assert mixed["streams"] == 2 and mixed["mix"] is True
     assert not [
