@@ -115,6 +115,14 @@ def _size(d: dict[str, Any], key: str, where: str) -> int:
     return n
 
 
+def _key(k: str) -> str:
+    """A TOML key as an error names it: as written, or quoted with its
+    escapes where it holds a newline or another unprintable character (a
+    one-line error stays one line; the fuzzer found a kernel value with a
+    newline)."""
+    return k if k.isprintable() else repr(k)
+
+
 def _component(d: Any, where: str, writer: bool) -> Component:
     if not isinstance(d, dict):
         raise SpecError(f"{where}: missing table [{where}]")
@@ -124,7 +132,7 @@ def _component(d: Any, where: str, writer: bool) -> Component:
     for k in d:
         if k not in known:
             raise SpecError(
-                f"{where}.{k}: unknown key (expected one of {', '.join(sorted(known))})"
+                f"{where}.{_key(k)}: unknown key (expected one of {', '.join(sorted(known))})"
             )
     c = Component()
     c.ranks = _int(d, "ranks", where, 1, lo=1)
@@ -138,7 +146,7 @@ def _component(d: Any, where: str, writer: bool) -> Component:
     c.cpus = cpus
     c.kernel = d.get("kernel", "none")
     if c.kernel not in KERNELS:
-        raise SpecError(f"{where}.kernel: '{c.kernel}' is not one of {', '.join(KERNELS)}")
+        raise SpecError(f"{where}.kernel: {c.kernel!r} is not one of {', '.join(KERNELS)}")
     if c.kernel != "none":
         _kernel_work(d, where, c)
     if writer:
@@ -173,7 +181,7 @@ def parse(text: str, path: str = "<spec>") -> Spec:
     known = {"name", "description", "iterations", "writer", "reader", "channel", "launcher"}
     for k in d:
         if k not in known:
-            raise SpecError(f"{k}: unknown key (expected one of {', '.join(sorted(known))})")
+            raise SpecError(f"{_key(k)}: unknown key (expected one of {', '.join(sorted(known))})")
     name = d.get("name", Path(path).stem)
     if not isinstance(name, str) or not name:
         raise SpecError(f"name: expected a non-empty string, got {name!r}")
@@ -185,16 +193,16 @@ def parse(text: str, path: str = "<spec>") -> Spec:
         raise SpecError("channel: expected a table [channel]")
     for k in ch:
         if k not in ("tier", "slots", "mode"):
-            raise SpecError(f"channel.{k}: unknown key (expected tier, slots, mode)")
+            raise SpecError(f"channel.{_key(k)}: unknown key (expected tier, slots, mode)")
     tier = ch.get("tier", "dram")
     check_tier(tier, "channel.tier")
     slots = _int(ch, "slots", "channel", 2, lo=2)
     mode = ch.get("mode", "parallel")
     if mode not in MODES:
-        raise SpecError(f"channel.mode: '{mode}' is not serial or parallel")
+        raise SpecError(f"channel.mode: {mode!r} is not serial or parallel")
     launcher = d.get("launcher", "process")
     if launcher not in ("process", "mpirun"):
-        raise SpecError(f"launcher: '{launcher}' is not process or mpirun")
+        raise SpecError(f"launcher: {launcher!r} is not process or mpirun")
     desc = d.get("description", "")
     if not isinstance(desc, str):
         raise SpecError("description: expected a string")
@@ -209,7 +217,7 @@ def check_tier(tier: Any, what: str = "tier") -> str:
     )
     if not ok:
         raise SpecError(
-            f"{what}: '{tier}' is not dram, node:N, local:writer, local:reader, file:DIR or dax:DIR"
+            f"{what}: {tier!r} is not dram, node:N, local:writer, local:reader, file:DIR or dax:DIR"
         )
     return str(tier)
 
