@@ -44,6 +44,15 @@ tier = "dram"
         (TINY.replace('tier = "dram"', 'tier = "tape"'), "channel.tier"),
         (TINY.replace("iterations = 3", "iterations = 'x'"), "workflow.iterations"),
         (TINY.replace('ranks = 1\nkernel = "poly"', "ranks = 1\ncolour = 1"), "reader.colour"),
+        # what the user wrote is quoted with its escapes: a value or key
+        # holding a newline (a TOML escape) keeps the error on one line
+        (TINY.replace('kernel = "poly"', 'kernel = "po\\nly"'), "reader.kernel: 'po\\nly'"),
+        (TINY.replace('tier = "dram"', 'tier = "dr\\nam"'), "channel.tier: 'dr\\nam'"),
+        ('launcher = "mp\\nirun"\n' + TINY, "launcher: 'mp\\nirun'"),
+        (
+            TINY.replace('ranks = 1\nkernel = "poly"', 'ranks = 1\n"co\\nlour" = 1'),
+            "reader.'co\\nlour': unknown key",
+        ),
         (
             TINY.replace('ranks = 1\nkernel = "stencil"', 'ranks = 3\nkernel = "stencil"'),
             "writer.objects",
@@ -212,6 +221,10 @@ def test_cli_advise_and_errors(hetmem, tmp_path):
     proc = hetmem("flow", "run", str(bad), env=env)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "writer.objects" in proc.stderr
+    bad.write_text(TINY.replace('kernel = "poly"', 'kernel = "po\\nly"'))
+    proc = hetmem("flow", "run", str(bad), env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "reader.kernel: 'po\\nly'" in proc.stderr
     proc = hetmem("flow", "run", "no-such-spec", env=env)
     assert proc.returncode == 2 and "no such spec" in proc.stderr
     proc = hetmem("flow", "run", str(spec), "--channel", "tape", env=env)
