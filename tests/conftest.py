@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,15 @@ def run_hetmem(
 @pytest.fixture
 def hetmem():
     return run_hetmem
+
+
+def as_from_a_terminal() -> None:
+    """A child's preexec_fn: SIGHUP and SIGINT at their defaults, as for a
+    command typed at a terminal. A test run under nohup, or as a background
+    job, passes them on ignored, and hetmem keeps an ignored signal ignored
+    (hetmem.child.stop_on_signals), so a test that sends one must undo it."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def fortran_program(tmp_path: Path, name: str, source: str) -> Path:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import as_from_a_terminal
+
 
 def _with_env(marker: str) -> list[int]:
     """Pids of the processes whose environment holds TMPDIR=marker."""
@@ -50,12 +52,6 @@ def _kernel_pid(tmp: str, bench: subprocess.Popen[str], within: float) -> int:
     return 0
 
 
-def _sigint_default() -> None:
-    # as typed at a terminal: a background job's SIGINT is ignored, and
-    # Python then leaves it so
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_bench_stops_its_kernel_and_removes_its_files(
     tmp_path: Path, sig: signal.Signals
@@ -69,7 +65,7 @@ def test_a_stopped_bench_stops_its_kernel_and_removes_its_files(
             "--kernel-min-time", "60", "--no-report", "-o", str(tmp_path / "out")]  # fmt: skip
     bench = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=_sigint_default,
+        start_new_session=True, preexec_fn=as_from_a_terminal,
     )  # fmt: skip
     try:
         kernel = _kernel_pid(str(tmp), bench, 60)

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from test_faults_sigkill import _alive
 
+from conftest import as_from_a_terminal
+
 # long enough to be stopped mid-run (it is never let finish)
 LONG = """
 name = "long"
@@ -69,14 +71,6 @@ def flow_dirs(tmp_path: Path) -> Iterator[dict[str, Path]]:
             os.kill(pid, signal.SIGKILL)
 
 
-def _as_from_a_terminal() -> None:
-    """SIGHUP and SIGINT at their defaults, as for a command typed at a
-    terminal: a test run under nohup, or as a background job, passes them
-    on ignored, and hetmem keeps an ignored signal ignored."""
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL])
 def test_stopped_flow_run_leaves_nothing(flow_dirs, sig: signal.Signals) -> None:
     storage, tmp = flow_dirs["storage"], flow_dirs["tmp"]
@@ -86,7 +80,7 @@ def test_stopped_flow_run_leaves_nothing(flow_dirs, sig: signal.Signals) -> None
             [sys.executable, "-m", "hetmem", "flow", "run", str(flow_dirs["spec"]),
              "--channel", f"file:{storage}"],
             stdout=subprocess.DEVNULL, stderr=errf, env=dict(os.environ, TMPDIR=str(tmp)),
-            preexec_fn=_as_from_a_terminal,
+            preexec_fn=as_from_a_terminal,
         )  # fmt: skip
     try:
         # mid-run: the ranks were let go (the runner's sync directory has "go")
