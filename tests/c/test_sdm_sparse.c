@@ -126,6 +126,56 @@ static uint64_t stored(size_t i) {
   return i + (in ? 3u : 0u);
 }
 
+/* PASSES passes down the first columns of x, each checked; the bytes read
+ * before the first sparse spell began (0: none began). */
+static uint64_t cols_passes(hm_pager_t *p, const uint64_t *x, unsigned passes) {
+  uint64_t before = hm_sdm_stats(p).bytes_read, to_spell = 0;
+  unsigned bad = 0;
+  for (unsigned c = 0; c < passes; c++) {
+    bad += cols_pass(x, c, 1, 0);
+    hm_pager_stats_t t = hm_sdm_stats(p);
+    if (!to_spell && t.sparse_spells) to_spell = t.bytes_read - before;
+  }
+  CHECK_EQ_INT(bad, 0);
+  return to_spell;
+}
+
+/* The reads before the spell on a fresh memfd pager: passes until it began. */
+static uint64_t memfd_to_spell(const char *dir, size_t len) {
+  hm_ctx_t *ctx = NULL;
+  CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
+  hm_pager_t *p = hm_sdm_open_flags(ctx, dir, 16 * MiB, 0, HM_PAGER_MEMFD);
+  CHECK(p != NULL);
+  uint64_t *x = NULL, to_spell = 0;
+  if (p && hm_pager_map(p, len, (void **)&x) == 0) {
+    for (size_t i = 0; i < len / 8; i++) x[i] = i;
+    to_spell = cols_passes(p, x, PASSES);
+    CHECK_EQ_INT(hm_pager_unmap(p, x, len), 0);
+  }
+  if (p) CHECK_EQ_INT(hm_pager_close(p), 0);
+  hm_ctx_free(ctx);
+  return to_spell;
+}
+
+/* Three stays that used an eighth of the watched unit begin the spell
+ * (sparse.c, PROBE_EARLY): in memfd mode 2.5-2.6 times the matrix read
+ * before it, 4.5-4.6 when six were needed. Beside other I/O (dd with
+ * O_DIRECT and a busy loop) one run in ten read 3.3 times, and the
+ * project's CI once 3.9, with the same three stays of 8 pages each (the
+ * watch's trace): the whole-unit refills before and between them took
+ * longer. Up to three fresh pagers, the first within bound counts; six
+ * stays read over 4.5 times every run. Anonymous mode's watched unit
+ * outstays the others (5.9-26 times, and 7.3-34): not checked. */
+static void check_early(const char *dir, uint64_t to_spell, size_t len) {
+  const uint64_t bound = 7 * (uint64_t)len / 2;
+  for (int round = 1; round < 3 && !(to_spell && to_spell <= bound); round++) {
+    to_spell = memfd_to_spell(dir, len);
+    printf("flags %u: again, read %.1f times the matrix before the spell began\n",
+           (unsigned)HM_PAGER_MEMFD, (double)to_spell / (double)len);
+  }
+  CHECK(to_spell && to_spell <= bound);
+}
+
 static void check_cols(const char *dir, uint32_t flags) {
   hm_ctx_t *ctx = NULL;
   CHECK_EQ_INT(hm_ctx_new(&ctx, NULL), 0);
@@ -139,22 +189,12 @@ static void check_cols(const char *dir, uint32_t flags) {
   uint64_t *x = NULL;
   CHECK_EQ_INT(hm_pager_map(p, len, (void **)&x), 0);
   for (size_t i = 0; i < len / 8; i++) x[i] = i;
-  uint64_t before = hm_sdm_stats(p).bytes_read, to_spell = 0;
-  unsigned bad = 0;
-  for (unsigned c = 0; c < PASSES; c++) {
-    bad += cols_pass(x, c, 1, 0);
-    hm_pager_stats_t t = hm_sdm_stats(p);
-    if (!to_spell && t.sparse_spells) to_spell = t.bytes_read - before;
-  }
-  CHECK_EQ_INT(bad, 0);
-  hm_pager_stats_t s = hm_sdm_stats(p);
+  uint64_t before = hm_sdm_stats(p).bytes_read;
+  uint64_t to_spell = cols_passes(p, x, PASSES);
   printf("flags %u: read %.1f times the matrix before the spell began\n", flags,
          (double)to_spell / (double)len);
-  /* Three stays that used an eighth of the watched unit begin the spell
-   * (sparse.c, PROBE_EARLY): in memfd mode 2.5-2.6 times the matrix read
-   * before it, 4.5-4.6 when six were needed. Anonymous mode's watched
-   * unit outstays the others (5.9-26 times, and 7.3-34): not checked. */
-  if (flags & HM_PAGER_MEMFD) CHECK(to_spell <= 7 * (uint64_t)len / 2);
+  if (flags & HM_PAGER_MEMFD) check_early(dir, to_spell, len);
+  hm_pager_stats_t s = hm_sdm_stats(p);
   uint64_t sweep = s.bytes_read - before;
   printf("flags %u: %u passes down the columns read %.1f times the matrix; %llu sparse spell(s)\n",
          flags, PASSES, (double)sweep / (double)len, (unsigned long long)s.sparse_spells);
