@@ -101,8 +101,12 @@ def test_dirac_bandwidth_below_stream():
     # the tier's bandwidth as the probe takes it: the best repetition (a
     # median under a passing load would sit below an unimpeded operator)
     arrays = max(512 << 20, 4 * (llc or 0))
-    res = run_kernel("stream", ["--bytes", str(arrays), "--threads", "1", "--min-time", "0.5"])
-    stream = res["bytes_moved"] / res["time_best_s"] / 1e9
+
+    def stream_gbs() -> float:
+        res = run_kernel("stream", ["--bytes", str(arrays), "--threads", "1", "--min-time", "0.5"])
+        return res["bytes_moved"] / res["time_best_s"] / 1e9
+
+    stream = stream_gbs()
     dims = " ".join([str(size)] * 4)
     d = lattice.run_lattice(
         1,
@@ -112,6 +116,9 @@ def test_dirac_bandwidth_below_stream():
     shape = {"lattice": dims} | {p: {"bytes_per_site": b} for p, b in per_site.items()}
     judged = lattice.judged_precisions(shape, llc)
     assert "double" in judged, (judged, llc)
+    # STREAM again after the operator, the better of the two counting: a
+    # load that passed during one measure must not set the bound
+    stream = max(stream, stream_gbs())
     for prec in ("double", "single"):
         k = d["kernels"][f"dirac_{prec}"]
         assert k["bytes_per_site"] == per_site[prec]

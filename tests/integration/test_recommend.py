@@ -151,7 +151,7 @@ def test_a_first_run_past_time_is_stopped_and_leaves_nothing_running(tmp_path: P
     proc = run_hetmem("recommend", *opts, "--time", "5s", "--modes", "cache,dram", "--json",
                       "--", "sh", "-c", script)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < 100  # its child's sleep 120 was not waited for
     d = json.loads(proc.stdout)
     assert d["answer"]["mode"] == "dram" and len(d["modes"]["dram"]["seconds"]) >= 2
     cache = d["modes"]["cache"]

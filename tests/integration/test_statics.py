@@ -149,7 +149,7 @@ def test_refs_sampler_tells_static_arrays_apart(tmp_path: Path) -> None:
     on the build before this test)."""
     prof = tmp_path / "t.prof"
     proc = run_hetmem(
-        "profile", "-o", str(prof), "--sampler", "refs", "--", str(STATICS_TARGET), "1.5",
+        "profile", "-o", str(prof), "--sampler", "refs", "--", str(STATICS_TARGET), "3",
         timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -237,10 +237,12 @@ def test_stopped_cache_run_writes_its_statistics(prog, tmp_path):
 # profile is written: by the finisher after a signal, or at exit() from main.
 CHURN = r"""
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+static atomic_uint done;
 static void *work(void *arg) {
   (void)arg;
   for (unsigned i = 0;; i++) {
@@ -249,12 +251,16 @@ static void *work(void *arg) {
     p[0] = 1;
     p[n - 1] = 2;
     free((void *)p);
+    atomic_fetch_add(&done, 1);
   }
   return NULL;
 }
 int main(int argc, char **argv) {
   pthread_t t[3];
   for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, work, NULL);
+  /* ready once the threads have allocated: a busy machine may not have
+     run them at all before a signal sent at once */
+  while (atomic_load(&done) < 300) usleep(1000);
   printf("ready %d\n", (int)getpid());
   fflush(stdout);
   if (argc > 1) {
