@@ -8,6 +8,12 @@ one line and exits with its exit_code (2), never with a traceback.
 from __future__ import annotations
 
 
+def shown(text: str) -> str:
+    """text as a one-line message quotes it: as written, or with its
+    newlines and other unprintable characters escaped."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 class HetmemError(Exception):
     """Base of every error hetmem reports to a user."""
 

@@ -16,7 +16,7 @@ import math
 import os
 import re
 
-from hetmem.errors import UsageError
+from hetmem.errors import UsageError, shown
 
 _UNITS = {
     "": 1,
@@ -38,11 +38,6 @@ _UNITS = {
 _RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$", re.ASCII)
 
 
-def _shown(text: str) -> str:
-    """text for a one-line message: control characters escaped."""
-    return text if text.isprintable() else repr(text)[1:-1]
-
-
 def parse_size(text: str, what: str = "size") -> int:
     """Bytes in text, or UsageError naming `what`."""
     m = _RE.match(text)
@@ -50,15 +45,13 @@ def parse_size(text: str, what: str = "size") -> int:
     # Case does not matter: "kb" and "KB" are decimal, "k" and "KiB" binary.
     key = unit.upper()
     if not m or key not in _UNITS:
-        raise UsageError(
-            f"{what}: '{_shown(text)}' is not a size (examples: 4096, 64K, 512MiB, 4G)"
-        )
+        raise UsageError(f"{what}: '{shown(text)}' is not a size (examples: 4096, 64K, 512MiB, 4G)")
     value = float(m.group(1)) * _UNITS[key]
     # checked first: int() of an infinite value (a number of 309 digits) raises
     if not math.isfinite(value) or value >= 2**64:
-        raise UsageError(f"{what}: '{_shown(text)}' is too large")
+        raise UsageError(f"{what}: '{shown(text)}' is too large")
     if value != int(value):
-        raise UsageError(f"{what}: '{_shown(text)}' is not a whole number of bytes")
+        raise UsageError(f"{what}: '{shown(text)}' is not a whole number of bytes")
     return int(value)
 
 
@@ -76,10 +69,10 @@ def parse_duration_ms(text: str, what: str = "duration") -> float:
     m = _RE.match(text)
     unit = (m.group(2) if m else "").lower() or "ms"
     if not m or unit not in _DURATION_MS:
-        raise UsageError(f"{what}: '{_shown(text)}' is not a duration (examples: 10ms, 500us, 2s)")
+        raise UsageError(f"{what}: '{shown(text)}' is not a duration (examples: 10ms, 500us, 2s)")
     value = float(m.group(1)) * _DURATION_MS[unit]
     if not math.isfinite(value):
-        raise UsageError(f"{what}: '{_shown(text)}' is too large")
+        raise UsageError(f"{what}: '{shown(text)}' is too large")
     return value
 
 
@@ -95,10 +88,10 @@ def parse_seconds(text: str, what: str = "duration") -> float:
     m = _RE.match(text)
     unit = (m.group(2) if m else "").lower() or "s"
     if not m or unit not in _SECONDS:
-        raise UsageError(f"{what}: '{_shown(text)}' is not a duration (examples: 90s, 5min, 1h)")
+        raise UsageError(f"{what}: '{shown(text)}' is not a duration (examples: 90s, 5min, 1h)")
     value = float(m.group(1)) * _SECONDS[unit]
     if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{what}: '{_shown(text)}' must be more than zero and finite")
+        raise UsageError(f"{what}: '{shown(text)}' must be more than zero and finite")
     return value
 
 
@@ -112,7 +105,7 @@ def parse_percent(text: str, what: str) -> float:
         pct = -1.0
     if num == text.strip() or not 0 < pct < 100:
         raise UsageError(
-            f"{what}: '{_shown(text)}' is not a percentage between 0% and 100% (e.g. 25%,50%)"
+            f"{what}: '{shown(text)}' is not a percentage between 0% and 100% (e.g. 25%,50%)"
         )
     return pct
 
@@ -124,7 +117,7 @@ def budget_over_ram_allowed() -> bool:
         return True
     if text in _NO:
         return False
-    raise UsageError(f"{OVER_RAM_ENV}='{_shown(text)}' is not a boolean (1 or 0)")
+    raise UsageError(f"{OVER_RAM_ENV}='{shown(text)}' is not a boolean (1 or 0)")
 
 
 def machine_memory() -> int:
@@ -143,11 +136,11 @@ def parse_budget(text: str, flag: str = "--fast-budget", minimum: int = 1) -> in
     budget = parse_size(text, flag)
     if budget < minimum:
         least = "more than 0" if minimum <= 1 else f"at least {format_size(minimum)}"
-        raise UsageError(f"{flag} {_shown(text)}: the budget must be {least}")
+        raise UsageError(f"{flag} {shown(text)}: the budget must be {least}")
     ram = machine_memory()
     if ram and budget > ram and not budget_over_ram_allowed():
         raise UsageError(
-            f"{flag} {_shown(text)}: more than this machine's memory ({format_size(ram)}); "
+            f"{flag} {shown(text)}: more than this machine's memory ({format_size(ram)}); "
             f"set {OVER_RAM_ENV}=1 if that is meant"
         )
     return budget
@@ -167,9 +160,9 @@ def parse_positive(text: str, flag: str, most: int = 0, why: str = "") -> int:
     (`why` says what the limit is)."""
     n = parse_size(text, flag)
     if n < 1:
-        raise UsageError(f"{flag} {_shown(text)}: must be more than 0")
+        raise UsageError(f"{flag} {shown(text)}: must be more than 0")
     if most and n > most:
-        raise UsageError(f"{flag} {_shown(text)}: at most {format_size(most)} ({why})")
+        raise UsageError(f"{flag} {shown(text)}: at most {format_size(most)} ({why})")
     return n
 
 

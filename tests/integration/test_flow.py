@@ -51,7 +51,7 @@ tier = "dram"
         ('launcher = "mp\\nirun"\n' + TINY, "launcher: 'mp\\nirun'"),
         (
             TINY.replace('ranks = 1\nkernel = "poly"', 'ranks = 1\n"co\\nlour" = 1'),
-            "reader.'co\\nlour': unknown key",
+            "reader.co\\nlour: unknown key",
         ),
         (
             TINY.replace('ranks = 1\nkernel = "stencil"', 'ranks = 3\nkernel = "stencil"'),

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hetmem import _toml as tomllib
-from hetmem.errors import UsageError
+from hetmem.errors import UsageError, shown
 from hetmem.sizes import parse_size
 
 KERNELS = ("stencil", "poly", "none")
@@ -115,14 +115,6 @@ def _size(d: dict[str, Any], key: str, where: str) -> int:
     return n
 
 
-def _key(k: str) -> str:
-    """A TOML key as an error names it: as written, or quoted with its
-    escapes where it holds a newline or another unprintable character (a
-    one-line error stays one line; the fuzzer found a kernel value with a
-    newline)."""
-    return k if k.isprintable() else repr(k)
-
-
 def _component(d: Any, where: str, writer: bool) -> Component:
     if not isinstance(d, dict):
         raise SpecError(f"{where}: missing table [{where}]")
@@ -132,7 +124,7 @@ def _component(d: Any, where: str, writer: bool) -> Component:
     for k in d:
         if k not in known:
             raise SpecError(
-                f"{where}.{_key(k)}: unknown key (expected one of {', '.join(sorted(known))})"
+                f"{where}.{shown(k)}: unknown key (expected one of {', '.join(sorted(known))})"
             )
     c = Component()
     c.ranks = _int(d, "ranks", where, 1, lo=1)
@@ -181,7 +173,7 @@ def parse(text: str, path: str = "<spec>") -> Spec:
     known = {"name", "description", "iterations", "writer", "reader", "channel", "launcher"}
     for k in d:
         if k not in known:
-            raise SpecError(f"{_key(k)}: unknown key (expected one of {', '.join(sorted(known))})")
+            raise SpecError(f"{shown(k)}: unknown key (expected one of {', '.join(sorted(known))})")
     name = d.get("name", Path(path).stem)
     if not isinstance(name, str) or not name:
         raise SpecError(f"name: expected a non-empty string, got {name!r}")
@@ -193,7 +185,7 @@ def parse(text: str, path: str = "<spec>") -> Spec:
         raise SpecError("channel: expected a table [channel]")
     for k in ch:
         if k not in ("tier", "slots", "mode"):
-            raise SpecError(f"channel.{_key(k)}: unknown key (expected tier, slots, mode)")
+            raise SpecError(f"channel.{shown(k)}: unknown key (expected tier, slots, mode)")
     tier = ch.get("tier", "dram")
     check_tier(tier, "channel.tier")
     slots = _int(ch, "slots", "channel", 2, lo=2)
