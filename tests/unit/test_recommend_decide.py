@@ -71,6 +71,22 @@ def test_a_mode_that_failed_every_run_is_said_and_not_chosen() -> None:
     assert any(w.startswith("swap could not run it: killed by the OOM") for w in ans.why)
 
 
+def test_a_mode_that_failed_some_runs_is_no_answer_beside_one_that_never_did() -> None:
+    # swap survived one round of three, faster than cache in it
+    runs = _runs({"cache": [5.0, 5.2, 5.1], "swap": [4.0]})
+    oom = "killed by the OOM killer in its memory limit"
+    runs += [Run("swap", r, 137, None, oom, "oom") for r in (2, 3)]
+    ans = decide.decide(runs, MODES, _setup(), 2 * BUDGET, fits_budget=False)
+    assert ans.mode == "cache", ans
+    assert f"swap failed in 2 of 3 runs ({oom}): not an answer" in ans.why, ans.why
+    # where every mode failed somewhere, the fastest of what ran is still said
+    runs += [Run("cache", 4, 1, None, "exit code 1", "exit")]
+    ans = decide.decide(runs, MODES, _setup(), 2 * BUDGET, fits_budget=False)
+    assert ans.mode == "swap"
+    assert "swap failed in 2 of 3 runs" in " ".join(ans.why)
+    assert any(w.endswith("no mode completed every run") for w in ans.why), ans.why
+
+
 def test_no_successful_run_gives_no_answer() -> None:
     runs = [Run("cache", 1, 1, None, "exit code 1", "exit")]
     assert decide.decide(runs, MODES, _setup(), BUDGET, fits_budget=False).mode is None

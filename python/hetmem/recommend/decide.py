@@ -55,13 +55,23 @@ def times(runs: Sequence[Run], mode: str) -> list[float]:
     return [r.seconds for r in runs if r.mode == mode and r.seconds is not None]
 
 
+def failures(runs: Sequence[Run], mode: str) -> list[Run]:
+    return [r for r in runs if r.mode == mode and not r.ok]
+
+
 def _candidates(
     runs: Sequence[Run], modes: Sequence[str], fits_budget: bool, budget: int
 ) -> list[str]:
+    """The modes that may be the answer: those that ran within the budget,
+    and of them those that completed every round where any did. A mode that
+    failed in some rounds is no answer beside one that never failed, however
+    fast the rounds it survived (Linux swap, OOM-killed in 2 of 3 rounds,
+    was otherwise recommended for its third)."""
     allowed = [m for m in BUDGET_MODES if m in modes and not _over_budget(runs, m, budget)]
     if fits_budget and "dram" in modes:
         allowed.insert(0, "dram")
-    return [m for m in allowed if times(runs, m)]
+    ran = [m for m in allowed if times(runs, m)]
+    return [m for m in ran if not failures(runs, m)] or ran
 
 
 def _over_budget(runs: Sequence[Run], mode: str, budget: int) -> bool:
@@ -204,9 +214,13 @@ def comparisons(runs: Sequence[Run], modes: Sequence[str], ans: Answer, budget: 
         m, r = ans.runner_up
         out.append(f"{m} is within this machine's noise of {ans.mode} ({r.text()} slower)")
     for m in modes:
-        bad = [r for r in runs if r.mode == m and not r.ok]
+        bad = failures(runs, m)
         if bad and not times(runs, m):
             out.append(f"{m} could not run it: {bad[-1].error}")
+        elif bad:
+            n = len(bad) + len(times(runs, m))
+            why = "no mode completed every run" if m == ans.mode else "not an answer"
+            out.append(f"{m} failed in {len(bad)} of {n} runs ({bad[-1].error}): {why}")
     if "cache" in modes and _over_budget(runs, "cache", budget):
         peak = max(_outside(r) for r in runs if r.mode == "cache" and r.ok)
         out.append(
