@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hetmem.commands import recommend as cmd
 from hetmem.recommend import decide, plan, session
 from hetmem.recommend.runs import Run, Setup
 from hetmem.recommend.session import round_order
@@ -85,6 +86,24 @@ def test_a_mode_that_failed_some_runs_is_no_answer_beside_one_that_never_did() -
     assert ans.mode == "swap"
     assert "swap failed in 2 of 3 runs" in " ".join(ans.why)
     assert any(w.endswith("no mode completed every run") for w in ans.why), ans.why
+
+
+def test_the_ratio_to_a_swap_that_failed_later_says_of_which_rounds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # a mode that fails runs no more: swap finished round 1, failed round 2
+    runs = _runs({"cache": [5.0, 5.1], "swap": [6.0]})
+    runs.append(Run("swap", 2, 137, None, "killed by the OOM killer in its memory limit", "oom"))
+    opts = session.Options(["./app", "x"], BUDGET, Path("/var/tmp"), tmp_path, budget_text="64M")
+    pilot = plan.Pilot(1.0, 2 * BUDGET, 2 * BUDGET, {})
+    choice = plan.Choice(modes=["cache", "swap"])
+    res = session.Result(opts, _setup(), pilot, choice, runs, rounds=2, seconds=20.0)
+    res.answer = decide.decide(runs, MODES, _setup(), 2 * BUDGET, fits_budget=False)
+    cmd._print(res)
+    out = capsys.readouterr().out
+    assert "Use cache." in out
+    assert "faster than swap, in the rounds swap finished, by: 1.19x" in out, out
+    assert "swap failed in 1 of 2 runs (killed by the OOM killer" in out, out
 
 
 def test_no_successful_run_gives_no_answer() -> None:

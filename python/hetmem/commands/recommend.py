@@ -182,8 +182,12 @@ def _print(res: Result) -> None:
     assert ans is not None and ans.mode is not None
     con = output.console()
     con.print(f"[bold]Use {ans.mode}.[/bold]", highlight=False)
+    # swap failed in a later round (a failed mode runs no more): its ratio is
+    # of the rounds it finished, and the reasons below say it failed
+    swap = d["modes"].get("swap") or {}
+    partial = ", in the rounds swap finished," if swap.get("failed") else ""
     for line in (
-        _ratio_text(ans.vs_swap, "faster than swap by"),
+        _ratio_text(ans.vs_swap, f"faster than swap{partial} by"),
         _ratio_text(ans.vs_dram, "speed against dram (dram's time over this one's)"),
     ):
         if line:
