@@ -21,6 +21,7 @@ from rich.text import Text
 
 from hetmem import output
 from hetmem.bench import exit_status, harness, report, report_stats
+from hetmem.bench.report_stats import pct_cell
 from hetmem.errors import UsageError
 from hetmem.sizes import format_size
 
@@ -222,15 +223,11 @@ def verdict(ok: bool | None) -> str:
     return VERDICTS[None if ok is None else bool(ok)]
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
-
-
 def _ci_cell(r: dict[str, Any]) -> str:
     lo, hi = r.get("efficiency_ci_low"), r.get("efficiency_ci_high")
     if r["mode"] == "dram" or lo is None or hi is None:
         return "-"
-    return f"{100 * lo:.1f}-{_pct(hi)}"
+    return f"{100 * lo:.1f}-{pct_cell(hi)}"
 
 
 def _efficiency_cells(r: dict[str, Any]) -> list[str]:
@@ -239,7 +236,7 @@ def _efficiency_cells(r: dict[str, Any]) -> list[str]:
         f"{r['multiple']:g}x",
         r["mode"],
         str(r.get("pairs", 0)),
-        _pct(r.get("efficiency_median")),
+        pct_cell(r.get("efficiency_median")),
         _ci_cell(r),
         report_stats.row_notes(r),
         "; ".join(r["failures"]),

@@ -39,6 +39,7 @@ from hetmem.bench.report_checks import (
     physics_checks,
     scale_checks,
 )
+from hetmem.bench.report_stats import pct_cell
 from hetmem.errors import SchemaError, UsageError
 
 __all__ = ["build", "fits_checks", "fits_target", "load_results", "physics_checks", "write"]
@@ -228,10 +229,6 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]], wrap: Sequence
     )
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
-
-
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;padding:0 1em;max-width:1200px;color:#222}
 h1{font-size:1.5em} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
@@ -371,12 +368,12 @@ def _efficiency_html(rows: list[dict[str, Any]]) -> list[str]:
             f"{r['size_bytes'] / 2**20:.0f} MiB",
             f"{r['multiple']:g}x",
             r["mode"],
-            _pct(r.get("efficiency_median")),
+            pct_cell(r.get("efficiency_median")),
             "-"
             if r.get("efficiency_ci_low") is None or r["mode"] == "dram"
-            else f"{_pct(r['efficiency_ci_low'])}-{_pct(r['efficiency_ci_high'])}",
+            else f"{pct_cell(r['efficiency_ci_low'])}-{pct_cell(r['efficiency_ci_high'])}",
             r.get("pairs"),
-            _pct(r.get("efficiency")),
+            pct_cell(r.get("efficiency")),
             r.get("time_s_best"),
             report_stats.row_notes(r),
         ]
@@ -486,7 +483,7 @@ def _checks_table(checks: list[dict[str, Any]]) -> str:
     rows = [
         [
             c["check"],
-            _pct(c["efficiency"]) if "efficiency" in c else "-",
+            pct_cell(c["efficiency"]) if "efficiency" in c else "-",
             c["measured"],
             c["model"],
             c["ratio"],

@@ -227,6 +227,11 @@ def _swap_text(s: dict[str, Any], survived: bool = False) -> str:
     return f"{_times(value)}x {word} {than} ({ci_text(lo, hi, _times, s['pairs'])})"
 
 
+def pct_cell(v: float | None) -> str:
+    """A table cell's percentage: one decimal, '-' for none."""
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
 def _pct(x: float) -> str:
     """A fraction as a percentage: whole percents from 10% up, two
     significant digits below (a random-access run at 0.6% of dram speed,

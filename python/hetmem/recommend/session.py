@@ -292,7 +292,7 @@ def _pilot_dict(p: plan.Pilot) -> dict[str, Any]:
 
 def _mode_dict(res: Result, mode: str) -> dict[str, Any]:
     ts = decide.times(res.runs, mode)
-    fails = [r for r in res.runs if r.mode == mode and not r.ok]
+    fails = decide.failures(res.runs, mode)
     return {
         "seconds": ts,
         "median_s": statistics.median(ts) if ts else None,
