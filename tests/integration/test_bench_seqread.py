@@ -116,11 +116,11 @@ def test_hugetlb_pages_are_read_from_meminfo(tmp_path: Path) -> None:
     mi = tmp_path / "meminfo"
     mi.write_text("MemTotal: 100 kB\nHugePages_Total: 16\nHugePages_Free: 12\n"
                   "Hugepagesize:    2048 kB\n")  # fmt: skip
-    assert seqread.hugetlb_free(str(mi)) == (12, 2 << 20)
-    assert seqread.hugetlb_free(str(tmp_path / "none")) == (0, 0)
+    assert machine.hugetlb_free(str(mi)) == (12, 2 << 20)
+    assert machine.hugetlb_free(str(tmp_path / "none")) == (0, 0)
     # 32 reads of 256 KiB: 8 MiB, four 2 MiB pages and one for alignment
-    assert seqread.huge_pages_needed(256 << 10, 32, 2 << 20) == 5
-    assert seqread.huge_pages_needed(3 << 20, 1, 2 << 20) == 3
+    assert machine.huge_pages_needed(256 << 10, 32, 2 << 20) == 5
+    assert machine.huge_pages_needed(3 << 20, 1, 2 << 20) == 3
 
 
 def test_summary_counts_a_failed_pager_run_as_a_miss() -> None:
@@ -152,7 +152,7 @@ def test_bad_input_is_one_line_exit_2(
 
 
 @pytest.mark.skipif(not shutil.which("fio"), reason="needs fio")
-@pytest.mark.skipif(seqread.hugetlb_free()[0] > 0, reason="hugetlb pages are free here")
+@pytest.mark.skipif(machine.hugetlb_free()[0] > 0, reason="hugetlb pages are free here")
 def test_fio_huge_on_without_pages_is_one_line(hetmem: Any, tmp_path: Path) -> None:
     proc = hetmem("bench", "seqread", "--fio-huge", "on", "-o", str(tmp_path / "o"), timeout=120)
     assert proc.returncode == 2, proc.stderr

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 
 from conftest import _plan, _record
-from hetmem.bench import harness, report, report_stats
+from hetmem.bench import harness, machine, reference, report, report_stats
 from hetmem.errors import SchemaError, UsageError
 
 
@@ -308,3 +309,19 @@ def test_fits_checks_do_not_call_a_miss_within_drams_own_noise():
             assert "1.29x" in check["why"] and "noise" in check["why"]
     (row,) = [r for r in harness.efficiency_table(runs) if r["mode"] == "dram"]
     assert row["dram_spread"] == pytest.approx(0.492 / 0.382)
+
+
+def test_reference_storage_verdict_is_like_for_like() -> None:
+    """The probe reads into huge pages: against fio with huge-page buffers
+    the ratio must be near 1; against fio's 4 KiB pages only not below."""
+    assert reference.storage_pass(1.1, like=True) and not reference.storage_pass(2.1, like=True)
+    assert reference.storage_pass(2.1, like=False) and not reference.storage_pass(0.8, like=False)
+
+
+def test_fio_reads_into_huge_pages_only_where_enough_are_free(tmp_path: Path) -> None:
+    mi = tmp_path / "meminfo"
+    mi.write_text("HugePages_Free:       5\nHugepagesize:       2048 kB\n")
+    # 256 KiB x 32 = 8 MiB: 4 pages and one for alignment
+    assert machine.fio_huge_iomem(256 << 10, 32, str(mi)) == "shmhuge"
+    assert machine.fio_huge_iomem(1 << 20, 32, str(mi)) is None
+    assert machine.fio_huge_iomem(1 << 20, 8, str(tmp_path / "none")) is None

@@ -178,3 +178,34 @@ def _git(where: Path, *args: str) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def hugetlb_free(meminfo: str = "/proc/meminfo") -> tuple[int, int]:
+    """(free hugetlb pages, their size in bytes) of the default pool."""
+    free = size = 0
+    try:
+        text = Path(meminfo).read_text()
+    except OSError:
+        return 0, 0
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        words = rest.split()
+        if key == "HugePages_Free" and words:
+            free = int(words[0])
+        elif key == "Hugepagesize" and words:
+            size = int(words[0]) * 1024
+    return free, size
+
+
+def huge_pages_needed(block: int, depth: int, page: int) -> int:
+    """Pages fio's --iomem=shmhuge takes for depth reads of block bytes (one
+    buffer, rounded up to whole pages, and one more for its alignment)."""
+    return -(-block * depth // page) + 1 if page > 0 else 0
+
+
+def fio_huge_iomem(block: int, depth: int, meminfo: str = "/proc/meminfo") -> str | None:
+    """fio's --iomem for reads like the probe's and the pager's, into huge
+    pages: "shmhuge" where enough hugetlb pages are free for depth reads of
+    block bytes, else None (fio's default, 4 KiB pages)."""
+    free, page = hugetlb_free(meminfo)
+    return "shmhuge" if page and free >= huge_pages_needed(block, depth, page) else None

@@ -9,7 +9,12 @@
 - Storage: the probe's O_DIRECT io_uring sequential read against fio
   (--direct=1 --rw=read --ioengine=io_uring) with the same block size, depth
   and file size, in the same directory, rounds interleaved, best of each.
-  Target: within 15% of fio.
+  The probe reads into huge pages; fio does too (--iomem=shmhuge) where
+  enough hugetlb pages are free (as root: echo 16 >
+  /proc/sys/vm/nr_hugepages). Target: within 15% of fio. Without them
+  fio's buffers are 4 KiB pages, a DMA segment each, which on a virtio
+  disk reads at half the rate (this VM: 1.0-1.2 against 2.4-2.5 GB/s); the
+  target is then only that the probe is not more than 15% below fio.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any, NamedTuple
 from hetmem import output
 from hetmem import probe as probe_mod
 from hetmem._native import Context
-from hetmem.bench import exit_status, find_program
+from hetmem.bench import exit_status, find_program, machine
 from hetmem.errors import EnvironmentProblem, HetmemError, UsageError
 from hetmem.run import cache
 from hetmem.sizes import format_size, parse_probe_sizes
@@ -258,6 +263,7 @@ def _storage_compare(
 ) -> dict[str, Any]:
     """Sequential reads of the probe against fio's."""
     fio_file = Path(sdir) / f".hetmem-fio-{os.getpid()}"
+    iomem = machine.fio_huge_iomem(plan.block, plan.depth)
     probe_gbs: list[float] = []
     fio_gbs: list[float] = []
     try:
@@ -270,7 +276,9 @@ def _storage_compare(
                 else:
                     # Written with O_DIRECT first, as the probe does,
                     # so the read finds real blocks and no dirty cache.
-                    job = fio_seq_read(fio, fio_file, plan.file_bytes, plan.block, plan.depth)
+                    job = fio_seq_read(
+                        fio, fio_file, plan.file_bytes, plan.block, plan.depth, iomem
+                    )
                     fio_gbs.append(job["read"]["bw_bytes"] / 1e9)
                     fio_file.unlink(missing_ok=True)
                 prog.advance(task)
@@ -287,10 +295,18 @@ def _storage_compare(
         "ratio": p / q,
         "median_ratio": statistics.median(probe_gbs) / statistics.median(fio_gbs),
         "tolerance": SEQ_TOLERANCE,
-        "pass": abs(p / q - 1) <= SEQ_TOLERANCE,
+        "fio_iomem": iomem or "default",
+        "pass": storage_pass(p / q, iomem is not None),
         "probe_rounds": probe_gbs,
         "fio_rounds": fio_gbs,
     }
+
+
+def storage_pass(ratio: float, like: bool) -> bool:
+    """The storage verdict on probe / fio: within the tolerance when fio read
+    into huge pages as the probe does (like); else only not below it (the
+    module's help)."""
+    return abs(ratio - 1) <= SEQ_TOLERANCE if like else ratio >= 1 - SEQ_TOLERANCE
 
 
 def _probe_seq_read(ctx: Context, sdir: str, plan: _Plan) -> Any:
@@ -351,13 +367,17 @@ def _stream_row(s: dict[str, Any]) -> list[Any]:
 
 def _storage_row(st: dict[str, Any]) -> list[Any]:
     return [
-        "seq read GB/s (fio)",
+        "seq read GB/s (fio)"
+        if st.get("fio_iomem") != "default"
+        else "seq read GB/s (fio, 4 KiB-page buffers)",
         f"{format_size(st['block_bytes'])} x qd{st['iodepth']}, "
         f"{format_size(st['file_bytes'])} in {st['dir']}",
         round(st["probe_seq_read_gbs"], 3),
         round(st["fio_seq_read_gbs"], 3),
         round(st["ratio"], 3),
         round(st["median_ratio"], 3),
-        f"1 +/- {SEQ_TOLERANCE:.2f}",
+        f"1 +/- {SEQ_TOLERANCE:.2f}"
+        if st.get("fio_iomem") != "default"
+        else f">= {1 - SEQ_TOLERANCE:.2f}",
         _verdict(st["pass"]),
     ]

@@ -129,7 +129,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
     if not fio:
         raise EnvironmentProblem("fio is not installed (Debian: apt-get install fio)")
     budget = parse_budget(args.fast_budget)
-    if args.fio_huge == "on" and hugetlb_free()[0] == 0:
+    if args.fio_huge == "on" and machine.hugetlb_free()[0] == 0:
         raise EnvironmentProblem(
             "--fio-huge on: no hugetlb page is free (as root: echo 16 > /proc/sys/vm/nr_hugepages)"
         )
@@ -164,36 +164,13 @@ def _add_device(p: dict[str, Any], rec: dict[str, Any], before: Any) -> None:
             rec["device"] = shape
 
 
-def hugetlb_free(meminfo: str = "/proc/meminfo") -> tuple[int, int]:
-    """(free hugetlb pages, their size in bytes) of the default pool."""
-    free = size = 0
-    try:
-        text = Path(meminfo).read_text()
-    except OSError:
-        return 0, 0
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        words = rest.split()
-        if key == "HugePages_Free" and words:
-            free = int(words[0])
-        elif key == "Hugepagesize" and words:
-            size = int(words[0]) * 1024
-    return free, size
-
-
-def huge_pages_needed(block: int, depth: int, page: int) -> int:
-    """Pages fio's --iomem=shmhuge takes for depth reads of block bytes (one
-    buffer, rounded up to whole pages, and one more for its alignment)."""
-    return -(-block * depth // page) + 1 if page > 0 else 0
-
-
 def fio_huge_ok(p: dict[str, Any], block: int, depth: int) -> bool:
     """Whether to run fio with huge-page buffers for this shape; --fio-huge
     on without the pages is an error."""
     if p["fio_huge"] == "off":
         return False
-    free, page = hugetlb_free()
-    need = huge_pages_needed(block, depth, page)
+    free, page = machine.hugetlb_free()
+    need = machine.huge_pages_needed(block, depth, page)
     if page and free >= need:
         return True
     if p["fio_huge"] == "on":
