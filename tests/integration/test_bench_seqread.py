@@ -13,6 +13,7 @@ import pytest
 
 from conftest import needs_pager
 from hetmem.bench import machine, seqread
+from hetmem.errors import EnvironmentProblem
 
 
 def test_pager_rate_is_bytes_per_scan_over_the_median_scan() -> None:
@@ -158,6 +159,15 @@ def test_fio_huge_on_without_pages_is_one_line(hetmem: Any, tmp_path: Path) -> N
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "nr_hugepages" in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(machine.hugetlb_free()[0] > 0, reason="hugetlb pages are free here")
+def test_fio_huge_on_with_too_few_pages_says_how_many() -> None:
+    # the shape known after the pager's run: 256 KiB reads, 32 in flight
+    assert not seqread.fio_huge_ok({"fio_huge": "auto"}, 256 << 10, 32)
+    assert not seqread.fio_huge_ok({"fio_huge": "off"}, 256 << 10, 32)
+    with pytest.raises(EnvironmentProblem, match=r"fio needs \d+ free hugetlb pages, 0 are free"):
+        seqread.fio_huge_ok({"fio_huge": "on"}, 256 << 10, 32)
 
 
 @needs_pager

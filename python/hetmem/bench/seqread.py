@@ -169,11 +169,11 @@ def fio_huge_ok(p: dict[str, Any], block: int, depth: int) -> bool:
     on without the pages is an error."""
     if p["fio_huge"] == "off":
         return False
-    free, page = machine.hugetlb_free()
-    need = machine.huge_pages_needed(block, depth, page)
-    if page and free >= need:
+    if machine.fio_huge_iomem(block, depth):
         return True
     if p["fio_huge"] == "on":
+        free, page = machine.hugetlb_free()
+        need = machine.huge_pages_needed(block, depth, page)
         raise EnvironmentProblem(
             f"--fio-huge on: fio needs {need} free hugetlb pages, {free} are free "
             f"(as root: echo {need} > /proc/sys/vm/nr_hugepages)"
