@@ -14,8 +14,8 @@ compute hides the I/O):
 2. cache >= 2.5x faster than swap on that scan, >= 2x on STREAM triad at 2x;
 3. data that fits (0.5x): cache within 3% of dram on STREAM triad;
 4. polynomial of degree >= 1024 at 4x: cache >= 90% of dram speed;
-5. random 4 KiB reads at 4x with 2 threads: >= 70% of the device's
-   random-read IOPS at the matching queue depth (2).
+5. random 4 KiB reads at 4x with 2 threads, median repetition: >= 70% of
+   the device's random-read IOPS at the matching queue depth (2).
 """
 
 from __future__ import annotations
@@ -131,16 +131,33 @@ def _swap_over_cache(rows: list[dict[str, Any]], case: str) -> float | None:
     return None
 
 
+def median_iops(results: list[dict[str, Any]]) -> float | None:
+    """IOPS at the median of every repetition of every run (the kernel's own
+    "iops" is of its best repetition: the best of all runs flattered the
+    target by 5-15% here)."""
+    rates = sorted(
+        float(r["accesses"]) / t
+        for r in results
+        if r.get("accesses")
+        for t in r.get("times_s") or []
+        if t and t > 0
+    )
+    if not rates:
+        return None
+    mid = len(rates) // 2
+    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
+
+
 def _iops_target(runs: list[dict[str, Any]], device: dict[str, Any]) -> dict[str, Any]:
-    reads = _result(runs, "gups-read4k", 4.0, "cache")
-    iops = max((float(r.get("iops") or 0) for r in reads), default=None)
+    iops = median_iops(_result(runs, "gups-read4k", 4.0, "cache"))
     qd2 = next((q for q in device.get("randread", []) if q.get("qd") == 2), None)
     dev_iops = qd2.get("iops") if qd2 else None
     return target_row(
         "5. random 4 KiB reads at 4x, 2 threads: cache IOPS / device IOPS at QD2",
         iops / dev_iops if iops and dev_iops else None,
         0.70,
-        f"cache {iops if iops is None else round(iops)} IOPS, device {dev_iops} IOPS at QD2",
+        f"cache {iops if iops is None else round(iops)} IOPS (median repetition),"
+        f" device {dev_iops} IOPS at QD2",
     )
 
 
