@@ -134,8 +134,24 @@ def test_a_command_that_always_fails_gets_no_answer(tmp_path: Path) -> None:
     proc = run_hetmem("recommend", *opts, "--", "false")
     assert proc.returncode == 1
     errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]
-    assert len(errors) == 1 and "first run" in errors[0] and "exit 1" in errors[0]
+    assert len(errors) == 1 and "fails without hetmem too" in errors[0], proc.stderr
+    assert "dram mode, exit status 1, no message on stderr" in errors[0]
     assert proc.stderr.splitlines()[-1] == errors[0]
+    assert (tmp_path / "r" / "logs" / "dram.out").exists()
+
+
+def test_a_command_that_fails_only_under_hetmem_is_said_to(tmp_path: Path) -> None:
+    """The first run's failure is checked with one plain run: a command that
+    fails only with the interposer loaded is reported as hetmem's problem,
+    with its message and where its logs are."""
+    script = 'case "$LD_PRELOAD" in *hetmem*) echo broken here >&2; exit 3;; esac'
+    out = tmp_path / "r"
+    opts = ["--fast-budget", "16M", "--storage", str(tmp_path), "-o", str(out)]
+    proc = run_hetmem("recommend", *opts, "--", "sh", "-c", script)
+    assert proc.returncode == 1
+    last = proc.stderr.splitlines()[-1]
+    assert "first run (cache mode, exit 3: broken here)" in last, last
+    assert "runs to the end without hetmem" in last and str(out / "logs" / "cache.err") in last
 
 
 def test_a_first_run_past_time_is_stopped_and_leaves_nothing_running(tmp_path: Path) -> None:

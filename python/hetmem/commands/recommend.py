@@ -40,6 +40,8 @@ class Command:
         "The command runs many times, with an empty stdin, its output in\n"
         "DIR/logs: give it an input that runs for seconds to a minute.\n"
         "\n"
+        "A command that fails in its first run is run once more without\n"
+        "hetmem, to tell whether hetmem or the command is at fault.\n\n"
         "Exit status: 0 an answer, 1 no mode ran the command to the end,\n"
         "2 bad input. Example:\n"
         "  hetmem recommend --fast-budget 4G --storage /mnt/nvme -- ./app input.dat"

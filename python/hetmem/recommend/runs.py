@@ -106,7 +106,7 @@ def _last_line(path: Path, rc: int) -> str:
         lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         lines = []
-    return lines[-1].strip() if lines else f"exit code {rc}"
+    return lines[-1].strip() if lines else f"exit status {rc}, no message on stderr"
 
 
 def run_once(setup: Setup, mode: str, rnd: int) -> Run:

@@ -110,7 +110,7 @@ def recommend(opts: Options, say: Say = lambda _: None, note: Say = lambda _: No
     first = run_once(setup, "cache", 0)
     stopped = first.kind == "timeout" and bool(first.stats)
     if not first.ok and not stopped:
-        _first_failed(first)
+        _first_failed(first, setup)
     pilot = plan.pilot_of(first, setup.timeout_s)
     choice = plan.choose(pilot, opts.budget, list(opts.modes))
     setup.swap_size = plan.swap_size(pilot, opts.budget)
@@ -186,13 +186,36 @@ def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def _first_failed(run: Run) -> None:
+def _first_failed(run: Run, setup: Setup) -> None:
     if run.kind == "setup":
         # hetmem run refused before the command started: bad input
         raise Refused(run.error.removeprefix("hetmem run: error: "), run.exit_code)
+    what = f"the command failed in its first run (cache mode, {_failure(run)})"
+    if run.kind != "exit":
+        raise NoAnswer(what)
+    # Did hetmem break it, or does it fail anyway (a wrong input, a test
+    # program that exits 1 on an unexpected result)? One plain run tells,
+    # which is what the user would try next (XSBench exits 1 whenever its
+    # checksum is not that of a default-sized run).
+    plain = run_once(setup, "dram", 0)
+    logs = setup.workdir / "logs"
+    if plain.ok:
+        raise NoAnswer(
+            f"{what}; it runs to the end without hetmem (dram mode): a hetmem problem, "
+            f"please report it with {logs}/cache.err and {logs}/cache.out"
+        )
     raise NoAnswer(
-        f"the command failed in its first run (cache mode, exit {run.exit_code}): {run.error}"
+        f"the command fails without hetmem too (dram mode, {_failure(plain)}; cache mode, "
+        f"{_failure(run)}): recommend measures a command that runs to the end and exits 0 "
+        f"(its output: {logs}/dram.out)"
     )
+
+
+def _failure(run: Run) -> str:
+    """'exit 3: its last line on stderr', or 'exit status 3, no message...'."""
+    if run.kind == "timeout" or run.error.startswith("exit status"):
+        return run.error
+    return f"exit {run.exit_code}: {run.error}"
 
 
 def _placement(res: Result, say: Say) -> None:
