@@ -618,7 +618,7 @@ def test_other_depth_and_aslr_still_match(profiled: dict[str, Any], tmp_path: Pa
 def test_placement_for_another_binary_warns_and_ignores(
     profiled: dict[str, Any], tmp_path: Path
 ) -> None:
-    other = tmp_path / "other"
+    other = tmp_path / WORKLOAD.name
     # the same program with another build-id: a copy whose note is changed
     data = bytearray(WORKLOAD.read_bytes())
     bid = bytes.fromhex(prof.load(profiled["profile"]).binary.build_id)
@@ -639,6 +639,29 @@ def test_placement_for_another_binary_warns_and_ignores(
     pl = json.loads(stats.read_text())["placement"]
     assert pl["sites"] == [] and pl["unmatched"]["allocations"] == 5
     assert "5 large allocation(s) (" in proc.stderr and "matched no site" in proc.stderr
+
+
+@needs_pager
+def test_a_placement_run_through_a_shell_keeps_its_sites(
+    profiled: dict[str, Any], tmp_path: Path
+) -> None:
+    """`-- sh -c './app ...'`: the shell is an ELF program of another name
+    and build-id; it was taken for a rebuild of the placement's program and
+    every site was dropped (XSBench in flat mode through `sh -c`: all 1000
+    MiB to the storage tier, 20x slower)."""
+    stats = tmp_path / "s.json"
+    cmd = " ".join(_workload("--exit3"))
+    proc = run_hetmem(
+        "run", "--mode", "flat", "--placement", str(profiled["placement"]),
+        "--fast-budget", str(3 * HOT), "--storage", str(profiled["storage"]),
+        "--stats", str(stats), "--", "sh", "-c", f"{cmd}; exit $?", timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert "build-id differs" not in proc.stderr, proc.stderr
+    (child,) = [q for q in json.loads(stats.read_text())["processes"] if q.get("placement")]
+    pl = child["placement"]
+    assert pl["unmatched"]["allocations"] == 0
+    assert sum(s["allocations"] for s in pl["sites"]) == 5
 
 
 @needs_pager

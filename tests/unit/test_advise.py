@@ -509,6 +509,14 @@ def test_build_id_mismatch_warns_and_drops_sites(tmp_path):
     for cmd in (launcher, script):
         assert PL.prepare_for_run(src, out, command=str(cmd)) == []
         assert len(PL.parse_compact(out.read_text()).sites) == 3
+    # ...nor when any other program starts it while the recorded program is
+    # there as profiled (`sh -c './app'`, python, timeout): /bin/ls was a
+    # rebuild above only because the recorded file was absent
+    p.modules[0] = PL.PModule("/bin/true", real)
+    PL.save(p, src)
+    for cmd in ("/bin/sh", "/bin/ls"):
+        assert PL.prepare_for_run(src, out, command=cmd) == []
+        assert len(PL.parse_compact(out.read_text()).sites) == 3
     PL.prepare_for_run(src, out, command="/bin/true", fast_capacity=12345)
     assert PL.parse_compact(out.read_text()).tiers[0].capacity_bytes == 12345
 

@@ -424,10 +424,7 @@ def check_modules(
     warnings: list[str] = []
     bad: set[int] = set()
     for i, m in enumerate(p.modules):
-        try:
-            have = build_id_of(_path_here(p, i, binary))
-        except HetmemError:
-            have = None
+        have = _build_id_or_none(build_id_of, _path_here(p, i, binary, build_id_of))
         if have is None or not m.build_id:
             continue
         if have != m.build_id:
@@ -435,7 +432,7 @@ def check_modules(
     for i in sorted(bad):
         m = p.modules[i]
         n = sum(1 for s in p.sites if any(mi == i for mi, _ in s.frames))
-        where = _path_here(p, i, binary)
+        where = _path_here(p, i, binary, build_id_of)
         warnings.append(
             f"{where}: build-id differs from the placement's ({m.build_id[:12]}...): the "
             f"placement was made for another build; ignoring its {n} site(s)"
@@ -444,10 +441,19 @@ def check_modules(
     return Placement(meta=dict(p.meta), tiers=p.tiers, modules=p.modules, sites=kept), warnings
 
 
-def _path_here(p: Placement, i: int, binary: str | None) -> str:
+def _build_id_or_none(build_id_of: Callable[[str], str | None], path: str) -> str | None:
+    try:
+        return build_id_of(path)
+    except HetmemError:
+        return None
+
+
+def _path_here(
+    p: Placement, i: int, binary: str | None, build_id_of: Callable[[str], str | None]
+) -> str:
     """The file whose build-id module i must have here."""
     m = p.modules[i]
-    if binary is not None and i == p.binary and _same_program(binary, m.path):
+    if binary is not None and i == p.binary and _same_program(binary, m, build_id_of):
         # the command is the placement's program: a rebuild of it is
         # checked here; any other command (mpirun, srun, a script) only
         # launches it, and the recorded path is checked as for any module
@@ -462,16 +468,23 @@ LAUNCHERS = frozenset(
 )  # fmt: skip
 
 
-def _same_program(command: str, recorded: str) -> bool:
+def _same_program(
+    command: str, recorded: PModule, build_id_of: Callable[[str], str | None]
+) -> bool:
     """Whether the command to run stands for the program a placement was
     made for (so a build-id mismatch means another build of it), rather
-    than a launcher that starts it: an MPI or batch launcher, a wrapper
-    such as env or numactl, or a script (not ELF). A program of the same
-    file name always counts as the same."""
+    than something that starts it: an MPI or batch launcher, a wrapper
+    such as env or numactl, a script (not ELF), or any program while the
+    recorded one is still there as profiled (`sh -c './app ...'`, python,
+    timeout, perf: their build-id was compared with the program's, and a
+    valid placement was dropped whole). A program of the same file name
+    always counts as the same."""
     name = os.path.basename(command)
-    if name == os.path.basename(recorded):
+    if name == os.path.basename(recorded.path):
         return True
     if name in LAUNCHERS:
+        return False
+    if recorded.build_id and _build_id_or_none(build_id_of, recorded.path) == recorded.build_id:
         return False
     try:
         with open(command, "rb") as f:
