@@ -184,6 +184,13 @@ def parse_probe_sizes(storage_size: str | None, array_size: str | None) -> tuple
     return size, array
 
 
+def format_num(x: float) -> str:
+    """Three significant digits, never "1e+05": 0.0123, 4.56, 789; from
+    1000 on, whole with thousands separators (100,000)."""
+    text = f"{x:.3g}"
+    return f"{x:,.0f}" if "e+" in text else text
+
+
 def format_size(n: float) -> str:
     """1536 -> '1.5 KiB'; binary units, three significant digits."""
     value = float(n)
@@ -191,7 +198,8 @@ def format_size(n: float) -> str:
         if abs(value) < 1024 or unit == "PiB":
             if unit == "B":
                 return f"{int(value)} B"
-            return f"{value:.3g} {unit}"
+            # 1000-1023 of a unit: .3g would print "1e+03"
+            return f"{value:.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
 

@@ -105,7 +105,7 @@ def test_short_windows_send_the_gathered_array_to_the_fast_tier(tmp_path: Path) 
     assert "reused pages" in table, table
     rows = {ln.split("│")[2].strip().split(".")[0]: ln.split("│")[-2].strip()
             for ln in table.splitlines() if ln.startswith("│")}  # fmt: skip
-    assert rows["swept"] == "-" and float(rows["gathered"]) > 0, rows
+    assert rows["swept"] == "-" and float(rows["gathered"].replace(",", "")) > 0, rows
     # 64M holds either array beside the pager's least cache, not both
     out = tmp_path / "g.toml"
     storage = tmp_path / "tier"

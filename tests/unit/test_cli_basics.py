@@ -11,7 +11,7 @@ import pytest
 from hetmem import _native
 from hetmem.cli import build_parser
 from hetmem.errors import UsageError
-from hetmem.sizes import format_size, parse_size
+from hetmem.sizes import format_num, format_size, parse_size
 
 
 def test_help_lists_verbs(hetmem):
@@ -63,6 +63,19 @@ def test_bad_sizes(text):
 def test_format_size():
     assert format_size(1536) == "1.5 KiB"
     assert format_size(4 << 30) == "4 GiB"
+    # XSBench's 1047960000 bytes read "1e+03 MiB" in recommend's answer
+    assert format_size(1047960000) == "999 MiB"
+    assert format_size(1000 << 20) == "1000 MiB"
+    assert format_size((1023 << 20) + (1 << 19)) == "1024 MiB"
+    assert format_size(123.4 * 1024) == "123 KiB"
+
+
+def test_format_num_never_writes_an_exponent_above_one():
+    # advise's tier table printed the storage tier's latency as "1e+05" ns
+    assert format_num(100000.0) == "100,000"
+    assert format_num(7593792.0) == "7,593,792"
+    assert format_num(999.7) == "1,000"
+    assert [format_num(v) for v in (0.0123, 4.56, 789.0, 0.0)] == ["0.0123", "4.56", "789", "0"]
 
 
 def test_config_json_shows_env_origin(hetmem):

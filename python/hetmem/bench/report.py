@@ -41,6 +41,7 @@ from hetmem.bench.report_checks import (
 )
 from hetmem.bench.report_stats import pct_cell
 from hetmem.errors import SchemaError, UsageError
+from hetmem.sizes import format_num
 
 __all__ = ["build", "fits_checks", "fits_target", "load_results", "physics_checks", "write"]
 
@@ -206,7 +207,7 @@ def _fmt(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.3g}"
+        return f"{format_num(v)}"
     return html.escape(str(v))
 
 

@@ -16,7 +16,7 @@ from hetmem.placement import advise as adv
 from hetmem.placement import fileformat as plc
 from hetmem.placement import limits, pipeline
 from hetmem.placement.sitenames import short
-from hetmem.sizes import format_size, parse_budget
+from hetmem.sizes import format_num, format_size, parse_budget
 
 
 class Command:
@@ -116,10 +116,11 @@ class Command:
             return 0
         output.console().print(
             f"{r['sites']} sites, {r['tiers']} tiers, {r['intervals']} live-set intervals: "
-            f"exact ILP {r['ilp_seconds']:.3g} s wall, {r['ilp_cpu_seconds']:.3g} s CPU "
+            f"exact ILP {format_num(r['ilp_seconds'])} s wall, "
+            f"{format_num(r['ilp_cpu_seconds'])} s CPU "
             f"(optimal: {r['ilp_optimal']}; target "
             f"{r['target_seconds']:g} s: {'met' if r['meets_target'] else 'MISSED'}), "
-            f"greedy {r['greedy_seconds']:.3g} s; greedy reaches "
+            f"greedy {format_num(r['greedy_seconds'])} s; greedy reaches "
             f"{100 * r['greedy_over_ilp']:.4f}% of the exact time saved",
             markup=False,
         )
@@ -147,7 +148,7 @@ def _print_summary(got: pipeline.ProfilesAdvice) -> None:
     con = output.console()
     con.print(
         f"{len(got.merged.sites)} sites from {len(got.profiles)} profile(s), {len(tiers)} tiers; "
-        f"solver: {solver}, {res.solution.seconds:.3g} s",
+        f"solver: {solver}, {format_num(res.solution.seconds)} s",
         markup=False,
     )
     con.print(
@@ -184,8 +185,8 @@ def _print_tiers(got: pipeline.ProfilesAdvice) -> None:
             [
                 t.name,
                 t.kind,
-                f"{t.bandwidth_gbs:.3g}",
-                f"{t.latency_ns:.3g}",
+                f"{format_num(t.bandwidth_gbs)}",
+                f"{format_num(t.latency_ns)}",
                 # tier 0's budget is finite even where nothing is left of it
                 format_size(pt.capacity_bytes)
                 if pt.capacity_bytes or i < len(placement.tiers) - 1
@@ -219,8 +220,8 @@ def _print_sites(got: pipeline.ProfilesAdvice, explain: int) -> None:
                 short(label),
                 _tier_text(placement, s),
                 format_size(s.peak_live_bytes),
-                f"{s.est_accesses:.3g}",
-                f"{s.benefit_s:.3g}",
+                f"{format_num(s.est_accesses)}",
+                f"{format_num(s.benefit_s)}",
             ]
             for s, label in zip(top, labels, strict=False)
         ],

@@ -14,7 +14,7 @@ from hetmem.placement.record import SAMPLERS, record
 from hetmem.placement.sitenames import short
 from hetmem.placement.sites import load_one, site_rows
 from hetmem.placement.symbolize import Symbolizer
-from hetmem.sizes import format_size, parse_duration_ms, parse_size
+from hetmem.sizes import format_num, format_size, parse_duration_ms, parse_size
 
 
 def _signame(sig: int) -> str:
@@ -27,7 +27,7 @@ def _signame(sig: int) -> str:
 def _ns(ns: float) -> str:
     for unit, div in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
         if ns >= div:
-            return f"{ns / div:.3g} {unit}"
+            return f"{format_num(ns / div)} {unit}"
     return f"{ns:.0f} ns"
 
 
@@ -232,10 +232,10 @@ def _print_sites(rows: list[dict[str, Any]]) -> None:
                 format_size(r["bytes"]),
                 format_size(r["peak_live_bytes"]),
                 _lifetime(r),
-                f"{r['est_accesses']:.3g}",
-                f"{r['accesses_per_byte']:.3g}",
+                f"{format_num(r['est_accesses'])}",
+                f"{format_num(r['accesses_per_byte'])}",
             ]
-            + ([f"{r['reuse_pages']:.3g}" if r["reuse_pages"] else "-"] if reuse else [])
+            + ([f"{format_num(r['reuse_pages'])}" if r["reuse_pages"] else "-"] if reuse else [])
             for r in rows
         ],
     )

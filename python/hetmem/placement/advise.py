@@ -33,7 +33,7 @@ from hetmem.placement.sites import static_name
 from hetmem.placement.solve import solve, solve_greedy, solve_ilp
 from hetmem.placement.split import Split, split_sites
 from hetmem.placement.symbolize import Symbolizer
-from hetmem.sizes import format_size
+from hetmem.sizes import format_num, format_size
 
 # The pager's least cache per process when a site is on the storage tier:
 # 16 fetch units of 256 KiB and 4 MiB for its tables (src/preload/init.c,
@@ -68,12 +68,12 @@ def explain(
     best = int(np.argmin(cost))
     saved = cost[last] - cost[t]
     head = (
-        f"on {tiers[t].name}: saves {saved:.3g} s against {tiers[last].name}"
+        f"on {tiers[t].name}: saves {format_num(saved)} s against {tiers[last].name}"
         f" (accesses-per-byte rank {density_rank})"
     )
     if problem.reuse is not None and problem.reuse[site] > 0:
         head += (
-            f"; {problem.reuse[site]:.3g} pages touched again within milliseconds, each "
+            f"; {format_num(problem.reuse[site])} pages touched again within milliseconds, each "
             "priced at a tier's latency (a random gather, not a sweep)"
         )
     if t == best:
@@ -99,12 +99,13 @@ def explain(
         ]
         if mine > cap:
             reasons.append(
-                f"{tiers[b].name} would save {cost[t] - cost[b]:.3g} s more but the site "
+                f"{tiers[b].name} would save {format_num(cost[t] - cost[b])} s more but the site "
                 f"alone needs {format_size(mine)}, more than its {format_size(cap)}"
             )
             continue
         reasons.append(
-            f"{tiers[b].name} would save {cost[t] - cost[b]:.3g} s more but is full at this "
+            f"{tiers[b].name} would save {format_num(cost[t] - cost[b])} s more but is full "
+            f"at this "
             f"site's busiest time ({format_size(used)} of {format_size(cap)} used, it needs "
             f"{format_size(mine)}); {len(denser)} of the {len(others)} sites there gain more "
             "per byte"
@@ -349,23 +350,25 @@ def _fit_notes(fit: cachefit.Refined) -> list[str]:
         gain = fit.priced_cache_s / max(fit.priced_kept_s, 1e-300)
         return [
             f"hybrid: every site left to the pager, as in cache mode: the best placement "
-            f"found was priced only {gain:.2f}x better than cache mode ({fit.priced_kept_s:.3g} "
-            f"against {fit.priced_cache_s:.3g} s per process), less than the "
+            f"found was priced only {gain:.2f}x better than cache mode "
+            f"({format_num(fit.priced_kept_s)} "
+            f"against {format_num(fit.priced_cache_s)} s per process), less than the "
             f"{1 / (1 - cachefit.GAIN_MARGIN):.2f}x the model's error needs "
             "(hetmem.placement.cachefit)"
         ]
     if not moved:
         return [
             "hybrid: with the pager's cache counted, every pin and head saves time "
-            f"(predicted {fit.priced_after_s:.3g} s per process; cache mode "
-            f"{fit.priced_cache_s:.3g} s)"
+            f"(predicted {format_num(fit.priced_after_s)} s per process; cache mode "
+            f"{format_num(fit.priced_cache_s)} s)"
         ]
     return [
         f"hybrid: {len(fit.unpinned)} site(s) left to the pager and {len(fit.heads_dropped)} "
         "head(s) dropped: with the pager's cache counted they saved too little of what they "
         "took from it "
-        f"(predicted {fit.priced_before_s:.3g} -> {fit.priced_after_s:.3g} s per process; "
-        f"cache mode {fit.priced_cache_s:.3g} s)"
+        f"(predicted {format_num(fit.priced_before_s)} -> "
+        f"{format_num(fit.priced_after_s)} s per process; "
+        f"cache mode {format_num(fit.priced_cache_s)} s)"
     ]
 
 
@@ -459,7 +462,8 @@ class _Explainer:
         return (
             f"split: the first {format_size(sp.bytes)} of each allocation "
             f"({sp.fraction:.0%} of its peak {format_size(self.merged.sites[i].peak_live_bytes)}) "
-            f"on {self.tiers[0].name}, the rest on {self.tiers[t].name}, saving {sp.saved_s:.3g} s "
+            f"on {self.tiers[0].name}, the rest on {self.tiers[t].name}, "
+            f"saving {format_num(sp.saved_s)} s "
             f"more: the room {self.tiers[0].name} had left after whole sites, with the site's "
             f"accesses taken as spread evenly over it (a profile does not say where in a block "
             f"they fall); whole, {why}"

@@ -18,6 +18,7 @@ from typing import Any
 from hetmem._numpy import np
 from hetmem.placement.limits import DEFAULT_TIME_LIMIT_S, MAX_ILP_SITES
 from hetmem.placement.problem import Problem, Solution, objective, violations
+from hetmem.sizes import format_num
 
 # HiGHS stops when the proven gap to the optimum is below this fraction of
 # the time saved: far below what the cost model can resolve.
@@ -337,7 +338,8 @@ def _lp_bound_note(problem: Problem, k: int, value: float, bound: float) -> list
     saved = float(problem.cost[:, k].sum()) - value
     if saved > 0 and bound >= saved:
         return [
-            f"the optimum saves at most {100 * (bound - saved) / saved:.3g}% more time (LP bound)"
+            f"the optimum saves at most {format_num(100 * (bound - saved) / saved)}% more time "
+            "(LP bound)"
         ]
     return []
 
