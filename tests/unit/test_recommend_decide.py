@@ -246,3 +246,27 @@ def test_each_placed_mode_runs_with_its_own_placement() -> None:
     assert "--placement /tmp/w/placement-hybrid.toml" in s.command_line("hybrid")
     assert "--placement" not in s.command_line("cache")
     assert plan.PLACEMENT_FILES == {"flat": "placement.toml", "hybrid": "placement-hybrid.toml"}
+
+
+def test_a_failed_first_run_too_large_for_ram_is_not_run_plainly(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """After a first run that exits nonzero, a plain (dram) run tells whose
+    fault it is, but not when the data it reached does not fit this
+    machine's memory: that run could take the node's memory from others."""
+    ran: list[str] = []
+    monkeypatch.setattr(session, "run_once", lambda _s, mode, _r: ran.append(mode))
+    monkeypatch.setattr(plan, "machine_memory", lambda: 4 << 30)
+    stats = {"interposer": {"peak_live_large_bytes": 10 << 30}}
+    run = Run("cache", 0, 1, None, "boom", "exit", stats)
+    setup = Setup(["app"], 1 << 30, tmp_path, tmp_path)
+    with pytest.raises(session.NoAnswer, match=r"not run without hetmem: its data \(10 GiB\)"):
+        session._first_failed(run, setup)
+    assert ran == []
+    # it fits: the plain run is made (here it fails too)
+    stats["interposer"]["peak_live_large_bytes"] = 1 << 30
+    monkeypatch.setattr(
+        session, "run_once", lambda _s, mode, _r: Run(mode, 0, 1, None, "boom", "exit")
+    )
+    with pytest.raises(session.NoAnswer, match="fails without hetmem too"):
+        session._first_failed(run, setup)

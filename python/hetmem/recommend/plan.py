@@ -100,11 +100,17 @@ class Choice:
     fits_budget: bool = False
 
 
+def fits_ram(pilot: Pilot) -> bool:
+    """Whether the command's data may run in DRAM as is on this machine
+    (unknown memory: yes)."""
+    ram = machine_memory()
+    return ram == 0 or pilot.data_bytes <= RAM_SHARE * ram
+
+
 def choose(pilot: Pilot, budget: int, wanted: list[str]) -> Choice:
     """The modes of `wanted` worth running after the pilot."""
     c = Choice()
-    ram = machine_memory()
-    c.fits_ram = ram == 0 or pilot.data_bytes <= RAM_SHARE * ram
+    c.fits_ram = fits_ram(pilot)
     # in DRAM as is, all it holds counts: the tiered data and the rest
     c.fits_budget = pilot.data_bytes <= budget and pilot.max_rss <= budget
     can = harness.available_modes()
@@ -113,7 +119,7 @@ def choose(pilot: Pilot, budget: int, wanted: list[str]) -> Choice:
         if not why and mode in ("dram", "flat", "hybrid") and not c.fits_ram:
             why = (
                 f"its data ({format_size(pilot.data_bytes)}) does not fit "
-                f"{RAM_SHARE:.0%} of this machine's memory ({format_size(ram)})"
+                f"{RAM_SHARE:.0%} of this machine's memory ({format_size(machine_memory())})"
             )
             if mode != "dram":
                 why = "the profile run holds all data in DRAM, and " + why

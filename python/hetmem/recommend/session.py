@@ -197,6 +197,13 @@ def _first_failed(run: Run, setup: Setup) -> None:
     # program that exits 1 on an unexpected result)? One plain run tells,
     # which is what the user would try next (XSBench exits 1 whenever its
     # checksum is not that of a default-sized run).
+    pilot = plan.pilot_of(run)
+    if not plan.fits_ram(pilot):
+        # a plain run would need more memory than the node has
+        raise NoAnswer(
+            f"{what}; not run without hetmem: its data ({format_size(pilot.data_bytes)}) "
+            "does not fit this machine's memory"
+        )
     plain = run_once(setup, "dram", 0)
     logs = setup.workdir / "logs"
     if plain.ok:
