@@ -56,7 +56,7 @@ from hetmem.run.checks import (
 from hetmem.run.config import MODES, PLACE_MODES, RunConfig, _cache_env, preload_path
 from hetmem.run.place import _run_place, validate_place
 from hetmem.run.proc import _Interrupted, _run_tmpdir, _signals, _spawn, _supervised
-from hetmem.run.report import _merge_procs, _note_tiers, _read_interposer_stats, note_unmanaged
+from hetmem.run.report import _merge_procs, _note_tiers, _read_interposer_stats
 from hetmem.run.swap import MemoryCgroup, SwapFile, SwapSampler, clean_stale, read_swaps
 
 SCHEMA_VERSION = 1
@@ -170,8 +170,6 @@ def run(cfg: RunConfig) -> int:
     stats["wall_s"] = round(wall, 6)
     stats["max_rss_bytes"] = max_child_rss()
     stats["exit_code"] = rc
-    if cfg.mode == "cache" or cfg.mode in PLACE_MODES:
-        note_unmanaged(stats, cfg, rc)
     if rc > 128:
         stats["signal"] = rc - 128
     if cfg.stats is not None:

@@ -232,22 +232,3 @@ def _note_storage_full(full: dict[str, Any] | None, cfg: RunConfig) -> None:
             f"{cfg.storage} could not back them: up to {format_size(full['fallback_bytes'])} "
             f"beyond the fast budget of {format_size(cfg.budget)}"
         )
-
-
-def note_unmanaged(stats: dict[str, Any], cfg: RunConfig, rc: int) -> None:
-    """One line when no process of the command reported from the
-    interposer although it ended by itself: hetmem never ran inside it, and
-    the run was all-DRAM under another name (`env LD_PRELOAD=other.so
-    ./app` replaced hetmem's preload; XSBench then held 1002 MiB against a
-    512 MiB budget with no word). A command killed by a signal may have
-    had no time to report, so it gets no such line."""
-    if stats.get("processes") or rc > 128:
-        return
-    rss = stats.get("max_rss_bytes") or 0
-    peak = f"; its peak resident memory was {format_size(rss)}" if rss else ""
-    budget = f" against the {format_size(cfg.budget)} budget" if rss and cfg.budget else ""
-    note(
-        f"no process of the command ran with hetmem's interposer, so {cfg.mode} mode managed "
-        f"nothing{peak}{budget}: LD_PRELOAD was replaced or cleared on the way (env "
-        "LD_PRELOAD=..., env -i, sudo), or the programs are setuid or static"
-    )
