@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from typing import Any
 
@@ -135,17 +136,14 @@ def median_iops(results: list[dict[str, Any]]) -> float | None:
     """IOPS at the median of every repetition of every run (the kernel's own
     "iops" is of its best repetition: the best of all runs flattered the
     target by 5-15% here)."""
-    rates = sorted(
+    rates = [
         float(r["accesses"]) / t
         for r in results
         if r.get("accesses")
         for t in r.get("times_s") or []
         if t and t > 0
-    )
-    if not rates:
-        return None
-    mid = len(rates) // 2
-    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
+    ]
+    return statistics.median(rates) if rates else None
 
 
 def _iops_target(runs: list[dict[str, Any]], device: dict[str, Any]) -> dict[str, Any]:
